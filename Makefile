@@ -1,0 +1,201 @@
+# l3kv: one GNU Makefile. `make` builds everything under $(BUILD)/;
+# `make run` and `make check` first make sure Debian's packages are there.
+#
+#   make            daemon, client library, l3kvctl
+#   make run        start l3kvd in the foreground on the embedded config
+#   make check      build and run every test this machine can run
+#   make asan       the test suite under ASan + UBSan (build-asan/)
+#   make fuzz       the libFuzzer harnesses, FUZZ_SECONDS each
+#   make lint       cppcheck and a clang-format check
+#   make install    PREFIX=/usr/local DESTDIR=
+
+PREFIX		?= /usr/local
+BINDIR		?= $(PREFIX)/bin
+SBINDIR		?= $(PREFIX)/sbin
+LIBDIR		?= $(PREFIX)/lib
+INCLUDEDIR	?= $(PREFIX)/include
+SYSCONFDIR	?= /etc
+UNITDIR		?= $(PREFIX)/lib/systemd/system
+DESTDIR		?=
+BUILD		?= build
+FUZZ_SECONDS	?= 20
+V		?= 0
+
+# Debian packages the build and the tests need (checked by `make deps`).
+DEB_PKGS	:= gcc make pkg-config libevent-dev libjansson-dev check libfabric-dev \
+		   liburing-dev libxxhash-dev systemd clang cppcheck clang-format
+PKGS		:= libevent jansson libxxhash liburing libfabric
+CHECK_PKG	:= check
+
+ifeq ($(V),0)
+Q		:= @
+msg		= @printf '  %-7s %s\n' $(1) $(2);
+else
+Q		:=
+msg		=
+endif
+
+CC		?= cc
+NVCC		?= $(shell command -v nvcc 2>/dev/null)
+CUDA_HOME	?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(realpath $(NVCC))),)
+
+WARN		:= -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+		   -Wpointer-arith -Wformat=2 -Wno-format-nonliteral -Wvla -Wcast-qual \
+		   -Wundef
+OPT		?= -O2 -g
+SAN		?=
+CPPFLAGS	+= -D_GNU_SOURCE -Iproto -Idaemon -Ilib -Ikernels
+CFLAGS		+= -std=c11 $(OPT) $(WARN) $(SAN) -fPIC -fvisibility=hidden \
+		   $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS_DEPS	:= $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread
+LDFLAGS		+= $(SAN)
+
+# CUDA: kernels/*.cu with nvcc when it is there, the stub otherwise.
+KERNEL_CU	:= $(wildcard kernels/*.cu)
+ifneq ($(NVCC),)
+KERNEL_OBJS	:= $(patsubst kernels/%.cu,$(BUILD)/kernels/%.o,$(KERNEL_CU))
+KERNEL_LIBS	:= -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+KERNEL_NOTE	:= nvcc found: CUDA kernels built for sm_90 (+PTX), cudart linked statically
+NVCCFLAGS	?= -O3 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+		   -Xcompiler -fPIC,-fno-exceptions,-fno-threadsafe-statics,-fvisibility=hidden \
+		   -Ikernels
+else
+KERNEL_OBJS	:= $(BUILD)/kernels/kernels_stub.o
+KERNEL_LIBS	:=
+KERNEL_NOTE	:= nvcc not found: built the kernel stub; only the host copy engine is available
+endif
+
+PROTO_SRCS	:= proto/proto.c
+DAEMON_SRCS	:= $(filter-out daemon/main.c,$(wildcard daemon/*.c))
+LIB_SRCS	:= lib/l3kv.c
+CTL_SRCS	:= lib/l3kvctl.c
+TEST_SRCS	:= $(wildcard tests/check_*.c) tests/run.c tests/util.c
+FUZZ_SRCS	:= $(wildcard tests/fuzz/fuzz_*.c)
+
+PROTO_OBJS	:= $(PROTO_SRCS:%.c=$(BUILD)/%.o)
+DAEMON_OBJS	:= $(DAEMON_SRCS:%.c=$(BUILD)/%.o)
+LIB_OBJS	:= $(LIB_SRCS:%.c=$(BUILD)/%.o)
+TEST_OBJS	:= $(TEST_SRCS:%.c=$(BUILD)/%.o)
+
+L3KVD		:= $(BUILD)/l3kvd
+L3KVCTL		:= $(BUILD)/l3kvctl
+LIBSO		:= $(BUILD)/libl3kv.so
+LIBA		:= $(BUILD)/libl3kv.a
+TESTRUN		:= $(BUILD)/tests/run
+SOVERSION	:= 1
+
+.PHONY: all deps run check test asan fuzz lint install clean
+all: $(L3KVD) $(L3KVCTL) $(LIBSO) $(LIBA) $(BUILD)/l3kv.pc
+	@echo "  note    $(KERNEL_NOTE)"
+
+$(BUILD)/%.o: %.c
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# Tests build paths from mkdtemp names; truncation there fails the test, not the build.
+$(BUILD)/tests/%.o: CFLAGS += -Wno-format-truncation
+
+$(BUILD)/kernels/%.o: kernels/%.cu kernels/kernels.h
+	$(call msg,NVCC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(L3KVD): $(BUILD)/daemon/main.o $(DAEMON_OBJS) $(PROTO_OBJS) $(KERNEL_OBJS)
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS_DEPS) $(KERNEL_LIBS) -lm
+
+$(LIBSO): $(LIB_OBJS) $(PROTO_OBJS) lib/libl3kv.map
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,libl3kv.so.$(SOVERSION) \
+		-Wl,--version-script=lib/libl3kv.map -o $@ $(LIB_OBJS) $(PROTO_OBJS)
+
+$(LIBA): $(LIB_OBJS) $(PROTO_OBJS)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(L3KVCTL): $(CTL_SRCS:%.c=$(BUILD)/%.o) $(LIBA)
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs jansson)
+
+$(BUILD)/l3kv.pc: lib/l3kv.pc.in Makefile
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
+		-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(shell sed -n 's/.*L3KV_VERSION.*"\(.*\)"/\1/p' daemon/daemon.h)|' $< > $@
+
+$(TESTRUN): $(TEST_OBJS) $(DAEMON_OBJS) $(PROTO_OBJS) $(KERNEL_OBJS) $(LIB_OBJS)
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs $(CHECK_PKG)) $(LDLIBS_DEPS) \
+		$(KERNEL_LIBS) -lm
+
+# Installs what is missing from Debian's archive, as root; otherwise says how.
+deps:
+	@missing=""; for p in $(DEB_PKGS); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			echo "  deps    installing:$$missing"; \
+			(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null || exit 1; \
+		else \
+			echo "missing packages; run as root:"; \
+			echo "  apt-get install$$missing"; exit 1; \
+		fi; \
+	fi
+
+run: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(L3KVD) $(L3KVD_ARGS)
+
+test: all $(TESTRUN)
+	$(Q)L3KV_BUILD=$(BUILD) $(TESTRUN)
+
+check: deps
+	$(Q)$(MAKE) --no-print-directory test
+
+asan: deps
+	$(Q)$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -g" \
+		SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
+		test
+
+FUZZ_BINS	:= $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(PROTO_SRCS) daemon/config.c daemon/log.c
+	$(call msg,FUZZ,$@)
+	@mkdir -p $(dir $@)
+	$(Q)clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined \
+		$(shell pkg-config --cflags jansson) -o $@ $^ $(shell pkg-config --libs jansson)
+
+fuzz: deps $(FUZZ_BINS)
+	$(Q)for f in $(FUZZ_BINS); do \
+		n=$$(basename $$f); mkdir -p $(BUILD)/fuzz/corpus-$$n; \
+		echo "  fuzz    $$n for $(FUZZ_SECONDS)s"; \
+		$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+			$(BUILD)/fuzz/corpus-$$n tests/fuzz/seeds-$$n 2>$(BUILD)/fuzz/$$n.log || \
+			{ tail -50 $(BUILD)/fuzz/$$n.log; exit 1; }; \
+		grep -E 'stat::number_of_executed_units' $(BUILD)/fuzz/$$n.log; \
+	done
+
+LINT_SRCS	:= $(wildcard proto/*.[ch] daemon/*.[ch] lib/*.[ch] kernels/*.[ch] tests/*.[ch] tests/fuzz/*.c)
+lint:
+	$(Q)cppcheck --quiet --error-exitcode=1 --enable=warning,portability,performance \
+		--inline-suppr --std=c11 -D_GNU_SOURCE -Iproto -Idaemon -Ilib -Ikernels $(LINT_SRCS)
+	$(Q)clang-format --dry-run -Werror $(LINT_SRCS)
+
+install: all
+	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
+		$(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(SYSCONFDIR)/l3kv $(DESTDIR)$(UNITDIR)
+	install -m 0755 $(L3KVD) $(DESTDIR)$(SBINDIR)/l3kvd
+	install -m 0755 $(L3KVCTL) $(DESTDIR)$(BINDIR)/l3kvctl
+	install -m 0755 $(LIBSO) $(DESTDIR)$(LIBDIR)/libl3kv.so.$(SOVERSION)
+	ln -sf libl3kv.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libl3kv.so
+	install -m 0644 $(LIBA) $(DESTDIR)$(LIBDIR)/libl3kv.a
+	install -m 0644 lib/l3kv.h $(DESTDIR)$(INCLUDEDIR)/l3kv.h
+	install -m 0644 $(BUILD)/l3kv.pc $(DESTDIR)$(LIBDIR)/pkgconfig/l3kv.pc
+	install -m 0644 config/l3kvd.json $(DESTDIR)$(SYSCONFDIR)/l3kv/l3kvd.json
+	sed 's|@SBINDIR@|$(SBINDIR)|g; s|@SYSCONFDIR@|$(SYSCONFDIR)|g' config/l3kvd.service \
+		> $(DESTDIR)$(UNITDIR)/l3kvd.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/l3kvd.service
+
+clean:
+	rm -rf build build-asan
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,340 @@
+/*
+ * l3kvd's one internal header: a section per file, in the order the
+ * daemon starts them. The event loop thread alone touches everything
+ * declared here unless a comment says otherwise.
+ */
+#ifndef L3KV_DAEMON_H
+#define L3KV_DAEMON_H
+
+#include <sys/types.h>
+#include <sys/queue.h>
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <event2/event.h>
+
+#include "proto.h"
+
+#define L3KV_VERSION		"0.1.0"
+
+/* log.c */
+enum log_level {
+	LOG_LEVEL_ERROR = 0,
+	LOG_LEVEL_WARN,
+	LOG_LEVEL_INFO,
+	LOG_LEVEL_DEBUG,
+};
+void	 log_init(int level);
+void	 log_set_level(int);
+int	 log_get_level(void);
+int	 log_level_parse(const char *, int *);
+const char *log_level_name(int);
+void	 log_msg(int level, const char *subsys, const char *fmt, ...)
+	    __attribute__((format(printf, 3, 4)));
+void	 fatalx(const char *subsys, const char *fmt, ...)
+	    __attribute__((format(printf, 2, 3), noreturn));
+#define log_error(s, ...)	log_msg(LOG_LEVEL_ERROR, s, __VA_ARGS__)
+#define log_warn(s, ...)	log_msg(LOG_LEVEL_WARN, s, __VA_ARGS__)
+#define log_info(s, ...)	log_msg(LOG_LEVEL_INFO, s, __VA_ARGS__)
+#define log_debug(s, ...)	do {					\
+	if (log_get_level() >= LOG_LEVEL_DEBUG)				\
+		log_msg(LOG_LEVEL_DEBUG, s, __VA_ARGS__);		\
+} while (0)
+
+/* config.c */
+#define CONFIG_PATH_MAX		108	/* sun_path */
+#define CONFIG_IDS_MAX		64
+#define CONFIG_ERR_MAX		512
+
+enum config_copy_engine {
+	CONFIG_COPY_AUTO = 0,
+	CONFIG_COPY_CUDA,
+	CONFIG_COPY_HOST,
+};
+
+struct config {
+	char		socket_path[CONFIG_PATH_MAX];
+	unsigned	socket_mode;		/* permission bits, e.g. 0660 */
+	char		socket_group[64];	/* "" keeps the daemon's group */
+	uid_t		allow_uids[CONFIG_IDS_MAX];
+	size_t		nallow_uids;
+	gid_t		allow_gids[CONFIG_IDS_MAX];
+	size_t		nallow_gids;
+	int		log_level;		/* LOG_LEVEL_* */
+	char		role[32];		/* "decode" or "prefill" */
+	char		model[128];		/* "" accepts any model at ATTACH */
+	uint64_t	namespace_seed;
+	uint64_t	dram_size;		/* bytes */
+	int		copy_engine;		/* CONFIG_COPY_* */
+	uint32_t	max_connections;
+	uint32_t	max_connections_per_uid;
+	uint32_t	max_frame;		/* bytes, header included */
+	uint32_t	lease_ttl_ms;
+	uint32_t	admit_timeout_ms;	/* group barrier deadline */
+	uint32_t	drain_ms;		/* shutdown drain bound */
+	char		metrics_listen[64];	/* "" disables; used later */
+	uint32_t	test_copy_delay_ms;	/* testing only: slows copies */
+};
+
+void	 config_default(struct config *);
+int	 config_load_file(struct config *, const char *path, char *err, size_t errlen);
+int	 config_load_string(struct config *, const char *text, const char *name,
+	    char *err, size_t errlen);
+int	 config_apply_env(struct config *, char *err, size_t errlen);
+const char *config_default_json(void);
+
+/* notify.c */
+int	 notify_send(const char *state);
+
+/* metrics.c: counters, owned by the loop */
+struct metrics {
+	uint64_t	connections_accepted;
+	uint64_t	connections_denied;
+	uint64_t	connections_limited;
+	uint64_t	connections_open;
+	uint64_t	frames_in;
+	uint64_t	frames_out;
+	uint64_t	frames_bad;
+	uint64_t	bytes_in;
+	uint64_t	bytes_out;
+	uint64_t	attaches;
+	uint64_t	attaches_refused;
+	uint64_t	guards_refused;
+	uint64_t	detaches;
+	uint64_t	stats_requests;
+	uint64_t	health_requests;
+	uint64_t	regions_mapped;
+	uint64_t	region_bytes_mapped;
+};
+extern struct metrics metrics;
+struct server;
+char	*metrics_stats_json(struct server *);
+char	*metrics_health_json(struct server *);
+
+/* region.c: engine memory registered at ATTACH */
+struct region {
+	struct proto_region	 desc;
+	void			*map;		/* the whole mapping */
+	size_t			 map_len;
+	uint8_t			*base;		/* map + (offset - aligned offset) */
+};
+int	 region_map(struct region *, const struct proto_region *, int fd,
+	    char *err, size_t errlen);
+void	 region_unmap(struct region *);
+int	 region_slot_ok(const struct region *, uint64_t slot);
+
+/* namespace.c */
+struct ns {
+	uint8_t		 fingerprint[16];
+	char		 name[PROTO_NSNAME_LEN];
+	struct proto_layout layout;
+	struct proto_pool pools[PROTO_POOLS_MAX];
+	unsigned	 refs;		/* attached sessions */
+	TAILQ_ENTRY(ns)	 entry;
+};
+TAILQ_HEAD(ns_list, ns);
+void	 ns_canonical(const struct proto_layout *, const struct proto_pool *,
+	    const char *role, uint64_t seed, char *buf, size_t len);
+void	 ns_fingerprint(const struct proto_layout *, const struct proto_pool *,
+	    const char *role, uint64_t seed, uint8_t out[16]);
+struct ns *ns_ref(struct server *, const struct proto_layout *, const struct proto_pool *);
+void	 ns_unref(struct server *, struct ns *);
+
+/* group.c: ranks of one engine instance attached to this daemon */
+struct session;
+struct rank_group {
+	char		 id[PROTO_GROUP_LEN];
+	uint16_t	 size;
+	uint8_t		 prefetch;
+	uint8_t		 write;
+	uint32_t	 prefetch_timeout_ms;
+	struct session	**members;	/* size entries, NULL where not attached */
+	unsigned	 nmembers;
+	TAILQ_ENTRY(rank_group) entry;
+};
+TAILQ_HEAD(group_list, rank_group);
+int	 group_guard(uint16_t dcp_size, uint8_t prefetch, uint8_t write,
+	    uint8_t attention, char *err, size_t errlen);
+int	 group_check(struct server *, const struct proto_attach *, char *err, size_t errlen);
+int	 group_join(struct server *, struct session *, const struct proto_attach *,
+	    struct rank_group **);
+void	 group_leave(struct server *, struct session *);
+
+/* session.c: one attached engine rank */
+struct conn;
+struct session {
+	uint32_t	 id;
+	struct conn	*conn;		/* borrowed; the conn owns the session */
+	struct ns	*ns;		/* a reference */
+	struct rank_group	*group;
+	uint16_t	 group_rank;
+	uint16_t	 tp_rank;
+	struct region	 regions[PROTO_REGIONS_MAX];
+	unsigned	 nregions;
+	uint32_t	*live;		/* sorted live state slots */
+	uint32_t	 nlive;
+};
+int	 session_attach(struct conn *, const struct proto_frame *, struct session **,
+	    struct proto_attach_reply *, char *err, size_t errlen);
+void	 session_free(struct session *);
+int	 session_slot_is_live(const struct session *, uint32_t slot);
+
+/* conn.c: one client connection; raw recvmsg in, evbuffer out */
+struct conn {
+	int		 fd;
+	struct server	*server;
+	uid_t		 uid;
+	gid_t		 gid;
+	pid_t		 pid;
+	uint64_t	 id;
+	int		 flags;
+#define CONN_F_HELLO	0x01	/* version fixed */
+#define CONN_F_DEAD	0x02	/* closing: no more reads, flush then free */
+#define CONN_F_REAPED	0x04	/* free scheduled: nothing more is sent */
+	uint16_t	 version;
+	char		 client[PROTO_NAME_LEN];
+	struct event	*ev_read;
+	struct event	*ev_write;
+	uint8_t		*in;		/* header + payload being assembled */
+	size_t		 in_len;
+	size_t		 in_cap;
+	int		 in_fds[PROTO_FDS_MAX];
+	int		 in_nfds;
+	struct evbuffer	*out;
+	struct session	*session;	/* owned; NULL until ATTACH */
+	TAILQ_ENTRY(conn) entry;
+};
+TAILQ_HEAD(conn_list, conn);
+struct conn *conn_new(struct server *, int fd, uid_t, gid_t, pid_t);
+void	 conn_free(struct conn *);
+void	 conn_close(struct conn *);
+int	 conn_reply(struct conn *, const struct proto_hdr *req, unsigned status,
+	    const void *payload, uint32_t len);
+int	 conn_reply_error(struct conn *, const struct proto_hdr *req, unsigned status,
+	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* dispatch.c */
+void	 dispatch_frame(struct conn *, struct proto_frame *);
+
+/* server.c */
+struct server {
+	struct config	 *cfg;
+	struct event_base *base;
+	int		 listen_fd;
+	struct event	*ev_listen;
+	struct event	*ev_sigterm;
+	struct event	*ev_sigint;
+	struct event	*ev_drain;
+	struct conn_list conns;
+	struct ns_list	 namespaces;
+	struct group_list groups;
+	unsigned	 nconns;
+	uint64_t	 next_conn_id;
+	uint32_t	 next_session_id;
+	int		 stopping;
+	int		 gpu_present;
+	uint64_t	 started_ms;
+	int		 exit_code;
+};
+int	 server_init(struct server *, struct config *, char *err, size_t errlen);
+int	 server_run(struct server *);
+void	 server_free(struct server *);
+void	 server_conn_closed(struct server *, struct conn *);
+unsigned server_conns_of_uid(struct server *, uid_t);
+uint64_t server_now_ms(void);
+
+/*
+ * dram.c: the DRAM tier (arena, slabs, index, LRU, pins). Loop thread
+ * only; workers touch an object's bytes, never its metadata, while it is
+ * pinned or WRITING. dram_checksum alone is thread-safe.
+ */
+struct dram_key {			/* 52 bytes, compared with memcmp */
+	uint8_t		fingerprint[16];
+	uint8_t		pool;		/* pool index in the namespace */
+	uint8_t		pad;		/* must be 0 */
+	uint16_t	shard;
+	uint8_t		hash[32];	/* page hash, zero-padded */
+};
+struct dram;
+#define DRAM_NONE		UINT32_MAX
+#define DRAM_CSUM_CHUNK		(64U << 10)
+struct dram_stats {
+	uint64_t	objects;	/* visible + writing + dropped */
+	uint64_t	visible;
+	uint64_t	writing;
+	uint64_t	dropped;	/* out of the index, freed at last unpin */
+	uint64_t	pinned_objects;
+	uint64_t	pins;
+	uint64_t	bytes_used;	/* object lengths */
+	uint64_t	bytes_slabs;	/* arena held by slabs */
+	uint64_t	bytes_capacity;
+	uint64_t	slabs;
+	uint64_t	evictions;
+	uint64_t	evict_failures;	/* allocations refused with -ENOSPC */
+	uint64_t	drops;
+	uint64_t	index_buckets;
+	uint64_t	meta_bytes;	/* all metadata allocated */
+	double		meta_bytes_per_object;
+	int		hugetlb;	/* 1: MAP_HUGETLB arena, 0: THP advice */
+};
+int	 dram_new(struct dram **, uint64_t arena_bytes, char *err, size_t errlen);
+void	 dram_free(struct dram *);
+int	 dram_lookup(const struct dram *, const struct dram_key *, uint32_t *id);
+int	 dram_alloc(struct dram *, const struct dram_key *, uint64_t len, uint32_t near,
+	    uint32_t *id, uint8_t **buf);
+int	 dram_commit(struct dram *, uint32_t id, uint64_t checksum);
+void	 dram_abort(struct dram *, uint32_t id);
+int	 dram_pin(struct dram *, uint32_t id);
+void	 dram_unpin(struct dram *, uint32_t id);
+void	 dram_touch(struct dram *, uint32_t id);
+void	 dram_drop(struct dram *, uint32_t id);
+const uint8_t *dram_data(const struct dram *, uint32_t id, uint64_t *len, uint64_t *checksum);
+uint8_t	*dram_data_mut(struct dram *, uint32_t id);
+void	 dram_stats(const struct dram *, struct dram_stats *);
+size_t	 dram_lru_order(const struct dram *, uint64_t len, uint32_t *ids, size_t max);
+uint64_t dram_checksum(const void *, size_t);
+void	*dram_arena(const struct dram *, size_t *len);
+
+/* gpu.c: run-time GPU detection through the kernels/ header */
+int	 gpu_detect(char *desc, size_t len);
+
+/* copy.c: the host copy engine (worker threads, eventfd completions) */
+enum copy_kind {
+	COPY_RESTORE = 1,	/* DRAM object -> engine region, verified first */
+	COPY_PUBLISH,		/* engine region -> DRAM object, checksummed */
+};
+struct copy_page {
+	uint8_t		*obj;		/* the object's bytes in the arena */
+	uint64_t	 len;
+	uint64_t	 checksum;	/* expected (restore) or computed (publish) */
+	uint32_t	 region_page;	/* page (or slot) index in the region */
+	uint32_t	 id;		/* the DRAM object */
+};
+struct copy_job;
+TAILQ_HEAD(copy_job_list, copy_job);
+struct copy_job {
+	TAILQ_ENTRY(copy_job)	 entry;
+	int			 kind;		/* COPY_* */
+	const struct proto_region *geom;	/* region geometry */
+	uint8_t			*base;		/* region memory */
+	struct copy_page	*pages;
+	uint32_t		 npages;
+	_Atomic int		 cancel;	/* set by the loop, read between pages */
+	_Atomic uint32_t	 done_pages;	/* pages fully moved (and verified) */
+	int			 status;	/* PROTO_S_*, valid in done() */
+	uint32_t		 bad_page;	/* with PROTO_S_LOST */
+	void			(*done)(struct copy_job *);	/* on the loop thread */
+	void			*arg;
+};
+struct copy_engine;
+int	 copy_engine_new(struct event_base *, int nthreads, unsigned delay_ms,
+	    struct copy_engine **, char *err, size_t errlen);
+void	 copy_engine_free(struct copy_engine *);
+void	 copy_submit(struct copy_engine *, struct copy_job *);
+unsigned copy_inflight(const struct copy_engine *);
+void	 copy_page_scatter(const struct proto_region *, uint8_t *base, uint32_t page,
+	    uint8_t *obj, int to_region);
+
+#endif /* L3KV_DAEMON_H */

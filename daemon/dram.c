@@ -1,0 +1,1164 @@
+/*
+ * The DRAM tier: one arena of host memory holding objects, an index from
+ * key to object, per-size-class LRU lists and pins. No I/O, no protocol:
+ * the event loop thread alone calls this module, so there are no locks.
+ * Worker threads may read or write an object's bytes (never its metadata)
+ * while the loop holds the object pinned or WRITING: neither state can be
+ * evicted or freed, so the bytes stay put by construction.
+ *
+ * Structure:
+ * - The arena is one mapping cut into 2 MiB units (the huge page size, so
+ *   slabs never share a huge page). A slab is a run of units holding the
+ *   objects of one size class; a slab whose objects are all gone returns
+ *   its units at once, so memory moves between classes.
+ * - A size class is one exact object length (a namespace pool's objects
+ *   all have the same length, so exact classes waste nothing and the
+ *   length lives in the class, not in each object). Objects sit at a
+ *   stride of the length rounded up to 64 bytes, or to 4 KiB from 64 KiB
+ *   up, so every object of 4 KiB multiples is O_DIRECT-aligned.
+ * - Objects are 80-byte records in blocks of 1024, named by 32-bit ids
+ *   (ids, not pointers, so links are 4 bytes and blocks never move). The
+ *   index is a chained hash table of 32-bit bucket heads; the chain link
+ *   lives in the record.
+ * - Object states: WRITING (indexed so duplicates are refused, invisible,
+ *   never evicted), VISIBLE, DROPPED (out of the index, still pinned,
+ *   freed at the last unpin). A class's LRU list holds exactly the
+ *   evictable objects (VISIBLE, no pins), so eviction takes the tail
+ *   in O(1) and can never reach a pinned or WRITING object.
+ */
+#include <sys/mman.h>
+#include <sys/random.h>
+
+#include <assert.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <xxhash.h>
+
+#include "daemon.h"
+
+#define DRAM_UNIT_SHIFT		21
+#define DRAM_UNIT		(1ULL << DRAM_UNIT_SHIFT)
+#define DRAM_UNITS_MAX		(1U << 24)	/* slab ids are 24 bits: 32 TiB */
+/* A slab grows past its fewest units only while that cuts waste. */
+#define DRAM_SLAB_UNITS_PREF	16
+#define DRAM_BLOCK_SHIFT	10		/* 1024 records: 80 KiB a block */
+#define DRAM_BLOCK		(1U << DRAM_BLOCK_SHIFT)
+#define DRAM_BUCKETS_MIN	1024
+#define DRAM_PINS_MAX		UINT16_MAX
+
+_Static_assert(sizeof(struct dram_key) == 52, "dram_key is compared with memcmp");
+
+/*
+ * One object. 80 bytes: with a 4-byte slot-owner entry in its slab and
+ * 4 to 8 bytes of bucket array, the index costs at most 92 bytes per
+ * object (the issue's budget is 96).
+ */
+struct dram_obj {
+	uint64_t	csum;
+	struct dram_key	key;
+	uint32_t	lru_prev;	/* towards MRU */
+	uint32_t	lru_next;	/* towards LRU */
+	uint32_t	chain;		/* next in bucket; next free record when free */
+	uint32_t	slab : 24;
+	uint32_t	state : 8;
+#define DRAM_S_FREE	0
+#define DRAM_S_WRITING	1
+#define DRAM_S_VISIBLE	2
+#define DRAM_S_DROPPED	3
+	uint16_t	slot;		/* index in the slab */
+	uint16_t	pins;
+};
+_Static_assert(sizeof(struct dram_obj) == 80, "dram_obj is the per-object budget");
+
+struct dram_class {
+	uint64_t	len;		/* 0: slot unused */
+	uint64_t	stride;
+	uint32_t	nunits;		/* per slab */
+	uint32_t	nobj;		/* per slab, at most 32768 */
+	uint32_t	lru_head;	/* MRU */
+	uint32_t	lru_tail;	/* LRU: the next victim */
+	uint32_t	partial;	/* slabs with a free slot */
+	uint32_t	nslabs;
+	uint64_t	nlru;
+};
+
+struct dram_slab {
+	uint64_t	off;		/* in the arena */
+	uint64_t	tick;		/* last use of any object, for cross-class eviction */
+	uint64_t	*used;		/* bitmap, tail bits past nobj set */
+	uint32_t	*owner;		/* object id per slot, DRAM_NONE when free */
+	uint32_t	cls;
+	uint32_t	nused;
+	uint32_t	nheld;		/* WRITING or pinned objects: blocks slab eviction */
+	uint32_t	hint;		/* lowest bitmap word that may have a zero */
+	uint32_t	prev;		/* class partial list; free slab list */
+	uint32_t	next;
+	int		partial;
+};
+
+struct dram {
+	uint8_t		*arena;
+	size_t		 arena_len;
+	int		 hugetlb;
+	uint32_t	 nunits;
+	uint64_t	*unit_used;	/* bitmap */
+	uint32_t	*unit_slab;	/* slab id per unit, DRAM_NONE when free */
+	uint32_t	*scratch;	/* nunits entries for dram_reclaim */
+
+	struct dram_slab *slabs;	/* nunits entries: at most one slab per unit */
+	uint32_t	 nslab_ids;	/* high-water mark */
+	uint32_t	 slab_free;
+
+	struct dram_class *classes;
+	uint32_t	 nclasses;
+	uint32_t	 classes_cap;
+	uint32_t	 class_last;
+
+	struct dram_obj	**blocks;
+	uint32_t	 nblocks;
+	uint32_t	 blocks_cap;
+	uint32_t	 nrecords;	/* high-water mark */
+	uint32_t	 rec_free;
+
+	uint32_t	*buckets;
+	uint32_t	 nbuckets;	/* a power of two */
+	uint64_t	 seed;
+	uint64_t	 nindexed;
+
+	uint64_t	 tick;
+	uint64_t	 nvisible, nwriting, ndropped;
+	uint64_t	 npinned, npins;
+	uint64_t	 bytes_used;
+	uint64_t	 nslabs, units_used;
+	uint64_t	 evictions, evict_failures, drops;
+	uint64_t	 slab_meta;	/* bytes of slab bitmaps and owner arrays */
+};
+
+static inline struct dram_obj *
+dram_obj(const struct dram *d, uint32_t id)
+{
+	return &d->blocks[id >> DRAM_BLOCK_SHIFT][id & (DRAM_BLOCK - 1)];
+}
+
+/* The record of a live object, or NULL for an id that names none. */
+static struct dram_obj *
+dram_obj_live(const struct dram *d, uint32_t id)
+{
+	struct dram_obj	*o;
+
+	if (id >= d->nrecords)
+		return NULL;
+	o = dram_obj(d, id);
+	return o->state == DRAM_S_FREE ? NULL : o;
+}
+
+static inline struct dram_slab *
+dram_obj_slab(const struct dram *d, const struct dram_obj *o)
+{
+	return &d->slabs[o->slab];
+}
+
+static inline struct dram_class *
+dram_obj_class(const struct dram *d, const struct dram_obj *o)
+{
+	return &d->classes[d->slabs[o->slab].cls];
+}
+
+static inline uint8_t *
+dram_obj_bytes(const struct dram *d, const struct dram_obj *o)
+{
+	const struct dram_slab	*s = dram_obj_slab(d, o);
+
+	return d->arena + s->off + (uint64_t)o->slot * d->classes[s->cls].stride;
+}
+
+static inline uint64_t
+dram_key_hash(const struct dram *d, const struct dram_key *k)
+{
+	return XXH3_64bits_withSeed(k, sizeof(*k), d->seed);
+}
+
+/* Index: chained hash over the records, WRITING and VISIBLE objects. */
+
+static uint32_t
+dram_index_find(const struct dram *d, const struct dram_key *k, uint64_t h)
+{
+	uint32_t		 id = d->buckets[h & (d->nbuckets - 1)];
+	const struct dram_obj	*o;
+
+	while (id != DRAM_NONE) {
+		o = dram_obj(d, id);
+		if (memcmp(&o->key, k, sizeof(*k)) == 0)
+			return id;
+		id = o->chain;
+	}
+	return DRAM_NONE;
+}
+
+/*
+ * Doubles the bucket array, rehashing everything at once (about 10 ns an
+ * object). On allocation failure the old table stays: chains get longer,
+ * nothing breaks, so growth never fails an insert.
+ */
+static void
+dram_index_grow(struct dram *d)
+{
+	uint32_t	*nb, n = d->nbuckets * 2, i, id, next;
+	uint64_t	 h;
+
+	if (d->nbuckets >= (1U << 31))
+		return;
+	if ((nb = malloc((size_t)n * sizeof(*nb))) == NULL)
+		return;
+	memset(nb, 0xff, (size_t)n * sizeof(*nb));
+	for (i = 0; i < d->nbuckets; i++) {
+		for (id = d->buckets[i]; id != DRAM_NONE; id = next) {
+			struct dram_obj	*o = dram_obj(d, id);
+
+			next = o->chain;
+			h = dram_key_hash(d, &o->key);
+			o->chain = nb[h & (n - 1)];
+			nb[h & (n - 1)] = id;
+		}
+	}
+	free(d->buckets);
+	d->buckets = nb;
+	d->nbuckets = n;
+}
+
+static void
+dram_index_insert(struct dram *d, uint32_t id, uint64_t h)
+{
+	struct dram_obj	*o = dram_obj(d, id);
+	uint32_t	*b = &d->buckets[h & (d->nbuckets - 1)];
+
+	o->chain = *b;
+	*b = id;
+	if (++d->nindexed > d->nbuckets)
+		dram_index_grow(d);
+}
+
+static void
+dram_index_remove(struct dram *d, uint32_t id)
+{
+	struct dram_obj	*o = dram_obj(d, id);
+	uint32_t	*link;
+
+	link = &d->buckets[dram_key_hash(d, &o->key) & (d->nbuckets - 1)];
+	while (*link != id) {
+		assert(*link != DRAM_NONE);
+		link = &dram_obj(d, *link)->chain;
+	}
+	*link = o->chain;
+	o->chain = DRAM_NONE;
+	d->nindexed--;
+}
+
+/* Records. */
+
+static int
+dram_rec_new(struct dram *d, uint32_t *idp)
+{
+	struct dram_obj	**nb, *blk;
+	uint32_t	  id, cap;
+
+	if ((id = d->rec_free) != DRAM_NONE) {
+		d->rec_free = dram_obj(d, id)->chain;
+		*idp = id;
+		return 0;
+	}
+	if (d->nrecords >= DRAM_NONE - DRAM_BLOCK)
+		return -ENOMEM;
+	if ((d->nrecords >> DRAM_BLOCK_SHIFT) == d->nblocks) {
+		if (d->nblocks == d->blocks_cap) {
+			cap = d->blocks_cap == 0 ? 16 : d->blocks_cap * 2;
+			if ((nb = realloc(d->blocks, cap * sizeof(*nb))) == NULL)
+				return -ENOMEM;
+			d->blocks = nb;
+			d->blocks_cap = cap;
+		}
+		if ((blk = calloc(DRAM_BLOCK, sizeof(*blk))) == NULL)
+			return -ENOMEM;
+		d->blocks[d->nblocks++] = blk;
+	}
+	*idp = d->nrecords++;
+	return 0;
+}
+
+static void
+dram_rec_free(struct dram *d, uint32_t id)
+{
+	struct dram_obj	*o = dram_obj(d, id);
+
+	memset(o, 0, sizeof(*o));
+	o->state = DRAM_S_FREE;
+	o->chain = d->rec_free;
+	d->rec_free = id;
+}
+
+/* LRU lists: per class, holding exactly the evictable objects. */
+
+static void
+dram_lru_push(struct dram *d, uint32_t id)
+{
+	struct dram_obj		*o = dram_obj(d, id);
+	struct dram_class	*c = dram_obj_class(d, o);
+
+	o->lru_prev = DRAM_NONE;
+	o->lru_next = c->lru_head;
+	if (c->lru_head != DRAM_NONE)
+		dram_obj(d, c->lru_head)->lru_prev = id;
+	else
+		c->lru_tail = id;
+	c->lru_head = id;
+	c->nlru++;
+	dram_obj_slab(d, o)->tick = ++d->tick;
+}
+
+static void
+dram_lru_unlink(struct dram *d, uint32_t id)
+{
+	struct dram_obj		*o = dram_obj(d, id);
+	struct dram_class	*c = dram_obj_class(d, o);
+
+	if (o->lru_prev != DRAM_NONE)
+		dram_obj(d, o->lru_prev)->lru_next = o->lru_next;
+	else
+		c->lru_head = o->lru_next;
+	if (o->lru_next != DRAM_NONE)
+		dram_obj(d, o->lru_next)->lru_prev = o->lru_prev;
+	else
+		c->lru_tail = o->lru_prev;
+	o->lru_prev = o->lru_next = DRAM_NONE;
+	c->nlru--;
+}
+
+/* Size classes. */
+
+static uint64_t
+dram_stride(uint64_t len)
+{
+	if (len >= (64U << 10))
+		return (len + 4095) & ~(uint64_t)4095;
+	return (len + 63) & ~(uint64_t)63;
+}
+
+/*
+ * Slab geometry for a stride: the fewest units whose tail waste is at
+ * most 1/8, looking up to DRAM_SLAB_UNITS_PREF units, else the least
+ * wasteful; never more units than the arena has. Strides up to 256 KiB
+ * always take one unit (waste below one stride), so a slab holds at most
+ * 2 MiB / 64 = 32768 objects and a slot fits 16 bits.
+ */
+static int
+dram_geometry(const struct dram *d, uint64_t stride, uint32_t *nunits, uint32_t *nobj)
+{
+	uint64_t	nmin, n, last, bytes, waste, best = 0, best_waste = 0, best_bytes = 1;
+
+	nmin = (stride + DRAM_UNIT - 1) >> DRAM_UNIT_SHIFT;
+	if (nmin > d->nunits)
+		return -EFBIG;
+	last = nmin > DRAM_SLAB_UNITS_PREF ? nmin : DRAM_SLAB_UNITS_PREF;
+	if (last > d->nunits)
+		last = d->nunits;
+	for (n = nmin; n <= last; n++) {
+		bytes = n << DRAM_UNIT_SHIFT;
+		waste = bytes % stride;
+		if (waste * 8 <= bytes) {
+			best = n;
+			break;
+		}
+		/* waste / bytes < best_waste / best_bytes, without division */
+		if (best == 0 || waste * best_bytes < best_waste * bytes) {
+			best = n;
+			best_waste = waste;
+			best_bytes = bytes;
+		}
+	}
+	*nunits = (uint32_t)best;
+	*nobj = (uint32_t)((best << DRAM_UNIT_SHIFT) / stride);
+	assert(*nobj >= 1 && *nobj <= (DRAM_UNIT >> 6));
+	return 0;
+}
+
+/*
+ * The class of objects of exactly len bytes, made on first use. A class
+ * without slabs has no objects, so its slot may be reused for another
+ * length; classes are few (one per pool object size), a linear search
+ * with a one-entry cache is enough.
+ */
+static int
+dram_class_get(struct dram *d, uint64_t len, uint32_t *cp)
+{
+	struct dram_class	*c, *nc;
+	uint32_t		 i, reuse = DRAM_NONE, nunits, nobj, cap;
+	int			 rc;
+
+	if (d->class_last < d->nclasses && d->classes[d->class_last].len == len) {
+		*cp = d->class_last;
+		return 0;
+	}
+	for (i = 0; i < d->nclasses; i++) {
+		if (d->classes[i].len == len) {
+			*cp = d->class_last = i;
+			return 0;
+		}
+		if (reuse == DRAM_NONE && d->classes[i].nslabs == 0)
+			reuse = i;
+	}
+	if ((rc = dram_geometry(d, dram_stride(len), &nunits, &nobj)) != 0)
+		return rc;
+	if (reuse == DRAM_NONE) {
+		if (d->nclasses == d->classes_cap) {
+			cap = d->classes_cap == 0 ? 8 : d->classes_cap * 2;
+			if ((nc = realloc(d->classes, cap * sizeof(*nc))) == NULL)
+				return -ENOMEM;
+			d->classes = nc;
+			d->classes_cap = cap;
+		}
+		reuse = d->nclasses++;
+	}
+	c = &d->classes[reuse];
+	memset(c, 0, sizeof(*c));
+	c->len = len;
+	c->stride = dram_stride(len);
+	c->nunits = nunits;
+	c->nobj = nobj;
+	c->lru_head = c->lru_tail = c->partial = DRAM_NONE;
+	*cp = d->class_last = reuse;
+	return 0;
+}
+
+static const struct dram_class *
+dram_class_find(const struct dram *d, uint64_t len)
+{
+	uint32_t	i;
+
+	for (i = 0; i < d->nclasses; i++)
+		if (d->classes[i].len == len && d->classes[i].nslabs > 0)
+			return &d->classes[i];
+	return NULL;
+}
+
+/* Units and slabs. */
+
+static inline int
+dram_unit_is_used(const struct dram *d, uint32_t u)
+{
+	return (d->unit_used[u >> 6] >> (u & 63)) & 1;
+}
+
+/* First fit: the lowest run of n free units, keeping slabs packed. */
+static uint32_t
+dram_units_find(const struct dram *d, uint32_t n)
+{
+	uint32_t	u, run = 0;
+
+	for (u = 0; u < d->nunits; u++) {
+		if ((u & 63) == 0 && u + 64 <= d->nunits && d->unit_used[u >> 6] == UINT64_MAX) {
+			run = 0;
+			u += 63;
+			continue;
+		}
+		if (dram_unit_is_used(d, u))
+			run = 0;
+		else if (++run == n)
+			return u + 1 - n;
+	}
+	return DRAM_NONE;
+}
+
+static void
+dram_partial_push(struct dram *d, uint32_t sid)
+{
+	struct dram_slab	*s = &d->slabs[sid];
+	struct dram_class	*c = &d->classes[s->cls];
+
+	s->prev = DRAM_NONE;
+	s->next = c->partial;
+	if (c->partial != DRAM_NONE)
+		d->slabs[c->partial].prev = sid;
+	c->partial = sid;
+	s->partial = 1;
+}
+
+static void
+dram_partial_unlink(struct dram *d, uint32_t sid)
+{
+	struct dram_slab	*s = &d->slabs[sid];
+	struct dram_class	*c = &d->classes[s->cls];
+
+	if (s->prev != DRAM_NONE)
+		d->slabs[s->prev].next = s->next;
+	else
+		c->partial = s->next;
+	if (s->next != DRAM_NONE)
+		d->slabs[s->next].prev = s->prev;
+	s->prev = s->next = DRAM_NONE;
+	s->partial = 0;
+}
+
+/* A new, empty slab of class c on free units: 0, -ENOSPC or -ENOMEM. */
+static int
+dram_slab_new(struct dram *d, uint32_t cls)
+{
+	struct dram_class	*c = &d->classes[cls];
+	struct dram_slab	*s;
+	uint32_t		 first, sid, u, nwords;
+	size_t			 bytes;
+	void			*mem;
+
+	if ((first = dram_units_find(d, c->nunits)) == DRAM_NONE)
+		return -ENOSPC;
+	nwords = (c->nobj + 63) / 64;
+	bytes = nwords * sizeof(uint64_t) + c->nobj * sizeof(uint32_t);
+	if ((mem = malloc(bytes)) == NULL)
+		return -ENOMEM;
+	if ((sid = d->slab_free) != DRAM_NONE)
+		d->slab_free = d->slabs[sid].next;
+	else
+		sid = d->nslab_ids++;
+	s = &d->slabs[sid];
+	memset(s, 0, sizeof(*s));
+	s->used = mem;
+	s->owner = (uint32_t *)(s->used + nwords);
+	memset(s->used, 0, nwords * sizeof(uint64_t));
+	if (c->nobj & 63)
+		s->used[nwords - 1] = ~((1ULL << (c->nobj & 63)) - 1);
+	memset(s->owner, 0xff, c->nobj * sizeof(uint32_t));
+	s->off = (uint64_t)first << DRAM_UNIT_SHIFT;
+	s->cls = cls;
+	s->tick = ++d->tick;
+	for (u = first; u < first + c->nunits; u++) {
+		d->unit_used[u >> 6] |= 1ULL << (u & 63);
+		d->unit_slab[u] = sid;
+	}
+	dram_partial_push(d, sid);
+	c->nslabs++;
+	d->nslabs++;
+	d->units_used += c->nunits;
+	d->slab_meta += bytes;
+	return 0;
+}
+
+static void
+dram_slab_release(struct dram *d, uint32_t sid)
+{
+	struct dram_slab	*s = &d->slabs[sid];
+	struct dram_class	*c = &d->classes[s->cls];
+	uint32_t		 u, first = (uint32_t)(s->off >> DRAM_UNIT_SHIFT);
+
+	assert(s->nused == 0 && s->nheld == 0);
+	if (s->partial)
+		dram_partial_unlink(d, sid);
+	for (u = first; u < first + c->nunits; u++) {
+		d->unit_used[u >> 6] &= ~(1ULL << (u & 63));
+		d->unit_slab[u] = DRAM_NONE;
+	}
+	d->slab_meta -= (c->nobj + 63) / 64 * sizeof(uint64_t) + c->nobj * sizeof(uint32_t);
+	free(s->used);
+	memset(s, 0, sizeof(*s));
+	s->next = d->slab_free;
+	d->slab_free = sid;
+	c->nslabs--;
+	d->nslabs--;
+	d->units_used -= c->nunits;
+}
+
+static int
+dram_slot_is_free(const struct dram_slab *s, uint32_t slot)
+{
+	return !((s->used[slot >> 6] >> (slot & 63)) & 1);
+}
+
+static uint32_t
+dram_slab_first_free(struct dram_slab *s, uint32_t nobj)
+{
+	uint32_t	w, nwords = (nobj + 63) / 64;
+
+	for (w = s->hint; w < nwords; w++) {
+		if (s->used[w] != UINT64_MAX) {
+			s->hint = w;
+			return w * 64 + (uint32_t)__builtin_ctzll(~s->used[w]);
+		}
+	}
+	fatalx("dram", "partial slab %llu without a free slot", (unsigned long long)s->off);
+}
+
+static void
+dram_slot_take(struct dram *d, uint32_t sid, uint32_t slot, uint32_t id)
+{
+	struct dram_slab	*s = &d->slabs[sid];
+	struct dram_obj		*o = dram_obj(d, id);
+
+	s->used[slot >> 6] |= 1ULL << (slot & 63);
+	s->owner[slot] = id;
+	if (++s->nused == d->classes[s->cls].nobj)
+		dram_partial_unlink(d, sid);
+	o->slab = sid;
+	o->slot = (uint16_t)slot;
+}
+
+/* Frees an object's slot and record; an emptied slab goes back to the arena. */
+static void
+dram_obj_release(struct dram *d, uint32_t id)
+{
+	struct dram_obj		*o = dram_obj(d, id);
+	uint32_t		 sid = o->slab, slot = o->slot;
+	struct dram_slab	*s = &d->slabs[sid];
+	struct dram_class	*c = &d->classes[s->cls];
+
+	d->bytes_used -= c->len;
+	s->used[slot >> 6] &= ~(1ULL << (slot & 63));
+	s->owner[slot] = DRAM_NONE;
+	if (slot / 64 < s->hint)
+		s->hint = slot / 64;
+	if (s->nused-- == c->nobj)
+		dram_partial_push(d, sid);
+	dram_rec_free(d, id);
+	if (s->nused == 0)
+		dram_slab_release(d, sid);
+}
+
+static void
+dram_evict(struct dram *d, uint32_t id)
+{
+	struct dram_obj	*o = dram_obj(d, id);
+
+	assert(o->state == DRAM_S_VISIBLE && o->pins == 0);
+	dram_index_remove(d, id);
+	dram_lru_unlink(d, id);
+	d->nvisible--;
+	d->evictions++;
+	dram_obj_release(d, id);
+}
+
+/*
+ * Frees a run of n units by evicting whole slabs of any class, taking
+ * only slabs without WRITING or pinned objects. Of the runs possible it
+ * takes the one whose most recently used slab is oldest (a sliding
+ * window maximum over the units, O(units)). This is the slow path: it
+ * runs only when a class has nothing of its own to evict and no free
+ * run exists, and the slab it makes serves many allocations.
+ */
+static int
+dram_reclaim(struct dram *d, uint32_t n)
+{
+	uint32_t	*dq = d->scratch, head = 0, tail = 0, bad = 0, u, v, sid, slot;
+	uint32_t	 start = DRAM_NONE;
+	uint64_t	 best = UINT64_MAX, sc;
+	struct dram_slab *s;
+
+#define DRAM_UNIT_BAD(u)	(d->unit_slab[u] != DRAM_NONE && d->slabs[d->unit_slab[u]].nheld > 0)
+#define DRAM_UNIT_TICK(u)	(d->unit_slab[u] == DRAM_NONE ? 0 : d->slabs[d->unit_slab[u]].tick)
+	for (u = 0; u < d->nunits; u++) {
+		bad += DRAM_UNIT_BAD(u);
+		sc = DRAM_UNIT_TICK(u);
+		while (tail > head && DRAM_UNIT_TICK(dq[tail - 1]) <= sc)
+			tail--;
+		dq[tail++] = u;
+		if (u >= n) {
+			bad -= DRAM_UNIT_BAD(u - n);
+			if (dq[head] == u - n)
+				head++;
+		}
+		if (u + 1 >= n && bad == 0 && (sc = DRAM_UNIT_TICK(dq[head])) < best) {
+			best = sc;
+			start = u + 1 - n;
+		}
+	}
+#undef DRAM_UNIT_BAD
+#undef DRAM_UNIT_TICK
+	if (start == DRAM_NONE)
+		return -ENOSPC;
+	for (u = start; u < start + n; u++) {
+		if ((sid = d->unit_slab[u]) == DRAM_NONE)
+			continue;
+		s = &d->slabs[sid];
+		/* The last eviction releases the slab and its arrays. */
+		for (slot = 0, v = s->nused; v > 0; slot++) {
+			if (s->owner[slot] == DRAM_NONE)
+				continue;
+			v--;
+			dram_evict(d, s->owner[slot]);
+		}
+	}
+	return 0;
+}
+
+/*
+ * A slot for a new object of class cls: after near when that slot is
+ * free, else a free slot of the class, else a new slab, else the class's
+ * LRU victim's slot, else whole slabs of other classes.
+ */
+static int
+dram_slot_find(struct dram *d, uint32_t cls, uint32_t near, uint32_t *sidp, uint32_t *slotp)
+{
+	struct dram_class	*c = &d->classes[cls];
+	const struct dram_obj	*n;
+	struct dram_slab	*s;
+	int			 rc;
+
+	if ((n = dram_obj_live(d, near)) != NULL && d->slabs[n->slab].cls == cls &&
+	    (uint32_t)n->slot + 1 < c->nobj && dram_slot_is_free(&d->slabs[n->slab], n->slot + 1)) {
+		*sidp = n->slab;
+		*slotp = n->slot + 1;
+		return 0;
+	}
+	for (;;) {
+		if (c->partial != DRAM_NONE) {
+			s = &d->slabs[c->partial];
+			*sidp = c->partial;
+			*slotp = dram_slab_first_free(s, c->nobj);
+			return 0;
+		}
+		if ((rc = dram_slab_new(d, cls)) == 0)
+			continue;
+		if (rc != -ENOSPC)
+			return rc;
+		if (c->lru_tail != DRAM_NONE) {
+			dram_evict(d, c->lru_tail);
+			continue;
+		}
+		if ((rc = dram_reclaim(d, c->nunits)) != 0)
+			return rc;
+	}
+}
+
+/* The arena: huge pages reserved up front if the pool has them, else THP. */
+static int
+dram_map(struct dram *d, size_t len, char *err, size_t errlen)
+{
+	uint8_t		*p, *a;
+	uintptr_t	 mis;
+	int		 rc;
+
+	/*
+	 * No MAP_NORESERVE with MAP_HUGETLB: without a reservation a fault
+	 * past the pool's end is a SIGBUS in the middle of a copy. Reserving
+	 * fails here instead, and reserving does not fault pages in.
+	 */
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB,
+	    -1, 0);
+	if (p != MAP_FAILED) {
+		d->arena = p;
+		d->arena_len = len;
+		d->hugetlb = 1;
+		return 0;
+	}
+	/* One unit more, trimmed, so that units are 2 MiB aligned for THP. */
+	p = mmap(NULL, len + DRAM_UNIT, PROT_READ | PROT_WRITE,
+	    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED) {
+		rc = -errno;
+		snprintf(err, errlen, "dram arena: mmap of %zu bytes: %s", len, strerror(-rc));
+		return rc;
+	}
+	mis = (uintptr_t)p & (DRAM_UNIT - 1);
+	a = mis == 0 ? p : p + (DRAM_UNIT - mis);
+	if (a > p)
+		munmap(p, (size_t)(a - p));
+	if (a + len < p + len + DRAM_UNIT)
+		munmap(a + len, (size_t)(p + len + DRAM_UNIT - (a + len)));
+	/* Advice only: a kernel without THP still gives a working arena. */
+	(void)madvise(a, len, MADV_HUGEPAGE);
+	d->arena = a;
+	d->arena_len = len;
+	d->hugetlb = 0;
+	return 0;
+}
+
+/*
+ * A new DRAM tier over an arena of arena_bytes, rounded up to whole 2 MiB
+ * units; the caller owns it and frees it with dram_free. Nothing of the
+ * arena is touched here: pages fault in as objects are written.
+ */
+int
+dram_new(struct dram **dp, uint64_t arena_bytes, char *err, size_t errlen)
+{
+	struct dram	*d;
+	uint64_t	 nunits;
+	int		 rc;
+
+	*dp = NULL;
+	nunits = (arena_bytes + DRAM_UNIT - 1) >> DRAM_UNIT_SHIFT;
+	if (arena_bytes == 0 || nunits > DRAM_UNITS_MAX) {
+		snprintf(err, errlen, "dram arena: %llu bytes is out of range [1, 32 TiB]",
+		    (unsigned long long)arena_bytes);
+		return -EINVAL;
+	}
+	if ((d = calloc(1, sizeof(*d))) == NULL)
+		goto nomem;
+	d->nunits = (uint32_t)nunits;
+	d->rec_free = d->slab_free = DRAM_NONE;
+	d->nbuckets = DRAM_BUCKETS_MIN;
+	d->unit_used = calloc((nunits + 63) / 64, sizeof(uint64_t));
+	d->unit_slab = malloc(nunits * sizeof(uint32_t));
+	d->scratch = malloc(nunits * sizeof(uint32_t));
+	d->slabs = calloc(nunits, sizeof(struct dram_slab));
+	d->buckets = malloc(DRAM_BUCKETS_MIN * sizeof(uint32_t));
+	if (d->unit_used == NULL || d->unit_slab == NULL || d->scratch == NULL ||
+	    d->slabs == NULL || d->buckets == NULL)
+		goto nomem;
+	memset(d->unit_slab, 0xff, nunits * sizeof(uint32_t));
+	memset(d->buckets, 0xff, DRAM_BUCKETS_MIN * sizeof(uint32_t));
+	/* A secret seed: clients choose page hashes, so they must not choose chains. */
+	if (getrandom(&d->seed, sizeof(d->seed), GRND_NONBLOCK) != sizeof(d->seed))
+		d->seed = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)d;
+	if ((rc = dram_map(d, nunits << DRAM_UNIT_SHIFT, err, errlen)) != 0) {
+		dram_free(d);
+		return rc;
+	}
+	*dp = d;
+	return 0;
+
+nomem:
+	snprintf(err, errlen, "dram: out of memory for the metadata of %llu units",
+	    (unsigned long long)nunits);
+	dram_free(d);
+	return -ENOMEM;
+}
+
+/* Frees the tier with everything in it; NULL is fine. */
+void
+dram_free(struct dram *d)
+{
+	uint32_t	i;
+
+	if (d == NULL)
+		return;
+	if (d->arena != NULL)
+		munmap(d->arena, d->arena_len);
+	if (d->slabs != NULL)
+		for (i = 0; i < d->nslab_ids; i++)
+			free(d->slabs[i].used);
+	for (i = 0; i < d->nblocks; i++)
+		free(d->blocks[i]);
+	free(d->blocks);
+	free(d->classes);
+	free(d->buckets);
+	free(d->slabs);
+	free(d->scratch);
+	free(d->unit_slab);
+	free(d->unit_used);
+	free(d);
+}
+
+/* O(1) and free of side effects: PROBE calls it. */
+int
+dram_lookup(const struct dram *d, const struct dram_key *k, uint32_t *idp)
+{
+	uint32_t	id;
+
+	id = dram_index_find(d, k, dram_key_hash(d, k));
+	if (id == DRAM_NONE || dram_obj(d, id)->state != DRAM_S_VISIBLE)
+		return -ENOENT;
+	*idp = id;
+	return 0;
+}
+
+/*
+ * Reserves len bytes for a new WRITING object under k and returns its
+ * buffer, which stays put until commit or abort. -EINVAL, -EEXIST (k is
+ * indexed: one writer per key), -EFBIG (larger than the arena allows),
+ * -ENOSPC (nothing evictable makes room), -ENOMEM. A refusal changes
+ * nothing but the evict_failures counter (and what eviction freed).
+ */
+int
+dram_alloc(struct dram *d, const struct dram_key *k, uint64_t len, uint32_t near, uint32_t *idp,
+    uint8_t **bufp)
+{
+	struct dram_obj	*o;
+	uint64_t	 h;
+	uint32_t	 cls, id, sid, slot;
+	int		 rc;
+
+	if (len == 0 || k->pad != 0)
+		return -EINVAL;
+	if (len > d->arena_len)
+		return -EFBIG;
+	h = dram_key_hash(d, k);
+	if (dram_index_find(d, k, h) != DRAM_NONE)
+		return -EEXIST;
+	if ((rc = dram_class_get(d, len, &cls)) != 0)
+		return rc;
+	if ((rc = dram_rec_new(d, &id)) != 0)
+		return rc;
+	/*
+	 * The record is taken first (eviction below frees records too) but
+	 * stays FREE until placed, so that near can never name it.
+	 */
+	if ((rc = dram_slot_find(d, cls, near, &sid, &slot)) != 0) {
+		dram_rec_free(d, id);
+		if (rc == -ENOSPC)
+			d->evict_failures++;
+		return rc;
+	}
+	o = dram_obj(d, id);
+	o->state = DRAM_S_WRITING;
+	o->key = *k;
+	o->csum = 0;
+	o->lru_prev = o->lru_next = DRAM_NONE;
+	o->pins = 0;
+	dram_slot_take(d, sid, slot, id);
+	d->slabs[sid].nheld++;
+	dram_index_insert(d, id, h);
+	d->nwriting++;
+	d->bytes_used += len;
+	*idp = id;
+	*bufp = dram_obj_bytes(d, o);
+	return 0;
+}
+
+/* WRITING -> VISIBLE, most recently used. -EINVAL unless WRITING. */
+int
+dram_commit(struct dram *d, uint32_t id, uint64_t checksum)
+{
+	struct dram_obj	*o = dram_obj_live(d, id);
+
+	if (o == NULL || o->state != DRAM_S_WRITING)
+		return -EINVAL;
+	o->csum = checksum;
+	o->state = DRAM_S_VISIBLE;
+	dram_obj_slab(d, o)->nheld--;
+	d->nwriting--;
+	d->nvisible++;
+	dram_lru_push(d, id);
+	return 0;
+}
+
+/* WRITING -> freed; it was never visible. */
+void
+dram_abort(struct dram *d, uint32_t id)
+{
+	struct dram_obj	*o = dram_obj_live(d, id);
+
+	assert(o != NULL && o->state == DRAM_S_WRITING);
+	dram_index_remove(d, id);
+	dram_obj_slab(d, o)->nheld--;
+	d->nwriting--;
+	dram_obj_release(d, id);
+}
+
+/*
+ * Pins a VISIBLE object: off its LRU list until the last unpin, so no
+ * eviction can see it. -EINVAL for a bad id, -ENOENT unless VISIBLE,
+ * -EOVERFLOW past 65535 pins.
+ */
+int
+dram_pin(struct dram *d, uint32_t id)
+{
+	struct dram_obj	*o = dram_obj_live(d, id);
+
+	if (o == NULL)
+		return -EINVAL;
+	if (o->state != DRAM_S_VISIBLE)
+		return -ENOENT;
+	if (o->pins == DRAM_PINS_MAX)
+		return -EOVERFLOW;
+	if (o->pins++ == 0) {
+		dram_lru_unlink(d, id);
+		dram_obj_slab(d, o)->nheld++;
+		d->npinned++;
+	}
+	d->npins++;
+	return 0;
+}
+
+/* The last unpin makes a VISIBLE object most recently used, and frees a DROPPED one. */
+void
+dram_unpin(struct dram *d, uint32_t id)
+{
+	struct dram_obj	*o = dram_obj_live(d, id);
+
+	assert(o != NULL && o->pins > 0);
+	d->npins--;
+	if (--o->pins > 0)
+		return;
+	d->npinned--;
+	dram_obj_slab(d, o)->nheld--;
+	if (o->state == DRAM_S_VISIBLE) {
+		dram_lru_push(d, id);
+		return;
+	}
+	assert(o->state == DRAM_S_DROPPED);
+	d->ndropped--;
+	dram_obj_release(d, id);
+}
+
+/*
+ * Makes an object most recently used. A pinned object is off the list
+ * and becomes most recently used at its last unpin anyway.
+ */
+void
+dram_touch(struct dram *d, uint32_t id)
+{
+	struct dram_obj	*o = dram_obj_live(d, id);
+
+	assert(o != NULL);
+	if (o->state != DRAM_S_VISIBLE || o->pins > 0)
+		return;
+	dram_lru_unlink(d, id);
+	dram_lru_push(d, id);
+}
+
+/*
+ * Takes a VISIBLE object out of the index now (its data is lost or
+ * corrupt): later lookups miss and the key may be published again. A
+ * pinned object's memory stays until its last unpin. Idempotent.
+ */
+void
+dram_drop(struct dram *d, uint32_t id)
+{
+	struct dram_obj	*o = dram_obj_live(d, id);
+
+	assert(o != NULL && o->state != DRAM_S_WRITING);
+	if (o->state == DRAM_S_DROPPED)
+		return;
+	dram_index_remove(d, id);
+	d->nvisible--;
+	d->drops++;
+	if (o->pins > 0) {
+		o->state = DRAM_S_DROPPED;
+		d->ndropped++;
+		return;
+	}
+	dram_lru_unlink(d, id);
+	dram_obj_release(d, id);
+}
+
+/*
+ * An object's bytes, length and checksum (0 while WRITING), or NULL for
+ * an id that names no object. The pointer is valid while the object is
+ * pinned or WRITING.
+ */
+const uint8_t *
+dram_data(const struct dram *d, uint32_t id, uint64_t *len, uint64_t *checksum)
+{
+	const struct dram_obj	*o = dram_obj_live(d, id);
+
+	if (o == NULL)
+		return NULL;
+	if (len != NULL)
+		*len = dram_obj_class(d, o)->len;
+	if (checksum != NULL)
+		*checksum = o->csum;
+	return dram_obj_bytes(d, o);
+}
+
+/* The same, writable: the publish worker fills a WRITING object; tests corrupt. */
+uint8_t *
+dram_data_mut(struct dram *d, uint32_t id)
+{
+	const struct dram_obj	*o = dram_obj_live(d, id);
+
+	return o == NULL ? NULL : dram_obj_bytes(d, o);
+}
+
+void
+dram_stats(const struct dram *d, struct dram_stats *st)
+{
+	uint64_t	meta;
+
+	memset(st, 0, sizeof(*st));
+	st->objects = d->nvisible + d->nwriting + d->ndropped;
+	st->visible = d->nvisible;
+	st->writing = d->nwriting;
+	st->dropped = d->ndropped;
+	st->pinned_objects = d->npinned;
+	st->pins = d->npins;
+	st->bytes_used = d->bytes_used;
+	st->bytes_slabs = d->units_used << DRAM_UNIT_SHIFT;
+	st->bytes_capacity = d->arena_len;
+	st->slabs = d->nslabs;
+	st->evictions = d->evictions;
+	st->evict_failures = d->evict_failures;
+	st->drops = d->drops;
+	st->index_buckets = d->nbuckets;
+	st->hugetlb = d->hugetlb;
+	/* Everything allocated for metadata, capacity rather than use. */
+	meta = sizeof(*d);
+	meta += (uint64_t)d->nblocks * DRAM_BLOCK * sizeof(struct dram_obj);
+	meta += (uint64_t)d->blocks_cap * sizeof(struct dram_obj *);
+	meta += (uint64_t)d->nbuckets * sizeof(uint32_t);
+	meta += (uint64_t)d->classes_cap * sizeof(struct dram_class);
+	meta += (uint64_t)d->nunits * (sizeof(struct dram_slab) + 2 * sizeof(uint32_t));
+	meta += (d->nunits + 63) / 64 * sizeof(uint64_t);
+	meta += d->slab_meta;
+	st->meta_bytes = meta;
+	st->meta_bytes_per_object = st->objects ? (double)meta / (double)st->objects : 0;
+}
+
+/*
+ * The ids of the objects of length len that eviction would take, oldest
+ * first, up to max; returns how many it wrote. For tests and debugging.
+ */
+size_t
+dram_lru_order(const struct dram *d, uint64_t len, uint32_t *ids, size_t max)
+{
+	const struct dram_class	*c = dram_class_find(d, len);
+	uint32_t		 id;
+	size_t			 n = 0;
+
+	if (c == NULL)
+		return 0;
+	for (id = c->lru_tail; id != DRAM_NONE && n < max; id = dram_obj(d, id)->lru_prev)
+		ids[n++] = id;
+	return n;
+}
+
+/*
+ * The chunked checksum: XXH3-64 of each DRAM_CSUM_CHUNK bytes (the last
+ * chunk may be short), then XXH3-64 of those digests as little-endian
+ * 64-bit words followed by the total length, also little-endian. The
+ * chunks are independent, so a GPU kernel computes the same value over
+ * staged bytes with one thread block per chunk. Thread-safe: workers
+ * call it.
+ */
+#define DRAM_CSUM_STACK		512	/* digests on the stack: objects to 32 MiB */
+
+static void
+dram_le64(uint8_t *p, uint64_t v)
+{
+	int	i;
+
+	for (i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+uint64_t
+dram_checksum(const void *buf, size_t len)
+{
+	const uint8_t	*p = buf;
+	uint8_t		 stackbuf[(DRAM_CSUM_STACK + 1) * 8], *dig = stackbuf;
+	size_t		 nchunks = (len + DRAM_CSUM_CHUNK - 1) / DRAM_CSUM_CHUNK, i, n;
+	uint64_t	 h;
+
+	/* Past 32 MiB the digest array is a heap copy; the value is the same. */
+	if (nchunks > DRAM_CSUM_STACK && (dig = malloc((nchunks + 1) * 8)) == NULL)
+		fatalx("dram", "checksum: out of memory for %zu digests", nchunks);
+	for (i = 0; i < nchunks; i++) {
+		n = len - i * DRAM_CSUM_CHUNK;
+		if (n > DRAM_CSUM_CHUNK)
+			n = DRAM_CSUM_CHUNK;
+		dram_le64(dig + i * 8, XXH3_64bits(p + i * DRAM_CSUM_CHUNK, n));
+	}
+	dram_le64(dig + nchunks * 8, (uint64_t)len);
+	h = XXH3_64bits(dig, (nchunks + 1) * 8);
+	if (dig != stackbuf)
+		free(dig);
+	return h;
+}
+
+/* The arena, for registering it with CUDA. */
+void *
+dram_arena(const struct dram *d, size_t *len)
+{
+	if (len != NULL)
+		*len = d->arena_len;
+	return d->arena;
+}

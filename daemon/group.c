@@ -1,0 +1,130 @@
+/*
+ * Groups: the ranks of one engine instance attached to this daemon.
+ * Answers that must agree across ranks (probe, admission, restore
+ * completion) are made per group, so a group knows its size, its
+ * policies and which ranks are attached. A group lives while at least one
+ * of its ranks is attached.
+ *
+ * The policy guards live here too, because they are group properties
+ * checked before any side effect, at ATTACH and at every policy change.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+
+/*
+ * Contract item 9. DCP shards a prefix across ranks, so a rank that ends
+ * early leaves a hole no other rank can fill: DCP > 1 requires
+ * wait_complete; decode KV offload with DCP storage is refused; DCP
+ * sharding is defined for MLA only.
+ */
+int
+group_guard(uint16_t dcp_size, uint8_t prefetch, uint8_t write, uint8_t attention,
+    char *err, size_t errlen)
+{
+	if (dcp_size <= 1)
+		return 0;
+	if (prefetch != PROTO_PREFETCH_WAIT_COMPLETE) {
+		snprintf(err, errlen, "dcp_size %u requires prefetch policy wait_complete", dcp_size);
+		return -EPERM;
+	}
+	if (write == PROTO_WRITE_OFFLOAD) {
+		snprintf(err, errlen, "dcp_size %u refuses the offload write policy", dcp_size);
+		return -EPERM;
+	}
+	if (attention != PROTO_ATTN_MLA) {
+		snprintf(err, errlen, "dcp_size %u requires MLA attention", dcp_size);
+		return -EPERM;
+	}
+	return 0;
+}
+
+static struct rank_group *
+group_find(struct server *s, const char *id)
+{
+	struct rank_group	*g;
+
+	TAILQ_FOREACH(g, &s->groups, entry)
+		if (strcmp(g->id, id) == 0)
+			return g;
+	return NULL;
+}
+
+/*
+ * Checks that a rank may join its group without changing anything;
+ * group_join() then cannot fail for a reason other than memory.
+ */
+int
+group_check(struct server *s, const struct proto_attach *a, char *err, size_t errlen)
+{
+	struct rank_group	*g;
+
+	if ((g = group_find(s, a->group)) == NULL)
+		return 0;
+	if (g->size != a->group_size) {
+		snprintf(err, errlen, "group %s has size %u, not %u", g->id, g->size, a->group_size);
+		return -EXDEV;
+	}
+	if (g->prefetch != a->prefetch || g->write != a->write ||
+	    g->prefetch_timeout_ms != a->prefetch_timeout_ms) {
+		snprintf(err, errlen, "group %s is attached with other policies", g->id);
+		return -EXDEV;
+	}
+	if (g->members[a->group_rank] != NULL) {
+		snprintf(err, errlen, "group %s rank %u is already attached", g->id, a->group_rank);
+		return -EEXIST;
+	}
+	return 0;
+}
+
+/* Adds a checked rank to its group, creating the group. 0 or -ENOMEM. */
+int
+group_join(struct server *s, struct session *sess, const struct proto_attach *a,
+    struct rank_group **out)
+{
+	struct rank_group	*g;
+
+	if ((g = group_find(s, a->group)) == NULL) {
+		if ((g = calloc(1, sizeof(*g))) == NULL)
+			return -ENOMEM;
+		if ((g->members = calloc(a->group_size, sizeof(*g->members))) == NULL) {
+			free(g);
+			return -ENOMEM;
+		}
+		snprintf(g->id, sizeof(g->id), "%s", a->group);
+		g->size = a->group_size;
+		g->prefetch = a->prefetch;
+		g->write = a->write;
+		g->prefetch_timeout_ms = a->prefetch_timeout_ms;
+		TAILQ_INSERT_TAIL(&s->groups, g, entry);
+		log_debug("group", "group %s (size %u) created", g->id, g->size);
+	}
+	g->members[a->group_rank] = sess;
+	g->nmembers++;
+	*out = g;
+	return 0;
+}
+
+/* Removes a session from its group; frees the group with its last rank. */
+void
+group_leave(struct server *s, struct session *sess)
+{
+	struct rank_group	*g = sess->group;
+
+	if (g == NULL)
+		return;
+	if (g->members[sess->group_rank] == sess) {
+		g->members[sess->group_rank] = NULL;
+		g->nmembers--;
+	}
+	sess->group = NULL;
+	if (g->nmembers > 0)
+		return;
+	TAILQ_REMOVE(&s->groups, g, entry);
+	log_debug("group", "group %s has no ranks", g->id);
+	free(g->members);
+	free(g);
+}

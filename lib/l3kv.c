@@ -1,0 +1,1460 @@
+/*
+ * libl3kv: one connection to l3kvd, with blocking calls built on a
+ * non-blocking core.
+ *
+ * Every request is a struct l3kv_req keyed by its seq (the ticket). It
+ * sits on `pending` from submission until its reply arrives; a frame the
+ * socket could not take at once waits, copied, on `sendq`. Replies are
+ * matched to requests by seq, whatever their order. A reply completes its
+ * request: one submitted without waiting moves to `done`, where
+ * l3kv_poll_completion() finds it; one a blocking call waits for is only
+ * marked done, and the caller takes it. A blocking call that times out
+ * orphans its request, whose late reply is then dropped.
+ *
+ * l3kv_fd() is an epoll fd over the socket and an eventfd. The eventfd is
+ * kept readable while `done` is not empty (or the connection is broken),
+ * because a blocking call may have read those replies off the socket, and
+ * an event loop polling the socket alone would never hear of them.
+ *
+ * Any reply libl3kv cannot parse breaks the connection: the socket is
+ * closed, every pending request completes with the error, and later calls
+ * fail with -ENOTCONN. Frames are read into a small buffer, or straight
+ * into their payload allocation when large; a reply's payload becomes
+ * its completion's, with no copy.
+ */
+#define L3KV_BUILDING
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/queue.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "l3kv.h"
+#include "proto.h"
+
+/*
+ * The public numbers are the wire's, so that they pass through unchanged
+ * (and a Python binding can use either).
+ */
+#define L3KV_SAME(a, b)	_Static_assert((long long)(a) == (long long)(b), #a " is " #b)
+L3KV_SAME(L3KV_OP_HELLO, PROTO_T_HELLO);
+L3KV_SAME(L3KV_OP_ATTACH, PROTO_T_ATTACH);
+L3KV_SAME(L3KV_OP_DETACH, PROTO_T_DETACH);
+L3KV_SAME(L3KV_OP_STATS, PROTO_T_STATS);
+L3KV_SAME(L3KV_OP_HEALTH, PROTO_T_HEALTH);
+L3KV_SAME(L3KV_OP_PROBE, PROTO_T_PROBE);
+L3KV_SAME(L3KV_OP_ADMIT, PROTO_T_ADMIT);
+L3KV_SAME(L3KV_OP_RESTORE, PROTO_T_RESTORE);
+L3KV_SAME(L3KV_OP_CANCEL, PROTO_T_CANCEL);
+L3KV_SAME(L3KV_OP_RELEASE, PROTO_T_RELEASE);
+L3KV_SAME(L3KV_OP_PUBLISH, PROTO_T_PUBLISH);
+L3KV_SAME(L3KV_OP_SET_POLICY, PROTO_T_SET_POLICY);
+L3KV_SAME(L3KV_LAYOUT_PAGE_FIRST, PROTO_LAYOUT_PAGE_FIRST);
+L3KV_SAME(L3KV_LAYOUT_LAYER_FIRST, PROTO_LAYOUT_LAYER_FIRST);
+L3KV_SAME(L3KV_LAYOUT_PAGE_FIRST_DIRECT, PROTO_LAYOUT_PAGE_FIRST_DIRECT);
+L3KV_SAME(L3KV_LAYOUT_SLOTS, PROTO_LAYOUT_SLOTS);
+L3KV_SAME(L3KV_ATTN_MLA, PROTO_ATTN_MLA);
+L3KV_SAME(L3KV_ATTN_MHA, PROTO_ATTN_MHA);
+L3KV_SAME(L3KV_ATTN_GQA, PROTO_ATTN_GQA);
+L3KV_SAME(L3KV_POOL_KV, PROTO_POOL_KV);
+L3KV_SAME(L3KV_POOL_STATE, PROTO_POOL_STATE);
+L3KV_SAME(L3KV_POOL_SIDECAR, PROTO_POOL_SIDECAR);
+L3KV_SAME(L3KV_HIT_ALL_PAGES, PROTO_HIT_ALL_PAGES);
+L3KV_SAME(L3KV_HIT_TRAILING, PROTO_HIT_TRAILING);
+L3KV_SAME(L3KV_PREFETCH_WAIT_COMPLETE, PROTO_PREFETCH_WAIT_COMPLETE);
+L3KV_SAME(L3KV_PREFETCH_BEST_EFFORT, PROTO_PREFETCH_BEST_EFFORT);
+L3KV_SAME(L3KV_PREFETCH_TIMEOUT, PROTO_PREFETCH_TIMEOUT);
+L3KV_SAME(L3KV_WRITE_THROUGH, PROTO_WRITE_THROUGH);
+L3KV_SAME(L3KV_WRITE_BACK, PROTO_WRITE_BACK);
+L3KV_SAME(L3KV_WRITE_OFFLOAD, PROTO_WRITE_OFFLOAD);
+L3KV_SAME(L3KV_MEM_MEMFD, PROTO_MEM_MEMFD);
+L3KV_SAME(L3KV_MEM_CUDA_IPC, PROTO_MEM_CUDA_IPC);
+L3KV_SAME(L3KV_MEM_CUMEM_FD, PROTO_MEM_CUMEM_FD);
+L3KV_SAME(L3KV_CAP_HOST_COPY, PROTO_CAP_HOST_COPY);
+L3KV_SAME(L3KV_CAP_CUDA_COPY, PROTO_CAP_CUDA_COPY);
+L3KV_SAME(L3KV_CAP_NONBLOCK, PROTO_CAP_NONBLOCK);
+L3KV_SAME(L3KV_NAME_LEN, PROTO_NAME_LEN);
+L3KV_SAME(L3KV_NSNAME_LEN, PROTO_NSNAME_LEN);
+L3KV_SAME(L3KV_ERRMSG_MAX, PROTO_ERRMSG_MAX);
+L3KV_SAME(L3KV_POOLS_MAX, PROTO_POOLS_MAX);
+L3KV_SAME(L3KV_REGIONS_MAX, PROTO_REGIONS_MAX);
+L3KV_SAME(L3KV_FDS_MAX, PROTO_FDS_MAX);
+L3KV_SAME(L3KV_LIVE_MAX, PROTO_LIVE_MAX);
+L3KV_SAME(L3KV_HANDLE_LEN, sizeof(((struct proto_region *)0)->handle));
+L3KV_SAME(L3KV_PROTOCOL_MIN, PROTO_VERSION_MIN);
+L3KV_SAME(L3KV_PROTOCOL_MAX, PROTO_VERSION_MAX);
+
+#define L3KV_HDR		sizeof(struct proto_hdr)
+/* Small replies are read in batches; larger payloads go straight to their buffer. */
+#define L3KV_RBUF		16384
+#define L3KV_IOV_MAX		8
+
+struct l3kv_req {
+	uint64_t		 seq;
+	uint16_t		 type;
+	uint16_t		 proto_status;
+	int			 flags;
+#define L3KV_REQ_F_WAITED	0x01	/* a blocking call takes it: never on `done` */
+#define L3KV_REQ_F_ORPHAN	0x02	/* its blocking call gave up: drop the reply */
+#define L3KV_REQ_F_DONE		0x04
+	int			 status;	/* 0 or -errno, once done */
+	char			*payload;	/* reply payload or error text, NUL-terminated */
+	uint32_t		 len;
+	/* While on sendq: the unsent rest of the frame. */
+	uint8_t			*out;
+	size_t			 out_len;
+	size_t			 out_off;
+	int			 fds[PROTO_FDS_MAX];	/* dups, until the first byte is sent */
+	int			 nfds;
+	TAILQ_ENTRY(l3kv_req)	 entry;		/* on pending or done */
+	TAILQ_ENTRY(l3kv_req)	 send_entry;	/* on sendq */
+};
+TAILQ_HEAD(l3kv_req_list, l3kv_req);
+
+/* One connection; one thread at a time (see l3kv.h). */
+struct l3kv {
+	int			 sock;		/* -1 once broken */
+	int			 cause;		/* -errno that broke it, 0 while whole */
+	int			 epfd;		/* l3kv_fd() */
+	int			 evfd;		/* readable while done is not empty or broken */
+	int			 signalled;	/* evfd holds a count */
+	int			 epoll_out;	/* the socket is watched for EPOLLOUT */
+	int			 timeout_ms;
+	uint64_t		 next_seq;
+	struct l3kv_server_info	 info;
+	struct l3kv_req_list	 pending;
+	struct l3kv_req_list	 done;
+	struct l3kv_req_list	 sendq;
+	/* The reply being read: its header, then its payload. */
+	struct proto_hdr	 rhdr;
+	size_t			 rhdr_len;
+	struct l3kv_req		*rreq;		/* whose reply it is; NULL for ERROR */
+	char			*rpay;
+	uint32_t		 rpay_len;
+	int			 last_status;
+	char			 last_error[L3KV_ERRMSG_MAX + 1];
+	size_t			 rbuf_off;
+	size_t			 rbuf_len;
+	uint8_t			 rbuf[L3KV_RBUF];
+};
+
+static void	l3kv_break(struct l3kv *, int, unsigned, const char *);
+static int	l3kv_read(struct l3kv *);
+static void	l3kv_update(struct l3kv *);
+
+__attribute__((format(printf, 2, 3)))
+static void
+l3kv_seterr(struct l3kv *k, const char *fmt, ...)
+{
+	va_list	ap;
+
+	va_start(ap, fmt);
+	vsnprintf(k->last_error, sizeof(k->last_error), fmt, ap);
+	va_end(ap);
+}
+
+static void
+l3kv_clear_last(struct l3kv *k)
+{
+	k->last_status = 0;
+	k->last_error[0] = '\0';
+}
+
+/* Milliseconds on the monotonic clock. */
+static int64_t
+l3kv_now_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The deadline of a timeout, or -1 for none. */
+static int64_t
+l3kv_deadline(const struct l3kv *k, int timeout_ms)
+{
+	if (timeout_ms == L3KV_TIMEOUT_DEFAULT)
+		timeout_ms = k != NULL ? k->timeout_ms : L3KV_DEFAULT_TIMEOUT_MS;
+	if (timeout_ms < 0)
+		return -1;
+	return l3kv_now_ms() + timeout_ms;
+}
+
+/* What is left until a deadline, as poll() wants it. */
+static int
+l3kv_remaining(int64_t deadline)
+{
+	int64_t	left;
+
+	if (deadline < 0)
+		return -1;
+	left = deadline - l3kv_now_ms();
+	return left <= 0 ? 0 : left > 0x7fffffff ? 0x7fffffff : (int)left;
+}
+
+static void
+l3kv_req_close_fds(struct l3kv_req *r)
+{
+	while (r->nfds > 0)
+		close(r->fds[--r->nfds]);
+}
+
+static void
+l3kv_req_free(struct l3kv_req *r)
+{
+	if (r == NULL)
+		return;
+	l3kv_req_close_fds(r);
+	free(r->out);
+	free(r->payload);
+	free(r);
+}
+
+/* Copies text into a new NUL-terminated string, or NULL (also when empty). */
+static char *
+l3kv_text(const char *s, size_t len)
+{
+	char	*p;
+
+	if (len == 0 || (p = malloc(len + 1)) == NULL)
+		return NULL;
+	memcpy(p, s, len);
+	p[len] = '\0';
+	return p;
+}
+
+/*
+ * Finishes a request: takes payload (NULL or NUL-terminated, len bytes).
+ * Orphans are freed; requests nobody waits for join `done`.
+ */
+static void
+l3kv_complete(struct l3kv *k, struct l3kv_req *r, int status, unsigned proto_status,
+    char *payload, uint32_t len)
+{
+	int	cut = 0;
+
+	TAILQ_REMOVE(&k->pending, r, entry);
+	if (r->out != NULL) {
+		/*
+		 * Answered before it was all sent: a framing error, which the
+		 * daemon answers from the header and then closes. Sending the
+		 * rest would be pointless, and half a frame desynchronises
+		 * every frame queued behind it.
+		 */
+		TAILQ_REMOVE(&k->sendq, r, send_entry);
+		cut = r->out_off > 0;
+		l3kv_req_close_fds(r);
+		free(r->out);
+		r->out = NULL;
+	}
+	if (r->flags & L3KV_REQ_F_ORPHAN) {
+		free(payload);
+		l3kv_req_free(r);
+	} else {
+		r->status = status;
+		r->proto_status = (uint16_t)proto_status;
+		r->payload = payload;
+		r->len = payload != NULL ? len : 0;
+		r->flags |= L3KV_REQ_F_DONE;
+		if (!(r->flags & L3KV_REQ_F_WAITED))
+			TAILQ_INSERT_TAIL(&k->done, r, entry);
+	}
+	if (cut)
+		l3kv_break(k, -ECONNRESET, 0, "libl3kv: a request was answered while half sent");
+}
+
+/*
+ * Breaks the connection: closes the socket and completes every pending
+ * request with err and the text msg (and proto_status, when a daemon's
+ * ERROR was the cause). Later calls fail with -ENOTCONN.
+ */
+static void
+l3kv_break(struct l3kv *k, int err, unsigned proto_status, const char *msg)
+{
+	size_t		 len = msg != NULL ? strlen(msg) : 0;
+	struct l3kv_req	*r;
+
+	if (k->sock < 0)
+		return;
+	close(k->sock);		/* also leaves the epoll set */
+	k->sock = -1;
+	k->cause = err;
+	k->epoll_out = 0;
+	while ((r = TAILQ_FIRST(&k->sendq)) != NULL) {
+		TAILQ_REMOVE(&k->sendq, r, send_entry);
+		l3kv_req_close_fds(r);
+		free(r->out);
+		r->out = NULL;
+	}
+	free(k->rpay);
+	k->rpay = NULL;
+	k->rreq = NULL;
+	k->rhdr_len = 0;
+	k->rbuf_off = k->rbuf_len = 0;
+	while ((r = TAILQ_FIRST(&k->pending)) != NULL)
+		l3kv_complete(k, r, err, proto_status, l3kv_text(msg, len), (uint32_t)len);
+	l3kv_update(k);
+}
+
+/* Breaks the connection for a reply that cannot be parsed. */
+__attribute__((format(printf, 2, 3)))
+static int
+l3kv_bad_reply(struct l3kv *k, const char *fmt, ...)
+{
+	char	msg[L3KV_ERRMSG_MAX + 1];
+	va_list	ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	l3kv_break(k, -EPROTO, 0, msg);
+	return -EPROTO;
+}
+
+/*
+ * Brings the epoll fd in line with the queues: the eventfd readable while
+ * completions wait (or the connection is broken), the socket watched for
+ * writing while output waits.
+ */
+static void
+l3kv_update(struct l3kv *k)
+{
+	struct epoll_event	ev;
+	uint64_t		one = 1, n;
+	int			want;
+
+	want = !TAILQ_EMPTY(&k->done) || k->sock < 0;
+	if (want && !k->signalled) {
+		if (write(k->evfd, &one, sizeof(one)) == sizeof(one))
+			k->signalled = 1;
+	} else if (!want && k->signalled) {
+		if (read(k->evfd, &n, sizeof(n)) == sizeof(n) || errno == EAGAIN)
+			k->signalled = 0;
+	}
+	want = k->sock >= 0 && !TAILQ_EMPTY(&k->sendq);
+	if (want != k->epoll_out) {
+		memset(&ev, 0, sizeof(ev));
+		ev.events = EPOLLIN | (want ? EPOLLOUT : 0);
+		ev.data.fd = k->sock;
+		if (epoll_ctl(k->epfd, EPOLL_CTL_MOD, k->sock, &ev) == 0)
+			k->epoll_out = want;
+	}
+}
+
+static struct l3kv_req *
+l3kv_find(struct l3kv *k, uint64_t seq)
+{
+	struct l3kv_req	*r;
+
+	TAILQ_FOREACH(r, &k->pending, entry)
+		if (r->seq == seq)
+			return r;
+	return NULL;
+}
+
+/*
+ * Checks a reply header before anything is allocated for its payload;
+ * on failure the connection is broken.
+ */
+static int
+l3kv_reply_hdr(struct l3kv *k)
+{
+	const struct proto_hdr	*h = &k->rhdr;
+
+	if (h->magic != PROTO_MAGIC)
+		return l3kv_bad_reply(k, "libl3kv: reply with bad magic 0x%08x", h->magic);
+	if (h->version != PROTO_VERSION)
+		return l3kv_bad_reply(k, "libl3kv: reply in protocol version %u", h->version);
+	if (h->length > PROTO_FRAME_MAX)
+		return l3kv_bad_reply(k, "libl3kv: reply of %u bytes is over the protocol's %u",
+		    h->length, PROTO_FRAME_MAX);
+	/* v1 replies carry no fds; recv() lets the kernel drop any sent anyway. */
+	if (h->flags != PROTO_F_REPLY)
+		return l3kv_bad_reply(k, "libl3kv: reply with flags 0x%x", h->flags);
+	k->rreq = NULL;
+	if (h->type == PROTO_T_ERROR) {
+		if (h->status == PROTO_S_OK)
+			return l3kv_bad_reply(k, "libl3kv: ERROR reply with status ok");
+		return 0;
+	}
+	if ((k->rreq = l3kv_find(k, h->seq)) == NULL)
+		return l3kv_bad_reply(k, "libl3kv: %s reply to seq %llu, which is not in flight",
+		    proto_type_name(h->type), (unsigned long long)h->seq);
+	if (k->rreq->type != h->type)
+		return l3kv_bad_reply(k, "libl3kv: %s reply to seq %llu, a %s request",
+		    proto_type_name(h->type), (unsigned long long)h->seq,
+		    proto_type_name(k->rreq->type));
+	return 0;
+}
+
+/* Acts on a whole reply, whose payload (NUL-terminated) is k->rpay. */
+static void
+l3kv_reply(struct l3kv *k)
+{
+	struct l3kv_req	*r = k->rreq;
+	char		*pay = k->rpay;
+	uint32_t	 len = k->rhdr.length;
+	unsigned	 status = k->rhdr.status;
+
+	k->rpay = NULL;
+	k->rreq = NULL;
+	k->rhdr_len = 0;
+	k->rpay_len = 0;
+	if (status != PROTO_S_OK && len > L3KV_ERRMSG_MAX) {
+		/* Error texts are short; a longer one is cut, not refused. */
+		len = L3KV_ERRMSG_MAX;
+		pay[len] = '\0';
+	}
+	if (k->rhdr.type == PROTO_T_ERROR) {
+		/*
+		 * The daemon could not parse a frame of ours, or refused us
+		 * before HELLO, and closes the connection: every request in
+		 * flight fails with its reason, as does the call that saw it.
+		 */
+		k->last_status = (int)status;
+		snprintf(k->last_error, sizeof(k->last_error), "%s", pay != NULL ? pay : "");
+		l3kv_break(k, proto_status_errno(status), status, pay);
+		free(pay);
+		return;
+	}
+	l3kv_complete(k, r, proto_status_errno(status), status, pay, len);
+}
+
+/*
+ * Takes what the read buffer holds of the current reply; a reply that
+ * is whole is acted on. Returns 0, or -errno with the connection broken.
+ */
+static int
+l3kv_consume(struct l3kv *k)
+{
+	size_t	avail = k->rbuf_len - k->rbuf_off, n;
+	int	rc;
+
+	if (k->rhdr_len < L3KV_HDR) {
+		n = L3KV_HDR - k->rhdr_len;
+		if (n > avail)
+			n = avail;
+		memcpy((uint8_t *)&k->rhdr + k->rhdr_len, k->rbuf + k->rbuf_off, n);
+		k->rhdr_len += n;
+		k->rbuf_off += n;
+		avail -= n;
+		if (k->rhdr_len < L3KV_HDR)
+			return 0;
+		if ((rc = l3kv_reply_hdr(k)) != 0)
+			return rc;
+		/* One spare byte for the NUL that makes JSON and error texts C strings. */
+		if (k->rhdr.length > 0 && (k->rpay = malloc((size_t)k->rhdr.length + 1)) == NULL) {
+			l3kv_break(k, -ENOMEM, 0, "libl3kv: out of memory for a reply");
+			return -ENOMEM;
+		}
+		k->rpay_len = 0;
+	}
+	n = k->rhdr.length - k->rpay_len;
+	if (n > avail)
+		n = avail;
+	if (n > 0) {
+		memcpy(k->rpay + k->rpay_len, k->rbuf + k->rbuf_off, n);
+		k->rpay_len += (uint32_t)n;
+		k->rbuf_off += n;
+	}
+	if (k->rpay_len < k->rhdr.length)
+		return 0;
+	if (k->rpay != NULL)
+		k->rpay[k->rhdr.length] = '\0';
+	l3kv_reply(k);
+	return 0;
+}
+
+/* A peer that is gone, as send() and recv() report it. */
+static int
+l3kv_errno_is_hangup(int err)
+{
+	return err == -EPIPE || err == -ECONNRESET || err == -ENOTCONN;
+}
+
+/* Breaks the connection after a failed recv or send (err 0: EOF). */
+static int
+l3kv_io_error(struct l3kv *k, int err, const char *what)
+{
+	char	msg[L3KV_ERRMSG_MAX + 1];
+
+	if (err == 0 || l3kv_errno_is_hangup(err)) {
+		snprintf(msg, sizeof(msg), "libl3kv: the daemon closed the connection%s",
+		    k->rhdr_len > 0 ? " inside a reply" : "");
+		err = -ECONNRESET;
+	} else {
+		snprintf(msg, sizeof(msg), "libl3kv: %s: %s", what, strerror(-err));
+	}
+	l3kv_break(k, err, 0, msg);
+	return err;
+}
+
+/*
+ * Reads every reply the socket has now, without blocking. Returns 0, or
+ * what broke the connection (its requests are then completed).
+ */
+static int
+l3kv_read(struct l3kv *k)
+{
+	ssize_t	n;
+	size_t	want;
+	int	rc;
+
+	for (;;) {
+		while (k->sock >= 0 && k->rbuf_off < k->rbuf_len)
+			if ((rc = l3kv_consume(k)) != 0)
+				return rc;
+		if (k->sock < 0)
+			return k->cause;
+		k->rbuf_off = k->rbuf_len = 0;
+		/* A large payload is read in place rather than through the buffer. */
+		want = k->rhdr_len == L3KV_HDR ? k->rhdr.length - k->rpay_len : 0;
+		if (want >= L3KV_RBUF / 2)
+			n = recv(k->sock, k->rpay + k->rpay_len, want, MSG_DONTWAIT);
+		else
+			n = recv(k->sock, k->rbuf, sizeof(k->rbuf), MSG_DONTWAIT);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (n <= 0)
+			return l3kv_io_error(k, n == 0 ? 0 : -errno, "recv");
+		if (want < L3KV_RBUF / 2) {
+			k->rbuf_len = (size_t)n;
+			continue;
+		}
+		k->rpay_len += (uint32_t)n;
+		if (k->rpay_len == k->rhdr.length) {
+			k->rpay[k->rhdr.length] = '\0';
+			l3kv_reply(k);
+		}
+	}
+}
+
+/*
+ * One sendmsg, fds riding on its first byte. MSG_NOSIGNAL: a daemon that
+ * went away must be an error, never a SIGPIPE in the engine.
+ */
+static ssize_t
+l3kv_sendmsg(int sock, struct iovec *iov, int iovcnt, const int *fds, int nfds)
+{
+	union {
+		struct cmsghdr	hdr;
+		char		buf[CMSG_SPACE(sizeof(int) * PROTO_FDS_MAX)];
+	} cbuf;
+	struct msghdr	 msg;
+	struct cmsghdr	*cm;
+	ssize_t		 n;
+
+	memset(&msg, 0, sizeof(msg));
+	msg.msg_iov = iov;
+	msg.msg_iovlen = (size_t)iovcnt;
+	if (nfds > 0) {
+		memset(&cbuf, 0, sizeof(cbuf));
+		msg.msg_control = cbuf.buf;
+		msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+	}
+	do
+		n = sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	return n < 0 ? -errno : n;
+}
+
+/*
+ * The socket refused bytes for good. Replies the daemon sent before it
+ * closed say why, so they are read first; then the connection breaks.
+ */
+static int
+l3kv_send_failed(struct l3kv *k, int err)
+{
+	int	rc;
+
+	if ((rc = l3kv_read(k)) != 0)
+		return rc;
+	return l3kv_io_error(k, err, "send");
+}
+
+/*
+ * Sends what waits on sendq, one frame per sendmsg so that fds always go
+ * with their own frame's first byte. Returns 0 (also when the socket is
+ * full) or -errno with the connection broken.
+ */
+static int
+l3kv_flush(struct l3kv *k)
+{
+	struct l3kv_req	*r;
+	struct iovec	 iov;
+	ssize_t		 n;
+
+	while (k->sock >= 0 && (r = TAILQ_FIRST(&k->sendq)) != NULL) {
+		iov.iov_base = r->out + r->out_off;
+		iov.iov_len = r->out_len - r->out_off;
+		n = l3kv_sendmsg(k->sock, &iov, 1, r->fds, r->out_off == 0 ? r->nfds : 0);
+		if (n == -EAGAIN || n == -EWOULDBLOCK)
+			return 0;
+		if (n < 0)
+			return l3kv_send_failed(k, (int)n);
+		r->out_off += (size_t)n;
+		l3kv_req_close_fds(r);	/* they went with the first byte */
+		if (r->out_off < r->out_len)
+			return 0;
+		TAILQ_REMOVE(&k->sendq, r, send_entry);
+		free(r->out);
+		r->out = NULL;
+	}
+	return k->sock >= 0 ? 0 : k->cause;
+}
+
+/* Copies the frame from byte `skip` on into r->out, for sendq. */
+static int
+l3kv_req_keep(struct l3kv_req *r, const struct iovec *iov, int iovcnt, size_t total, size_t skip)
+{
+	size_t	off = 0, n;
+	int	i;
+
+	if ((r->out = malloc(total - skip)) == NULL)
+		return -ENOMEM;
+	for (i = 0; i < iovcnt; i++) {
+		n = iov[i].iov_len;
+		if (skip >= n) {
+			skip -= n;
+			continue;
+		}
+		memcpy(r->out + off, (const uint8_t *)iov[i].iov_base + skip, n - skip);
+		off += n - skip;
+		skip = 0;
+	}
+	r->out_len = off;
+	r->out_off = 0;
+	return 0;
+}
+
+/*
+ * The one way a request leaves: frames it as type with the payload in
+ * iov and the fds (borrowed), sends what the socket takes now and queues
+ * the rest. Returns 0 with *out a new request on `pending` (the ticket is
+ * its seq), or -errno with no request made.
+ */
+static int
+l3kv_submit(struct l3kv *k, unsigned type, const struct iovec *payload, int npayload,
+    const int *fds, int nfds, int flags, struct l3kv_req **out)
+{
+	struct iovec		 iov[L3KV_IOV_MAX];
+	struct proto_hdr	 h;
+	struct l3kv_req		*r;
+	uint64_t		 len = 0;
+	ssize_t			 n = -EAGAIN;
+	int			 i, niov = 1, rc;
+
+	*out = NULL;
+	if (k->sock < 0) {
+		l3kv_seterr(k, "libl3kv: the connection is broken");
+		return -ENOTCONN;
+	}
+	if (npayload + 1 > L3KV_IOV_MAX || nfds > PROTO_FDS_MAX)
+		return -EINVAL;
+	iov[0].iov_base = &h;
+	iov[0].iov_len = sizeof(h);
+	for (i = 0; i < npayload; i++) {
+		if (payload[i].iov_len == 0)
+			continue;
+		iov[niov++] = payload[i];
+		len += payload[i].iov_len;
+	}
+	/* The daemon answers too_big and closes; better refused here, connection kept. */
+	if (len > (k->info.max_frame != 0 ? k->info.max_frame : PROTO_FRAME_MAX)) {
+		l3kv_seterr(k, "libl3kv: %s of %llu bytes is over the daemon's max_frame %u",
+		    proto_type_name(type), (unsigned long long)len, k->info.max_frame);
+		return -EMSGSIZE;
+	}
+	if ((r = calloc(1, sizeof(*r))) == NULL)
+		return -ENOMEM;
+	r->seq = k->next_seq++;
+	r->type = (uint16_t)type;
+	r->flags = flags;
+	proto_hdr_init(&h, type, (uint32_t)len, r->seq);
+	if (nfds > 0)
+		h.flags |= PROTO_F_FDS;
+	len += sizeof(h);
+
+	/* Behind a queued frame, this one waits its turn, to keep the stream in order. */
+	if (TAILQ_EMPTY(&k->sendq))
+		n = l3kv_sendmsg(k->sock, iov, niov, fds, nfds);
+	if (n == (ssize_t)len) {
+		TAILQ_INSERT_TAIL(&k->pending, r, entry);
+		*out = r;
+		return 0;
+	}
+	if (n < 0 && n != -EAGAIN && n != -EWOULDBLOCK) {
+		l3kv_req_free(r);
+		if (l3kv_errno_is_hangup((int)n))
+			return l3kv_send_failed(k, (int)n);
+		/* Nothing was sent (a bad fd, say): the stream is intact. */
+		l3kv_seterr(k, "libl3kv: send %s: %s", proto_type_name(type), strerror((int)-n));
+		return (int)n;
+	}
+	if ((rc = l3kv_req_keep(r, iov, niov, (size_t)len, n > 0 ? (size_t)n : 0)) != 0)
+		goto fail;
+	if (n <= 0) {
+		/* Nothing went: the fds must outlive the caller's copies until they do. */
+		for (i = 0; i < nfds; i++) {
+			if ((r->fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 0)) < 0) {
+				rc = -errno;
+				goto fail;
+			}
+			r->nfds = i + 1;
+		}
+	}
+	TAILQ_INSERT_TAIL(&k->pending, r, entry);
+	TAILQ_INSERT_TAIL(&k->sendq, r, send_entry);
+	*out = r;
+	return 0;
+
+fail:
+	l3kv_req_free(r);
+	/* With part of the frame on the wire, the stream can no longer be framed. */
+	if (n > 0)
+		l3kv_break(k, -ECONNRESET, 0, "libl3kv: out of memory in the middle of a frame");
+	return rc;
+}
+
+/*
+ * Waits until r is done or the deadline passes. On a timeout r is
+ * orphaned (its late reply will be dropped) and -ETIMEDOUT returned;
+ * otherwise 0, and r's status is the caller's to read.
+ */
+static int
+l3kv_wait(struct l3kv *k, struct l3kv_req *r, int64_t deadline)
+{
+	struct pollfd	pfd;
+	int		left;
+
+	for (;;) {
+		/* A broken connection completes every request: r is done then. */
+		if (l3kv_flush(k) == 0)
+			l3kv_read(k);
+		if (r->flags & L3KV_REQ_F_DONE)
+			return 0;
+		if (k->sock < 0)
+			return -ENOTCONN;
+		if ((left = l3kv_remaining(deadline)) == 0) {
+			r->flags |= L3KV_REQ_F_ORPHAN;
+			l3kv_seterr(k, "libl3kv: no reply to %s within the timeout",
+			    proto_type_name(r->type));
+			return -ETIMEDOUT;
+		}
+		pfd.fd = k->sock;
+		pfd.events = POLLIN | (TAILQ_EMPTY(&k->sendq) ? 0 : POLLOUT);
+		pfd.revents = 0;
+		if (poll(&pfd, 1, left) < 0 && errno != EINTR) {
+			left = -errno;
+			r->flags |= L3KV_REQ_F_ORPHAN;
+			l3kv_seterr(k, "libl3kv: poll: %s", strerror(-left));
+			return left;
+		}
+	}
+}
+
+/*
+ * A blocking call: submits, waits until the deadline, and hands back the
+ * reply's payload (the caller's to free; NULL when empty). Sets the
+ * connection's last status and error text.
+ */
+static int
+l3kv_call(struct l3kv *k, unsigned type, const struct iovec *payload, int npayload,
+    const int *fds, int nfds, int64_t deadline, char **reply, uint32_t *reply_len)
+{
+	struct l3kv_req	*r;
+	int		 rc;
+
+	*reply = NULL;
+	*reply_len = 0;
+	l3kv_clear_last(k);
+	rc = l3kv_submit(k, type, payload, npayload, fds, nfds, L3KV_REQ_F_WAITED, &r);
+	if (rc == 0)
+		rc = l3kv_wait(k, r, deadline);
+	l3kv_update(k);
+	if (rc != 0)
+		return rc;
+	rc = r->status;
+	k->last_status = r->proto_status;
+	if (rc != 0) {
+		snprintf(k->last_error, sizeof(k->last_error), "%s", r->payload ? r->payload : "");
+	} else {
+		*reply = r->payload;
+		*reply_len = r->len;
+		r->payload = NULL;
+	}
+	l3kv_req_free(r);
+	return rc;
+}
+
+/* Copies a C string into a fixed NUL-padded wire field. */
+static int
+l3kv_put_string(struct l3kv *k, char *dst, size_t cap, const char *src, const char *field)
+{
+	size_t	n = src != NULL ? strlen(src) : 0;
+
+	if (n >= cap) {
+		l3kv_seterr(k, "libl3kv: %s: %zu bytes is longer than the wire's %zu", field, n,
+		    cap - 1);
+		return -EINVAL;
+	}
+	memset(dst, 0, cap);
+	if (n > 0)
+		memcpy(dst, src, n);
+	return 0;
+}
+
+/* Checks that a value fits its wire field. */
+static int
+l3kv_fits(struct l3kv *k, uint64_t v, uint64_t max, const char *field)
+{
+	if (v <= max)
+		return 0;
+	l3kv_seterr(k, "libl3kv: %s: %llu does not fit the wire's %llu", field,
+	    (unsigned long long)v, (unsigned long long)max);
+	return -EINVAL;
+}
+
+#define L3KV_PUT(dst, v, field) do {						\
+	if ((rc = l3kv_fits(k, (v), (__typeof__(dst))~0ULL, (field))) != 0)	\
+		return rc;							\
+	(dst) = (__typeof__(dst))(v);						\
+} while (0)
+
+static int
+l3kv_encode_layout(struct l3kv *k, const struct l3kv_layout *l, unsigned npools,
+    struct proto_layout *w)
+{
+	int	rc;
+
+	if ((rc = l3kv_put_string(k, w->model, sizeof(w->model), l->model, "layout.model")) != 0 ||
+	    (rc = l3kv_put_string(k, w->kv_dtype, sizeof(w->kv_dtype), l->kv_dtype,
+	    "layout.kv_dtype")) != 0 ||
+	    (rc = l3kv_put_string(k, w->hash_scheme, sizeof(w->hash_scheme), l->hash_scheme,
+	    "layout.hash_scheme")) != 0)
+		return rc;
+	L3KV_PUT(w->hash_len, l->hash_len, "layout.hash_len");
+	L3KV_PUT(w->tp_size, l->tp_size, "layout.tp_size");
+	L3KV_PUT(w->dcp_size, l->dcp_size, "layout.dcp_size");
+	L3KV_PUT(w->pp_size, l->pp_size, "layout.pp_size");
+	L3KV_PUT(w->cp_size, l->cp_size, "layout.cp_size");
+	L3KV_PUT(w->dcp_rank, l->dcp_rank, "layout.dcp_rank");
+	L3KV_PUT(w->pp_rank, l->pp_rank, "layout.pp_rank");
+	L3KV_PUT(w->host_layout, (unsigned)l->host_layout, "layout.host_layout");
+	L3KV_PUT(w->attention, (unsigned)l->attention, "layout.attention");
+	L3KV_PUT(w->npools, npools, "npools");
+	w->page_tokens = l->page_tokens;
+	w->logical_page_tokens = l->logical_page_tokens;
+	w->seed = l->seed;
+	return 0;
+}
+
+static int
+l3kv_encode_pool(struct l3kv *k, const struct l3kv_pool *p, unsigned i, struct proto_pool *w)
+{
+	char	field[32];
+	int	rc;
+
+	snprintf(field, sizeof(field), "pools[%u].name", i);
+	if ((rc = l3kv_put_string(k, w->name, sizeof(w->name), p->name, field)) != 0)
+		return rc;
+	snprintf(field, sizeof(field), "pools[%u].schema", i);
+	if ((rc = l3kv_put_string(k, w->schema, sizeof(w->schema), p->schema, field)) != 0)
+		return rc;
+	snprintf(field, sizeof(field), "pools[%u].kind", i);
+	L3KV_PUT(w->kind, (unsigned)p->kind, field);
+	snprintf(field, sizeof(field), "pools[%u].hit_policy", i);
+	L3KV_PUT(w->hit_policy, (unsigned)p->hit_policy, field);
+	snprintf(field, sizeof(field), "pools[%u].trailing", i);
+	L3KV_PUT(w->trailing, p->trailing, field);
+	w->layers = p->layers;
+	w->object_bytes = p->object_bytes;
+	return 0;
+}
+
+/*
+ * Encodes one region; memfd and cuMem regions get the index of their fd
+ * in fds[], each distinct fd sent once.
+ */
+static int
+l3kv_encode_region(struct l3kv *k, const struct l3kv_region *g, unsigned i,
+    struct proto_region *w, int *fds, int *nfds)
+{
+	char	field[32];
+	int	rc, j;
+
+	memset(w, 0, sizeof(*w));
+	snprintf(field, sizeof(field), "regions[%u].pool", i);
+	L3KV_PUT(w->pool, g->pool, field);
+	snprintf(field, sizeof(field), "regions[%u].kind", i);
+	L3KV_PUT(w->kind, (unsigned)g->kind, field);
+	snprintf(field, sizeof(field), "regions[%u].layout", i);
+	L3KV_PUT(w->layout, (unsigned)g->layout, field);
+	if (g->kind == L3KV_MEM_MEMFD || g->kind == L3KV_MEM_CUMEM_FD) {
+		if (g->fd < 0) {
+			l3kv_seterr(k, "libl3kv: regions[%u].fd: %d is not an fd", i, g->fd);
+			return -EBADF;
+		}
+		for (j = 0; j < *nfds && fds[j] != g->fd; j++)
+			;
+		if (j == *nfds) {
+			if (*nfds == PROTO_FDS_MAX) {
+				l3kv_seterr(k, "libl3kv: regions[%u].fd: more than %d distinct fds", i,
+				    PROTO_FDS_MAX);
+				return -EINVAL;
+			}
+			fds[(*nfds)++] = g->fd;
+		}
+		w->fd_index = (uint16_t)j;
+	} else if (g->kind == L3KV_MEM_CUDA_IPC) {
+		memcpy(w->handle, g->handle, sizeof(w->handle));
+	}
+	w->offset = g->offset;
+	w->size = g->size;
+	w->num_pages = g->num_pages;
+	w->page_tokens = g->page_tokens;
+	w->layers = g->layers;
+	w->token_bytes = g->token_bytes;
+	w->page_stride = g->page_stride;
+	w->layer_stride = g->layer_stride;
+	w->token_stride = g->token_stride;
+	return 0;
+}
+
+/*
+ * Builds the ATTACH payload in the caller's buffers. Only what cannot be
+ * put on the wire is refused here; the daemon validates every field, so
+ * that there is one validator and one set of error texts.
+ */
+static int
+l3kv_encode_attach(struct l3kv *k, const struct l3kv_attach_args *a, struct proto_attach *w,
+    struct proto_pool *pools, struct proto_region *regions, int *fds, int *nfds)
+{
+	unsigned	i;
+	int		rc;
+
+	if (a->npools > PROTO_POOLS_MAX || (a->npools > 0 && a->pools == NULL)) {
+		l3kv_seterr(k, "libl3kv: npools: %u pools (at most %u, pools not NULL)", a->npools,
+		    PROTO_POOLS_MAX);
+		return -EINVAL;
+	}
+	if (a->nregions > PROTO_REGIONS_MAX || (a->nregions > 0 && a->regions == NULL)) {
+		l3kv_seterr(k, "libl3kv: nregions: %u regions (at most %u, regions not NULL)",
+		    a->nregions, PROTO_REGIONS_MAX);
+		return -EINVAL;
+	}
+	if (a->nlive > PROTO_LIVE_MAX || (a->nlive > 0 && a->live_slots == NULL)) {
+		l3kv_seterr(k, "libl3kv: nlive: %u live slots (at most %u, live_slots not NULL)",
+		    a->nlive, PROTO_LIVE_MAX);
+		return -EINVAL;
+	}
+	memset(w, 0, sizeof(*w));
+	if ((rc = l3kv_encode_layout(k, &a->layout, a->npools, &w->layout)) != 0)
+		return rc;
+	if ((rc = l3kv_put_string(k, w->group, sizeof(w->group), a->group, "group")) != 0)
+		return rc;
+	L3KV_PUT(w->group_size, a->group_size, "group_size");
+	L3KV_PUT(w->group_rank, a->group_rank, "group_rank");
+	L3KV_PUT(w->tp_rank, a->tp_rank, "tp_rank");
+	L3KV_PUT(w->prefetch, (unsigned)a->prefetch, "prefetch");
+	L3KV_PUT(w->write, (unsigned)a->write, "write");
+	w->prefetch_timeout_ms = a->prefetch_timeout_ms;
+	w->nregions = (uint16_t)a->nregions;
+	w->nlive = a->nlive;
+	for (i = 0; i < a->npools; i++) {
+		memset(&pools[i], 0, sizeof(pools[i]));
+		if ((rc = l3kv_encode_pool(k, &a->pools[i], i, &pools[i])) != 0)
+			return rc;
+	}
+	*nfds = 0;
+	for (i = 0; i < a->nregions; i++)
+		if ((rc = l3kv_encode_region(k, &a->regions[i], i, &regions[i], fds, nfds)) != 0)
+			return rc;
+	return 0;
+}
+
+/* Fills a C string from a NUL-padded wire field known to hold a NUL. */
+static void
+l3kv_get_string(char *dst, size_t cap, const char *src)
+{
+	snprintf(dst, cap, "%s", src);
+}
+
+/* The client name sent in HELLO: the program's, cut to printable ASCII. */
+static void
+l3kv_client_name(char *dst, size_t cap)
+{
+	const char	*s = program_invocation_short_name;
+	size_t		 i;
+
+	if (s == NULL || *s == '\0')
+		s = "libl3kv";
+	for (i = 0; i + 1 < cap && s[i] != '\0'; i++)
+		dst[i] = (unsigned char)s[i] >= 0x20 && (unsigned char)s[i] <= 0x7e ? s[i] : '_';
+	dst[i] = '\0';
+}
+
+/* HELLO: offers this library's versions and reads the daemon's terms. */
+static int
+l3kv_hello(struct l3kv *k, int64_t deadline)
+{
+	struct proto_hello		 h;
+	struct proto_hello_reply	 r;
+	struct iovec			 iov;
+	char				*reply;
+	uint32_t			 len;
+	int				 rc;
+
+	memset(&h, 0, sizeof(h));
+	h.version_min = PROTO_VERSION_MIN;
+	h.version_max = PROTO_VERSION_MAX;
+	l3kv_client_name(h.client, sizeof(h.client));
+	iov.iov_base = &h;
+	iov.iov_len = sizeof(h);
+	rc = l3kv_call(k, PROTO_T_HELLO, &iov, 1, NULL, 0, deadline, &reply, &len);
+	if (rc != 0)
+		return rc;
+	if (len != sizeof(r)) {
+		free(reply);
+		return l3kv_bad_reply(k, "libl3kv: HELLO reply of %u bytes", len);
+	}
+	memcpy(&r, reply, sizeof(r));
+	free(reply);
+	if (r.version < PROTO_VERSION_MIN || r.version > PROTO_VERSION_MAX)
+		return l3kv_bad_reply(k, "libl3kv: the daemon chose version %u, not offered",
+		    r.version);
+	if (!proto_string_ok(r.server, sizeof(r.server), 1) ||
+	    !proto_string_ok(r.role, sizeof(r.role), 1))
+		return l3kv_bad_reply(k, "libl3kv: HELLO reply names are not terminated text");
+	k->info.protocol = r.version;
+	k->info.caps = r.caps;
+	k->info.max_frame = r.max_frame;
+	k->info.lease_ttl_ms = r.lease_ttl_ms;
+	l3kv_get_string(k->info.server, sizeof(k->info.server), r.server);
+	l3kv_get_string(k->info.role, sizeof(k->info.role), r.role);
+	return 0;
+}
+
+/*
+ * Connects the non-blocking socket. A Unix socket connects at once or
+ * fails at once; only a full listen backlog (EAGAIN) is worth retrying,
+ * briefly, until the deadline.
+ */
+static int
+l3kv_connect_sock(int sock, const char *path, int64_t deadline)
+{
+	struct sockaddr_un	sun;
+	struct pollfd		pfd;
+	socklen_t		sl;
+	int			err, left;
+
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	if (strlen(path) >= sizeof(sun.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sun.sun_path, path, strlen(path));
+	for (;;) {
+		if (connect(sock, (struct sockaddr *)&sun, sizeof(sun)) == 0)
+			return 0;
+		err = errno;
+		if (err == EINTR)
+			continue;
+		if (err == EINPROGRESS)
+			break;
+		if (err != EAGAIN)
+			return -err;
+		if ((left = l3kv_remaining(deadline)) == 0)
+			return -ETIMEDOUT;
+		poll(NULL, 0, left < 0 || left > 5 ? 5 : left);
+	}
+	pfd.fd = sock;
+	pfd.events = POLLOUT;
+	do {
+		if ((left = l3kv_remaining(deadline)) == 0)
+			return -ETIMEDOUT;
+		pfd.revents = 0;
+	} while (poll(&pfd, 1, left) <= 0);
+	sl = sizeof(err);
+	if (getsockopt(sock, SOL_SOCKET, SO_ERROR, &err, &sl) != 0)
+		return -errno;
+	return -err;
+}
+
+const char *
+l3kv_default_socket(void)
+{
+	const char	*s = getenv(L3KV_SOCKET_ENV);
+
+	return s != NULL && *s != '\0' ? s : L3KV_SOCKET_DEFAULT;
+}
+
+const char *
+l3kv_version(void)
+{
+	return L3KV_LIB_VERSION;
+}
+
+int
+l3kv_connect(const char *socket_path, int timeout_ms, struct l3kv **out)
+{
+	struct epoll_event	 ev;
+	struct l3kv		*k;
+	int64_t			 deadline;
+	int			 rc;
+
+	if (out == NULL || timeout_ms < L3KV_TIMEOUT_INFINITE)
+		return -EINVAL;
+	*out = NULL;
+	if (socket_path == NULL)
+		socket_path = l3kv_default_socket();
+	if ((k = calloc(1, sizeof(*k))) == NULL)
+		return -ENOMEM;
+	TAILQ_INIT(&k->pending);
+	TAILQ_INIT(&k->done);
+	TAILQ_INIT(&k->sendq);
+	k->epfd = k->evfd = -1;
+	k->next_seq = 1;
+	k->timeout_ms = timeout_ms == L3KV_TIMEOUT_DEFAULT ? L3KV_DEFAULT_TIMEOUT_MS : timeout_ms;
+	deadline = l3kv_deadline(k, timeout_ms);
+	/* The socket first: a daemon that is down must cost one failed connect, no more. */
+	if ((k->sock = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	if ((rc = l3kv_connect_sock(k->sock, socket_path, deadline)) != 0)
+		goto fail;
+	if ((k->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
+	    (k->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	memset(&ev, 0, sizeof(ev));
+	ev.events = EPOLLIN;
+	ev.data.fd = k->sock;
+	if (epoll_ctl(k->epfd, EPOLL_CTL_ADD, k->sock, &ev) != 0) {
+		rc = -errno;
+		goto fail;
+	}
+	ev.data.fd = k->evfd;
+	if (epoll_ctl(k->epfd, EPOLL_CTL_ADD, k->evfd, &ev) != 0) {
+		rc = -errno;
+		goto fail;
+	}
+	if ((rc = l3kv_hello(k, deadline)) != 0)
+		goto fail;
+	*out = k;
+	return 0;
+
+fail:
+	l3kv_close(k);
+	return rc;
+}
+
+void
+l3kv_close(struct l3kv *k)
+{
+	struct l3kv_req	*r;
+
+	if (k == NULL)
+		return;
+	if (k->sock >= 0)
+		close(k->sock);
+	k->sock = -1;
+	while ((r = TAILQ_FIRST(&k->sendq)) != NULL)
+		TAILQ_REMOVE(&k->sendq, r, send_entry);
+	while ((r = TAILQ_FIRST(&k->pending)) != NULL) {
+		TAILQ_REMOVE(&k->pending, r, entry);
+		l3kv_req_free(r);
+	}
+	while ((r = TAILQ_FIRST(&k->done)) != NULL) {
+		TAILQ_REMOVE(&k->done, r, entry);
+		l3kv_req_free(r);
+	}
+	free(k->rpay);
+	if (k->evfd >= 0)
+		close(k->evfd);
+	if (k->epfd >= 0)
+		close(k->epfd);
+	free(k);
+}
+
+int
+l3kv_set_timeout(struct l3kv *k, int timeout_ms)
+{
+	if (k == NULL || timeout_ms < L3KV_TIMEOUT_INFINITE)
+		return -EINVAL;
+	k->timeout_ms = timeout_ms == L3KV_TIMEOUT_DEFAULT ? L3KV_DEFAULT_TIMEOUT_MS : timeout_ms;
+	return 0;
+}
+
+int
+l3kv_server_info(const struct l3kv *k, struct l3kv_server_info *info)
+{
+	if (k == NULL || info == NULL)
+		return -EINVAL;
+	*info = k->info;
+	return 0;
+}
+
+int
+l3kv_attach(struct l3kv *k, const struct l3kv_attach_args *a, struct l3kv_attach_info *info)
+{
+	/* 9 KiB: on the heap, as engines may call from threads with small stacks. */
+	struct l3kv_attach_wire {
+		struct proto_attach	fixed;
+		struct proto_pool	pools[PROTO_POOLS_MAX];
+		struct proto_region	regions[PROTO_REGIONS_MAX];
+	}				*w;
+	struct proto_attach_reply	 r;
+	struct iovec			 iov[4];
+	char				*reply = NULL;
+	uint32_t			 len;
+	int				 fds[PROTO_FDS_MAX], nfds = 0, rc;
+
+	if (k == NULL || a == NULL)
+		return -EINVAL;
+	if (info != NULL)
+		memset(info, 0, sizeof(*info));
+	l3kv_clear_last(k);
+	if ((w = malloc(sizeof(*w))) == NULL)
+		return -ENOMEM;
+	rc = l3kv_encode_attach(k, a, &w->fixed, w->pools, w->regions, fds, &nfds);
+	if (rc != 0)
+		goto out;
+	/* The live slot list goes out as the caller's array: the wire is little-endian like us. */
+	iov[0].iov_base = &w->fixed;
+	iov[0].iov_len = sizeof(w->fixed);
+	iov[1].iov_base = w->pools;
+	iov[1].iov_len = a->npools * sizeof(w->pools[0]);
+	iov[2].iov_base = w->regions;
+	iov[2].iov_len = a->nregions * sizeof(w->regions[0]);
+	iov[3].iov_base = (void *)(uintptr_t)a->live_slots;
+	iov[3].iov_len = (size_t)a->nlive * sizeof(uint32_t);
+	rc = l3kv_call(k, PROTO_T_ATTACH, iov, 4, fds, nfds, l3kv_deadline(k, a->timeout_ms),
+	    &reply, &len);
+	if (rc != 0)
+		goto out;
+	if (len != sizeof(r)) {
+		rc = l3kv_bad_reply(k, "libl3kv: ATTACH reply of %u bytes", len);
+		goto out;
+	}
+	memcpy(&r, reply, sizeof(r));
+	if (!proto_string_ok(r.ns, sizeof(r.ns), 0)) {
+		rc = l3kv_bad_reply(k, "libl3kv: ATTACH reply namespace is not terminated text");
+		goto out;
+	}
+	if (info != NULL) {
+		memcpy(info->fingerprint, r.fingerprint, sizeof(info->fingerprint));
+		l3kv_get_string(info->ns, sizeof(info->ns), r.ns);
+		info->session = r.session;
+		info->lease_ttl_ms = r.lease_ttl_ms;
+		info->group_members = r.group_members;
+	}
+out:
+	free(reply);
+	free(w);
+	return rc;
+}
+
+int
+l3kv_detach(struct l3kv *k)
+{
+	char		*reply;
+	uint32_t	 len;
+	int		 rc;
+
+	if (k == NULL)
+		return -EINVAL;
+	rc = l3kv_call(k, PROTO_T_DETACH, NULL, 0, NULL, 0, l3kv_deadline(k, L3KV_TIMEOUT_DEFAULT),
+	    &reply, &len);
+	free(reply);
+	return rc;
+}
+
+/* STATS and HEALTH: an empty request, a JSON reply handed to the caller. */
+static int
+l3kv_json_call(struct l3kv *k, unsigned type, char **json)
+{
+	char		*reply;
+	uint32_t	 len;
+	int		 rc;
+
+	if (k == NULL || json == NULL)
+		return -EINVAL;
+	*json = NULL;
+	rc = l3kv_call(k, type, NULL, 0, NULL, 0, l3kv_deadline(k, L3KV_TIMEOUT_DEFAULT), &reply,
+	    &len);
+	if (rc != 0)
+		return rc;
+	if (reply == NULL && (reply = strdup("")) == NULL)
+		return -ENOMEM;
+	*json = reply;
+	return 0;
+}
+
+int
+l3kv_stats(struct l3kv *k, char **json)
+{
+	return l3kv_json_call(k, PROTO_T_STATS, json);
+}
+
+int
+l3kv_health(struct l3kv *k, char **json)
+{
+	return l3kv_json_call(k, PROTO_T_HEALTH, json);
+}
+
+void
+l3kv_free(void *p)
+{
+	free(p);
+}
+
+int
+l3kv_fd(const struct l3kv *k)
+{
+	return k != NULL ? k->epfd : -EINVAL;
+}
+
+/* A non-blocking request with no payload; the ticket is its seq. */
+static int
+l3kv_submit_empty(struct l3kv *k, unsigned type, uint64_t *ticket)
+{
+	struct l3kv_req	*r;
+	int		 rc;
+
+	if (k == NULL || ticket == NULL)
+		return -EINVAL;
+	*ticket = 0;
+	rc = l3kv_submit(k, type, NULL, 0, NULL, 0, 0, &r);
+	l3kv_update(k);
+	if (rc != 0)
+		return rc;
+	*ticket = r->seq;
+	return 0;
+}
+
+int
+l3kv_submit_stats(struct l3kv *k, uint64_t *ticket)
+{
+	return l3kv_submit_empty(k, PROTO_T_STATS, ticket);
+}
+
+int
+l3kv_submit_health(struct l3kv *k, uint64_t *ticket)
+{
+	return l3kv_submit_empty(k, PROTO_T_HEALTH, ticket);
+}
+
+int
+l3kv_poll_completion(struct l3kv *k, struct l3kv_completion *out)
+{
+	struct l3kv_req	*r;
+
+	if (out != NULL)
+		memset(out, 0, sizeof(*out));
+	if (k == NULL || out == NULL)
+		return -EINVAL;
+	/* Queued completions first: the socket is read only when they are used up. */
+	if (TAILQ_EMPTY(&k->done) && k->sock >= 0 && l3kv_flush(k) == 0)
+		l3kv_read(k);
+	if ((r = TAILQ_FIRST(&k->done)) == NULL) {
+		l3kv_update(k);
+		return k->sock >= 0 ? -EAGAIN : -ENOTCONN;
+	}
+	TAILQ_REMOVE(&k->done, r, entry);
+	out->ticket = r->seq;
+	out->op = r->type;
+	out->status = r->status;
+	out->proto_status = r->proto_status;
+	out->payload = r->payload;
+	out->len = r->len;
+	r->payload = NULL;
+	k->last_status = r->proto_status;
+	snprintf(k->last_error, sizeof(k->last_error), "%s",
+	    r->status != 0 && out->payload != NULL ? out->payload : "");
+	l3kv_req_free(r);
+	l3kv_update(k);
+	return 0;
+}
+
+void
+l3kv_completion_release(struct l3kv_completion *c)
+{
+	if (c == NULL)
+		return;
+	free(c->payload);
+	c->payload = NULL;
+	c->len = 0;
+}
+
+/*
+ * Errnos libl3kv also returns for reasons of its own (connect, malloc,
+ * arguments): for them the status wording would mislead.
+ */
+static int
+l3kv_errno_is_local(int err)
+{
+	switch (err) {
+	case ENOENT:
+	case EACCES:
+	case EINVAL:
+	case ENOMEM:
+	case EBADF:
+		return 1;
+	}
+	return 0;
+}
+
+const char *
+l3kv_strerror(int err)
+{
+	unsigned	s, found = 0, n = 0;
+
+	if (err < 0)
+		err = -err;
+	if (err == 0)
+		return "success";
+	if (!l3kv_errno_is_local(err)) {
+		for (s = 1; s < PROTO_S__MAX; s++) {
+			if (proto_status_errno(s) == -err) {
+				found = s;
+				n++;
+			}
+		}
+		if (n == 1)
+			return proto_status_text(found);
+	}
+	return strerror(err);
+}
+
+int
+l3kv_last_status(const struct l3kv *k)
+{
+	return k != NULL ? k->last_status : 0;
+}
+
+const char *
+l3kv_last_error(const struct l3kv *k)
+{
+	return k != NULL ? k->last_error : "";
+}

@@ -1,0 +1,334 @@
+/*
+ * libl3kv: the client library of l3kvd, the decode-side KV-cache daemon.
+ * This is its one installed header.
+ *
+ * A struct l3kv is one connection to one daemon over its Unix socket.
+ * Every call returns 0 or a negative errno; results come back through
+ * out-parameters. There are two ways to call, and they mix freely:
+ *
+ *  - blocking: l3kv_attach(), l3kv_stats(), ... send a request and wait
+ *    for its reply, at most the call's timeout;
+ *  - non-blocking: l3kv_submit_*() sends a request without waiting and
+ *    returns a ticket. When l3kv_fd() polls readable, call
+ *    l3kv_poll_completion() until it returns -EAGAIN; it hands back one
+ *    completion per ticket, in the order the replies arrived (replies to
+ *    different requests may arrive in any order).
+ *
+ * Every ticket completes exactly once, also when the connection breaks
+ * (then with the error). Completions that arrive while a blocking call
+ * waits are queued, not lost, and l3kv_fd() stays readable while any are
+ * queued, so an event loop never misses them.
+ *
+ * Threads: a struct l3kv is used by one thread at a time; callers that
+ * share one lock around it. Distinct connections are independent.
+ *
+ * Errors the library itself returns (the daemon's statuses map to other
+ * errnos, listed in proto/PROTOCOL.md):
+ *   -ENOENT, -ECONNREFUSED  no daemon at the socket path (fast: treat it
+ *                           as a cache miss)
+ *   -ETIMEDOUT              no reply within the timeout; the request stays
+ *                           in flight and its late reply is dropped
+ *   -EPROTO                 the daemon sent bytes libl3kv cannot parse
+ *                           (bad magic, version, length, an unknown seq);
+ *                           the connection is then broken
+ *   -ECONNRESET             the daemon closed the connection, or it broke
+ *                           while a request was in flight
+ *   -ENOTCONN               the connection is broken: every later call
+ *                           fails with it; l3kv_close() and connect again
+ *   -EMSGSIZE               a request longer than the daemon's max_frame
+ *   -EINVAL                 an argument libl3kv cannot encode (see
+ *                           l3kv_last_error()), or the daemon's "invalid"
+ * SIGPIPE is never raised: sends use MSG_NOSIGNAL.
+ */
+#ifndef L3KV_H
+#define L3KV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && defined(L3KV_BUILDING)
+#define L3KV_API	__attribute__((visibility("default")))
+#else
+#define L3KV_API
+#endif
+
+/* The library's version; l3kv_version() gives the one actually loaded. */
+#define L3KV_LIB_VERSION	"0.1.0"
+/* The wire protocol versions this library speaks. */
+#define L3KV_PROTOCOL_MIN	1
+#define L3KV_PROTOCOL_MAX	1
+
+/* Timeouts are in milliseconds; these two values are special. */
+#define L3KV_TIMEOUT_DEFAULT	0	/* the connection's (l3kv_connect: 5000 ms) */
+#define L3KV_TIMEOUT_INFINITE	(-1)
+#define L3KV_DEFAULT_TIMEOUT_MS	5000
+
+#define L3KV_SOCKET_ENV		"L3KV_SOCKET"
+#define L3KV_SOCKET_DEFAULT	"./run/l3kvd.sock"
+
+#define L3KV_NAME_LEN		32	/* server and role names, NUL included */
+#define L3KV_NSNAME_LEN		96	/* namespace names, NUL included */
+#define L3KV_ERRMSG_MAX		200	/* bytes of an error text */
+#define L3KV_HANDLE_LEN		64	/* a cudaIpcMemHandle_t */
+#define L3KV_POOLS_MAX		8
+#define L3KV_REGIONS_MAX	64
+#define L3KV_FDS_MAX		16	/* distinct fds one ATTACH may carry */
+#define L3KV_LIVE_MAX		65536
+
+struct l3kv;
+
+/* Connecting. */
+
+/*
+ * Connects to the daemon at socket_path (NULL: l3kv_default_socket()),
+ * says HELLO and waits for its answer, all within timeout_ms, which also
+ * becomes the connection's default timeout. On success *out is a new
+ * connection, freed by l3kv_close().
+ */
+L3KV_API int	 l3kv_connect(const char *socket_path, int timeout_ms, struct l3kv **out);
+/* Closes the connection and frees it; in-flight requests are dropped. NULL is fine. */
+L3KV_API void	 l3kv_close(struct l3kv *);
+/* $L3KV_SOCKET when set and not empty, else L3KV_SOCKET_DEFAULT. */
+L3KV_API const char *l3kv_default_socket(void);
+/* The library's version string, e.g. "0.1.0". */
+L3KV_API const char *l3kv_version(void);
+/* Sets the connection's default timeout for blocking calls. */
+L3KV_API int	 l3kv_set_timeout(struct l3kv *, int timeout_ms);
+
+#define L3KV_CAP_HOST_COPY	0x0001	/* memfd regions, host copy engine */
+#define L3KV_CAP_CUDA_COPY	0x0002	/* the daemon found a GPU */
+#define L3KV_CAP_NONBLOCK	0x0004	/* replies may come out of order */
+
+/* What the daemon said in its HELLO reply. */
+struct l3kv_server_info {
+	unsigned	protocol;	/* the version the connection speaks */
+	unsigned	caps;		/* L3KV_CAP_* */
+	uint32_t	max_frame;	/* the longest request payload it reads */
+	uint32_t	lease_ttl_ms;
+	char		server[L3KV_NAME_LEN];	/* name and version, "l3kvd 0.1.0" */
+	char		role[L3KV_NAME_LEN];	/* "decode" or "prefill" */
+};
+L3KV_API int	 l3kv_server_info(const struct l3kv *, struct l3kv_server_info *);
+
+/* ATTACH: the engine's layout, policies and memory. */
+
+enum l3kv_host_layout {
+	L3KV_LAYOUT_PAGE_FIRST		= 1,	/* page: tokens x layers x bytes */
+	L3KV_LAYOUT_LAYER_FIRST		= 2,	/* per layer: pages x tokens x bytes */
+	L3KV_LAYOUT_PAGE_FIRST_DIRECT	= 3,	/* page: layers x tokens x bytes */
+	L3KV_LAYOUT_SLOTS		= 4,	/* state slots: slot x bytes (regions only) */
+};
+
+enum l3kv_attention {
+	L3KV_ATTN_MLA	= 1,
+	L3KV_ATTN_MHA	= 2,
+	L3KV_ATTN_GQA	= 3,
+};
+
+enum l3kv_pool_kind {
+	L3KV_POOL_KV		= 1,	/* attention KV pages */
+	L3KV_POOL_STATE		= 2,	/* recurrent-state checkpoints */
+	L3KV_POOL_SIDECAR	= 3,	/* swa, indexer */
+};
+
+enum l3kv_hit_policy {
+	L3KV_HIT_ALL_PAGES	= 1,
+	L3KV_HIT_TRAILING	= 2,	/* trailing_pages(n), n in l3kv_pool.trailing */
+};
+
+enum l3kv_prefetch {
+	L3KV_PREFETCH_WAIT_COMPLETE	= 1,
+	L3KV_PREFETCH_BEST_EFFORT	= 2,
+	L3KV_PREFETCH_TIMEOUT		= 3,
+};
+
+enum l3kv_write {
+	L3KV_WRITE_THROUGH	= 1,
+	L3KV_WRITE_BACK		= 2,
+	L3KV_WRITE_OFFLOAD	= 3,	/* decode KV offload */
+};
+
+enum l3kv_mem_kind {
+	L3KV_MEM_MEMFD		= 1,	/* host shared memory; fd */
+	L3KV_MEM_CUDA_IPC	= 2,	/* legacy cudaIpcMemHandle_t in handle */
+	L3KV_MEM_CUMEM_FD	= 3,	/* cuMem allocation exported as a POSIX fd */
+};
+
+/*
+ * Everything that shapes bytes; the daemon hashes it into the namespace
+ * fingerprint. Strings are borrowed for the call; NULL is sent as "".
+ */
+struct l3kv_layout {
+	const char		*model;		/* < 128 bytes */
+	const char		*kv_dtype;	/* the real dtype: "fp8_e4m3", "bf16"; < 16 bytes */
+	const char		*hash_scheme;	/* "sha256" or an engine's scheme; < 16 bytes */
+	unsigned		 hash_len;	/* engine hash bytes, 1..32 */
+	unsigned		 tp_size;
+	unsigned		 dcp_size;
+	unsigned		 pp_size;
+	unsigned		 cp_size;
+	unsigned		 dcp_rank;
+	unsigned		 pp_rank;
+	enum l3kv_host_layout	 host_layout;	/* of stored objects */
+	enum l3kv_attention	 attention;
+	uint32_t		 page_tokens;
+	uint32_t		 logical_page_tokens;
+	uint64_t		 seed;
+};
+
+struct l3kv_pool {
+	const char		*name;		/* "kv", "state", "swa", "indexer"; < 16 bytes */
+	enum l3kv_pool_kind	 kind;
+	enum l3kv_hit_policy	 hit_policy;
+	unsigned		 trailing;	/* n of trailing_pages(n) */
+	uint32_t		 layers;
+	uint64_t		 object_bytes;	/* bytes of one object of the pool */
+	const char		*schema;	/* per-pool tensor schema; NULL is ""; < 64 bytes */
+};
+
+/*
+ * A memory registration. Byte (page p, layer l, token t) lives at
+ * offset + p*page_stride + l*layer_stride + t*token_stride, token_bytes
+ * long, and the last such byte must lie inside size. A state-slot region
+ * (L3KV_LAYOUT_SLOTS) has num_pages slots of token_bytes, one layer and
+ * one token each.
+ */
+struct l3kv_region {
+	unsigned		 pool;		/* index into l3kv_attach_args.pools */
+	enum l3kv_mem_kind	 kind;
+	enum l3kv_host_layout	 layout;
+	int			 fd;		/* memfd or cuMem fd: borrowed, sent, not closed */
+	uint64_t		 offset;	/* into the allocation */
+	uint64_t		 size;		/* bytes usable from offset */
+	uint32_t		 num_pages;
+	uint32_t		 page_tokens;
+	uint32_t		 layers;
+	uint32_t		 token_bytes;
+	uint64_t		 page_stride;
+	uint64_t		 layer_stride;
+	uint64_t		 token_stride;
+	uint8_t			 handle[L3KV_HANDLE_LEN];	/* L3KV_MEM_CUDA_IPC only */
+};
+
+struct l3kv_attach_args {
+	struct l3kv_layout	 layout;
+	const struct l3kv_pool	*pools;
+	unsigned		 npools;	/* 1..L3KV_POOLS_MAX */
+	const struct l3kv_region *regions;
+	unsigned		 nregions;	/* 0..L3KV_REGIONS_MAX */
+	const uint32_t		*live_slots;	/* state slots a restore must never write */
+	uint32_t		 nlive;		/* 0..L3KV_LIVE_MAX */
+	const char		*group;		/* the engine instance's id, < 64 bytes */
+	unsigned		 group_size;	/* ranks that attach with this group id */
+	unsigned		 group_rank;	/* this rank's index in the group */
+	unsigned		 tp_rank;
+	enum l3kv_prefetch	 prefetch;
+	uint32_t		 prefetch_timeout_ms;	/* L3KV_PREFETCH_TIMEOUT only */
+	enum l3kv_write		 write;
+	int			 timeout_ms;	/* this call's; L3KV_TIMEOUT_DEFAULT */
+};
+
+struct l3kv_attach_info {
+	uint8_t		fingerprint[16];	/* the namespace's layout hash */
+	char		ns[L3KV_NSNAME_LEN];	/* "role/model-fingerprint" */
+	uint32_t	session;		/* the daemon's id for this attach */
+	uint32_t	lease_ttl_ms;
+	uint32_t	group_members;		/* ranks of the group attached so far */
+};
+
+/*
+ * Registers this rank: layout, policies, memory. The fds of memfd and
+ * cuMem regions are sent with the request (each distinct fd once) and
+ * stay the caller's. info may be NULL.
+ */
+L3KV_API int	 l3kv_attach(struct l3kv *, const struct l3kv_attach_args *,
+		    struct l3kv_attach_info *info);
+/* Leaves; the daemon keeps the stored data. */
+L3KV_API int	 l3kv_detach(struct l3kv *);
+
+/* Administration: the daemon's JSON documents; free *json with l3kv_free(). */
+L3KV_API int	 l3kv_stats(struct l3kv *, char **json);
+L3KV_API int	 l3kv_health(struct l3kv *, char **json);
+L3KV_API void	 l3kv_free(void *);
+
+/* The non-blocking path. */
+
+/* Request types, as in the completion's op; equal to the wire's numbers. */
+enum l3kv_op {
+	L3KV_OP_HELLO		= 1,
+	L3KV_OP_ATTACH		= 2,
+	L3KV_OP_DETACH		= 3,
+	L3KV_OP_STATS		= 4,
+	L3KV_OP_HEALTH		= 5,
+	L3KV_OP_PROBE		= 16,
+	L3KV_OP_ADMIT		= 17,
+	L3KV_OP_RESTORE		= 18,
+	L3KV_OP_CANCEL		= 19,
+	L3KV_OP_RELEASE		= 20,
+	L3KV_OP_PUBLISH		= 21,
+	L3KV_OP_SET_POLICY	= 22,
+};
+
+/*
+ * One finished request. payload is the reply's payload when status is 0
+ * (the JSON text of STATS and HEALTH) and the error text otherwise; it is
+ * NUL-terminated, owned by the completion, and NULL when len is 0.
+ */
+struct l3kv_completion {
+	uint64_t	 ticket;	/* as l3kv_submit_*() returned it */
+	int		 op;		/* L3KV_OP_* */
+	int		 status;	/* 0 or -errno */
+	int		 proto_status;	/* the daemon's status number; 0 for local errors */
+	char		*payload;
+	size_t		 len;
+};
+
+/*
+ * The pollable fd: readable while l3kv_poll_completion() has something to
+ * do (a reply on the socket, queued completions, pending output that can
+ * now be sent, a broken connection). Poll it for reading only; never read,
+ * write or close it.
+ */
+L3KV_API int	 l3kv_fd(const struct l3kv *);
+/*
+ * Sends what is queued, reads what the socket has, without blocking.
+ * Returns 0 with one completion in *out (release it), -EAGAIN when none
+ * is ready, -ENOTCONN once the connection is broken and every ticket
+ * has been handed back.
+ */
+L3KV_API int	 l3kv_poll_completion(struct l3kv *, struct l3kv_completion *out);
+/* Frees a completion's payload. Idempotent. */
+L3KV_API void	 l3kv_completion_release(struct l3kv_completion *);
+
+/*
+ * Tickets are unique per connection, increasing and never 0. A submit
+ * that fails created no ticket.
+ */
+L3KV_API int	 l3kv_submit_stats(struct l3kv *, uint64_t *ticket);
+L3KV_API int	 l3kv_submit_health(struct l3kv *, uint64_t *ticket);
+
+/* Errors. */
+
+/*
+ * Text for a negative errno returned by libl3kv: the protocol's wording
+ * where exactly one daemon status maps to it (and libl3kv does not also
+ * return it for a local reason), strerror()'s otherwise. Never NULL.
+ */
+L3KV_API const char *l3kv_strerror(int err);
+/* The daemon's status number (PROTO_S_*) of the last call; 0 if it succeeded or failed locally. */
+L3KV_API int	 l3kv_last_status(const struct l3kv *);
+/*
+ * The error text of the last failed call: the daemon's message, or
+ * libl3kv's own for a failure found locally; "" after a success.
+ */
+L3KV_API const char *l3kv_last_error(const struct l3kv *);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* L3KV_H */

@@ -1,0 +1,455 @@
+/*
+ * Encoding, validation and debug dumps of l3kv protocol frames.
+ *
+ * Everything here works on bytes the caller already holds; nothing does
+ * I/O or allocates. Validation functions return a PROTO_S_* status (0 for
+ * a good frame) so that the daemon can answer with it directly; the
+ * client library turns statuses into -errno with proto_status_errno().
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "proto.h"
+
+struct proto_status_info {
+	const char	*name;
+	const char	*text;
+	int		 err;
+};
+
+static const struct proto_status_info proto_statuses[PROTO_S__MAX] = {
+	[PROTO_S_OK] = { "ok", "success", 0 },
+	[PROTO_S_BAD_MAGIC] = { "bad_magic", "bad frame magic", EPROTO },
+	[PROTO_S_BAD_VERSION] = { "bad_version", "unsupported protocol version", EPROTONOSUPPORT },
+	[PROTO_S_TOO_BIG] = { "too_big", "frame longer than the daemon's limit", EMSGSIZE },
+	[PROTO_S_BAD_TYPE] = { "bad_type", "unknown message type", EOPNOTSUPP },
+	[PROTO_S_BAD_LENGTH] = { "bad_length", "payload length wrong for its type", EBADMSG },
+	[PROTO_S_SHORT_HEADER] = { "short_header", "stream ended inside a frame header", EPROTO },
+	[PROTO_S_TRUNCATED] = { "truncated", "stream ended inside a frame payload", EPROTO },
+	[PROTO_S_UNEXPECTED_FDS] = { "unexpected_fds", "file descriptors on a frame that takes none", EBADMSG },
+	[PROTO_S_DENIED] = { "denied", "peer credentials not allowed", EACCES },
+	[PROTO_S_LIMIT] = { "limit", "connection limit reached", EUSERS },
+	[PROTO_S_INVALID] = { "invalid", "invalid field value", EINVAL },
+	[PROTO_S_STATE] = { "state", "not allowed in this connection state", EISCONN },
+	[PROTO_S_GUARD] = { "guard", "refused by a policy guard", EPERM },
+	[PROTO_S_NO_MEMORY] = { "no_memory", "daemon out of memory", ENOMEM },
+	[PROTO_S_INTERNAL] = { "internal", "internal daemon error", EIO },
+	[PROTO_S_BAD_REGION] = { "bad_region", "memory registration unusable", EFAULT },
+	[PROTO_S_BAD_FLAGS] = { "bad_flags", "unknown header flags", EBADMSG },
+	[PROTO_S_SHUTTING_DOWN] = { "shutting_down", "daemon is shutting down", ESHUTDOWN },
+	[PROTO_S_OUT_OF_BOUNDS] = { "out_of_bounds", "destination outside registered memory", ERANGE },
+	[PROTO_S_NOT_FOUND] = { "not_found", "no such lease or object", ENOENT },
+	[PROTO_S_EXPIRED] = { "expired", "lease expired", ETIME },
+	[PROTO_S_LOST] = { "lost", "promised data was lost or corrupt", ENODATA },
+	[PROTO_S_CANCELLED] = { "cancelled", "cancelled", ECANCELED },
+	[PROTO_S_NO_SPACE] = { "no_space", "no space in the tier", ENOSPC },
+	[PROTO_S_BUSY] = { "busy", "busy", EBUSY },
+	[PROTO_S_TIMEOUT] = { "timeout", "timed out", ETIMEDOUT },
+	[PROTO_S_GROUP_MISMATCH] = { "group_mismatch", "attach disagrees with its group", EXDEV },
+};
+
+const char *
+proto_status_name(unsigned s)
+{
+	if (s >= PROTO_S__MAX || proto_statuses[s].name == NULL)
+		return "unknown";
+	return proto_statuses[s].name;
+}
+
+const char *
+proto_status_text(unsigned s)
+{
+	if (s >= PROTO_S__MAX || proto_statuses[s].text == NULL)
+		return "unknown status";
+	return proto_statuses[s].text;
+}
+
+/* The negative errno libl3kv returns for a reply status. */
+int
+proto_status_errno(unsigned s)
+{
+	if (s >= PROTO_S__MAX || proto_statuses[s].name == NULL)
+		return -EPROTO;
+	return -proto_statuses[s].err;
+}
+
+const char *
+proto_type_name(unsigned t)
+{
+	switch (t) {
+	case PROTO_T_HELLO:	return "HELLO";
+	case PROTO_T_ATTACH:	return "ATTACH";
+	case PROTO_T_DETACH:	return "DETACH";
+	case PROTO_T_STATS:	return "STATS";
+	case PROTO_T_HEALTH:	return "HEALTH";
+	case PROTO_T_PROBE:	return "PROBE";
+	case PROTO_T_ADMIT:	return "ADMIT";
+	case PROTO_T_RESTORE:	return "RESTORE";
+	case PROTO_T_CANCEL:	return "CANCEL";
+	case PROTO_T_RELEASE:	return "RELEASE";
+	case PROTO_T_PUBLISH:	return "PUBLISH";
+	case PROTO_T_SET_POLICY: return "SET_POLICY";
+	case PROTO_T_ERROR:	return "ERROR";
+	}
+	return "UNKNOWN";
+}
+
+/* Types a client may send and that this version of the daemon serves. */
+int
+proto_type_is_request(unsigned t)
+{
+	switch (t) {
+	case PROTO_T_HELLO:
+	case PROTO_T_ATTACH:
+	case PROTO_T_DETACH:
+	case PROTO_T_STATS:
+	case PROTO_T_HEALTH:
+		return 1;
+	}
+	return 0;
+}
+
+void
+proto_hdr_init(struct proto_hdr *h, unsigned type, uint32_t length, uint64_t seq)
+{
+	memset(h, 0, sizeof(*h));
+	h->magic = PROTO_MAGIC;
+	h->version = PROTO_VERSION;
+	h->type = (uint16_t)type;
+	h->length = length;
+	h->seq = seq;
+}
+
+/*
+ * Checks a request header before anything is allocated for its payload.
+ * The order matters: magic first (is this l3kv at all), then version,
+ * then the length bound, so that a garbage stream is never allocated for.
+ */
+int
+proto_hdr_check(const struct proto_hdr *h, uint32_t max_frame)
+{
+	if (h->magic != PROTO_MAGIC)
+		return PROTO_S_BAD_MAGIC;
+	if (h->version != PROTO_VERSION)
+		return PROTO_S_BAD_VERSION;
+	if (h->length > max_frame)
+		return PROTO_S_TOO_BIG;
+	if (h->flags & ~PROTO_F_KNOWN || h->flags & PROTO_F_REPLY)
+		return PROTO_S_BAD_FLAGS;
+	if (h->status != 0)
+		return PROTO_S_BAD_FLAGS;
+	if (!proto_type_is_request(h->type))
+		return PROTO_S_BAD_TYPE;
+	return PROTO_S_OK;
+}
+
+/* A fixed string field holds a NUL and only printable ASCII before it. */
+int
+proto_string_ok(const char *s, size_t cap, int allow_empty)
+{
+	size_t	i;
+
+	for (i = 0; i < cap; i++) {
+		if (s[i] == '\0')
+			break;
+		if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e)
+			return 0;
+	}
+	if (i == cap)
+		return 0;
+	return allow_empty || i > 0;
+}
+
+uint32_t
+proto_attach_length(uint8_t npools, uint16_t nregions, uint32_t nlive)
+{
+	uint64_t	n;
+
+	n = sizeof(struct proto_attach) + (uint64_t)npools * sizeof(struct proto_pool) +
+	    (uint64_t)nregions * sizeof(struct proto_region) + (uint64_t)nlive * 4;
+	return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
+/* Checks a payload's length against its type; fields are checked later. */
+int
+proto_payload_check(unsigned type, uint32_t length, const void *payload)
+{
+	struct proto_attach	a;
+
+	switch (type) {
+	case PROTO_T_HELLO:
+		return length == sizeof(struct proto_hello) ? 0 : PROTO_S_BAD_LENGTH;
+	case PROTO_T_DETACH:
+	case PROTO_T_STATS:
+	case PROTO_T_HEALTH:
+		return length == 0 ? 0 : PROTO_S_BAD_LENGTH;
+	case PROTO_T_ATTACH:
+		if (length < sizeof(a))
+			return PROTO_S_BAD_LENGTH;
+		memcpy(&a, payload, sizeof(a));
+		if (length != proto_attach_length(a.layout.npools, a.nregions, a.nlive))
+			return PROTO_S_BAD_LENGTH;
+		return 0;
+	}
+	return PROTO_S_BAD_TYPE;
+}
+
+/* Picks the connection's version from a HELLO; fails if none overlaps. */
+int
+proto_hello_check(const struct proto_hello *h, uint16_t *version)
+{
+	if (h->flags != 0)
+		return PROTO_S_INVALID;
+	if (!proto_string_ok(h->client, sizeof(h->client), 1))
+		return PROTO_S_INVALID;
+	if (h->version_min > h->version_max)
+		return PROTO_S_BAD_VERSION;
+	if (h->version_max < PROTO_VERSION_MIN || h->version_min > PROTO_VERSION_MAX)
+		return PROTO_S_BAD_VERSION;
+	*version = h->version_max < PROTO_VERSION_MAX ? h->version_max : PROTO_VERSION_MAX;
+	return PROTO_S_OK;
+}
+
+#define ATTACH_ERR(...) do {						\
+	if (err != NULL)						\
+		snprintf(err, errlen, __VA_ARGS__);			\
+	return PROTO_S_INVALID;						\
+} while (0)
+
+static int
+proto_layout_check(const struct proto_layout *l, char *err, size_t errlen)
+{
+	if (!proto_string_ok(l->model, sizeof(l->model), 0))
+		ATTACH_ERR("layout.model: empty, unterminated or not printable");
+	if (!proto_string_ok(l->kv_dtype, sizeof(l->kv_dtype), 0))
+		ATTACH_ERR("layout.kv_dtype: empty, unterminated or not printable");
+	if (!proto_string_ok(l->hash_scheme, sizeof(l->hash_scheme), 0))
+		ATTACH_ERR("layout.hash_scheme: empty, unterminated or not printable");
+	if (l->tp_size == 0 || l->tp_size > PROTO_RANK_MAX)
+		ATTACH_ERR("layout.tp_size: %u is out of range [1, %u]", l->tp_size, PROTO_RANK_MAX);
+	if (l->dcp_size == 0 || l->dcp_size > PROTO_RANK_MAX)
+		ATTACH_ERR("layout.dcp_size: %u is out of range [1, %u]", l->dcp_size, PROTO_RANK_MAX);
+	if (l->pp_size == 0 || l->pp_size > PROTO_RANK_MAX)
+		ATTACH_ERR("layout.pp_size: %u is out of range [1, %u]", l->pp_size, PROTO_RANK_MAX);
+	if (l->cp_size == 0 || l->cp_size > PROTO_RANK_MAX)
+		ATTACH_ERR("layout.cp_size: %u is out of range [1, %u]", l->cp_size, PROTO_RANK_MAX);
+	if (l->dcp_rank >= l->dcp_size)
+		ATTACH_ERR("layout.dcp_rank: %u is not below dcp_size %u", l->dcp_rank, l->dcp_size);
+	if (l->pp_rank >= l->pp_size)
+		ATTACH_ERR("layout.pp_rank: %u is not below pp_size %u", l->pp_rank, l->pp_size);
+	if (l->host_layout < PROTO_LAYOUT_PAGE_FIRST || l->host_layout > PROTO_LAYOUT_PAGE_FIRST_DIRECT)
+		ATTACH_ERR("layout.host_layout: %u is not a host layout", l->host_layout);
+	if (l->attention < PROTO_ATTN_MLA || l->attention > PROTO_ATTN_GQA)
+		ATTACH_ERR("layout.attention: %u is not an attention kind", l->attention);
+	if (l->hash_len == 0 || l->hash_len > PROTO_HASH_LEN)
+		ATTACH_ERR("layout.hash_len: %u is out of range [1, %u]", l->hash_len, PROTO_HASH_LEN);
+	if (l->npools == 0 || l->npools > PROTO_POOLS_MAX)
+		ATTACH_ERR("layout.npools: %u is out of range [1, %u]", l->npools, PROTO_POOLS_MAX);
+	if (l->page_tokens == 0 || l->page_tokens > 65536)
+		ATTACH_ERR("layout.page_tokens: %u is out of range [1, 65536]", l->page_tokens);
+	if (l->logical_page_tokens == 0 || l->logical_page_tokens % l->page_tokens != 0)
+		ATTACH_ERR("layout.logical_page_tokens: %u is not a multiple of page_tokens %u",
+		    l->logical_page_tokens, l->page_tokens);
+	return 0;
+}
+
+static int
+proto_pool_check(const struct proto_pool *p, unsigned i, const struct proto_pool *pools,
+    char *err, size_t errlen)
+{
+	unsigned	j;
+
+	if (!proto_string_ok(p->name, sizeof(p->name), 0))
+		ATTACH_ERR("pools[%u].name: empty, unterminated or not printable", i);
+	for (j = 0; j < i; j++)
+		if (strcmp(pools[j].name, p->name) == 0)
+			ATTACH_ERR("pools[%u].name: \"%s\" declared twice", i, p->name);
+	if (p->kind < PROTO_POOL_KV || p->kind > PROTO_POOL_SIDECAR)
+		ATTACH_ERR("pools[%u].kind: %u is not a pool kind", i, p->kind);
+	if (p->hit_policy < PROTO_HIT_ALL_PAGES || p->hit_policy > PROTO_HIT_TRAILING)
+		ATTACH_ERR("pools[%u].hit_policy: %u is not a hit policy", i, p->hit_policy);
+	if (p->hit_policy == PROTO_HIT_TRAILING && p->trailing == 0)
+		ATTACH_ERR("pools[%u].trailing: trailing_pages needs n >= 1", i);
+	if (p->object_bytes == 0 || p->object_bytes > (1ULL << 30))
+		ATTACH_ERR("pools[%u].object_bytes: %llu is out of range [1, 1 GiB]", i,
+		    (unsigned long long)p->object_bytes);
+	if (!proto_string_ok(p->schema, sizeof(p->schema), 1))
+		ATTACH_ERR("pools[%u].schema: unterminated or not printable", i);
+	return 0;
+}
+
+/* a*b+c with overflow detection; returns 0 on overflow. */
+static int
+proto_muladd(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
+{
+	uint64_t	m;
+
+	if (__builtin_mul_overflow(a, b, &m) || __builtin_add_overflow(m, c, out))
+		return 0;
+	return 1;
+}
+
+/*
+ * The extent of a region's described bytes: the highest byte any page,
+ * layer and token can reach, plus one. 0 on overflow.
+ */
+static uint64_t
+proto_region_extent(const struct proto_region *r)
+{
+	uint64_t	end = r->token_bytes;
+
+	if (!proto_muladd(r->num_pages - 1ULL, r->page_stride, end, &end) ||
+	    !proto_muladd(r->layers - 1ULL, r->layer_stride, end, &end) ||
+	    !proto_muladd(r->page_tokens - 1ULL, r->token_stride, end, &end))
+		return 0;
+	return end;
+}
+
+static int
+proto_region_check(const struct proto_region *r, unsigned i, uint8_t npools,
+    char *err, size_t errlen)
+{
+	uint64_t	extent, end;
+
+	if (r->pool >= npools)
+		ATTACH_ERR("regions[%u].pool: %u is not a declared pool", i, r->pool);
+	if (r->kind < PROTO_MEM_MEMFD || r->kind > PROTO_MEM_CUMEM_FD)
+		ATTACH_ERR("regions[%u].kind: %u is not a memory kind", i, r->kind);
+	if (r->layout < PROTO_LAYOUT_PAGE_FIRST || r->layout > PROTO_LAYOUT_SLOTS)
+		ATTACH_ERR("regions[%u].layout: %u is not a layout", i, r->layout);
+	if (r->fd_index >= PROTO_FDS_MAX)
+		ATTACH_ERR("regions[%u].fd_index: %u is out of range [0, %u)", i, r->fd_index,
+		    PROTO_FDS_MAX);
+	if (r->num_pages == 0 || r->layers == 0 || r->page_tokens == 0 || r->token_bytes == 0)
+		ATTACH_ERR("regions[%u]: num_pages, layers, page_tokens and token_bytes must be >= 1", i);
+	if (r->layout == PROTO_LAYOUT_SLOTS && (r->layers != 1 || r->page_tokens != 1))
+		ATTACH_ERR("regions[%u]: a slot region has one layer and one token per slot", i);
+	extent = proto_region_extent(r);
+	if (extent == 0 || extent > r->size)
+		ATTACH_ERR("regions[%u]: geometry reaches past size %llu", i,
+		    (unsigned long long)r->size);
+	if (__builtin_add_overflow(r->offset, r->size, &end))
+		ATTACH_ERR("regions[%u]: offset + size overflows", i);
+	return 0;
+}
+
+/*
+ * Decodes and validates an ATTACH payload whose length already passed
+ * proto_payload_check(). Memory-level checks (fd sizes) are the daemon's.
+ */
+int
+proto_attach_decode(const void *payload, uint32_t length, struct proto_attach_view *v,
+    char *err, size_t errlen)
+{
+	const uint8_t	*p = payload;
+	unsigned	 i;
+	int		 s;
+
+	if (length < sizeof(v->fixed))
+		return PROTO_S_BAD_LENGTH;
+	memcpy(&v->fixed, p, sizeof(v->fixed));
+	if (length != proto_attach_length(v->fixed.layout.npools, v->fixed.nregions, v->fixed.nlive))
+		return PROTO_S_BAD_LENGTH;
+	if ((s = proto_layout_check(&v->fixed.layout, err, errlen)) != 0)
+		return s;
+	if (v->fixed.nregions > PROTO_REGIONS_MAX)
+		ATTACH_ERR("nregions: %u is out of range [0, %u]", v->fixed.nregions, PROTO_REGIONS_MAX);
+	if (v->fixed.nlive > PROTO_LIVE_MAX)
+		ATTACH_ERR("nlive: %u is out of range [0, %u]", v->fixed.nlive, PROTO_LIVE_MAX);
+	if (!proto_string_ok(v->fixed.group, sizeof(v->fixed.group), 0))
+		ATTACH_ERR("group: empty, unterminated or not printable");
+	if (v->fixed.group_size == 0 || v->fixed.group_size > PROTO_GROUP_SIZE_MAX)
+		ATTACH_ERR("group_size: %u is out of range [1, %u]", v->fixed.group_size,
+		    PROTO_GROUP_SIZE_MAX);
+	if (v->fixed.group_rank >= v->fixed.group_size)
+		ATTACH_ERR("group_rank: %u is not below group_size %u", v->fixed.group_rank,
+		    v->fixed.group_size);
+	if (v->fixed.tp_rank >= v->fixed.layout.tp_size)
+		ATTACH_ERR("tp_rank: %u is not below tp_size %u", v->fixed.tp_rank,
+		    v->fixed.layout.tp_size);
+	if (v->fixed.prefetch < PROTO_PREFETCH_WAIT_COMPLETE ||
+	    v->fixed.prefetch > PROTO_PREFETCH_TIMEOUT)
+		ATTACH_ERR("prefetch: %u is not a prefetch policy", v->fixed.prefetch);
+	if (v->fixed.write < PROTO_WRITE_THROUGH || v->fixed.write > PROTO_WRITE_OFFLOAD)
+		ATTACH_ERR("write: %u is not a write policy", v->fixed.write);
+	if (v->fixed.prefetch == PROTO_PREFETCH_TIMEOUT && v->fixed.prefetch_timeout_ms == 0)
+		ATTACH_ERR("prefetch_timeout_ms: the timeout policy needs a timeout");
+	p += sizeof(v->fixed);
+	for (i = 0; i < v->fixed.layout.npools; i++, p += sizeof(struct proto_pool)) {
+		memcpy(&v->pools[i], p, sizeof(struct proto_pool));
+		if ((s = proto_pool_check(&v->pools[i], i, v->pools, err, errlen)) != 0)
+			return s;
+	}
+	for (i = 0; i < v->fixed.nregions; i++, p += sizeof(struct proto_region)) {
+		memcpy(&v->regions[i], p, sizeof(struct proto_region));
+		s = proto_region_check(&v->regions[i], i, v->fixed.layout.npools, err, errlen);
+		if (s != 0)
+			return s;
+	}
+	v->live = p;
+	return PROTO_S_OK;
+}
+
+uint32_t
+proto_attach_live(const struct proto_attach_view *v, uint32_t i)
+{
+	uint32_t	x;
+
+	memcpy(&x, v->live + (size_t)i * 4, 4);
+	return x;
+}
+
+/*
+ * Copies at most max bytes of s, up to a NUL, with anything but printable
+ * ASCII (and '"') replaced: the fields dumped are the client's, not yet
+ * validated, and must not be able to break or forge a log line.
+ */
+static const char *
+proto_dump_str(char *dst, const char *s, size_t max)
+{
+	size_t	i;
+
+	for (i = 0; i < max && s[i] != '\0'; i++)
+		dst[i] = (unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e || s[i] == '"' ?
+		    '?' : s[i];
+	dst[i] = '\0';
+	return dst;
+}
+
+/* One line describing a frame, for debug logs; returns snprintf's count. */
+size_t
+proto_dump(const struct proto_hdr *h, const void *payload, char *buf, size_t len)
+{
+	struct proto_hello		 hello;
+	struct proto_attach		 a;
+	char				 s1[PROTO_MODEL_LEN + 1], s2[PROTO_ERRMSG_MAX + 1];
+	int				 n;
+
+	n = snprintf(buf, len, "%s%s seq=%llu len=%u flags=0x%x status=%s",
+	    proto_type_name(h->type), h->flags & PROTO_F_REPLY ? " reply" : "",
+	    (unsigned long long)h->seq, h->length, h->flags, proto_status_name(h->status));
+	if (n < 0 || (size_t)n >= len || payload == NULL)
+		return n < 0 ? 0 : (size_t)n;
+	if (h->status != PROTO_S_OK && h->flags & PROTO_F_REPLY) {
+		n += snprintf(buf + n, len - n, " msg=\"%s\"", proto_dump_str(s2, payload,
+		    h->length < PROTO_ERRMSG_MAX ? h->length : PROTO_ERRMSG_MAX));
+	} else if (h->type == PROTO_T_HELLO && !(h->flags & PROTO_F_REPLY) &&
+	    h->length == sizeof(hello)) {
+		/* Copied: the payload need not be aligned for the struct. */
+		memcpy(&hello, payload, sizeof(hello));
+		n += snprintf(buf + n, len - n, " versions=%u..%u client=\"%s\"",
+		    hello.version_min, hello.version_max,
+		    proto_dump_str(s1, hello.client, sizeof(hello.client)));
+	} else if (h->type == PROTO_T_ATTACH && !(h->flags & PROTO_F_REPLY) &&
+	    h->length >= sizeof(a)) {
+		memcpy(&a, payload, sizeof(a));
+		n += snprintf(buf + n, len - n,
+		    " model=\"%s\" group=\"%s\" rank=%u/%u tp=%u dcp=%u/%u pools=%u regions=%u live=%u",
+		    proto_dump_str(s1, a.layout.model, sizeof(a.layout.model)),
+		    proto_dump_str(s2, a.group, sizeof(a.group)),
+		    a.group_rank, a.group_size, a.layout.tp_size, a.layout.dcp_rank,
+		    a.layout.dcp_size, a.layout.npools, a.nregions, a.nlive);
+	}
+	return n < 0 ? 0 : (size_t)n;
+}

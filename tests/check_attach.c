@@ -1,0 +1,524 @@
+/*
+ * Integration tests through libl3kv against a real l3kvd: ATTACH and
+ * DETACH with memfd regions, the namespace fingerprint, groups, the DCP
+ * guard (refused with nothing changed), bad registrations, engines that
+ * vanish, and 200 concurrent clients.
+ */
+#include <sys/mman.h>
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "l3kv.h"
+#include "proto.h"
+#include "tests.h"
+
+#define PAGES		16
+#define LAYERS		4
+#define PAGE_TOKENS	8
+#define TOKEN_BYTES	64
+#define SLOTS		4
+#define SLOT_BYTES	4096
+
+static struct test_daemon	td;
+static int			fds_before;
+
+static void
+setup(void)
+{
+	fds_before = test_fd_count();
+	ck_assert_int_eq(test_daemon_start(&td, NULL), 0);
+}
+
+static void
+teardown(void)
+{
+	int	st;
+
+	test_daemon_stop(&td, SIGTERM, &st);
+	ck_assert(WIFEXITED(st));
+	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	ck_assert_int_eq(test_fd_count(), fds_before);
+}
+
+static int
+memfd(size_t size, unsigned flags)
+{
+	int	fd = memfd_create("l3kv-test", MFD_CLOEXEC | flags);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
+	return fd;
+}
+
+/* An engine rank's memory and arguments: a page_first KV region and a slot region. */
+struct engine {
+	struct l3kv_pool	pools[2];
+	struct l3kv_region	regions[2];
+	struct l3kv_attach_args	args;
+	uint32_t		live[2];
+	int			kv_fd;
+	int			slot_fd;
+};
+
+static void
+engine_init(struct engine *e, const char *group, unsigned size, unsigned rank)
+{
+	uint64_t	page = (uint64_t)PAGE_TOKENS * LAYERS * TOKEN_BYTES;
+
+	memset(e, 0, sizeof(*e));
+	e->kv_fd = memfd(PAGES * page, MFD_ALLOW_SEALING);
+	e->slot_fd = memfd(SLOTS * SLOT_BYTES, MFD_ALLOW_SEALING);
+	e->pools[0] = (struct l3kv_pool){ "kv", L3KV_POOL_KV, L3KV_HIT_ALL_PAGES, 0, LAYERS,
+	    page, "latent:576:fp8_e4m3" };
+	e->pools[1] = (struct l3kv_pool){ "state", L3KV_POOL_STATE, L3KV_HIT_ALL_PAGES, 0, 1,
+	    SLOT_BYTES, "conv:4096" };
+	e->regions[0] = (struct l3kv_region){ .pool = 0, .kind = L3KV_MEM_MEMFD,
+	    .layout = L3KV_LAYOUT_PAGE_FIRST, .fd = e->kv_fd, .offset = 0, .size = PAGES * page,
+	    .num_pages = PAGES, .page_tokens = PAGE_TOKENS, .layers = LAYERS,
+	    .token_bytes = TOKEN_BYTES, .page_stride = page, .layer_stride = TOKEN_BYTES,
+	    .token_stride = (uint64_t)LAYERS * TOKEN_BYTES };
+	e->regions[1] = (struct l3kv_region){ .pool = 1, .kind = L3KV_MEM_MEMFD,
+	    .layout = L3KV_LAYOUT_SLOTS, .fd = e->slot_fd, .offset = 0,
+	    .size = SLOTS * SLOT_BYTES, .num_pages = SLOTS, .page_tokens = 1, .layers = 1,
+	    .token_bytes = SLOT_BYTES, .page_stride = SLOT_BYTES };
+	e->live[0] = 0;
+	e->live[1] = 2;
+	e->args.layout = (struct l3kv_layout){ .model = "test-model", .kv_dtype = "fp8_e4m3",
+	    .hash_scheme = "sha256", .hash_len = 32, .tp_size = 1, .dcp_size = 1, .pp_size = 1,
+	    .cp_size = 1, .host_layout = L3KV_LAYOUT_PAGE_FIRST, .attention = L3KV_ATTN_MLA,
+	    .page_tokens = PAGE_TOKENS, .logical_page_tokens = PAGE_TOKENS, .seed = 7 };
+	e->args.pools = e->pools;
+	e->args.npools = 2;
+	e->args.regions = e->regions;
+	e->args.nregions = 2;
+	e->args.live_slots = e->live;
+	e->args.nlive = 2;
+	e->args.group = group;
+	e->args.group_size = size;
+	e->args.group_rank = rank;
+	e->args.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
+	e->args.write = L3KV_WRITE_THROUGH;
+}
+
+static void
+engine_fini(struct engine *e)
+{
+	close(e->kv_fd);
+	close(e->slot_fd);
+}
+
+static struct l3kv *
+client(void)
+{
+	struct l3kv	*k = NULL;
+
+	ck_assert_int_eq(l3kv_connect(td.sock, 5000, &k), 0);
+	return k;
+}
+
+/* The daemon's STATS document, parsed. */
+static json_t *
+stats(void)
+{
+	struct l3kv	*k = client();
+	json_error_t	 jerr;
+	json_t		*j;
+	char		*text = NULL;
+
+	ck_assert_int_eq(l3kv_stats(k, &text), 0);
+	j = json_loads(text, 0, &jerr);
+	ck_assert_ptr_nonnull(j);
+	l3kv_free(text);
+	l3kv_close(k);
+	return j;
+}
+
+static json_int_t
+stat_int(json_t *j, const char *section, const char *key)
+{
+	json_t	*v = json_object_get(json_object_get(j, section), key);
+
+	ck_assert_msg(json_is_integer(v), "stats %s.%s missing", section, key);
+	return json_integer_value(v);
+}
+
+/* What an ATTACH may change: namespaces, groups, sessions, mapped memory. */
+static char *
+state_of_daemon(void)
+{
+	json_t	*j = stats(), *keep;
+	char	*out;
+
+	keep = json_pack("{s:O, s:O, s:O, s:I}", "namespaces", json_object_get(j, "namespaces"),
+	    "groups", json_object_get(j, "groups"), "memory", json_object_get(j, "memory"),
+	    "sessions", stat_int(j, "attach", "sessions"));
+	out = json_dumps(keep, JSON_SORT_KEYS | JSON_COMPACT);
+	json_decref(keep);
+	json_decref(j);
+	return out;
+}
+
+START_TEST(test_attach_and_detach_map_and_unmap_memory)
+{
+	struct l3kv_attach_info	 info;
+	struct engine		 e;
+	struct l3kv		*k = client();
+	json_t			*j;
+	char			 want[64];
+
+	engine_init(&e, "g-attach", 1, 0);
+	ck_assert_int_eq(l3kv_attach(k, &e.args, &info), 0);
+	ck_assert_uint_gt(info.session, 0);
+	ck_assert_uint_eq(info.group_members, 1);
+	ck_assert_uint_eq(info.lease_ttl_ms, 30000);
+	snprintf(want, sizeof(want), "decode/test-model-%02x%02x", info.fingerprint[0],
+	    info.fingerprint[1]);
+	ck_assert_msg(strncmp(info.ns, want, strlen(want)) == 0, "ns %s", info.ns);
+	ck_assert_uint_eq(strlen(info.ns), strlen("decode/test-model-") + 32);
+
+	j = stats();
+	ck_assert_int_eq(stat_int(j, "memory", "regions_mapped"), 2);
+	ck_assert_int_eq(stat_int(j, "attach", "sessions"), 1);
+	ck_assert_uint_eq(json_array_size(json_object_get(j, "namespaces")), 1);
+	ck_assert_uint_eq(json_array_size(json_object_get(j, "groups")), 1);
+	json_decref(j);
+
+	ck_assert_int_eq(l3kv_detach(k), 0);
+	j = stats();
+	ck_assert_int_eq(stat_int(j, "memory", "regions_mapped"), 0);
+	ck_assert_int_eq(stat_int(j, "memory", "region_bytes_mapped"), 0);
+	ck_assert_int_eq(stat_int(j, "attach", "sessions"), 0);
+	ck_assert_uint_eq(json_array_size(json_object_get(j, "namespaces")), 0);
+	ck_assert_uint_eq(json_array_size(json_object_get(j, "groups")), 0);
+	json_decref(j);
+
+	/* Detach twice: a state error, and the connection still works. */
+	ck_assert_int_lt(l3kv_detach(k), 0);
+	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_STATE);
+	ck_assert_int_eq(l3kv_attach(k, &e.args, NULL), 0);
+	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
+	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_STATE);
+	l3kv_close(k);
+	engine_fini(&e);
+}
+END_TEST
+
+START_TEST(test_dcp_guard_refuses_best_effort_with_nothing_changed)
+{
+	struct engine	 e;
+	struct l3kv	*k = client(), *other = client();
+	char		*before, *after;
+	json_t		*j;
+
+	engine_init(&e, "g-other", 1, 0);
+	ck_assert_int_eq(l3kv_attach(other, &e.args, NULL), 0);
+	engine_fini(&e);
+
+	engine_init(&e, "g-dcp", 2, 0);
+	e.args.layout.dcp_size = 2;
+	e.args.prefetch = L3KV_PREFETCH_BEST_EFFORT;
+	before = state_of_daemon();
+	ck_assert_int_eq(l3kv_attach(k, &e.args, NULL), -EPERM);
+	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_GUARD);
+	ck_assert_ptr_nonnull(strstr(l3kv_last_error(k), "wait_complete"));
+	after = state_of_daemon();
+	ck_assert_str_eq(before, after);
+	j = stats();
+	ck_assert_int_eq(stat_int(j, "attach", "guards_refused"), 1);
+	json_decref(j);
+
+	/* The same rank with wait_complete is accepted: the refusal left nothing behind. */
+	e.args.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
+	ck_assert_int_eq(l3kv_attach(k, &e.args, NULL), 0);
+	free(before);
+	free(after);
+	l3kv_close(k);
+	l3kv_close(other);
+	engine_fini(&e);
+}
+END_TEST
+
+START_TEST(test_dcp_guard_refuses_offload_and_non_mla)
+{
+	struct engine	 e;
+	struct l3kv	*k = client();
+
+	engine_init(&e, "g-dcp", 2, 1);
+	e.args.layout.dcp_size = 2;
+	e.args.layout.dcp_rank = 1;
+	e.args.write = L3KV_WRITE_OFFLOAD;
+	ck_assert_int_eq(l3kv_attach(k, &e.args, NULL), -EPERM);
+	ck_assert_ptr_nonnull(strstr(l3kv_last_error(k), "offload"));
+	e.args.write = L3KV_WRITE_THROUGH;
+	e.args.layout.attention = L3KV_ATTN_MHA;
+	ck_assert_int_eq(l3kv_attach(k, &e.args, NULL), -EPERM);
+	ck_assert_ptr_nonnull(strstr(l3kv_last_error(k), "MLA"));
+	l3kv_close(k);
+	engine_fini(&e);
+}
+END_TEST
+
+static void
+fingerprint_of(struct engine *e, uint8_t out[16])
+{
+	struct l3kv_attach_info	 info;
+	struct l3kv		*k = client();
+
+	ck_assert_int_eq(l3kv_attach(k, &e->args, &info), 0);
+	memcpy(out, info.fingerprint, 16);
+	l3kv_close(k);
+}
+
+START_TEST(test_fingerprint_is_stable_and_changes_with_the_layout)
+{
+	struct engine	e;
+	uint8_t		a[16], b[16], c[16];
+
+	engine_init(&e, "g-fp", 1, 0);
+	fingerprint_of(&e, a);
+	usleep(50000);	/* the first session's close reaches the daemon */
+	fingerprint_of(&e, b);
+	ck_assert_mem_eq(a, b, 16);
+	usleep(50000);
+	e.args.layout.kv_dtype = "fp8_e5m2";
+	fingerprint_of(&e, c);
+	ck_assert(memcmp(a, c, 16) != 0);
+	usleep(50000);
+	e.args.layout.kv_dtype = "fp8_e4m3";
+	e.args.layout.hash_scheme = "xxh64";
+	e.args.layout.hash_len = 8;
+	fingerprint_of(&e, c);
+	ck_assert(memcmp(a, c, 16) != 0);
+	engine_fini(&e);
+}
+END_TEST
+
+START_TEST(test_group_ranks_must_agree)
+{
+	struct l3kv_attach_info	 info;
+	struct engine		 e0, e1;
+	struct l3kv		*k0 = client(), *k1 = client(), *k2 = client();
+
+	engine_init(&e0, "g-pair", 2, 0);
+	engine_init(&e1, "g-pair", 2, 1);
+	ck_assert_int_eq(l3kv_attach(k0, &e0.args, &info), 0);
+	ck_assert_uint_eq(info.group_members, 1);
+	/* The same rank twice. */
+	ck_assert_int_lt(l3kv_attach(k1, &e0.args, NULL), 0);
+	ck_assert_int_eq(l3kv_last_status(k1), PROTO_S_GROUP_MISMATCH);
+	/* Another size. */
+	e1.args.group_size = 3;
+	ck_assert_int_lt(l3kv_attach(k1, &e1.args, NULL), 0);
+	ck_assert_int_eq(l3kv_last_status(k1), PROTO_S_GROUP_MISMATCH);
+	/* Another policy. */
+	e1.args.group_size = 2;
+	e1.args.write = L3KV_WRITE_BACK;
+	ck_assert_int_lt(l3kv_attach(k1, &e1.args, NULL), 0);
+	ck_assert_int_eq(l3kv_last_status(k1), PROTO_S_GROUP_MISMATCH);
+	e1.args.write = L3KV_WRITE_THROUGH;
+	ck_assert_int_eq(l3kv_attach(k1, &e1.args, &info), 0);
+	ck_assert_uint_eq(info.group_members, 2);
+	/* A rank that leaves frees its place. */
+	l3kv_close(k0);
+	usleep(100000);
+	ck_assert_int_eq(l3kv_attach(k2, &e0.args, &info), 0);
+	ck_assert_uint_eq(info.group_members, 2);
+	l3kv_close(k1);
+	l3kv_close(k2);
+	engine_fini(&e0);
+	engine_fini(&e1);
+}
+END_TEST
+
+START_TEST(test_bad_registrations_are_refused_with_nothing_mapped)
+{
+	struct engine	 e;
+	struct l3kv	*k = client();
+	char		*before, *after, path[64];
+	int		 plain, ro;
+
+	engine_init(&e, "g-bad", 1, 0);
+	before = state_of_daemon();
+
+	/* Memory smaller than the geometry. */
+	ck_assert_int_eq(ftruncate(e.kv_fd, 4096), 0);
+	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
+	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BAD_REGION);
+	ck_assert_ptr_nonnull(strstr(l3kv_last_error(k), "regions[0]"));
+	ck_assert_int_eq(ftruncate(e.kv_fd, (off_t)e.regions[0].size), 0);
+
+	/* A memfd that cannot be sealed against shrinking. */
+	plain = memfd(e.regions[1].size, 0);
+	e.regions[1].fd = plain;
+	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
+	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BAD_REGION);
+	ck_assert_ptr_nonnull(strstr(l3kv_last_error(k), "MFD_ALLOW_SEALING"));
+	close(plain);
+
+	/* A read-only fd. */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", e.slot_fd);
+	ro = open(path, O_RDONLY | O_CLOEXEC);
+	ck_assert_int_ge(ro, 0);
+	e.regions[1].fd = ro;
+	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
+	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BAD_REGION);
+	close(ro);
+	e.regions[1].fd = e.slot_fd;
+
+	/* A live slot outside the slot region, and one listed twice. */
+	e.live[1] = SLOTS;
+	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
+	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BAD_REGION);
+	e.live[1] = 0;
+	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
+	ck_assert_ptr_nonnull(strstr(l3kv_last_error(k), "twice"));
+	e.live[1] = 2;
+
+	/* Geometry that overflows: refused by the protocol check. */
+	e.regions[0].page_stride = UINT64_MAX / 2;
+	ck_assert_int_eq(l3kv_attach(k, &e.args, NULL), -EINVAL);
+	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_INVALID);
+	e.regions[0].page_stride = (uint64_t)PAGE_TOKENS * LAYERS * TOKEN_BYTES;
+
+	after = state_of_daemon();
+	ck_assert_str_eq(before, after);
+	/* And the corrected registration is accepted on the same connection. */
+	ck_assert_int_eq(l3kv_attach(k, &e.args, NULL), 0);
+	free(before);
+	free(after);
+	l3kv_close(k);
+	engine_fini(&e);
+}
+END_TEST
+
+START_TEST(test_configured_model_refuses_other_models)
+{
+	struct engine	 e;
+	struct l3kv	*k;
+	int		 st;
+
+	test_daemon_stop(&td, SIGTERM, &st);
+	ck_assert_int_eq(test_daemon_start(&td, "{\"model\": \"kimi-linear\"}"), 0);
+	k = client();
+	engine_init(&e, "g-model", 1, 0);
+	ck_assert_int_eq(l3kv_attach(k, &e.args, NULL), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(l3kv_last_error(k), "kimi-linear"));
+	e.args.layout.model = "kimi-linear";
+	ck_assert_int_eq(l3kv_attach(k, &e.args, NULL), 0);
+	l3kv_close(k);
+	engine_fini(&e);
+}
+END_TEST
+
+/* An engine killed without DETACH: its session and mappings go. */
+START_TEST(test_killed_engine_releases_its_session)
+{
+	struct engine	 e;
+	struct l3kv	*k;
+	json_t		*j;
+	pid_t		 pid;
+	int		 st, i;
+
+	engine_init(&e, "g-kill", 1, 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		if (l3kv_connect(td.sock, 5000, &k) != 0 || l3kv_attach(k, &e.args, NULL) != 0)
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	for (i = 0; i < 200; i++) {
+		j = stats();
+		st = (int)stat_int(j, "attach", "sessions");
+		json_decref(j);
+		if (st == 1)
+			break;
+		usleep(10000);
+	}
+	ck_assert_int_eq(st, 1);
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	for (i = 0; i < 200; i++) {
+		j = stats();
+		st = (int)stat_int(j, "memory", "regions_mapped");
+		json_decref(j);
+		if (st == 0)
+			break;
+		usleep(10000);
+	}
+	ck_assert_int_eq(st, 0);
+	engine_fini(&e);
+}
+END_TEST
+
+#define CLIENTS	200
+
+/* 200 connections at once, each asking HEALTH without blocking. */
+START_TEST(test_200_concurrent_clients_are_served)
+{
+	struct l3kv_completion	 comp;
+	struct l3kv		*k[CLIENTS];
+	struct pollfd		 pfd[CLIENTS];
+	uint64_t		 ticket[CLIENTS];
+	int			 done[CLIENTS] = { 0 }, ndone = 0, i, rc;
+
+	for (i = 0; i < CLIENTS; i++) {
+		ck_assert_int_eq(l3kv_connect(td.sock, 5000, &k[i]), 0);
+		ck_assert_int_eq(l3kv_submit_health(k[i], &ticket[i]), 0);
+	}
+	while (ndone < CLIENTS) {
+		for (i = 0; i < CLIENTS; i++) {
+			pfd[i].fd = done[i] ? -1 : l3kv_fd(k[i]);
+			pfd[i].events = POLLIN;
+		}
+		ck_assert_int_gt(poll(pfd, CLIENTS, 5000), 0);
+		for (i = 0; i < CLIENTS; i++) {
+			if (done[i] || !(pfd[i].revents & POLLIN))
+				continue;
+			rc = l3kv_poll_completion(k[i], &comp);
+			if (rc == -EAGAIN)
+				continue;
+			ck_assert_int_eq(rc, 0);
+			ck_assert_uint_eq(comp.ticket, ticket[i]);
+			ck_assert_int_eq(comp.status, 0);
+			ck_assert_ptr_nonnull(strstr(comp.payload, "\"status\":\"ok\""));
+			l3kv_completion_release(&comp);
+			done[i] = 1;
+			ndone++;
+		}
+	}
+	for (i = 0; i < CLIENTS; i++)
+		l3kv_close(k[i]);
+}
+END_TEST
+
+Suite *
+suite_attach(void)
+{
+	Suite	*s = suite_create("attach");
+	TCase	*tc = tcase_create("attach");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_attach_and_detach_map_and_unmap_memory);
+	tcase_add_test(tc, test_dcp_guard_refuses_best_effort_with_nothing_changed);
+	tcase_add_test(tc, test_dcp_guard_refuses_offload_and_non_mla);
+	tcase_add_test(tc, test_fingerprint_is_stable_and_changes_with_the_layout);
+	tcase_add_test(tc, test_group_ranks_must_agree);
+	tcase_add_test(tc, test_bad_registrations_are_refused_with_nothing_mapped);
+	tcase_add_test(tc, test_configured_model_refuses_other_models);
+	tcase_add_test(tc, test_killed_engine_releases_its_session);
+	tcase_add_test(tc, test_200_concurrent_clients_are_served);
+	suite_add_tcase(s, tc);
+	return s;
+}

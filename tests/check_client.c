@@ -1,0 +1,1164 @@
+/*
+ * libl3kv without a daemon: error texts, connecting to nothing, and a
+ * fake server scripted per test that answers out of order, lies, stalls
+ * or hangs up, to pin down what the library does in each case.
+ *
+ * The fake server is a forked child accepting on a socket in a mkdtemp
+ * directory; it speaks the protocol through proto.c and reports a broken
+ * expectation by its exit status, which the test asserts. Every test
+ * counts its fds before and after.
+ */
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "l3kv.h"
+#include "proto.h"
+#include "tests.h"
+
+/* A script answers one connection; it returns the child's exit status. */
+typedef int (*fake_script)(int fd);
+
+struct fake {
+	char	dir[PATH_MAX];
+	char	sock[PATH_MAX];
+	pid_t	pid;
+};
+
+static int64_t
+ct_now_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * A Unix socket bound at dir/name, listening when backlog > 0 (a bound
+ * socket that never listens refuses connections); path gets its name.
+ */
+static int
+ct_bind(const char *dir, const char *name, int backlog, char *path, size_t len)
+{
+	struct sockaddr_un	sun;
+	int			s, n;
+
+	n = snprintf(path, len, "%s/%s", dir, name);
+	ck_assert(n > 0 && (size_t)n < len && (size_t)n < sizeof(sun.sun_path));
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	memcpy(sun.sun_path, path, (size_t)n);
+	s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(s, 0);
+	ck_assert_int_eq(bind(s, (struct sockaddr *)&sun, sizeof(sun)), 0);
+	if (backlog > 0)
+		ck_assert_int_eq(listen(s, backlog), 0);
+	return s;
+}
+
+static int
+fake_read_full(int fd, void *buf, size_t len)
+{
+	uint8_t	*p = buf;
+	ssize_t	 n;
+
+	while (len > 0) {
+		n = read(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int
+fake_write_full(int fd, const void *buf, size_t len)
+{
+	const uint8_t	*p = buf;
+	ssize_t		 n;
+
+	while (len > 0) {
+		n = send(fd, p, len, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/*
+ * Reads one frame the way l3kvd does: the header by recvmsg, which is
+ * where fds must arrive, then exactly the payload. *payload is malloc'd.
+ */
+static int
+fake_read_frame(int fd, struct proto_hdr *h, uint8_t **payload, int *fds, int *nfds)
+{
+	union {
+		struct cmsghdr	hdr;
+		char		buf[CMSG_SPACE(sizeof(int) * PROTO_FDS_MAX)];
+	} cbuf;
+	struct msghdr	 msg;
+	struct cmsghdr	*cm;
+	struct iovec	 iov;
+	ssize_t		 n;
+	size_t		 got;
+
+	*payload = NULL;
+	if (nfds != NULL)
+		*nfds = 0;
+	iov.iov_base = h;
+	iov.iov_len = sizeof(*h);
+	memset(&msg, 0, sizeof(msg));
+	msg.msg_iov = &iov;
+	msg.msg_iovlen = 1;
+	msg.msg_control = cbuf.buf;
+	msg.msg_controllen = sizeof(cbuf.buf);
+	do
+		n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0)
+		return -1;
+	for (cm = CMSG_FIRSTHDR(&msg); cm != NULL; cm = CMSG_NXTHDR(&msg, cm)) {
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS && nfds != NULL) {
+			*nfds = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			memcpy(fds, CMSG_DATA(cm), sizeof(int) * (size_t)*nfds);
+		}
+	}
+	got = (size_t)n;
+	if (got < sizeof(*h) && fake_read_full(fd, (uint8_t *)h + got, sizeof(*h) - got) != 0)
+		return -1;
+	if (proto_hdr_check(h, PROTO_FRAME_MAX) != 0)
+		return -1;
+	*payload = malloc((size_t)h->length + 1);
+	if (*payload == NULL || fake_read_full(fd, *payload, h->length) != 0)
+		return -1;
+	return 0;
+}
+
+/*
+ * Sends a header with fields chosen by the test, and n payload bytes, in
+ * one write: a client that hangs up after a bad header must not make the
+ * fake fail on the payload's write.
+ */
+static int
+fake_send_raw(int fd, unsigned type, unsigned flags, unsigned status, uint32_t length,
+    uint64_t seq, const void *payload, size_t n)
+{
+	struct proto_hdr	 h;
+	uint8_t			*buf;
+	int			 rc;
+
+	proto_hdr_init(&h, type, length, seq);
+	h.flags = (uint16_t)flags;
+	h.status = (uint16_t)status;
+	if ((buf = malloc(sizeof(h) + n)) == NULL)
+		return -1;
+	memcpy(buf, &h, sizeof(h));
+	if (n > 0)
+		memcpy(buf + sizeof(h), payload, n);
+	rc = fake_write_full(fd, buf, sizeof(h) + n);
+	free(buf);
+	return rc;
+}
+
+/* Sends a reply frame to req with status and payload. */
+static int
+fake_reply(int fd, const struct proto_hdr *req, unsigned status, const void *payload,
+    uint32_t len)
+{
+	return fake_send_raw(fd, req->type, PROTO_F_REPLY, status, len, req->seq, payload, len);
+}
+
+/* Reads the next request and checks its type; frees the payload. */
+static int
+fake_expect(int fd, unsigned type, struct proto_hdr *h)
+{
+	uint8_t	*p;
+	int	 rc;
+
+	rc = fake_read_frame(fd, h, &p, NULL, NULL);
+	free(p);
+	return rc == 0 && h->type == type ? 0 : -1;
+}
+
+/* Answers the HELLO every connection starts with. */
+static int
+fake_hello(int fd)
+{
+	struct proto_hello_reply	 r;
+	struct proto_hello		 hello;
+	struct proto_hdr		 h;
+	uint8_t				*p;
+	uint16_t			 v;
+
+	if (fake_read_frame(fd, &h, &p, NULL, NULL) != 0 || h.type != PROTO_T_HELLO ||
+	    h.length != sizeof(hello)) {
+		free(p);
+		return -1;
+	}
+	memcpy(&hello, p, sizeof(hello));
+	free(p);
+	if (proto_hello_check(&hello, &v) != 0 || h.seq == 0)
+		return -1;
+	memset(&r, 0, sizeof(r));
+	r.version = v;
+	r.caps = PROTO_CAP_HOST_COPY | PROTO_CAP_NONBLOCK;
+	r.max_frame = 1U << 20;
+	r.lease_ttl_ms = 1234;
+	strcpy(r.server, "fake 0.0");
+	strcpy(r.role, "decode");
+	return fake_reply(fd, &h, 0, &r, sizeof(r));
+}
+
+/* Reads until the client hangs up. */
+static int
+fake_drain(int fd)
+{
+	char	buf[4096];
+	ssize_t	n;
+
+	while ((n = read(fd, buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR))
+		;
+	return 0;
+}
+
+static void
+fake_start(struct fake *f, fake_script script)
+{
+	int	lfd, fd, rc;
+
+	memset(f, 0, sizeof(*f));
+	ck_assert_ptr_nonnull(test_mkdtemp(f->dir, sizeof(f->dir)));
+	lfd = ct_bind(f->dir, "fake.sock", 4, f->sock, sizeof(f->sock));
+	f->pid = fork();
+	ck_assert_int_ge(f->pid, 0);
+	if (f->pid == 0) {
+		alarm(10);	/* a fake that hangs must not hang the suite */
+		fd = accept(lfd, NULL, NULL);
+		close(lfd);
+		rc = fd < 0 ? 100 : fake_hello(fd) != 0 ? 101 : script(fd);
+		if (fd >= 0)
+			close(fd);
+		_exit(rc);
+	}
+	close(lfd);
+}
+
+/* Waits for the fake (killing it after 3 s) and returns its exit status. */
+static int
+fake_stop(struct fake *f)
+{
+	int	st = 0, i;
+	pid_t	r = 0;
+
+	for (i = 0; i < 300 && (r = waitpid(f->pid, &st, WNOHANG)) == 0; i++)
+		poll(NULL, 0, 10);
+	if (r == 0) {
+		kill(f->pid, SIGKILL);
+		waitpid(f->pid, &st, 0);
+	}
+	test_rmtree(f->dir);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Waits on l3kv_fd() for the next completion. */
+static int
+ct_next(struct l3kv *k, struct l3kv_completion *c, int timeout_ms)
+{
+	struct pollfd	pfd = { .fd = l3kv_fd(k), .events = POLLIN };
+	int64_t		end = ct_now_ms() + timeout_ms;
+	int		rc;
+
+	for (;;) {
+		if ((rc = l3kv_poll_completion(k, c)) != -EAGAIN)
+			return rc;
+		if (ct_now_ms() >= end)
+			return -ETIMEDOUT;
+		poll(&pfd, 1, (int)(end - ct_now_ms()));
+	}
+}
+
+static int
+ct_readable(const struct l3kv *k)
+{
+	struct pollfd	pfd = { .fd = l3kv_fd(k), .events = POLLIN };
+
+	return poll(&pfd, 1, 0) == 1;
+}
+
+START_TEST(test_strerror_covers_every_status)
+{
+	unsigned	s;
+	const char	*t;
+
+	for (s = 1; s < PROTO_S__MAX; s++) {
+		t = l3kv_strerror(proto_status_errno(s));
+		ck_assert_ptr_nonnull(t);
+		ck_assert_msg(t[0] != '\0', "status %s has no text", proto_status_name(s));
+	}
+	ck_assert_str_eq(l3kv_strerror(0), "success");
+	/* Mapped uniquely, and never a local error: the protocol's words. */
+	ck_assert_str_eq(l3kv_strerror(-EXDEV), proto_status_text(PROTO_S_GROUP_MISMATCH));
+	ck_assert_str_eq(l3kv_strerror(-EUSERS), proto_status_text(PROTO_S_LIMIT));
+	ck_assert_str_eq(l3kv_strerror(-EPROTONOSUPPORT), proto_status_text(PROTO_S_BAD_VERSION));
+	/* Shared by several statuses, or also a local error: libc's words. */
+	ck_assert_str_eq(l3kv_strerror(-EPROTO), strerror(EPROTO));
+	ck_assert_str_eq(l3kv_strerror(-ENOENT), strerror(ENOENT));
+	ck_assert_str_eq(l3kv_strerror(-ECONNREFUSED), strerror(ECONNREFUSED));
+	ck_assert_str_eq(l3kv_strerror(-EINVAL), strerror(EINVAL));
+	ck_assert_ptr_nonnull(l3kv_strerror(-12345));
+	ck_assert_str_eq(l3kv_strerror(EXDEV), l3kv_strerror(-EXDEV));
+}
+END_TEST
+
+START_TEST(test_connect_to_a_missing_socket_is_enoent_fast)
+{
+	struct l3kv	*k = (struct l3kv *)&k;
+	char		 dir[PATH_MAX], path[PATH_MAX + 16];
+	int		 fds = test_fd_count();
+	int64_t		 t0;
+
+	ck_assert_ptr_nonnull(test_mkdtemp(dir, sizeof(dir)));
+	ck_assert_int_lt(snprintf(path, sizeof(path), "%s/none.sock", dir), (int)sizeof(path));
+	t0 = ct_now_ms();
+	ck_assert_int_eq(l3kv_connect(path, 5000, &k), -ENOENT);
+	ck_assert_int_lt(ct_now_ms() - t0, 500);
+	ck_assert_ptr_null(k);
+	test_rmtree(dir);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+START_TEST(test_connect_where_nothing_listens_is_refused_fast)
+{
+	struct l3kv	*k = NULL;
+	char		 dir[PATH_MAX], path[PATH_MAX];
+	int		 fds = test_fd_count();
+	int64_t		 t0;
+
+	/* A socket file whose listener is gone: what a crashed daemon leaves. */
+	ck_assert_ptr_nonnull(test_mkdtemp(dir, sizeof(dir)));
+	close(ct_bind(dir, "stale.sock", 0, path, sizeof(path)));
+	t0 = ct_now_ms();
+	ck_assert_int_eq(l3kv_connect(path, 5000, &k), -ECONNREFUSED);
+	ck_assert_int_lt(ct_now_ms() - t0, 500);
+	ck_assert_ptr_null(k);
+	test_rmtree(dir);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+START_TEST(test_connect_rejects_bad_arguments)
+{
+	struct l3kv	*k = NULL;
+	char		 longpath[200];
+
+	memset(longpath, 'p', sizeof(longpath) - 1);
+	longpath[sizeof(longpath) - 1] = '\0';
+	ck_assert_int_eq(l3kv_connect(longpath, 100, &k), -ENAMETOOLONG);
+	ck_assert_int_eq(l3kv_connect("x", 100, NULL), -EINVAL);
+	ck_assert_int_eq(l3kv_connect("x", -2, &k), -EINVAL);
+	l3kv_close(NULL);
+}
+END_TEST
+
+START_TEST(test_default_socket_follows_the_environment)
+{
+	unsetenv(L3KV_SOCKET_ENV);
+	ck_assert_str_eq(l3kv_default_socket(), L3KV_SOCKET_DEFAULT);
+	setenv(L3KV_SOCKET_ENV, "", 1);
+	ck_assert_str_eq(l3kv_default_socket(), L3KV_SOCKET_DEFAULT);
+	setenv(L3KV_SOCKET_ENV, "/run/l3kv/x.sock", 1);
+	ck_assert_str_eq(l3kv_default_socket(), "/run/l3kv/x.sock");
+	unsetenv(L3KV_SOCKET_ENV);
+}
+END_TEST
+
+static int
+script_hello_info(int fd)
+{
+	return fake_drain(fd);
+}
+
+START_TEST(test_connect_reads_the_hello_reply)
+{
+	struct l3kv_server_info	 info;
+	struct fake		 f;
+	struct l3kv		*k;
+	int			 fds = test_fd_count();
+
+	fake_start(&f, script_hello_info);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ck_assert_int_eq(l3kv_server_info(k, &info), 0);
+	ck_assert_uint_eq(info.protocol, 1);
+	ck_assert_uint_eq(info.caps, L3KV_CAP_HOST_COPY | L3KV_CAP_NONBLOCK);
+	ck_assert_uint_eq(info.max_frame, 1U << 20);
+	ck_assert_uint_eq(info.lease_ttl_ms, 1234);
+	ck_assert_str_eq(info.server, "fake 0.0");
+	ck_assert_str_eq(info.role, "decode");
+	ck_assert_int_ge(l3kv_fd(k), 0);
+	ck_assert(!ct_readable(k));
+	ck_assert_int_eq(l3kv_last_status(k), 0);
+	ck_assert_str_eq(l3kv_last_error(k), "");
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+/* Two requests answered in reverse order. */
+static int
+script_reverse(int fd)
+{
+	struct proto_hdr	a, b;
+
+	if (fake_expect(fd, PROTO_T_STATS, &a) != 0 || fake_expect(fd, PROTO_T_HEALTH, &b) != 0)
+		return 1;
+	if (fake_reply(fd, &b, 0, "{\"b\":2}", 7) != 0 || fake_reply(fd, &a, 0, "{\"a\":1}", 7) != 0)
+		return 2;
+	return fake_drain(fd);
+}
+
+START_TEST(test_replies_out_of_order_reach_their_tickets)
+{
+	struct l3kv_completion	 c1, c2;
+	struct fake		 f;
+	struct l3kv		*k;
+	uint64_t		 ta, tb;
+	int			 fds = test_fd_count();
+
+	fake_start(&f, script_reverse);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ck_assert_int_eq(l3kv_submit_stats(k, &ta), 0);
+	ck_assert_int_eq(l3kv_submit_health(k, &tb), 0);
+	ck_assert_uint_ne(ta, 0);
+	ck_assert_uint_gt(tb, ta);
+	ck_assert_int_eq(ct_next(k, &c1, 2000), 0);
+	ck_assert_int_eq(ct_next(k, &c2, 2000), 0);
+	ck_assert_uint_eq(c1.ticket, tb);
+	ck_assert_int_eq(c1.op, L3KV_OP_HEALTH);
+	ck_assert_int_eq(c1.status, 0);
+	ck_assert_uint_eq(c1.len, 7);
+	ck_assert_str_eq(c1.payload, "{\"b\":2}");
+	ck_assert_uint_eq(c2.ticket, ta);
+	ck_assert_int_eq(c2.op, L3KV_OP_STATS);
+	ck_assert_str_eq(c2.payload, "{\"a\":1}");
+	l3kv_completion_release(&c1);
+	l3kv_completion_release(&c2);
+	l3kv_completion_release(&c2);
+	ck_assert_ptr_null(c2.payload);
+	ck_assert_int_eq(l3kv_poll_completion(k, &c1), -EAGAIN);
+	ck_assert(!ct_readable(k));
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+/* A submitted STATS answered while a blocking HEALTH waits. */
+static int
+script_answer_both(int fd)
+{
+	struct proto_hdr	a, b;
+
+	if (fake_expect(fd, PROTO_T_STATS, &a) != 0 || fake_expect(fd, PROTO_T_HEALTH, &b) != 0)
+		return 1;
+	if (fake_reply(fd, &a, 0, "{\"a\":1}", 7) != 0 || fake_reply(fd, &b, 0, "{\"b\":2}", 7) != 0)
+		return 2;
+	return fake_drain(fd);
+}
+
+START_TEST(test_blocking_call_queues_other_completions)
+{
+	struct l3kv_completion	 c;
+	struct fake		 f;
+	struct l3kv		*k;
+	uint64_t		 ta;
+	char			*json;
+	int			 fds = test_fd_count();
+
+	fake_start(&f, script_answer_both);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ck_assert_int_eq(l3kv_submit_stats(k, &ta), 0);
+	ck_assert_int_eq(l3kv_health(k, &json), 0);
+	ck_assert_str_eq(json, "{\"b\":2}");
+	l3kv_free(json);
+	/* The STATS reply was read by the blocking call: the fd must still say so. */
+	ck_assert(ct_readable(k));
+	ck_assert_int_eq(l3kv_poll_completion(k, &c), 0);
+	ck_assert_uint_eq(c.ticket, ta);
+	ck_assert_str_eq(c.payload, "{\"a\":1}");
+	l3kv_completion_release(&c);
+	ck_assert_int_eq(l3kv_poll_completion(k, &c), -EAGAIN);
+	ck_assert(!ct_readable(k));
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+static int
+script_bad_magic(int fd)
+{
+	struct proto_hdr	h, r;
+
+	if (fake_expect(fd, PROTO_T_STATS, &h) != 0)
+		return 1;
+	proto_hdr_init(&r, PROTO_T_STATS, 0, h.seq);
+	r.flags = PROTO_F_REPLY;
+	r.magic = 0x12345678;
+	if (fake_write_full(fd, &r, sizeof(r)) != 0)
+		return 2;
+	return fake_drain(fd);
+}
+
+START_TEST(test_reply_with_bad_magic_is_eproto_and_breaks)
+{
+	struct l3kv_completion	 c;
+	struct fake		 f;
+	struct l3kv		*k;
+	char			*json = NULL;
+	uint64_t		 t;
+	int			 fds = test_fd_count();
+
+	fake_start(&f, script_bad_magic);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ck_assert_int_eq(l3kv_stats(k, &json), -EPROTO);
+	ck_assert_ptr_null(json);
+	ck_assert_str_eq(l3kv_last_error(k), "libl3kv: reply with bad magic 0x12345678");
+	ck_assert_int_eq(l3kv_last_status(k), 0);
+	/* Broken for good, and the fd says so. */
+	ck_assert_int_eq(l3kv_stats(k, &json), -ENOTCONN);
+	ck_assert_int_eq(l3kv_submit_stats(k, &t), -ENOTCONN);
+	ck_assert(ct_readable(k));
+	ck_assert_int_eq(l3kv_poll_completion(k, &c), -ENOTCONN);
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+static int
+script_oversize(int fd)
+{
+	struct proto_hdr	h;
+
+	if (fake_expect(fd, PROTO_T_STATS, &h) != 0 ||
+	    fake_send_raw(fd, PROTO_T_STATS, PROTO_F_REPLY, 0, PROTO_FRAME_MAX + 1, h.seq, NULL,
+	    0) != 0)
+		return 1;
+	return fake_drain(fd);
+}
+
+static int
+script_unknown_seq(int fd)
+{
+	struct proto_hdr	h;
+
+	if (fake_expect(fd, PROTO_T_STATS, &h) != 0 ||
+	    fake_send_raw(fd, PROTO_T_STATS, PROTO_F_REPLY, 0, 2, h.seq + 100, "{}", 2) != 0)
+		return 1;
+	return fake_drain(fd);
+}
+
+static int
+script_wrong_type(int fd)
+{
+	struct proto_hdr	h;
+
+	if (fake_expect(fd, PROTO_T_STATS, &h) != 0 ||
+	    fake_send_raw(fd, PROTO_T_HEALTH, PROTO_F_REPLY, 0, 2, h.seq, "{}", 2) != 0)
+		return 1;
+	return fake_drain(fd);
+}
+
+static int
+script_no_reply_flag(int fd)
+{
+	struct proto_hdr	h;
+
+	if (fake_expect(fd, PROTO_T_STATS, &h) != 0 ||
+	    fake_send_raw(fd, PROTO_T_STATS, 0, 0, 2, h.seq, "{}", 2) != 0)
+		return 1;
+	return fake_drain(fd);
+}
+
+static const struct {
+	fake_script	 script;
+	const char	*error;
+} ct_bad_replies[] = {
+	{ script_oversize, "libl3kv: reply of 67108865 bytes is over the protocol's 67108864" },
+	{ script_unknown_seq, "libl3kv: STATS reply to seq 102, which is not in flight" },
+	{ script_wrong_type, "libl3kv: HEALTH reply to seq 2, a STATS request" },
+	{ script_no_reply_flag, "libl3kv: reply with flags 0x0" },
+};
+
+START_TEST(test_unparseable_replies_are_eproto)
+{
+	struct fake	 f;
+	struct l3kv	*k;
+	char		*json = NULL;
+	int		 fds = test_fd_count();
+
+	fake_start(&f, ct_bad_replies[_i].script);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ck_assert_int_eq(l3kv_stats(k, &json), -EPROTO);
+	ck_assert_str_eq(l3kv_last_error(k), ct_bad_replies[_i].error);
+	ck_assert_int_eq(l3kv_health(k, &json), -ENOTCONN);
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+static int
+script_close_mid_reply(int fd)
+{
+	struct proto_hdr	h;
+
+	if (fake_expect(fd, PROTO_T_STATS, &h) != 0 ||
+	    fake_send_raw(fd, PROTO_T_STATS, PROTO_F_REPLY, 0, 100, h.seq, "{\"cut\":", 7) != 0)
+		return 1;
+	return 0;	/* closes with 93 bytes still owed */
+}
+
+START_TEST(test_close_mid_reply_fails_without_hanging)
+{
+	struct fake	 f;
+	struct l3kv	*k;
+	char		*json = NULL;
+	int		 fds = test_fd_count();
+	int64_t		 t0;
+
+	fake_start(&f, script_close_mid_reply);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ck_assert_int_eq(l3kv_set_timeout(k, L3KV_TIMEOUT_INFINITE), 0);
+	t0 = ct_now_ms();
+	ck_assert_int_eq(l3kv_stats(k, &json), -ECONNRESET);
+	ck_assert_int_lt(ct_now_ms() - t0, 1000);
+	ck_assert_ptr_null(json);
+	ck_assert_str_eq(l3kv_last_error(k), "libl3kv: the daemon closed the connection inside a reply");
+	ck_assert_int_eq(l3kv_stats(k, &json), -ENOTCONN);
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+static int
+script_silent(int fd)
+{
+	struct proto_hdr	h;
+
+	if (fake_expect(fd, PROTO_T_STATS, &h) != 0)
+		return 1;
+	return fake_drain(fd);
+}
+
+START_TEST(test_blocking_call_times_out)
+{
+	struct fake	 f;
+	struct l3kv	*k;
+	char		*json = NULL;
+	int		 fds = test_fd_count();
+	int64_t		 t0, dt;
+
+	fake_start(&f, script_silent);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ck_assert_int_eq(l3kv_set_timeout(k, 100), 0);
+	t0 = ct_now_ms();
+	ck_assert_int_eq(l3kv_stats(k, &json), -ETIMEDOUT);
+	dt = ct_now_ms() - t0;
+	ck_assert_int_ge(dt, 95);
+	ck_assert_int_lt(dt, 1000);
+	ck_assert_str_eq(l3kv_last_error(k), "libl3kv: no reply to STATS within the timeout");
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+/* The first STATS answered after the client gave up, the second at once. */
+static int
+script_late(int fd)
+{
+	struct proto_hdr	h1, h2;
+
+	if (fake_expect(fd, PROTO_T_STATS, &h1) != 0)
+		return 1;
+	poll(NULL, 0, 150);
+	if (fake_reply(fd, &h1, 0, "{\"late\":1}", 10) != 0 ||
+	    fake_expect(fd, PROTO_T_STATS, &h2) != 0 ||
+	    fake_reply(fd, &h2, 0, "{\"n\":2}", 7) != 0)
+		return 2;
+	return fake_drain(fd);
+}
+
+START_TEST(test_late_reply_after_timeout_is_dropped)
+{
+	struct l3kv_completion	 c;
+	struct fake		 f;
+	struct l3kv		*k;
+	char			*json = NULL;
+	int			 fds = test_fd_count();
+
+	fake_start(&f, script_late);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ck_assert_int_eq(l3kv_set_timeout(k, 50), 0);
+	ck_assert_int_eq(l3kv_stats(k, &json), -ETIMEDOUT);
+	ck_assert_int_eq(l3kv_set_timeout(k, 2000), 0);
+	ck_assert_int_eq(l3kv_stats(k, &json), 0);
+	ck_assert_str_eq(json, "{\"n\":2}");
+	l3kv_free(json);
+	ck_assert_str_eq(l3kv_last_error(k), "");
+	/* Nobody submitted the orphan: it is never handed out. */
+	ck_assert_int_eq(l3kv_poll_completion(k, &c), -EAGAIN);
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+static int
+script_busy(int fd)
+{
+	struct proto_hdr	h;
+
+	if (fake_expect(fd, PROTO_T_STATS, &h) != 0 ||
+	    fake_reply(fd, &h, PROTO_S_BUSY, "too busy", 8) != 0 ||
+	    fake_expect(fd, PROTO_T_HEALTH, &h) != 0 ||
+	    fake_reply(fd, &h, 0, "{}", 2) != 0)
+		return 1;
+	return fake_drain(fd);
+}
+
+START_TEST(test_error_status_maps_to_errno_and_keeps_the_connection)
+{
+	struct fake	 f;
+	struct l3kv	*k;
+	char		*json = NULL;
+	int		 fds = test_fd_count();
+
+	fake_start(&f, script_busy);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ck_assert_int_eq(l3kv_stats(k, &json), -EBUSY);
+	ck_assert_ptr_null(json);
+	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BUSY);
+	ck_assert_str_eq(l3kv_last_error(k), "too busy");
+	ck_assert_int_eq(l3kv_health(k, &json), 0);
+	ck_assert_str_eq(json, "{}");
+	l3kv_free(json);
+	ck_assert_int_eq(l3kv_last_status(k), 0);
+	ck_assert_str_eq(l3kv_last_error(k), "");
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+/* What l3kvd does with a frame it cannot attribute: ERROR, seq 0, close. */
+static int
+script_error_frame(int fd)
+{
+	struct proto_hdr	h;
+
+	if (fake_expect(fd, PROTO_T_STATS, &h) != 0 ||
+	    fake_send_raw(fd, PROTO_T_ERROR, PROTO_F_REPLY, PROTO_S_BAD_TYPE, 12, 0,
+	    "unknown type", 12) != 0)
+		return 1;
+	return 0;
+}
+
+START_TEST(test_error_frame_fails_every_request_in_flight)
+{
+	struct l3kv_completion	 c;
+	struct fake		 f;
+	struct l3kv		*k;
+	char			*json = NULL;
+	uint64_t		 t;
+	int			 fds = test_fd_count();
+
+	fake_start(&f, script_error_frame);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ck_assert_int_eq(l3kv_submit_stats(k, &t), 0);
+	ck_assert_int_eq(ct_next(k, &c, 2000), 0);
+	ck_assert_uint_eq(c.ticket, t);
+	ck_assert_int_eq(c.status, -EOPNOTSUPP);
+	ck_assert_int_eq(c.proto_status, PROTO_S_BAD_TYPE);
+	ck_assert_str_eq(c.payload, "unknown type");
+	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BAD_TYPE);
+	l3kv_completion_release(&c);
+	ck_assert_int_eq(l3kv_poll_completion(k, &c), -ENOTCONN);
+	ck_assert_int_eq(l3kv_stats(k, &json), -ENOTCONN);
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+static int
+script_hang_up(int fd)
+{
+	(void)fd;
+	return 0;
+}
+
+START_TEST(test_daemon_hang_up_makes_the_fd_readable)
+{
+	struct l3kv_completion	 c;
+	struct pollfd		 pfd;
+	struct fake		 f;
+	struct l3kv		*k;
+	int			 fds = test_fd_count();
+
+	fake_start(&f, script_hang_up);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	pfd.fd = l3kv_fd(k);
+	pfd.events = POLLIN;
+	ck_assert_int_eq(poll(&pfd, 1, 2000), 1);
+	ck_assert_int_eq(l3kv_poll_completion(k, &c), -ENOTCONN);
+	ck_assert(ct_readable(k));
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+START_TEST(test_connect_times_out_without_hello_reply)
+{
+	struct l3kv	*k = NULL;
+	char		 dir[PATH_MAX], path[PATH_MAX];
+	int		 fds = test_fd_count(), s, c;
+	int64_t		 t0, dt;
+
+	/* A listener that accepts (in the kernel) but never speaks. */
+	ck_assert_ptr_nonnull(test_mkdtemp(dir, sizeof(dir)));
+	s = ct_bind(dir, "mute.sock", 4, path, sizeof(path));
+	t0 = ct_now_ms();
+	ck_assert_int_eq(l3kv_connect(path, 100, &k), -ETIMEDOUT);
+	dt = ct_now_ms() - t0;
+	ck_assert_int_ge(dt, 95);
+	ck_assert_int_lt(dt, 1000);
+	ck_assert_ptr_null(k);
+	c = accept(s, NULL, NULL);
+	ck_assert_int_ge(c, 0);
+	close(c);
+	close(s);
+	test_rmtree(dir);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+static int
+script_denied(int fd)
+{
+	struct proto_hdr	h;
+	uint8_t			*p;
+
+	/* Run without fake_hello(): this script answers the HELLO itself. */
+	if (fake_read_frame(fd, &h, &p, NULL, NULL) != 0)
+		return 1;
+	free(p);
+	if (fake_reply(fd, &h, PROTO_S_DENIED, "uid 1000 is not allowed", 23) != 0)
+		return 2;
+	return 0;
+}
+
+START_TEST(test_hello_refused_is_its_errno)
+{
+	struct l3kv	*k = NULL;
+	char		 dir[PATH_MAX], path[PATH_MAX];
+	int		 fds = test_fd_count(), s, st;
+	pid_t		 pid;
+
+	ck_assert_ptr_nonnull(test_mkdtemp(dir, sizeof(dir)));
+	s = ct_bind(dir, "deny.sock", 4, path, sizeof(path));
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fd = accept(s, NULL, NULL);
+
+		alarm(10);
+		_exit(fd < 0 ? 100 : script_denied(fd));
+	}
+	close(s);
+	ck_assert_int_eq(l3kv_connect(path, 2000, &k), -EACCES);
+	ck_assert_ptr_null(k);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	test_rmtree(dir);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+#define CT_BIG	200000
+
+static int
+script_big(int fd)
+{
+	struct proto_hdr	 h;
+	char			*big = malloc(CT_BIG);
+
+	if (big == NULL)
+		return 1;
+	memset(big, 'x', CT_BIG);
+	big[0] = '"';
+	big[CT_BIG - 1] = '"';
+	if (fake_expect(fd, PROTO_T_STATS, &h) != 0 || fake_reply(fd, &h, 0, big, CT_BIG) != 0) {
+		free(big);
+		return 2;
+	}
+	free(big);
+	return fake_drain(fd);
+}
+
+START_TEST(test_large_reply_arrives_whole)
+{
+	struct fake	 f;
+	struct l3kv	*k;
+	char		*json = NULL;
+	int		 fds = test_fd_count();
+
+	fake_start(&f, script_big);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ck_assert_int_eq(l3kv_stats(k, &json), 0);
+	ck_assert_uint_eq(strlen(json), CT_BIG);
+	ck_assert_int_eq(json[CT_BIG - 2], 'x');
+	l3kv_free(json);
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+#define CT_MAGIC	"l3kv-memfd-check"
+
+/*
+ * Checks an ATTACH as the daemon would: the fd came with the header and
+ * the FDS flag, the payload decodes, both regions name the one fd, and
+ * the fd is the caller's memfd. Then answers it, and a DETACH.
+ */
+static int
+script_attach(int fd)
+{
+	static struct proto_attach_view	 v;
+	struct proto_attach_reply	 r;
+	struct proto_hdr		 h;
+	uint8_t				*p;
+	char				 err[256], got[sizeof(CT_MAGIC)];
+	int				 fds[PROTO_FDS_MAX], nfds, rc = 0, i;
+
+	if (fake_read_frame(fd, &h, &p, fds, &nfds) != 0 || h.type != PROTO_T_ATTACH)
+		return 1;
+	if (nfds != 1 || !(h.flags & PROTO_F_FDS))
+		rc = 2;
+	else if (proto_payload_check(h.type, h.length, p) != 0 ||
+	    proto_attach_decode(p, h.length, &v, err, sizeof(err)) != 0)
+		rc = 3;
+	else if (v.fixed.nregions != 2 || v.regions[0].fd_index != 0 ||
+	    v.regions[1].fd_index != 0 || v.fixed.nlive != 2 || proto_attach_live(&v, 0) != 1 ||
+	    proto_attach_live(&v, 1) != 5 || strcmp(v.fixed.layout.model, "tiny") != 0 ||
+	    strcmp(v.pools[1].name, "state") != 0 || v.regions[1].offset != 65536 ||
+	    v.fixed.prefetch != PROTO_PREFETCH_WAIT_COMPLETE)
+		rc = 4;
+	else if (pread(fds[0], got, sizeof(got), 0) != (ssize_t)sizeof(got) ||
+	    memcmp(got, CT_MAGIC, sizeof(got)) != 0)
+		rc = 5;
+	for (i = 0; i < nfds; i++)
+		close(fds[i]);
+	free(p);
+	if (rc != 0)
+		return rc;
+	memset(&r, 0, sizeof(r));
+	for (i = 0; i < 16; i++)
+		r.fingerprint[i] = (uint8_t)i;
+	strcpy(r.ns, "decode/tiny-000102");
+	r.session = 7;
+	r.lease_ttl_ms = 1234;
+	r.group_members = 1;
+	if (fake_reply(fd, &h, 0, &r, sizeof(r)) != 0 ||
+	    fake_expect(fd, PROTO_T_DETACH, &h) != 0 || fake_reply(fd, &h, 0, NULL, 0) != 0)
+		return 6;
+	return fake_drain(fd);
+}
+
+START_TEST(test_attach_sends_the_memfd_with_the_frame)
+{
+	struct l3kv_attach_args	 a;
+	struct l3kv_attach_info	 info;
+	struct l3kv_region	 regions[2];
+	struct l3kv_pool	 pools[2];
+	uint32_t		 live[2] = { 1, 5 };
+	struct fake		 f;
+	struct l3kv		*k;
+	int			 fds = test_fd_count(), mfd, i;
+
+	mfd = memfd_create("l3kv-test", MFD_CLOEXEC);
+	ck_assert_int_ge(mfd, 0);
+	ck_assert_int_eq(ftruncate(mfd, 1 << 20), 0);
+	ck_assert_int_eq(pwrite(mfd, CT_MAGIC, sizeof(CT_MAGIC), 0), (ssize_t)sizeof(CT_MAGIC));
+
+	memset(&a, 0, sizeof(a));
+	a.layout.model = "tiny";
+	a.layout.kv_dtype = "bf16";
+	a.layout.hash_scheme = "sha256";
+	a.layout.hash_len = 32;
+	a.layout.tp_size = a.layout.dcp_size = a.layout.pp_size = a.layout.cp_size = 1;
+	a.layout.host_layout = L3KV_LAYOUT_PAGE_FIRST;
+	a.layout.attention = L3KV_ATTN_GQA;
+	a.layout.page_tokens = a.layout.logical_page_tokens = 16;
+	memset(pools, 0, sizeof(pools));
+	pools[0].name = "kv";
+	pools[0].kind = L3KV_POOL_KV;
+	pools[0].hit_policy = L3KV_HIT_ALL_PAGES;
+	pools[0].layers = 2;
+	pools[0].object_bytes = 16 * 2 * 64;
+	pools[1].name = "state";
+	pools[1].kind = L3KV_POOL_STATE;
+	pools[1].hit_policy = L3KV_HIT_TRAILING;
+	pools[1].trailing = 1;
+	pools[1].layers = 1;
+	pools[1].object_bytes = 256;
+	memset(regions, 0, sizeof(regions));
+	for (i = 0; i < 2; i++) {
+		regions[i].kind = L3KV_MEM_MEMFD;
+		regions[i].fd = mfd;	/* one memfd, two slices: sent once */
+	}
+	regions[0].pool = 0;
+	regions[0].layout = L3KV_LAYOUT_PAGE_FIRST;
+	regions[0].size = 65536;
+	regions[0].num_pages = 32;
+	regions[0].page_tokens = 16;
+	regions[0].layers = 2;
+	regions[0].token_bytes = 64;
+	regions[0].layer_stride = 64;
+	regions[0].token_stride = 128;
+	regions[0].page_stride = 2048;
+	regions[1].pool = 1;
+	regions[1].layout = L3KV_LAYOUT_SLOTS;
+	regions[1].offset = 65536;
+	regions[1].size = 8 * 256;
+	regions[1].num_pages = 8;
+	regions[1].page_tokens = 1;
+	regions[1].layers = 1;
+	regions[1].token_bytes = 256;
+	regions[1].page_stride = 256;
+	a.pools = pools;
+	a.npools = 2;
+	a.regions = regions;
+	a.nregions = 2;
+	a.live_slots = live;
+	a.nlive = 2;
+	a.group = "engine-x";
+	a.group_size = 1;
+	a.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
+	a.write = L3KV_WRITE_THROUGH;
+
+	fake_start(&f, script_attach);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ck_assert_int_eq(l3kv_attach(k, &a, &info), 0);
+	ck_assert_uint_eq(info.session, 7);
+	ck_assert_uint_eq(info.lease_ttl_ms, 1234);
+	ck_assert_uint_eq(info.group_members, 1);
+	ck_assert_str_eq(info.ns, "decode/tiny-000102");
+	ck_assert_uint_eq(info.fingerprint[15], 15);
+	ck_assert_int_eq(l3kv_detach(k), 0);
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	close(mfd);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+START_TEST(test_attach_refuses_what_cannot_be_encoded)
+{
+	struct l3kv_attach_args	 a;
+	struct l3kv_region	 region;
+	struct l3kv_pool	 pool;
+	struct fake		 f;
+	struct l3kv		*k;
+	char			 longname[200];
+	int			 fds = test_fd_count();
+
+	fake_start(&f, script_hello_info);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	memset(&a, 0, sizeof(a));
+	memset(&pool, 0, sizeof(pool));
+	memset(&region, 0, sizeof(region));
+	memset(longname, 'm', sizeof(longname) - 1);
+	longname[sizeof(longname) - 1] = '\0';
+	a.pools = &pool;
+	a.npools = 1;
+	a.layout.model = longname;
+	ck_assert_int_eq(l3kv_attach(k, &a, NULL), -EINVAL);
+	ck_assert_str_eq(l3kv_last_error(k),
+	    "libl3kv: layout.model: 199 bytes is longer than the wire's 127");
+	a.layout.model = "m";
+	a.layout.tp_size = 70000;
+	ck_assert_int_eq(l3kv_attach(k, &a, NULL), -EINVAL);
+	ck_assert_str_eq(l3kv_last_error(k), "libl3kv: layout.tp_size: 70000 does not fit the wire's 65535");
+	a.layout.tp_size = 1;
+	a.npools = L3KV_POOLS_MAX + 1;
+	ck_assert_int_eq(l3kv_attach(k, &a, NULL), -EINVAL);
+	a.npools = 1;
+	region.kind = L3KV_MEM_MEMFD;
+	region.fd = -1;
+	a.regions = &region;
+	a.nregions = 1;
+	ck_assert_int_eq(l3kv_attach(k, &a, NULL), -EBADF);
+	ck_assert_str_eq(l3kv_last_error(k), "libl3kv: regions[0].fd: -1 is not an fd");
+	ck_assert_int_eq(l3kv_attach(k, NULL, NULL), -EINVAL);
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+Suite *
+suite_client(void)
+{
+	Suite	*s = suite_create("client");
+	TCase	*tc = tcase_create("client");
+
+	tcase_add_test(tc, test_strerror_covers_every_status);
+	tcase_add_test(tc, test_connect_to_a_missing_socket_is_enoent_fast);
+	tcase_add_test(tc, test_connect_where_nothing_listens_is_refused_fast);
+	tcase_add_test(tc, test_connect_rejects_bad_arguments);
+	tcase_add_test(tc, test_default_socket_follows_the_environment);
+	tcase_add_test(tc, test_connect_reads_the_hello_reply);
+	tcase_add_test(tc, test_replies_out_of_order_reach_their_tickets);
+	tcase_add_test(tc, test_blocking_call_queues_other_completions);
+	tcase_add_test(tc, test_reply_with_bad_magic_is_eproto_and_breaks);
+	tcase_add_loop_test(tc, test_unparseable_replies_are_eproto, 0,
+	    (int)(sizeof(ct_bad_replies) / sizeof(ct_bad_replies[0])));
+	tcase_add_test(tc, test_close_mid_reply_fails_without_hanging);
+	tcase_add_test(tc, test_blocking_call_times_out);
+	tcase_add_test(tc, test_late_reply_after_timeout_is_dropped);
+	tcase_add_test(tc, test_error_status_maps_to_errno_and_keeps_the_connection);
+	tcase_add_test(tc, test_error_frame_fails_every_request_in_flight);
+	tcase_add_test(tc, test_daemon_hang_up_makes_the_fd_readable);
+	tcase_add_test(tc, test_connect_times_out_without_hello_reply);
+	tcase_add_test(tc, test_hello_refused_is_its_errno);
+	tcase_add_test(tc, test_large_reply_arrives_whole);
+	tcase_add_test(tc, test_attach_sends_the_memfd_with_the_frame);
+	tcase_add_test(tc, test_attach_refuses_what_cannot_be_encoded);
+	suite_add_tcase(s, tc);
+	return s;
+}

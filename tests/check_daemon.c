@@ -1,0 +1,713 @@
+/*
+ * Integration tests of the server itself, speaking raw frames to a real
+ * l3kvd: every malformed-frame case answered with its exact status while
+ * another client keeps working, the socket's safety rules, SIGTERM, the
+ * per-uid cap, foreign uids, and systemd notification.
+ */
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proto.h"
+#include "tests.h"
+
+static struct test_daemon	td;
+static int			fds_before;
+
+static int
+raw_connect(const char *path)
+{
+	struct sockaddr_un	sun;
+	int			fd;
+
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(fd, 0);
+	if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
+		close(fd);
+		return -errno;
+	}
+	return fd;
+}
+
+/* Sends bytes, with one fd attached to the first byte when sendfd >= 0. */
+static void
+raw_send(int fd, const void *buf, size_t len, int sendfd)
+{
+	union {
+		struct cmsghdr	hdr;
+		char		buf[CMSG_SPACE(sizeof(int))];
+	} cbuf;
+	struct msghdr	msg;
+	struct iovec	iov = { (void *)(uintptr_t)buf, len };
+	struct cmsghdr	*cm;
+
+	memset(&msg, 0, sizeof(msg));
+	msg.msg_iov = &iov;
+	msg.msg_iovlen = 1;
+	if (sendfd >= 0) {
+		msg.msg_control = cbuf.buf;
+		msg.msg_controllen = sizeof(cbuf.buf);
+		cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &sendfd, sizeof(int));
+	}
+	ck_assert_int_eq(sendmsg(fd, &msg, MSG_NOSIGNAL), (ssize_t)len);
+}
+
+static void
+raw_frame(int fd, unsigned type, uint64_t seq, const void *payload, uint32_t len)
+{
+	uint8_t			buf[4096];
+	struct proto_hdr	h;
+
+	ck_assert_uint_le(len + sizeof(h), sizeof(buf));
+	proto_hdr_init(&h, type, len, seq);
+	memcpy(buf, &h, sizeof(h));
+	if (len > 0)
+		memcpy(buf + sizeof(h), payload, len);
+	raw_send(fd, buf, sizeof(h) + len, -1);
+}
+
+/* Reads exactly len bytes within 5 s; returns bytes read (less at EOF). */
+static size_t
+raw_read(int fd, void *buf, size_t len)
+{
+	struct pollfd	pfd = { fd, POLLIN, 0 };
+	size_t		got = 0;
+	ssize_t		n;
+
+	while (got < len) {
+		ck_assert_int_eq(poll(&pfd, 1, 5000), 1);
+		n = read(fd, (uint8_t *)buf + got, len - got);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	return got;
+}
+
+/* Reads one reply frame; its payload (NUL-terminated) goes into buf. */
+static struct proto_hdr
+raw_reply(int fd, char *buf, size_t len)
+{
+	struct proto_hdr	h;
+
+	ck_assert_uint_eq(raw_read(fd, &h, sizeof(h)), sizeof(h));
+	ck_assert_uint_eq(h.magic, PROTO_MAGIC);
+	ck_assert(h.flags & PROTO_F_REPLY);
+	ck_assert_uint_lt(h.length, len);
+	ck_assert_uint_eq(raw_read(fd, buf, h.length), h.length);
+	buf[h.length] = '\0';
+	return h;
+}
+
+/* 1 when the daemon closed the connection (EOF within 5 s). */
+static int
+raw_eof(int fd)
+{
+	char	c;
+
+	return raw_read(fd, &c, 1) == 0;
+}
+
+static void
+raw_hello(int fd)
+{
+	struct proto_hello	hello;
+	struct proto_hdr	h;
+	char			buf[256];
+
+	memset(&hello, 0, sizeof(hello));
+	hello.version_min = 1;
+	hello.version_max = 1;
+	snprintf(hello.client, sizeof(hello.client), "check");
+	raw_frame(fd, PROTO_T_HELLO, 1, &hello, sizeof(hello));
+	h = raw_reply(fd, buf, sizeof(buf));
+	ck_assert_uint_eq(h.status, PROTO_S_OK);
+	ck_assert_uint_eq(h.type, PROTO_T_HELLO);
+	ck_assert_uint_eq(h.seq, 1);
+}
+
+/* HEALTH on a fresh connection answers ok: the daemon still serves. */
+static void
+assert_daemon_serves(const char *sock)
+{
+	struct proto_hdr	h;
+	char			buf[4096];
+	int			fd;
+
+	fd = raw_connect(sock);
+	ck_assert_int_ge(fd, 0);
+	raw_hello(fd);
+	raw_frame(fd, PROTO_T_HEALTH, 2, NULL, 0);
+	h = raw_reply(fd, buf, sizeof(buf));
+	ck_assert_uint_eq(h.status, PROTO_S_OK);
+	ck_assert_ptr_nonnull(strstr(buf, "\"status\":\"ok\""));
+	close(fd);
+}
+
+static void
+setup(void)
+{
+	fds_before = test_fd_count();
+	ck_assert_int_eq(test_daemon_start(&td, NULL), 0);
+}
+
+static void
+teardown(void)
+{
+	int	st;
+
+	test_daemon_stop(&td, SIGTERM, &st);
+	ck_assert(WIFEXITED(st));
+	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	ck_assert_int_eq(test_fd_count(), fds_before);
+}
+
+/*
+ * One malformed case: bytes sent (optionally followed by a shutdown of
+ * the write side), the exact status and reply type expected, the
+ * connection closed, and a second client, connected before, still served.
+ */
+static void
+expect_framing_error(const void *bytes, size_t len, int shut, int sendfd, unsigned want_status,
+    unsigned want_type, int hello_first)
+{
+	struct proto_hdr	h;
+	char			buf[512];
+	int			bad, other;
+
+	other = raw_connect(td.sock);
+	ck_assert_int_ge(other, 0);
+	raw_hello(other);
+	bad = raw_connect(td.sock);
+	ck_assert_int_ge(bad, 0);
+	if (hello_first)
+		raw_hello(bad);
+	raw_send(bad, bytes, len, sendfd);
+	if (shut)
+		shutdown(bad, SHUT_WR);
+	h = raw_reply(bad, buf, sizeof(buf));
+	ck_assert_msg(h.status == want_status, "status %s (%s), want %s",
+	    proto_status_name(h.status), buf, proto_status_name(want_status));
+	ck_assert_uint_eq(h.type, want_type);
+	ck_assert_uint_gt(h.length, 0);		/* a reason is always given */
+	ck_assert(raw_eof(bad));
+	close(bad);
+
+	raw_frame(other, PROTO_T_HEALTH, 7, NULL, 0);
+	h = raw_reply(other, buf, sizeof(buf));
+	ck_assert_uint_eq(h.status, PROTO_S_OK);
+	ck_assert_uint_eq(h.seq, 7);
+	close(other);
+}
+
+static struct proto_hdr
+good_hdr(unsigned type, uint32_t len)
+{
+	struct proto_hdr	h;
+
+	proto_hdr_init(&h, type, len, 42);
+	return h;
+}
+
+START_TEST(test_short_header_is_answered_short_header)
+{
+	struct proto_hdr h = good_hdr(PROTO_T_HEALTH, 0);
+
+	expect_framing_error(&h, 10, 1, -1, PROTO_S_SHORT_HEADER, PROTO_T_ERROR, 1);
+}
+END_TEST
+
+START_TEST(test_bad_magic_is_answered_bad_magic)
+{
+	struct proto_hdr h = good_hdr(PROTO_T_HEALTH, 0);
+
+	h.magic = 0x11223344;
+	expect_framing_error(&h, sizeof(h), 0, -1, PROTO_S_BAD_MAGIC, PROTO_T_ERROR, 1);
+}
+END_TEST
+
+START_TEST(test_wrong_version_is_answered_bad_version)
+{
+	struct proto_hdr h = good_hdr(PROTO_T_HEALTH, 0);
+
+	h.version = 9;
+	expect_framing_error(&h, sizeof(h), 0, -1, PROTO_S_BAD_VERSION, PROTO_T_HEALTH, 1);
+}
+END_TEST
+
+START_TEST(test_oversize_length_is_refused_before_allocation)
+{
+	struct proto_hdr h = good_hdr(PROTO_T_ATTACH, 0xfffffff0U);
+
+	/* Only the header is sent: the daemon must not wait for 4 GiB. */
+	expect_framing_error(&h, sizeof(h), 0, -1, PROTO_S_TOO_BIG, PROTO_T_ATTACH, 1);
+}
+END_TEST
+
+START_TEST(test_unknown_type_is_answered_bad_type)
+{
+	struct proto_hdr h = good_hdr(999, 0);
+
+	expect_framing_error(&h, sizeof(h), 0, -1, PROTO_S_BAD_TYPE, PROTO_T_ERROR, 1);
+}
+END_TEST
+
+START_TEST(test_reserved_cache_type_is_answered_bad_type)
+{
+	struct proto_hdr h = good_hdr(PROTO_T_PROBE, 0);
+
+	expect_framing_error(&h, sizeof(h), 0, -1, PROTO_S_BAD_TYPE, PROTO_T_ERROR, 1);
+}
+END_TEST
+
+START_TEST(test_wrong_payload_length_is_answered_bad_length)
+{
+	uint8_t			buf[sizeof(struct proto_hdr) + 4] = { 0 };
+	struct proto_hdr	h = good_hdr(PROTO_T_HEALTH, 4);
+
+	memcpy(buf, &h, sizeof(h));
+	expect_framing_error(buf, sizeof(buf), 0, -1, PROTO_S_BAD_LENGTH, PROTO_T_HEALTH, 1);
+}
+END_TEST
+
+START_TEST(test_short_hello_is_answered_bad_length)
+{
+	uint8_t			buf[sizeof(struct proto_hdr) + 8] = { 0 };
+	struct proto_hdr	h = good_hdr(PROTO_T_HELLO, 8);
+
+	memcpy(buf, &h, sizeof(h));
+	expect_framing_error(buf, sizeof(buf), 0, -1, PROTO_S_BAD_LENGTH, PROTO_T_HELLO, 0);
+}
+END_TEST
+
+START_TEST(test_frame_cut_mid_payload_is_answered_truncated)
+{
+	uint8_t			buf[sizeof(struct proto_hdr) + 10] = { 0 };
+	struct proto_hdr	h = good_hdr(PROTO_T_HELLO, sizeof(struct proto_hello));
+
+	memcpy(buf, &h, sizeof(h));
+	expect_framing_error(buf, sizeof(buf), 1, -1, PROTO_S_TRUNCATED, PROTO_T_HELLO, 0);
+}
+END_TEST
+
+START_TEST(test_fds_on_health_are_answered_unexpected_fds)
+{
+	struct proto_hdr	h = good_hdr(PROTO_T_HEALTH, 0);
+	int			fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+	h.flags = PROTO_F_FDS;
+	expect_framing_error(&h, sizeof(h), 0, fd, PROTO_S_UNEXPECTED_FDS, PROTO_T_HEALTH, 1);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_unflagged_fds_are_answered_unexpected_fds)
+{
+	struct proto_hdr	h = good_hdr(PROTO_T_STATS, 0);
+	int			fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+	expect_framing_error(&h, sizeof(h), 0, fd, PROTO_S_UNEXPECTED_FDS, PROTO_T_STATS, 1);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_reply_flag_from_client_is_answered_bad_flags)
+{
+	struct proto_hdr h = good_hdr(PROTO_T_HEALTH, 0);
+
+	h.flags = PROTO_F_REPLY;
+	expect_framing_error(&h, sizeof(h), 0, -1, PROTO_S_BAD_FLAGS, PROTO_T_HEALTH, 1);
+}
+END_TEST
+
+START_TEST(test_request_before_hello_is_answered_state_and_kept_open)
+{
+	struct proto_hdr	h;
+	char			buf[4096];
+	int			fd = raw_connect(td.sock);
+
+	raw_frame(fd, PROTO_T_STATS, 3, NULL, 0);
+	h = raw_reply(fd, buf, sizeof(buf));
+	ck_assert_uint_eq(h.status, PROTO_S_STATE);
+	ck_assert_uint_eq(h.seq, 3);
+	ck_assert_ptr_nonnull(strstr(buf, "before HELLO"));
+	raw_hello(fd);
+	raw_frame(fd, PROTO_T_STATS, 4, NULL, 0);
+	h = raw_reply(fd, buf, sizeof(buf));
+	ck_assert_uint_eq(h.status, PROTO_S_OK);
+	ck_assert_ptr_nonnull(strstr(buf, "\"frames\""));
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_hello_without_common_version_is_refused)
+{
+	struct proto_hello	hello;
+	struct proto_hdr	h;
+	char			buf[512];
+	int			fd = raw_connect(td.sock);
+
+	memset(&hello, 0, sizeof(hello));
+	hello.version_min = 2;
+	hello.version_max = 5;
+	raw_frame(fd, PROTO_T_HELLO, 1, &hello, sizeof(hello));
+	h = raw_reply(fd, buf, sizeof(buf));
+	ck_assert_uint_eq(h.status, PROTO_S_BAD_VERSION);
+	ck_assert(raw_eof(fd));
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_second_hello_is_answered_state)
+{
+	struct proto_hello	hello;
+	struct proto_hdr	h;
+	char			buf[512];
+	int			fd = raw_connect(td.sock);
+
+	raw_hello(fd);
+	memset(&hello, 0, sizeof(hello));
+	hello.version_min = hello.version_max = 1;
+	raw_frame(fd, PROTO_T_HELLO, 2, &hello, sizeof(hello));
+	h = raw_reply(fd, buf, sizeof(buf));
+	ck_assert_uint_eq(h.status, PROTO_S_STATE);
+	close(fd);
+	assert_daemon_serves(td.sock);
+}
+END_TEST
+
+START_TEST(test_garbage_stream_does_not_stop_the_daemon)
+{
+	uint8_t	junk[4096];
+	size_t	i;
+	int	fd;
+
+	for (i = 0; i < sizeof(junk); i++)
+		junk[i] = (uint8_t)(i * 131 + 7);
+	fd = raw_connect(td.sock);
+	raw_send(fd, junk, sizeof(junk), -1);
+	close(fd);
+	assert_daemon_serves(td.sock);
+}
+END_TEST
+
+START_TEST(test_sigterm_exits_zero_and_removes_the_socket)
+{
+	struct stat	st;
+	char		sock[PATH_MAX];
+	int		status, fd;
+
+	snprintf(sock, sizeof(sock), "%s", td.sock);
+	fd = raw_connect(td.sock);	/* an idle client must not block the exit */
+	raw_hello(fd);
+	ck_assert_int_eq(kill(td.pid, SIGTERM), 0);
+	ck_assert(raw_eof(fd));
+	close(fd);
+	ck_assert_int_eq(waitpid(td.pid, &status, 0), td.pid);
+	td.pid = 0;
+	ck_assert(WIFEXITED(status));
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	ck_assert_int_eq(stat(sock, &st), -1);
+	ck_assert(test_daemon_log_has(&td, "stopping"));
+}
+END_TEST
+
+/* A second daemon on a live socket exits 1 and the first keeps serving. */
+START_TEST(test_second_daemon_on_live_socket_is_refused)
+{
+	char	bin[PATH_MAX], cmd[PATH_MAX * 3];
+	int	rc;
+
+	test_path("l3kvd", bin, sizeof(bin));
+	snprintf(cmd, sizeof(cmd), "%s -f %s 2>%s/second.log", bin, td.config, td.dir);
+	rc = system(cmd);
+	ck_assert(WIFEXITED(rc));
+	ck_assert_int_eq(WEXITSTATUS(rc), 1);
+	assert_daemon_serves(td.sock);
+}
+END_TEST
+
+START_TEST(test_per_uid_connection_cap_refuses_with_limit)
+{
+	struct proto_hdr	h;
+	char			buf[512];
+	int			fds[3], extra, i;
+
+	test_daemon_stop(&td, SIGTERM, NULL);
+	ck_assert_int_eq(test_daemon_start(&td, "{\"limits\": {\"max_connections_per_uid\": 3}}"), 0);
+	for (i = 0; i < 3; i++) {
+		fds[i] = raw_connect(td.sock);
+		raw_hello(fds[i]);
+	}
+	extra = raw_connect(td.sock);
+	h = raw_reply(extra, buf, sizeof(buf));
+	ck_assert_uint_eq(h.status, PROTO_S_LIMIT);
+	ck_assert_uint_eq(h.type, PROTO_T_ERROR);
+	ck_assert(raw_eof(extra));
+	close(extra);
+	close(fds[0]);
+	/* A slot frees when a connection goes. */
+	for (i = 0; i < 100; i++) {
+		extra = raw_connect(td.sock);
+		raw_frame(extra, PROTO_T_HEALTH, 1, NULL, 0);
+		h = raw_reply(extra, buf, sizeof(buf));
+		close(extra);
+		if (h.status == PROTO_S_STATE)	/* served: HEALTH before HELLO */
+			break;
+		ck_assert_uint_eq(h.status, PROTO_S_LIMIT);
+		usleep(10000);
+	}
+	ck_assert_uint_eq(h.status, PROTO_S_STATE);
+	close(fds[1]);
+	close(fds[2]);
+}
+END_TEST
+
+/* The daemon's socket gets exactly the configured mode. */
+START_TEST(test_socket_gets_the_configured_mode)
+{
+	struct stat	st;
+
+	ck_assert_int_eq(stat(td.sock, &st), 0);
+	ck_assert(S_ISSOCK(st.st_mode));
+	ck_assert_uint_eq(st.st_mode & 07777, 0600);
+	test_daemon_stop(&td, SIGTERM, NULL);
+	ck_assert_int_eq(test_daemon_start(&td, "{\"socket\": {\"mode\": \"0660\"}}"), 0);
+	ck_assert_int_eq(stat(td.sock, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 07777, 0660);
+}
+END_TEST
+
+static TCase *
+tcase(const char *name)
+{
+	TCase	*tc = tcase_create(name);
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 30);
+	return tc;
+}
+
+/* Tests that start their daemon themselves. */
+
+static int
+bind_stale_socket(const char *path)
+{
+	struct sockaddr_un	sun;
+	int			fd;
+
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+	fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+	close(fd);	/* the path stays, nobody listens: stale */
+	return 0;
+}
+
+START_TEST(test_stale_socket_is_removed_and_replaced)
+{
+	struct test_daemon	d;
+	char			dir[PATH_MAX], sock[PATH_MAX];
+	int			st, before = test_fd_count();
+
+	ck_assert_ptr_nonnull(test_mkdtemp(dir, sizeof(dir)));
+	snprintf(sock, sizeof(sock), "%s/l3kvd.sock", dir);
+	bind_stale_socket(sock);
+	ck_assert_int_eq(test_daemon_start_in(&d, dir, NULL), 0);
+	ck_assert(test_daemon_log_has(&d, "removed stale socket"));
+	assert_daemon_serves(d.sock);
+	test_daemon_stop(&d, SIGTERM, &st);
+	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	ck_assert_int_eq(test_fd_count(), before);
+}
+END_TEST
+
+START_TEST(test_non_socket_at_the_path_is_left_alone)
+{
+	struct test_daemon	d;
+	struct stat		sb;
+	char			dir[PATH_MAX], sock[PATH_MAX];
+	int			fd;
+
+	ck_assert_ptr_nonnull(test_mkdtemp(dir, sizeof(dir)));
+	snprintf(sock, sizeof(sock), "%s/l3kvd.sock", dir);
+	fd = open(sock, O_WRONLY | O_CREAT, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, "keep", 4), 4);
+	close(fd);
+	ck_assert_int_ne(test_daemon_start_in(&d, dir, NULL), 0);
+	ck_assert_int_eq(stat(sock, &sb), 0);
+	ck_assert(S_ISREG(sb.st_mode));
+	ck_assert_int_eq(sb.st_size, 4);
+	ck_assert(test_daemon_log_has(&d, "is not a socket"));
+	test_rmtree(dir);
+}
+END_TEST
+
+/* NOTIFY_SOCKET gets READY=1 once the socket accepts, STOPPING=1 at SIGTERM. */
+START_TEST(test_notify_socket_gets_ready_and_stopping)
+{
+	struct test_daemon	d;
+	struct sockaddr_un	sun;
+	struct pollfd		pfd;
+	char			dir[PATH_MAX], path[PATH_MAX], msg[64];
+	ssize_t			n;
+	int			fd, st;
+
+	ck_assert_ptr_nonnull(test_mkdtemp(dir, sizeof(dir)));
+	snprintf(path, sizeof(path), "%s/notify", dir);
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+	setenv("NOTIFY_SOCKET", path, 1);
+	ck_assert_int_eq(test_daemon_start_in(&d, dir, NULL), 0);
+	unsetenv("NOTIFY_SOCKET");
+	pfd.fd = fd;
+	pfd.events = POLLIN;
+	ck_assert_int_eq(poll(&pfd, 1, 5000), 1);
+	n = recv(fd, msg, sizeof(msg) - 1, 0);
+	ck_assert_int_gt(n, 0);
+	msg[n] = '\0';
+	ck_assert_str_eq(msg, "READY=1");
+	kill(d.pid, SIGTERM);
+	ck_assert_int_eq(poll(&pfd, 1, 5000), 1);
+	n = recv(fd, msg, sizeof(msg) - 1, 0);
+	ck_assert_int_gt(n, 0);
+	msg[n] = '\0';
+	ck_assert_str_eq(msg, "STOPPING=1");
+	close(fd);
+	test_daemon_stop(&d, SIGTERM, &st);
+	ck_assert_int_eq(WEXITSTATUS(st), 0);
+}
+END_TEST
+
+/* Root only: a peer whose uid is not allowed gets `denied` and is logged. */
+START_TEST(test_foreign_uid_is_denied_and_logged)
+{
+	struct test_daemon	d;
+	struct proto_hdr	h;
+	char			dir[PATH_MAX], buf[512];
+	pid_t			pid;
+	int			st, fd;
+
+	ck_assert_msg(geteuid() == 0, "this test must run as root");
+	ck_assert_ptr_nonnull(test_mkdtemp(dir, sizeof(dir)));
+	ck_assert_int_eq(chmod(dir, 0755), 0);
+	ck_assert_int_eq(test_daemon_start_in(&d, dir, "{\"socket\": {\"mode\": \"0666\"}}"), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		if (setgid(65534) != 0 || setuid(65534) != 0)
+			_exit(10);
+		fd = raw_connect(d.sock);
+		if (fd < 0)
+			_exit(11);
+		if (raw_read(fd, &h, sizeof(h)) != sizeof(h))
+			_exit(12);
+		if (h.status != PROTO_S_DENIED || h.type != PROTO_T_ERROR)
+			_exit(13);
+		if (raw_read(fd, buf, h.length) != h.length || !raw_eof(fd))
+			_exit(14);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert(WIFEXITED(st));
+	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	ck_assert(test_daemon_log_has(&d, "denied pid"));
+	assert_daemon_serves(d.sock);
+	test_daemon_stop(&d, SIGTERM, &st);
+
+	/* The same uid on the allow-list is served. */
+	ck_assert_ptr_nonnull(test_mkdtemp(dir, sizeof(dir)));
+	ck_assert_int_eq(chmod(dir, 0755), 0);
+	ck_assert_int_eq(test_daemon_start_in(&d, dir,
+	    "{\"socket\": {\"mode\": \"0666\"}, \"access\": {\"allow_uids\": [65534]}}"), 0);
+	pid = fork();
+	if (pid == 0) {
+		if (setgid(65534) != 0 || setuid(65534) != 0)
+			_exit(10);
+		fd = raw_connect(d.sock);
+		raw_frame(fd, PROTO_T_HEALTH, 1, NULL, 0);
+		if (raw_read(fd, &h, sizeof(h)) != sizeof(h) || h.status != PROTO_S_STATE)
+			_exit(13);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	test_daemon_stop(&d, SIGTERM, &st);
+}
+END_TEST
+
+Suite *
+suite_daemon(void)
+{
+	Suite	*s = suite_create("daemon");
+	TCase	*tc;
+
+	tc = tcase("framing");
+	tcase_add_test(tc, test_short_header_is_answered_short_header);
+	tcase_add_test(tc, test_bad_magic_is_answered_bad_magic);
+	tcase_add_test(tc, test_wrong_version_is_answered_bad_version);
+	tcase_add_test(tc, test_oversize_length_is_refused_before_allocation);
+	tcase_add_test(tc, test_unknown_type_is_answered_bad_type);
+	tcase_add_test(tc, test_reserved_cache_type_is_answered_bad_type);
+	tcase_add_test(tc, test_wrong_payload_length_is_answered_bad_length);
+	tcase_add_test(tc, test_short_hello_is_answered_bad_length);
+	tcase_add_test(tc, test_frame_cut_mid_payload_is_answered_truncated);
+	tcase_add_test(tc, test_fds_on_health_are_answered_unexpected_fds);
+	tcase_add_test(tc, test_unflagged_fds_are_answered_unexpected_fds);
+	tcase_add_test(tc, test_reply_flag_from_client_is_answered_bad_flags);
+	tcase_add_test(tc, test_request_before_hello_is_answered_state_and_kept_open);
+	tcase_add_test(tc, test_hello_without_common_version_is_refused);
+	tcase_add_test(tc, test_second_hello_is_answered_state);
+	tcase_add_test(tc, test_garbage_stream_does_not_stop_the_daemon);
+	suite_add_tcase(s, tc);
+
+	tc = tcase("lifecycle");
+	tcase_add_test(tc, test_sigterm_exits_zero_and_removes_the_socket);
+	tcase_add_test(tc, test_second_daemon_on_live_socket_is_refused);
+	tcase_add_test(tc, test_per_uid_connection_cap_refuses_with_limit);
+	tcase_add_test(tc, test_socket_gets_the_configured_mode);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("socket");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_stale_socket_is_removed_and_replaced);
+	tcase_add_test(tc, test_non_socket_at_the_path_is_left_alone);
+	tcase_add_test(tc, test_notify_socket_gets_ready_and_stopping);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+Suite *
+suite_root(void)
+{
+	Suite	*s = suite_create("root");
+	TCase	*tc = tcase_create("access");
+
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_foreign_uid_is_denied_and_logged);
+	suite_add_tcase(s, tc);
+	return s;
+}

@@ -1,0 +1,1184 @@
+/*
+ * The DRAM tier on its own: the object lifecycle (WRITING, visible,
+ * dropped), one writer per key, lookups without side effects, LRU
+ * eviction that never takes a pinned or WRITING object, slabs moving
+ * between sizes, contiguous placement, index growth, the metadata budget,
+ * the chunked checksum, and a random operation sequence checked against
+ * a reference model after every step.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "daemon.h"
+#include "tests.h"
+
+#define MIB	(1ULL << 20)
+
+static struct dram *
+dram_mk(uint64_t bytes)
+{
+	struct dram	*d;
+	char		 err[256] = "";
+
+	ck_assert_msg(dram_new(&d, bytes, err, sizeof(err)) == 0, "dram_new: %s", err);
+	return d;
+}
+
+static void
+key_of(struct dram_key *k, uint32_t n)
+{
+	memset(k, 0, sizeof(*k));
+	memset(k->fingerprint, 0xab, sizeof(k->fingerprint));
+	k->pool = 1;
+	k->shard = 3;
+	memcpy(k->hash, &n, sizeof(n));
+	k->hash[31] = 0x5a;
+}
+
+/* A pattern that names its object: a different n gives different bytes. */
+static void
+fill(uint8_t *buf, uint64_t len, uint32_t n)
+{
+	memset(buf, (int)(n * 37 + 11) & 0xff, len);
+	memcpy(buf, &n, len < sizeof(n) ? len : sizeof(n));
+}
+
+static int
+intact(const uint8_t *buf, uint64_t len, uint32_t n)
+{
+	uint32_t	got = 0;
+	uint64_t	i;
+
+	memcpy(&got, buf, len < sizeof(got) ? len : sizeof(got));
+	if (len >= sizeof(n) && got != n)
+		return 0;
+	for (i = sizeof(n); i < len; i++)
+		if (buf[i] != ((n * 37 + 11) & 0xff))
+			return 0;
+	return 1;
+}
+
+static int
+try_put(struct dram *d, uint32_t n, uint64_t len, uint32_t near, uint32_t *idp)
+{
+	struct dram_key	 k;
+	uint8_t		*buf;
+	uint32_t	 id;
+	int		 rc;
+
+	key_of(&k, n);
+	if ((rc = dram_alloc(d, &k, len, near, &id, &buf)) != 0)
+		return rc;
+	fill(buf, len, n);
+	ck_assert_int_eq(dram_commit(d, id, dram_checksum(buf, len)), 0);
+	if (idp != NULL)
+		*idp = id;
+	return 0;
+}
+
+static uint32_t
+put(struct dram *d, uint32_t n, uint64_t len, uint32_t near)
+{
+	uint32_t	id = DRAM_NONE;
+	int		rc;
+
+	rc = try_put(d, n, len, near, &id);
+	ck_assert_msg(rc == 0, "put %u: %s", n, strerror(-rc));
+	return id;
+}
+
+/* The id of key n, or DRAM_NONE when it is not visible. */
+static uint32_t
+find(const struct dram *d, uint32_t n)
+{
+	struct dram_key	k;
+	uint32_t	id;
+
+	key_of(&k, n);
+	return dram_lookup(d, &k, &id) == 0 ? id : DRAM_NONE;
+}
+
+static void
+assert_object(const struct dram *d, uint32_t id, uint32_t n, uint64_t len)
+{
+	const uint8_t	*p;
+	uint64_t	 l, c;
+
+	p = dram_data(d, id, &l, &c);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_eq(l, len);
+	ck_assert_msg(intact(p, l, n), "object %u: bytes changed", n);
+	ck_assert_uint_eq(c, dram_checksum(p, l));
+}
+
+static void
+drop_keys(struct dram *d, uint32_t from, uint32_t to)
+{
+	uint32_t	n, id;
+
+	for (n = from; n < to; n++)
+		if ((id = find(d, n)) != DRAM_NONE)
+			dram_drop(d, id);
+}
+
+static void
+assert_empty(const struct dram *d)
+{
+	struct dram_stats	st;
+
+	dram_stats(d, &st);
+	ck_assert_uint_eq(st.objects, 0);
+	ck_assert_uint_eq(st.visible, 0);
+	ck_assert_uint_eq(st.writing, 0);
+	ck_assert_uint_eq(st.dropped, 0);
+	ck_assert_uint_eq(st.pins, 0);
+	ck_assert_uint_eq(st.pinned_objects, 0);
+	ck_assert_uint_eq(st.bytes_used, 0);
+	ck_assert_uint_eq(st.bytes_slabs, 0);
+	ck_assert_uint_eq(st.slabs, 0);
+}
+
+START_TEST(test_writing_object_is_invisible_until_commit)
+{
+	struct dram		*d = dram_mk(4 * MIB);
+	struct dram_stats	 st;
+	struct dram_key		 k;
+	uint8_t			*buf;
+	uint32_t		 id, got, lru[4];
+	uint64_t		 len, csum;
+
+	key_of(&k, 1);
+	ck_assert_int_eq(dram_alloc(d, &k, 5000, DRAM_NONE, &id, &buf), 0);
+	ck_assert_int_eq(dram_lookup(d, &k, &got), -ENOENT);
+	ck_assert_int_eq(dram_pin(d, id), -ENOENT);
+	ck_assert_uint_eq(dram_lru_order(d, 5000, lru, 4), 0);
+	dram_stats(d, &st);
+	ck_assert_uint_eq(st.writing, 1);
+	ck_assert_uint_eq(st.visible, 0);
+	ck_assert_uint_eq(st.objects, 1);
+	ck_assert_uint_eq(st.bytes_used, 5000);
+	/* The writer's buffer is the object's memory. */
+	ck_assert_ptr_eq(dram_data_mut(d, id), buf);
+	fill(buf, 5000, 1);
+	ck_assert_int_eq(dram_lookup(d, &k, &got), -ENOENT);
+	ck_assert_int_eq(dram_commit(d, id, dram_checksum(buf, 5000)), 0);
+	ck_assert_int_eq(dram_lookup(d, &k, &got), 0);
+	ck_assert_uint_eq(got, id);
+	ck_assert_ptr_eq(dram_data(d, id, &len, &csum), buf);
+	ck_assert_uint_eq(len, 5000);
+	ck_assert_uint_eq(csum, dram_checksum(buf, 5000));
+	ck_assert_uint_eq(dram_lru_order(d, 5000, lru, 4), 1);
+	ck_assert_int_eq(dram_commit(d, id, 0), -EINVAL);
+	dram_stats(d, &st);
+	ck_assert_uint_eq(st.writing, 0);
+	ck_assert_uint_eq(st.visible, 1);
+	dram_drop(d, id);
+	assert_empty(d);
+	dram_free(d);
+}
+END_TEST
+
+START_TEST(test_duplicate_key_is_refused_while_writing_and_after_commit)
+{
+	struct dram		*d = dram_mk(4 * MIB);
+	struct dram_stats	 a, b;
+	struct dram_key		 k;
+	uint8_t			*buf, *buf2;
+	uint32_t		 id, id2;
+
+	key_of(&k, 7);
+	ck_assert_int_eq(dram_alloc(d, &k, 4096, DRAM_NONE, &id, &buf), 0);
+	dram_stats(d, &a);
+	ck_assert_int_eq(dram_alloc(d, &k, 4096, DRAM_NONE, &id2, &buf2), -EEXIST);
+	ck_assert_int_eq(dram_alloc(d, &k, 8192, DRAM_NONE, &id2, &buf2), -EEXIST);
+	dram_stats(d, &b);
+	ck_assert_mem_eq(&a, &b, sizeof(a));
+	ck_assert_int_eq(dram_commit(d, id, 1), 0);
+	ck_assert_int_eq(dram_alloc(d, &k, 4096, DRAM_NONE, &id2, &buf2), -EEXIST);
+	dram_stats(d, &b);
+	ck_assert_uint_eq(b.objects, 1);
+	/* Dropped or aborted, the key may be published again. */
+	dram_drop(d, id);
+	ck_assert_int_eq(dram_alloc(d, &k, 4096, DRAM_NONE, &id2, &buf2), 0);
+	dram_abort(d, id2);
+	ck_assert_int_eq(dram_alloc(d, &k, 4096, DRAM_NONE, &id2, &buf2), 0);
+	dram_abort(d, id2);
+	assert_empty(d);
+	dram_free(d);
+}
+END_TEST
+
+START_TEST(test_lookup_has_no_side_effects)
+{
+	struct dram		*d = dram_mk(4 * MIB);
+	struct dram_stats	 a, b;
+	struct dram_key		 k;
+	uint32_t		 ids[16], la[32], lb[32], id, w, n;
+	size_t			 na, nb;
+	uint8_t			*buf;
+
+	for (n = 0; n < 16; n++)
+		ids[n] = put(d, n, 1000, DRAM_NONE);
+	dram_touch(d, ids[3]);
+	ck_assert_int_eq(dram_pin(d, ids[5]), 0);
+	dram_drop(d, ids[9]);
+	key_of(&k, 100);
+	ck_assert_int_eq(dram_alloc(d, &k, 1000, DRAM_NONE, &w, &buf), 0);
+	dram_stats(d, &a);
+	na = dram_lru_order(d, 1000, la, 32);
+	ck_assert_uint_eq(na, 14);
+	ck_assert_uint_eq(la[na - 1], ids[3]);
+	for (n = 0; n < 200; n++) {
+		key_of(&k, n);
+		if (dram_lookup(d, &k, &id) == 0)
+			ck_assert_uint_eq(id, ids[n]);
+		else
+			ck_assert(n == 9 || n >= 16);
+	}
+	/* The lookups: hits, misses, a WRITING key and a dropped key. */
+	for (n = 0; n < 1000; n++) {
+		key_of(&k, n % 20);
+		(void)dram_lookup(d, &k, &id);
+		key_of(&k, 100);
+		ck_assert_int_eq(dram_lookup(d, &k, &id), -ENOENT);
+	}
+	dram_stats(d, &b);
+	nb = dram_lru_order(d, 1000, lb, 32);
+	ck_assert_mem_eq(&a, &b, sizeof(a));
+	ck_assert_uint_eq(na, nb);
+	ck_assert_mem_eq(la, lb, na * sizeof(la[0]));
+	dram_abort(d, w);
+	dram_unpin(d, ids[5]);
+	drop_keys(d, 0, 16);
+	assert_empty(d);
+	dram_free(d);
+}
+END_TEST
+
+START_TEST(test_abort_frees_everything)
+{
+	struct dram		*d = dram_mk(8 * MIB);
+	struct dram_stats	 st;
+	struct dram_key		 k;
+	uint32_t		 ids[300], n;
+	uint8_t			*buf;
+
+	for (n = 0; n < 300; n++) {
+		key_of(&k, n);
+		ck_assert_int_eq(dram_alloc(d, &k, n % 2 ? 3000 : 40000, DRAM_NONE, &ids[n], &buf), 0);
+		fill(buf, n % 2 ? 3000 : 40000, n);
+	}
+	dram_stats(d, &st);
+	ck_assert_uint_eq(st.writing, 300);
+	ck_assert_uint_eq(st.bytes_used, 150 * 3000 + 150 * 40000);
+	ck_assert_uint_ge(st.slabs, 2);
+	for (n = 0; n < 300; n++)
+		dram_abort(d, ids[n]);
+	assert_empty(d);
+	for (n = 0; n < 300; n++)
+		ck_assert_uint_eq(find(d, n), DRAM_NONE);
+	/* The keys are free again. */
+	for (n = 0; n < 300; n++)
+		put(d, n, 3000, DRAM_NONE);
+	drop_keys(d, 0, 300);
+	assert_empty(d);
+	dram_free(d);
+}
+END_TEST
+
+START_TEST(test_drop_of_pinned_object_frees_at_last_unpin)
+{
+	struct dram		*d = dram_mk(4 * MIB);
+	struct dram_stats	 st;
+	const uint8_t		*old, *nw;
+	uint32_t		 id, id2;
+
+	id = put(d, 1, 10000, DRAM_NONE);
+	ck_assert_int_eq(dram_pin(d, id), 0);
+	ck_assert_int_eq(dram_pin(d, id), 0);
+	dram_drop(d, id);
+	ck_assert_uint_eq(find(d, 1), DRAM_NONE);
+	ck_assert_int_eq(dram_pin(d, id), -ENOENT);
+	dram_stats(d, &st);
+	ck_assert_uint_eq(st.dropped, 1);
+	ck_assert_uint_eq(st.visible, 0);
+	ck_assert_uint_eq(st.objects, 1);
+	ck_assert_uint_eq(st.pins, 2);
+	ck_assert_uint_eq(st.pinned_objects, 1);
+	ck_assert_uint_eq(st.drops, 1);
+	/* Its bytes stay for the copies in flight. */
+	assert_object(d, id, 1, 10000);
+	old = dram_data(d, id, NULL, NULL);
+	/* The key is published again, into other memory. */
+	id2 = put(d, 1, 10000, DRAM_NONE);
+	ck_assert_uint_ne(id2, id);
+	nw = dram_data(d, id2, NULL, NULL);
+	ck_assert(nw + 10000 <= old || old + 10000 <= nw);
+	dram_drop(d, id);		/* idempotent */
+	dram_stats(d, &st);
+	ck_assert_uint_eq(st.drops, 1);
+	dram_unpin(d, id);
+	assert_object(d, id, 1, 10000);
+	dram_stats(d, &st);
+	ck_assert_uint_eq(st.dropped, 1);
+	dram_unpin(d, id);
+	dram_stats(d, &st);
+	ck_assert_uint_eq(st.dropped, 0);
+	ck_assert_uint_eq(st.objects, 1);
+	ck_assert_uint_eq(st.pins, 0);
+	ck_assert_uint_eq(st.bytes_used, 10000);
+	ck_assert_uint_eq(find(d, 1), id2);
+	dram_drop(d, id2);
+	assert_empty(d);
+	dram_free(d);
+}
+END_TEST
+
+START_TEST(test_eviction_never_takes_a_pinned_object)
+{
+	struct dram		*d = dram_mk(4 * MIB);	/* 2 units, 256 objects of 16 KiB */
+	struct dram_stats	 st;
+	struct dram_key		 k;
+	uint32_t		 ids[256], w, n, id;
+	uint8_t			*wbuf, *buf;
+	int			 rc;
+
+	key_of(&k, 9999);
+	ck_assert_int_eq(dram_alloc(d, &k, 16384, DRAM_NONE, &w, &wbuf), 0);
+	fill(wbuf, 16384, 9999);
+	for (n = 0; n < 255; n++) {
+		ids[n] = put(d, n, 16384, DRAM_NONE);
+		if (n % 3 == 0)
+			ck_assert_int_eq(dram_pin(d, ids[n]), 0);
+	}
+	for (n = 1000; n < 3000; n++) {
+		key_of(&k, n);
+		rc = dram_alloc(d, &k, 16384, DRAM_NONE, &id, &buf);
+		ck_assert_int_eq(rc, 0);
+		/* Never the memory of a WRITING or pinned object. */
+		ck_assert_ptr_ne(buf, wbuf);
+		fill(buf, 16384, n);
+		ck_assert_int_eq(dram_commit(d, id, dram_checksum(buf, 16384)), 0);
+	}
+	dram_stats(d, &st);
+	ck_assert_uint_eq(st.evictions, 2000);
+	ck_assert_uint_eq(st.pinned_objects, 85);
+	ck_assert_uint_eq(st.writing, 1);
+	ck_assert_uint_eq(st.objects, 256);
+	ck_assert_msg(intact(wbuf, 16384, 9999), "a WRITING object was overwritten");
+	for (n = 0; n < 255; n++) {
+		if (n % 3 == 0) {
+			ck_assert_uint_eq(find(d, n), ids[n]);
+			assert_object(d, ids[n], n, 16384);
+			dram_unpin(d, ids[n]);
+		} else
+			ck_assert_uint_eq(find(d, n), DRAM_NONE);
+	}
+	dram_abort(d, w);
+	drop_keys(d, 0, 3000);
+	assert_empty(d);
+	dram_free(d);
+}
+END_TEST
+
+START_TEST(test_eviction_follows_lru_order)
+{
+	struct dram		*d = dram_mk(2 * MIB);	/* 1 unit: 32 objects of 64 KiB */
+	struct dram_stats	 st;
+	uint32_t		 ids[32], lru[40], n;
+
+	for (n = 0; n < 32; n++)
+		ids[n] = put(d, n, 65536, DRAM_NONE);
+	ck_assert_uint_eq(dram_lru_order(d, 65536, lru, 40), 32);
+	ck_assert_uint_eq(lru[0], ids[0]);
+	dram_touch(d, ids[0]);
+	ck_assert_int_eq(dram_pin(d, ids[1]), 0);
+	dram_unpin(d, ids[1]);		/* the last unpin is a use */
+	ck_assert_uint_eq(dram_lru_order(d, 65536, lru, 40), 32);
+	ck_assert_uint_eq(lru[0], ids[2]);
+	ck_assert_uint_eq(lru[30], ids[0]);
+	ck_assert_uint_eq(lru[31], ids[1]);
+	put(d, 100, 65536, DRAM_NONE);
+	ck_assert_uint_eq(find(d, 2), DRAM_NONE);
+	ck_assert_uint_eq(find(d, 0), ids[0]);
+	put(d, 101, 65536, DRAM_NONE);
+	ck_assert_uint_eq(find(d, 3), DRAM_NONE);
+	dram_stats(d, &st);
+	ck_assert_uint_eq(st.evictions, 2);
+	drop_keys(d, 0, 200);
+	assert_empty(d);
+	dram_free(d);
+}
+END_TEST
+
+START_TEST(test_no_space_when_everything_is_pinned)
+{
+	struct dram		*d = dram_mk(2 * MIB);
+	struct dram_stats	 a, b;
+	struct dram_key		 k;
+	uint32_t		 ids[32], n, id;
+	uint8_t			*buf;
+
+	for (n = 0; n < 32; n++) {
+		ids[n] = put(d, n, 65536, DRAM_NONE);
+		ck_assert_int_eq(dram_pin(d, ids[n]), 0);
+	}
+	dram_stats(d, &a);
+	key_of(&k, 100);
+	ck_assert_int_eq(dram_alloc(d, &k, 65536, DRAM_NONE, &id, &buf), -ENOSPC);
+	/* Another size cannot take a slab that holds pinned objects. */
+	ck_assert_int_eq(dram_alloc(d, &k, 1000, DRAM_NONE, &id, &buf), -ENOSPC);
+	dram_stats(d, &b);
+	ck_assert_uint_eq(b.evict_failures, a.evict_failures + 2);
+	b.evict_failures = a.evict_failures;
+	ck_assert_mem_eq(&a, &b, sizeof(a));
+	for (n = 0; n < 32; n++)
+		assert_object(d, ids[n], n, 65536);
+	/* One unpinned object makes room: it is the one evicted. */
+	dram_unpin(d, ids[17]);
+	ck_assert_int_eq(dram_alloc(d, &k, 65536, DRAM_NONE, &id, &buf), 0);
+	ck_assert_uint_eq(find(d, 17), DRAM_NONE);
+	dram_abort(d, id);
+	for (n = 0; n < 32; n++)
+		if (n != 17)
+			dram_unpin(d, ids[n]);
+	drop_keys(d, 0, 32);
+	assert_empty(d);
+	dram_free(d);
+}
+END_TEST
+
+START_TEST(test_writing_objects_are_never_evicted)
+{
+	struct dram		*d = dram_mk(2 * MIB);
+	struct dram_key		 k;
+	uint32_t		 ids[32], n, id;
+	uint8_t			*bufs[32], *buf;
+
+	for (n = 0; n < 32; n++) {
+		key_of(&k, n);
+		ck_assert_int_eq(dram_alloc(d, &k, 65536, DRAM_NONE, &ids[n], &bufs[n]), 0);
+		fill(bufs[n], 65536, n);
+	}
+	key_of(&k, 100);
+	ck_assert_int_eq(dram_alloc(d, &k, 65536, DRAM_NONE, &id, &buf), -ENOSPC);
+	ck_assert_int_eq(dram_alloc(d, &k, 100, DRAM_NONE, &id, &buf), -ENOSPC);
+	for (n = 0; n < 32; n++) {
+		ck_assert(intact(bufs[n], 65536, n));
+		dram_abort(d, ids[n]);
+	}
+	assert_empty(d);
+	dram_free(d);
+}
+END_TEST
+
+START_TEST(test_slab_returns_to_arena_and_serves_another_size)
+{
+	struct dram		*d = dram_mk(8 * MIB);	/* 4 units */
+	struct dram_stats	 st;
+	uint32_t		 n;
+
+	for (n = 0; n < 2048; n++)
+		put(d, n, 4096, DRAM_NONE);
+	dram_stats(d, &st);
+	ck_assert_uint_eq(st.slabs, 4);
+	ck_assert_uint_eq(st.bytes_slabs, 8 * MIB);
+	ck_assert_uint_eq(st.evictions, 0);
+	drop_keys(d, 0, 2048);
+	assert_empty(d);
+	/* All of the arena now serves 1 MiB objects, without eviction. */
+	for (n = 0; n < 8; n++)
+		put(d, 10000 + n, MIB, DRAM_NONE);
+	dram_stats(d, &st);
+	ck_assert_uint_eq(st.slabs, 4);
+	ck_assert_uint_eq(st.evictions, 0);
+	ck_assert_uint_eq(st.bytes_used, 8 * MIB);
+	put(d, 10008, MIB, DRAM_NONE);
+	dram_stats(d, &st);
+	ck_assert_uint_eq(st.evictions, 1);
+	ck_assert_uint_eq(find(d, 10000), DRAM_NONE);
+	drop_keys(d, 10000, 10009);
+	assert_empty(d);
+	dram_free(d);
+}
+END_TEST
+
+START_TEST(test_other_size_evicts_the_least_recently_used_whole_slab)
+{
+	struct dram		*d = dram_mk(8 * MIB);
+	struct dram_stats	 st;
+	struct dram_key		 k;
+	uint32_t		 n, id;
+	uint8_t			*buf;
+
+	for (n = 0; n < 2048; n++)
+		put(d, n, 4096, DRAM_NONE);
+	/* Use the first slab again: the second is now the oldest. */
+	for (n = 0; n < 512; n++)
+		dram_touch(d, find(d, n));
+	put(d, 5000, MIB, DRAM_NONE);
+	dram_stats(d, &st);
+	ck_assert_uint_eq(st.evictions, 512);
+	for (n = 0; n < 2048; n++)
+		ck_assert((find(d, n) == DRAM_NONE) == (n >= 512 && n < 1024));
+	/* A pinned object in every slab protects them all. */
+	ck_assert_int_eq(dram_pin(d, find(d, 0)), 0);
+	ck_assert_int_eq(dram_pin(d, find(d, 1024)), 0);
+	ck_assert_int_eq(dram_pin(d, find(d, 1536)), 0);
+	put(d, 5001, MIB, DRAM_NONE);	/* the 1 MiB slab has a free slot */
+	ck_assert_int_eq(dram_pin(d, find(d, 5000)), 0);
+	ck_assert_int_eq(dram_pin(d, find(d, 5001)), 0);
+	key_of(&k, 6000);
+	ck_assert_int_eq(dram_alloc(d, &k, 3 * MIB, DRAM_NONE, &id, &buf), -ENOSPC);
+	dram_stats(d, &st);
+	ck_assert_uint_eq(st.evictions, 512);
+	ck_assert_uint_eq(st.evict_failures, 1);
+	dram_unpin(d, find(d, 0));
+	dram_unpin(d, find(d, 1024));
+	dram_unpin(d, find(d, 1536));
+	dram_unpin(d, find(d, 5000));
+	dram_unpin(d, find(d, 5001));
+	/* Unpinned, whole slabs of either size make room. */
+	ck_assert_int_eq(dram_alloc(d, &k, 3 * MIB, DRAM_NONE, &id, &buf), 0);
+	fill(buf, 3 * MIB, 6000);
+	dram_abort(d, id);
+	drop_keys(d, 0, 7000);
+	assert_empty(d);
+	dram_free(d);
+}
+END_TEST
+
+START_TEST(test_near_hint_places_pages_contiguously)
+{
+	struct dram	*d = dram_mk(2 * MIB);	/* one slab of 32 x 64 KiB */
+	uint32_t	 ids[32], a, b, c, n;
+	const uint8_t	*p19, *pa, *pb, *pc, *p0;
+
+	for (n = 0; n < 32; n++)
+		ids[n] = put(d, n, 65536, DRAM_NONE);
+	p0 = dram_data(d, ids[0], NULL, NULL);
+	/* Published in order, a prefix is contiguous already. */
+	for (n = 1; n < 32; n++)
+		ck_assert_ptr_eq(dram_data(d, ids[n], NULL, NULL), p0 + n * 65536);
+	p19 = dram_data(d, ids[19], NULL, NULL);
+	for (n = 4; n < 7; n++)
+		dram_drop(d, ids[n]);
+	for (n = 20; n < 23; n++)
+		dram_drop(d, ids[n]);
+	/* A page with a hint follows its predecessor... */
+	a = put(d, 100, 65536, ids[19]);
+	b = put(d, 101, 65536, a);
+	c = put(d, 102, 65536, b);
+	pa = dram_data(d, a, NULL, NULL);
+	pb = dram_data(d, b, NULL, NULL);
+	pc = dram_data(d, c, NULL, NULL);
+	ck_assert_ptr_eq(pa, p19 + 65536);
+	ck_assert_ptr_eq(pb, pa + 65536);
+	ck_assert_ptr_eq(pc, pb + 65536);
+	/* ...and without one, or when the next slot is taken, takes the first hole. */
+	a = put(d, 103, 65536, ids[30]);
+	ck_assert_ptr_eq(dram_data(d, a, NULL, NULL), p0 + 4 * 65536);
+	a = put(d, 104, 65536, DRAM_NONE);
+	ck_assert_ptr_eq(dram_data(d, a, NULL, NULL), p0 + 5 * 65536);
+	drop_keys(d, 0, 200);
+	assert_empty(d);
+	dram_free(d);
+}
+END_TEST
+
+START_TEST(test_index_grows_past_initial_capacity)
+{
+	struct dram		*d = dram_mk(16 * MIB);	/* 262144 slots of 64 bytes */
+	struct dram_stats	 st;
+	struct dram_key		 k;
+	uint32_t		*ids, n, id;
+	uint8_t			*buf;
+
+	ids = malloc(200000 * sizeof(*ids));
+	ck_assert_ptr_nonnull(ids);
+	for (n = 0; n < 200000; n++) {
+		key_of(&k, n);
+		ck_assert_int_eq(dram_alloc(d, &k, 64, DRAM_NONE, &ids[n], &buf), 0);
+		memcpy(buf, &n, sizeof(n));
+		ck_assert_int_eq(dram_commit(d, ids[n], n), 0);
+	}
+	dram_stats(d, &st);
+	ck_assert_uint_eq(st.visible, 200000);
+	ck_assert_uint_eq(st.evictions, 0);
+	ck_assert_uint_ge(st.index_buckets, 200000);
+	for (n = 0; n < 200000; n++) {
+		key_of(&k, n);
+		ck_assert_int_eq(dram_lookup(d, &k, &id), 0);
+		ck_assert_uint_eq(id, ids[n]);
+		ck_assert_int_eq(memcmp(dram_data(d, id, NULL, NULL), &n, sizeof(n)), 0);
+		key_of(&k, n + 200000);
+		ck_assert_int_eq(dram_lookup(d, &k, &id), -ENOENT);
+	}
+	for (n = 0; n < 200000; n += 2)
+		dram_drop(d, ids[n]);
+	for (n = 0; n < 200000; n++)
+		ck_assert_uint_eq(find(d, n), n % 2 ? ids[n] : DRAM_NONE);
+	for (n = 1; n < 200000; n += 2)
+		dram_drop(d, ids[n]);
+	assert_empty(d);
+	free(ids);
+	dram_free(d);
+}
+END_TEST
+
+/* Fills the arena with objects of len and returns meta bytes per object. */
+static double
+meta_at_full_load(uint64_t arena, uint64_t len, uint64_t count)
+{
+	struct dram		*d = dram_mk(arena);
+	struct dram_stats	 st;
+	struct dram_key		 k;
+	uint32_t		 n, id;
+	uint8_t			*buf;
+
+	for (n = 0; n < count; n++) {
+		key_of(&k, n);
+		ck_assert_int_eq(dram_alloc(d, &k, len, DRAM_NONE, &id, &buf), 0);
+		ck_assert_int_eq(dram_commit(d, id, n), 0);
+	}
+	dram_stats(d, &st);
+	ck_assert_uint_eq(st.evictions, 0);
+	ck_assert_uint_eq(st.objects, count);
+	printf("dram: %llu objects of %llu bytes: %.2f meta bytes/object, %llu buckets\n",
+	    (unsigned long long)count, (unsigned long long)len, st.meta_bytes_per_object,
+	    (unsigned long long)st.index_buckets);
+	dram_free(d);
+	return st.meta_bytes_per_object;
+}
+
+START_TEST(test_metadata_is_at_most_96_bytes_per_object)
+{
+	/* The arena full of 256-byte objects. */
+	ck_assert_double_le(meta_at_full_load(32 * MIB, 256, 32 * MIB / 256), 96.0);
+	/* Full of 4 KiB objects. */
+	ck_assert_double_le(meta_at_full_load(256 * MIB, 4096, 256 * MIB / 4096), 96.0);
+	/* The worst point: one object past an index doubling. */
+	ck_assert_double_le(meta_at_full_load(16 * MIB, 64, 131073), 96.0);
+}
+END_TEST
+
+static uint64_t
+checksum_reference(const uint8_t *p, size_t len)
+{
+	size_t		 n = (len + DRAM_CSUM_CHUNK - 1) / DRAM_CSUM_CHUNK, i, j, l;
+	uint8_t		*dig = malloc((n + 1) * 8);
+	uint64_t	 h, v;
+
+	ck_assert_ptr_nonnull(dig);
+	for (i = 0; i < n; i++) {
+		l = len - i * DRAM_CSUM_CHUNK < DRAM_CSUM_CHUNK ? len - i * DRAM_CSUM_CHUNK :
+		    DRAM_CSUM_CHUNK;
+		v = XXH3_64bits(p + i * DRAM_CSUM_CHUNK, l);
+		for (j = 0; j < 8; j++)
+			dig[i * 8 + j] = (uint8_t)(v >> (8 * j));
+	}
+	for (j = 0; j < 8; j++)
+		dig[n * 8 + j] = (uint8_t)((uint64_t)len >> (8 * j));
+	h = XXH3_64bits(dig, (n + 1) * 8);
+	free(dig);
+	return h;
+}
+
+START_TEST(test_checksum_chunked_matches_reference)
+{
+	static const size_t	 lens[] = { 0, 1, 63, 4096, DRAM_CSUM_CHUNK - 1, DRAM_CSUM_CHUNK,
+	    DRAM_CSUM_CHUNK + 1, 5 * DRAM_CSUM_CHUNK + 123, 36864, 2359296,
+	    600 * (size_t)DRAM_CSUM_CHUNK + 7 };	/* past the on-stack digests */
+	size_t			 max = 600 * (size_t)DRAM_CSUM_CHUNK + 7, i;
+	uint8_t			*p = malloc(max);
+	uint64_t		 x = 0x9e3779b97f4a7c15ULL;
+
+	ck_assert_ptr_nonnull(p);
+	for (i = 0; i < max; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		p[i] = (uint8_t)x;
+	}
+	for (i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+		ck_assert_uint_eq(dram_checksum(p, lens[i]), checksum_reference(p, lens[i]));
+	/* The length is part of it: trailing zeros change the value. */
+	memset(p, 0, 2 * DRAM_CSUM_CHUNK);
+	ck_assert_uint_ne(dram_checksum(p, 100), dram_checksum(p, 101));
+	ck_assert_uint_ne(dram_checksum(p, DRAM_CSUM_CHUNK), dram_checksum(p, 2 * DRAM_CSUM_CHUNK));
+	free(p);
+}
+END_TEST
+
+START_TEST(test_checksum_detects_a_flipped_byte)
+{
+	struct dram	*d = dram_mk(4 * MIB);
+	static const uint64_t	at[] = { 0, 1, DRAM_CSUM_CHUNK - 1, DRAM_CSUM_CHUNK,
+	    2 * DRAM_CSUM_CHUNK + 5, 200000 - 1 };
+	uint64_t	 len, csum, i, bit;
+	uint32_t	 id;
+	uint8_t		*m, save[DRAM_CSUM_CHUNK];
+
+	id = put(d, 1, 200000, DRAM_NONE);
+	m = dram_data_mut(d, id);
+	ck_assert_ptr_eq(dram_data(d, id, &len, &csum), m);
+	ck_assert_uint_eq(dram_checksum(m, len), csum);
+	for (i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+		for (bit = 0; bit < 8; bit++) {
+			m[at[i]] ^= (uint8_t)(1U << bit);
+			ck_assert_uint_ne(dram_checksum(m, len), csum);
+			m[at[i]] ^= (uint8_t)(1U << bit);
+		}
+	}
+	ck_assert_uint_eq(dram_checksum(m, len), csum);
+	/* Swapped chunks are caught: the digests are hashed in order. */
+	memset(m, 0x11, DRAM_CSUM_CHUNK);
+	memset(m + DRAM_CSUM_CHUNK, 0x22, DRAM_CSUM_CHUNK);
+	csum = dram_checksum(m, len);
+	memcpy(save, m, DRAM_CSUM_CHUNK);
+	memmove(m, m + DRAM_CSUM_CHUNK, DRAM_CSUM_CHUNK);
+	memcpy(m + DRAM_CSUM_CHUNK, save, DRAM_CSUM_CHUNK);
+	ck_assert_uint_ne(dram_checksum(m, len), csum);
+	dram_drop(d, id);
+	assert_empty(d);
+	dram_free(d);
+}
+END_TEST
+
+START_TEST(test_objects_of_16_mib_and_more_fit_an_arena_that_holds_them)
+{
+	struct dram		*d = dram_mk(64 * MIB);
+	struct dram_stats	 st;
+	struct dram_key		 k;
+	uint32_t		 ids[4], n, id;
+	uint8_t			*buf;
+
+	for (n = 0; n < 4; n++) {
+		ids[n] = put(d, n, 16 * MIB, DRAM_NONE);
+		ck_assert_uint_eq((uintptr_t)dram_data(d, ids[n], NULL, NULL) % (2 * MIB), 0);
+	}
+	dram_stats(d, &st);
+	ck_assert_uint_eq(st.bytes_used, 64 * MIB);
+	key_of(&k, 50);
+	ck_assert_int_eq(dram_alloc(d, &k, 65 * MIB, DRAM_NONE, &id, &buf), -EFBIG);
+	/* 40 MiB takes 20 units: the three oldest 16 MiB objects go. */
+	put(d, 50, 40 * MIB, DRAM_NONE);
+	dram_stats(d, &st);
+	ck_assert_uint_eq(st.evictions, 3);
+	ck_assert_uint_eq(find(d, 3), ids[3]);
+	assert_object(d, ids[3], 3, 16 * MIB);
+	assert_object(d, find(d, 50), 50, 40 * MIB);
+	drop_keys(d, 0, 100);
+	assert_empty(d);
+	dram_free(d);
+}
+END_TEST
+
+START_TEST(test_objects_are_aligned_for_copies_and_direct_io)
+{
+	struct dram	*d = dram_mk(32 * MIB);
+	static const uint64_t	lens[] = { 100, 4000, 36864, 70000, 2359296 };
+	uint32_t	 a, b, i;
+	const uint8_t	*pa, *pb;
+	uint64_t	 stride;
+
+	for (i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		a = put(d, 2 * i, lens[i], DRAM_NONE);
+		b = put(d, 2 * i + 1, lens[i], DRAM_NONE);
+		pa = dram_data(d, a, NULL, NULL);
+		pb = dram_data(d, b, NULL, NULL);
+		stride = lens[i] >= 65536 ? (lens[i] + 4095) / 4096 * 4096 : (lens[i] + 63) / 64 * 64;
+		ck_assert_uint_eq((uint64_t)(pb - pa), stride);
+		ck_assert_uint_eq((uintptr_t)pa % 64, 0);
+		if (lens[i] % 4096 == 0 || lens[i] >= 65536)
+			ck_assert_uint_eq((uintptr_t)pa % 4096, 0);
+	}
+	drop_keys(d, 0, 20);
+	assert_empty(d);
+	dram_free(d);
+}
+END_TEST
+
+START_TEST(test_every_key_field_is_part_of_identity)
+{
+	struct dram	*d = dram_mk(2 * MIB);
+	struct dram_key	 k, o;
+	uint32_t	 id, got;
+	uint8_t		*buf;
+
+	id = put(d, 1, 100, DRAM_NONE);
+	key_of(&k, 1);
+	ck_assert_int_eq(dram_lookup(d, &k, &got), 0);
+	ck_assert_uint_eq(got, id);
+	o = k; o.fingerprint[15] ^= 1;
+	ck_assert_int_eq(dram_lookup(d, &o, &got), -ENOENT);
+	o = k; o.pool = 2;
+	ck_assert_int_eq(dram_lookup(d, &o, &got), -ENOENT);
+	o = k; o.shard = 4;
+	ck_assert_int_eq(dram_lookup(d, &o, &got), -ENOENT);
+	o = k; o.hash[31] ^= 0x80;
+	ck_assert_int_eq(dram_lookup(d, &o, &got), -ENOENT);
+	o = k; o.pad = 1;
+	ck_assert_int_eq(dram_lookup(d, &o, &got), -ENOENT);
+	ck_assert_int_eq(dram_alloc(d, &o, 100, DRAM_NONE, &got, &buf), -EINVAL);
+	dram_drop(d, id);
+	assert_empty(d);
+	dram_free(d);
+}
+END_TEST
+
+START_TEST(test_bad_arguments_are_refused)
+{
+	struct dram	*d;
+	struct dram_key	 k;
+	char		 err[256] = "";
+	uint32_t	 id, w;
+	uint8_t		*buf;
+
+	ck_assert_int_eq(dram_new(&d, 0, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_null(d);
+	ck_assert_str_eq(err, "dram arena: 0 bytes is out of range [1, 32 TiB]");
+	ck_assert_int_eq(dram_new(&d, 64ULL << 40, err, sizeof(err)), -EINVAL);
+	d = dram_mk(1);		/* rounded up to one unit */
+	key_of(&k, 1);
+	ck_assert_int_eq(dram_alloc(d, &k, 0, DRAM_NONE, &id, &buf), -EINVAL);
+	ck_assert_int_eq(dram_alloc(d, &k, 3 * MIB, DRAM_NONE, &id, &buf), -EFBIG);
+	ck_assert_int_eq(dram_commit(d, 12345, 0), -EINVAL);
+	ck_assert_int_eq(dram_pin(d, 12345), -EINVAL);
+	ck_assert_int_eq(dram_pin(d, DRAM_NONE), -EINVAL);
+	ck_assert_ptr_null(dram_data(d, 12345, NULL, NULL));
+	ck_assert_ptr_null(dram_data_mut(d, DRAM_NONE));
+	ck_assert_int_eq(dram_alloc(d, &k, 2 * MIB, 12345, &w, &buf), 0);	/* a bad hint is ignored */
+	ck_assert_int_eq(dram_pin(d, w), -ENOENT);
+	ck_assert_int_eq(dram_commit(d, w, 5), 0);
+	ck_assert_int_eq(dram_commit(d, w, 5), -EINVAL);
+	ck_assert_int_eq(dram_pin(d, w), 0);
+	dram_unpin(d, w);
+	dram_drop(d, w);
+	ck_assert_int_eq(dram_commit(d, w, 5), -EINVAL);
+	assert_empty(d);
+	dram_free(d);
+	dram_free(NULL);
+}
+END_TEST
+
+START_TEST(test_pin_counts_are_exact)
+{
+	struct dram		*d = dram_mk(2 * MIB);
+	struct dram_stats	 st;
+	uint32_t		 a, b, lru[4];
+	int			 i;
+
+	a = put(d, 1, 1000, DRAM_NONE);
+	b = put(d, 2, 1000, DRAM_NONE);
+	for (i = 0; i < 3; i++)
+		ck_assert_int_eq(dram_pin(d, a), 0);
+	ck_assert_int_eq(dram_pin(d, b), 0);
+	dram_stats(d, &st);
+	ck_assert_uint_eq(st.pins, 4);
+	ck_assert_uint_eq(st.pinned_objects, 2);
+	ck_assert_uint_eq(dram_lru_order(d, 1000, lru, 4), 0);
+	dram_touch(d, a);	/* pinned: nothing to move */
+	for (i = 0; i < 65535 - 3; i++)
+		ck_assert_int_eq(dram_pin(d, a), 0);
+	ck_assert_int_eq(dram_pin(d, a), -EOVERFLOW);
+	for (i = 0; i < 65535; i++)
+		dram_unpin(d, a);
+	dram_unpin(d, b);
+	dram_stats(d, &st);
+	ck_assert_uint_eq(st.pins, 0);
+	ck_assert_uint_eq(st.pinned_objects, 0);
+	ck_assert_uint_eq(dram_lru_order(d, 1000, lru, 4), 2);
+	ck_assert_uint_eq(lru[0], a);
+	ck_assert_uint_eq(lru[1], b);
+	dram_drop(d, a);
+	dram_drop(d, b);
+	assert_empty(d);
+	dram_free(d);
+}
+END_TEST
+
+/*
+ * The reference model: what each object should be, by the operations
+ * alone. An unpinned visible object may vanish (eviction); nothing else
+ * may, and no live object's memory may overlap another's.
+ */
+#define RM_KEYS		300
+#define RM_MAX		4096
+#define RM_OPS		4000
+
+enum { RM_W = 1, RM_V, RM_D };
+
+struct rm_obj {
+	int		 state;		/* 0: dead */
+	uint32_t	 key;
+	uint32_t	 id;
+	uint32_t	 serial;
+	unsigned	 pins;
+	uint64_t	 len;
+	uint64_t	 csum;
+	const uint8_t	*buf;
+};
+
+struct rm {
+	struct rm_obj	 o[RM_MAX];
+	int		 bykey[RM_KEYS];	/* WRITING or visible entry, or -1 */
+	uint64_t	 evictions, drops, rng;
+	unsigned	 nenospc;
+};
+
+static uint64_t
+rm_rand(struct rm *m)
+{
+	m->rng ^= m->rng << 13;
+	m->rng ^= m->rng >> 7;
+	m->rng ^= m->rng << 17;
+	return m->rng;
+}
+
+/* A random live entry in state (0: any), or -1. */
+static int
+rm_pick(struct rm *m, int state, int pinned)
+{
+	int	i, start = (int)(rm_rand(m) % RM_MAX);
+
+	for (i = 0; i < RM_MAX; i++) {
+		struct rm_obj *o = &m->o[(start + i) % RM_MAX];
+
+		if (o->state == 0 || (state != 0 && o->state != state) || (pinned && o->pins == 0))
+			continue;
+		return (start + i) % RM_MAX;
+	}
+	return -1;
+}
+
+static void
+rm_check(struct dram *d, struct rm *m, int bytes)
+{
+	struct dram_stats	 st;
+	struct dram_key		 k;
+	uint64_t		 vis = 0, wr = 0, dr = 0, pins = 0, pinned = 0, used = 0, len, csum;
+	uint32_t		 id;
+	int			 i, rc;
+
+	for (i = 0; i < RM_MAX; i++) {
+		struct rm_obj *o = &m->o[i];
+
+		if (o->state == 0)
+			continue;
+		key_of(&k, o->key);
+		rc = dram_lookup(d, &k, &id);
+		if (o->state == RM_V && o->pins == 0 && rc == -ENOENT) {
+			m->evictions++;
+			m->bykey[o->key] = -1;
+			o->state = 0;
+			continue;
+		}
+		if (o->state == RM_V) {
+			ck_assert_int_eq(rc, 0);
+			ck_assert_uint_eq(id, o->id);
+		} else
+			ck_assert_msg(rc == -ENOENT || m->bykey[o->key] != i,
+			    "a WRITING or dropped object is visible");
+		ck_assert_ptr_eq(dram_data(d, o->id, &len, &csum), o->buf);
+		ck_assert_uint_eq(len, o->len);
+		if (bytes) {
+			ck_assert_msg(intact(o->buf, o->len, o->serial), "object %u changed", o->serial);
+			if (o->state != RM_W)
+				ck_assert_uint_eq(csum, o->csum);
+		}
+		vis += o->state == RM_V;
+		wr += o->state == RM_W;
+		dr += o->state == RM_D;
+		pins += o->pins;
+		pinned += o->pins > 0;
+		used += o->len;
+	}
+	dram_stats(d, &st);
+	ck_assert_uint_eq(st.visible, vis);
+	ck_assert_uint_eq(st.writing, wr);
+	ck_assert_uint_eq(st.dropped, dr);
+	ck_assert_uint_eq(st.objects, vis + wr + dr);
+	ck_assert_uint_eq(st.pins, pins);
+	ck_assert_uint_eq(st.pinned_objects, pinned);
+	ck_assert_uint_eq(st.bytes_used, used);
+	ck_assert_uint_eq(st.evictions, m->evictions);
+	ck_assert_uint_eq(st.drops, m->drops);
+	ck_assert_uint_eq(st.evict_failures, m->nenospc);
+}
+
+static void
+rm_alloc(struct dram *d, struct rm *m, uint32_t serial)
+{
+	static const uint64_t	 sizes[] = { 3000, 20000, 300000 };
+	struct rm_obj		*o;
+	struct dram_key		 k;
+	uint32_t		 key = (uint32_t)(rm_rand(m) % RM_KEYS), near = DRAM_NONE, id;
+	uint64_t		 len = sizes[rm_rand(m) % 3], ev;
+	uint8_t			*buf;
+	int			 i, slot, held = 0, rc;
+
+	if (rm_rand(m) % 2 && (i = rm_pick(m, 0, 0)) >= 0)
+		near = m->o[i].id;
+	for (slot = 0; slot < RM_MAX && m->o[slot].state != 0; slot++)
+		;
+	ck_assert_int_lt(slot, RM_MAX);
+	key_of(&k, key);
+	ev = m->evictions;
+	rc = dram_alloc(d, &k, len, near, &id, &buf);
+	if (m->bykey[key] >= 0) {
+		ck_assert_int_eq(rc, -EEXIST);
+		return;
+	}
+	if (rc == -ENOSPC) {
+		m->nenospc++;
+		rm_check(d, m, 0);
+		ck_assert_uint_eq(m->evictions, ev);	/* a refusal evicts nothing */
+		for (i = 0; i < RM_MAX; i++)
+			held += m->o[i].state == RM_W || m->o[i].pins > 0;
+		ck_assert_msg(held > 0, "-ENOSPC with nothing held");
+		return;
+	}
+	ck_assert_int_eq(rc, 0);
+	fill(buf, len, serial);
+	o = &m->o[slot];
+	memset(o, 0, sizeof(*o));
+	o->state = RM_W;
+	o->key = key;
+	o->id = id;
+	o->serial = serial;
+	o->len = len;
+	o->buf = buf;
+	m->bykey[key] = slot;
+	rm_check(d, m, 0);	/* takes out what was evicted */
+	for (i = 0; i < RM_MAX; i++) {
+		struct rm_obj *p = &m->o[i];
+
+		if (p->state == 0 || i == slot)
+			continue;
+		ck_assert_msg(p->buf + p->len <= buf || buf + len <= p->buf,
+		    "object %u overlaps live object %u", serial, p->serial);
+	}
+}
+
+START_TEST(test_random_operations_match_a_reference_model)
+{
+	struct dram	*d = dram_mk(8 * MIB);
+	struct rm	*m = calloc(1, sizeof(*m));
+	struct rm_obj	*o;
+	int		 i, op, n, rc;
+
+	ck_assert_ptr_nonnull(m);
+	m->rng = 0x2545f4914f6cdd1dULL;
+	memset(m->bykey, 0xff, sizeof(m->bykey));
+	for (n = 0; n < RM_OPS; n++) {
+		op = (int)(rm_rand(m) % 100);
+		if (op < 35) {
+			rm_alloc(d, m, (uint32_t)n);
+		} else if (op < 50) {
+			if ((i = rm_pick(m, RM_W, 0)) < 0)
+				continue;
+			o = &m->o[i];
+			if (rm_rand(m) % 4) {
+				o->csum = dram_checksum(o->buf, o->len);
+				ck_assert_int_eq(dram_commit(d, o->id, o->csum), 0);
+				o->state = RM_V;
+			} else {
+				dram_abort(d, o->id);
+				m->bykey[o->key] = -1;
+				o->state = 0;
+			}
+		} else if (op < 65) {
+			if ((i = rm_pick(m, 0, 0)) < 0)
+				continue;
+			o = &m->o[i];
+			rc = dram_pin(d, o->id);
+			if (o->state == RM_V) {
+				ck_assert_int_eq(rc, 0);
+				o->pins++;
+			} else
+				ck_assert_int_eq(rc, -ENOENT);
+		} else if (op < 80) {
+			if ((i = rm_pick(m, 0, 1)) < 0)
+				continue;
+			o = &m->o[i];
+			dram_unpin(d, o->id);
+			if (--o->pins == 0 && o->state == RM_D)
+				o->state = 0;
+		} else if (op < 87) {
+			if ((i = rm_pick(m, 0, 0)) >= 0)
+				dram_touch(d, m->o[i].id);
+		} else if (op < 94) {
+			if ((i = rm_pick(m, (rm_rand(m) % 4) ? RM_V : RM_D, 0)) < 0)
+				continue;
+			o = &m->o[i];
+			dram_drop(d, o->id);
+			if (o->state == RM_V) {
+				m->drops++;
+				m->bykey[o->key] = -1;
+				o->state = o->pins > 0 ? RM_D : 0;
+			}
+		}
+		rm_check(d, m, n % 200 == 0);
+	}
+	rm_check(d, m, 1);
+	ck_assert_uint_gt(m->evictions, 0);
+	ck_assert_uint_gt(m->nenospc, 0);
+	printf("dram model: %d ops, %llu evictions, %u refused for space, %llu drops\n",
+	    RM_OPS, (unsigned long long)m->evictions, m->nenospc, (unsigned long long)m->drops);
+	for (i = 0; i < RM_MAX; i++) {
+		o = &m->o[i];
+		if (o->state == 0)
+			continue;
+		while (o->pins > 0) {
+			dram_unpin(d, o->id);
+			o->pins--;
+		}
+		if (o->state == RM_W)
+			dram_abort(d, o->id);
+		else if (o->state == RM_V)
+			dram_drop(d, o->id);
+		o->state = 0;
+	}
+	assert_empty(d);
+	free(m);
+	dram_free(d);
+}
+END_TEST
+
+Suite *
+suite_dram(void)
+{
+	Suite	*s = suite_create("dram");
+	TCase	*tc = tcase_create("unit");
+
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_writing_object_is_invisible_until_commit);
+	tcase_add_test(tc, test_duplicate_key_is_refused_while_writing_and_after_commit);
+	tcase_add_test(tc, test_lookup_has_no_side_effects);
+	tcase_add_test(tc, test_abort_frees_everything);
+	tcase_add_test(tc, test_drop_of_pinned_object_frees_at_last_unpin);
+	tcase_add_test(tc, test_eviction_never_takes_a_pinned_object);
+	tcase_add_test(tc, test_eviction_follows_lru_order);
+	tcase_add_test(tc, test_no_space_when_everything_is_pinned);
+	tcase_add_test(tc, test_writing_objects_are_never_evicted);
+	tcase_add_test(tc, test_slab_returns_to_arena_and_serves_another_size);
+	tcase_add_test(tc, test_other_size_evicts_the_least_recently_used_whole_slab);
+	tcase_add_test(tc, test_near_hint_places_pages_contiguously);
+	tcase_add_test(tc, test_index_grows_past_initial_capacity);
+	tcase_add_test(tc, test_metadata_is_at_most_96_bytes_per_object);
+	tcase_add_test(tc, test_checksum_chunked_matches_reference);
+	tcase_add_test(tc, test_checksum_detects_a_flipped_byte);
+	tcase_add_test(tc, test_objects_of_16_mib_and_more_fit_an_arena_that_holds_them);
+	tcase_add_test(tc, test_objects_are_aligned_for_copies_and_direct_io);
+	tcase_add_test(tc, test_every_key_field_is_part_of_identity);
+	tcase_add_test(tc, test_bad_arguments_are_refused);
+	tcase_add_test(tc, test_pin_counts_are_exact);
+	tcase_add_test(tc, test_random_operations_match_a_reference_model);
+	suite_add_tcase(s, tc);
+	return s;
+}

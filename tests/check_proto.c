@@ -1,0 +1,853 @@
+/*
+ * The wire protocol's pure functions (proto/proto.c): every message
+ * through its validators, every malformed header and every invalid
+ * ATTACH field answered with its exact status and a text naming the
+ * field, region geometry at and past its bounds, the status tables
+ * total, and proto_dump() safe on anything.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto.h"
+#include "tests.h"
+
+/* An ATTACH being built: room for one entry past every limit. */
+struct pt_attach {
+	struct proto_attach	fixed;
+	struct proto_pool	pools[PROTO_POOLS_MAX + 1];
+	struct proto_region	regions[PROTO_REGIONS_MAX + 1];
+	uint32_t		live[PROTO_LIVE_MAX + 1];
+};
+
+static struct pt_attach *
+pt_attach_new(void)
+{
+	struct pt_attach	*a = calloc(1, sizeof(*a));
+	struct proto_layout	*l;
+	struct proto_region	*r;
+
+	ck_assert_ptr_nonnull(a);
+	l = &a->fixed.layout;
+	strcpy(l->model, "deepseek-v3");
+	strcpy(l->kv_dtype, "fp8_e4m3");
+	strcpy(l->hash_scheme, "sha256");
+	l->tp_size = 2;
+	l->dcp_size = 2;
+	l->pp_size = 1;
+	l->cp_size = 1;
+	l->dcp_rank = 1;
+	l->host_layout = PROTO_LAYOUT_PAGE_FIRST;
+	l->attention = PROTO_ATTN_MLA;
+	l->hash_len = 32;
+	l->npools = 2;
+	l->page_tokens = 64;
+	l->logical_page_tokens = 64;
+	l->seed = 7;
+	strcpy(a->fixed.group, "engine-0");
+	a->fixed.group_size = 2;
+	a->fixed.group_rank = 1;
+	a->fixed.tp_rank = 1;
+	a->fixed.prefetch = PROTO_PREFETCH_WAIT_COMPLETE;
+	a->fixed.write = PROTO_WRITE_THROUGH;
+	a->fixed.nregions = 2;
+	a->fixed.nlive = 2;
+
+	strcpy(a->pools[0].name, "kv");
+	a->pools[0].kind = PROTO_POOL_KV;
+	a->pools[0].hit_policy = PROTO_HIT_ALL_PAGES;
+	a->pools[0].layers = 61;
+	a->pools[0].object_bytes = 61 * 64 * 576;
+	strcpy(a->pools[0].schema, "mla:576");
+	strcpy(a->pools[1].name, "state");
+	a->pools[1].kind = PROTO_POOL_STATE;
+	a->pools[1].hit_policy = PROTO_HIT_TRAILING;
+	a->pools[1].trailing = 1;
+	a->pools[1].layers = 1;
+	a->pools[1].object_bytes = 4096;
+
+	/* MLA FP8 pages, page_first: tokens x layers x 576 bytes. */
+	r = &a->regions[0];
+	r->pool = 0;
+	r->kind = PROTO_MEM_MEMFD;
+	r->layout = PROTO_LAYOUT_PAGE_FIRST;
+	r->num_pages = 16;
+	r->page_tokens = 64;
+	r->layers = 61;
+	r->token_bytes = 576;
+	r->layer_stride = 576;
+	r->token_stride = 61 * 576;
+	r->page_stride = 64 * 61 * 576;
+	r->size = 16ULL * 64 * 61 * 576;
+	r = &a->regions[1];
+	r->pool = 1;
+	r->kind = PROTO_MEM_MEMFD;
+	r->layout = PROTO_LAYOUT_SLOTS;
+	r->fd_index = 1;
+	r->num_pages = 8;
+	r->page_tokens = 1;
+	r->layers = 1;
+	r->token_bytes = 4096;
+	r->page_stride = 4096;
+	r->size = 8 * 4096;
+	a->live[0] = 3;
+	a->live[1] = 5;
+	return a;
+}
+
+/* The payload as the wire has it; *len gets its length. */
+static uint8_t *
+pt_attach_encode(const struct pt_attach *a, uint32_t *len)
+{
+	uint8_t	*buf, *p;
+	size_t	 n;
+
+	*len = proto_attach_length(a->fixed.layout.npools, a->fixed.nregions, a->fixed.nlive);
+	ck_assert_uint_lt(*len, 1U << 24);
+	buf = p = malloc(*len);
+	ck_assert_ptr_nonnull(buf);
+	memcpy(p, &a->fixed, sizeof(a->fixed));
+	p += sizeof(a->fixed);
+	n = a->fixed.layout.npools * sizeof(a->pools[0]);
+	memcpy(p, a->pools, n);
+	p += n;
+	n = a->fixed.nregions * sizeof(a->regions[0]);
+	memcpy(p, a->regions, n);
+	p += n;
+	memcpy(p, a->live, (size_t)a->fixed.nlive * 4);
+	return buf;
+}
+
+/* Runs the daemon's two ATTACH checks; err gets decode's text. */
+static int
+pt_attach_check(const struct pt_attach *a, char *err, size_t errlen)
+{
+	static struct proto_attach_view	 v;
+	uint8_t				*buf;
+	uint32_t			 len;
+	int				 st;
+
+	err[0] = '\0';
+	buf = pt_attach_encode(a, &len);
+	st = proto_payload_check(PROTO_T_ATTACH, len, buf);
+	if (st == 0)
+		st = proto_attach_decode(buf, len, &v, err, errlen);
+	free(buf);
+	return st;
+}
+
+START_TEST(test_hdr_init_is_a_valid_request)
+{
+	struct proto_hdr	h;
+	uint8_t			wire[sizeof(h)], *p = wire;
+
+	proto_hdr_init(&h, PROTO_T_STATS, 0, 42);
+	memcpy(wire, &h, sizeof(h));
+	/* The documented offsets, byte by byte, little-endian. */
+	ck_assert_uint_eq(p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24, PROTO_MAGIC);
+	ck_assert_mem_eq(p, "L3KV", 4);
+	ck_assert_uint_eq(p[4] | p[5] << 8, PROTO_VERSION);
+	ck_assert_uint_eq(p[6] | p[7] << 8, PROTO_T_STATS);
+	ck_assert_uint_eq(p[8] | p[9] << 8, 0);
+	ck_assert_uint_eq(p[10] | p[11] << 8, 0);
+	ck_assert_uint_eq(p[12], 0);
+	ck_assert_uint_eq(p[16], 42);
+	ck_assert_int_eq(proto_hdr_check(&h, PROTO_FRAME_MIN), PROTO_S_OK);
+	h.flags = PROTO_F_FDS;
+	ck_assert_int_eq(proto_hdr_check(&h, PROTO_FRAME_MIN), PROTO_S_OK);
+}
+END_TEST
+
+/* Each malformed header and the status the daemon answers it with. */
+static const struct {
+	const char	*name;
+	uint32_t	 magic;
+	uint16_t	 version;
+	uint16_t	 type;
+	uint16_t	 flags;
+	uint16_t	 status;
+	uint32_t	 length;
+	int		 want;
+} pt_bad_hdrs[] = {
+	{ "bad magic",		0x4c334b56, 1, PROTO_T_STATS, 0, 0, 0, PROTO_S_BAD_MAGIC },
+	{ "zero magic",		0, 1, PROTO_T_STATS, 0, 0, 0, PROTO_S_BAD_MAGIC },
+	{ "magic before version", 1, 9, PROTO_T_STATS, 0, 0, 0, PROTO_S_BAD_MAGIC },
+	{ "version 0",		PROTO_MAGIC, 0, PROTO_T_STATS, 0, 0, 0, PROTO_S_BAD_VERSION },
+	{ "version 2",		PROTO_MAGIC, 2, PROTO_T_STATS, 0, 0, 0, PROTO_S_BAD_VERSION },
+	{ "version before length", PROTO_MAGIC, 2, PROTO_T_STATS, 0, 0, ~0U, PROTO_S_BAD_VERSION },
+	{ "length over max",	PROTO_MAGIC, 1, PROTO_T_ATTACH, 0, 0, 4097, PROTO_S_TOO_BIG },
+	{ "length at 4 GiB",	PROTO_MAGIC, 1, PROTO_T_ATTACH, 0, 0, ~0U, PROTO_S_TOO_BIG },
+	{ "length before type",	PROTO_MAGIC, 1, 77, 0, 0, 4097, PROTO_S_TOO_BIG },
+	{ "unknown flag",	PROTO_MAGIC, 1, PROTO_T_STATS, 0x0004, 0, 0, PROTO_S_BAD_FLAGS },
+	{ "high flag",		PROTO_MAGIC, 1, PROTO_T_STATS, 0x8000, 0, 0, PROTO_S_BAD_FLAGS },
+	{ "reply flag",		PROTO_MAGIC, 1, PROTO_T_STATS, PROTO_F_REPLY, 0, 0, PROTO_S_BAD_FLAGS },
+	{ "status in request",	PROTO_MAGIC, 1, PROTO_T_STATS, 0, 3, 0, PROTO_S_BAD_FLAGS },
+	{ "type 0",		PROTO_MAGIC, 1, 0, 0, 0, 0, PROTO_S_BAD_TYPE },
+	{ "type 6",		PROTO_MAGIC, 1, 6, 0, 0, 0, PROTO_S_BAD_TYPE },
+	{ "PROBE reserved",	PROTO_MAGIC, 1, PROTO_T_PROBE, 0, 0, 0, PROTO_S_BAD_TYPE },
+	{ "ADMIT reserved",	PROTO_MAGIC, 1, PROTO_T_ADMIT, 0, 0, 0, PROTO_S_BAD_TYPE },
+	{ "RESTORE reserved",	PROTO_MAGIC, 1, PROTO_T_RESTORE, 0, 0, 0, PROTO_S_BAD_TYPE },
+	{ "CANCEL reserved",	PROTO_MAGIC, 1, PROTO_T_CANCEL, 0, 0, 0, PROTO_S_BAD_TYPE },
+	{ "RELEASE reserved",	PROTO_MAGIC, 1, PROTO_T_RELEASE, 0, 0, 0, PROTO_S_BAD_TYPE },
+	{ "PUBLISH reserved",	PROTO_MAGIC, 1, PROTO_T_PUBLISH, 0, 0, 0, PROTO_S_BAD_TYPE },
+	{ "SET_POLICY reserved", PROTO_MAGIC, 1, PROTO_T_SET_POLICY, 0, 0, 0, PROTO_S_BAD_TYPE },
+	{ "ERROR is reply-only", PROTO_MAGIC, 1, PROTO_T_ERROR, 0, 0, 0, PROTO_S_BAD_TYPE },
+	{ "type 65535",		PROTO_MAGIC, 1, 0xffff, 0, 0, 0, PROTO_S_BAD_TYPE },
+};
+
+START_TEST(test_hdr_check_answers_each_malformed_header_exactly)
+{
+	struct proto_hdr	h;
+
+	memset(&h, 0, sizeof(h));
+	h.magic = pt_bad_hdrs[_i].magic;
+	h.version = pt_bad_hdrs[_i].version;
+	h.type = pt_bad_hdrs[_i].type;
+	h.flags = pt_bad_hdrs[_i].flags;
+	h.status = pt_bad_hdrs[_i].status;
+	h.length = pt_bad_hdrs[_i].length;
+	h.seq = 1;
+	ck_assert_msg(proto_hdr_check(&h, 4096) == pt_bad_hdrs[_i].want, "%s: got %s, want %s",
+	    pt_bad_hdrs[_i].name, proto_status_name(proto_hdr_check(&h, 4096)),
+	    proto_status_name(pt_bad_hdrs[_i].want));
+}
+END_TEST
+
+START_TEST(test_hdr_check_accepts_length_at_max)
+{
+	struct proto_hdr	h;
+
+	proto_hdr_init(&h, PROTO_T_ATTACH, 4096, 1);
+	ck_assert_int_eq(proto_hdr_check(&h, 4096), PROTO_S_OK);
+	h.length = 4097;
+	ck_assert_int_eq(proto_hdr_check(&h, 4096), PROTO_S_TOO_BIG);
+	proto_hdr_init(&h, PROTO_T_ATTACH, PROTO_FRAME_MAX, 1);
+	ck_assert_int_eq(proto_hdr_check(&h, PROTO_FRAME_MAX), PROTO_S_OK);
+}
+END_TEST
+
+START_TEST(test_payload_check_lengths_per_type)
+{
+	struct pt_attach	*a = pt_attach_new();
+	uint8_t			*buf, zero[sizeof(struct proto_hello) + 1] = { 0 };
+	uint32_t		 len;
+
+	ck_assert_int_eq(proto_payload_check(PROTO_T_HELLO, sizeof(struct proto_hello), zero), 0);
+	ck_assert_int_eq(proto_payload_check(PROTO_T_HELLO, sizeof(struct proto_hello) - 1, zero),
+	    PROTO_S_BAD_LENGTH);
+	ck_assert_int_eq(proto_payload_check(PROTO_T_HELLO, sizeof(struct proto_hello) + 1, zero),
+	    PROTO_S_BAD_LENGTH);
+	ck_assert_int_eq(proto_payload_check(PROTO_T_HELLO, 0, NULL), PROTO_S_BAD_LENGTH);
+	ck_assert_int_eq(proto_payload_check(PROTO_T_DETACH, 0, NULL), 0);
+	ck_assert_int_eq(proto_payload_check(PROTO_T_STATS, 0, NULL), 0);
+	ck_assert_int_eq(proto_payload_check(PROTO_T_HEALTH, 0, NULL), 0);
+	ck_assert_int_eq(proto_payload_check(PROTO_T_DETACH, 1, zero), PROTO_S_BAD_LENGTH);
+	ck_assert_int_eq(proto_payload_check(PROTO_T_STATS, 1, zero), PROTO_S_BAD_LENGTH);
+	ck_assert_int_eq(proto_payload_check(PROTO_T_HEALTH, 1, zero), PROTO_S_BAD_LENGTH);
+	ck_assert_int_eq(proto_payload_check(PROTO_T_PROBE, 0, NULL), PROTO_S_BAD_TYPE);
+	ck_assert_int_eq(proto_payload_check(99, 0, NULL), PROTO_S_BAD_TYPE);
+
+	buf = pt_attach_encode(a, &len);
+	ck_assert_uint_eq(len, sizeof(struct proto_attach) + 2 * sizeof(struct proto_pool) +
+	    2 * sizeof(struct proto_region) + 2 * 4);
+	ck_assert_int_eq(proto_payload_check(PROTO_T_ATTACH, len, buf), 0);
+	ck_assert_int_eq(proto_payload_check(PROTO_T_ATTACH, len - 1, buf), PROTO_S_BAD_LENGTH);
+	ck_assert_int_eq(proto_payload_check(PROTO_T_ATTACH, len + 1, buf), PROTO_S_BAD_LENGTH);
+	ck_assert_int_eq(proto_payload_check(PROTO_T_ATTACH, sizeof(struct proto_attach) - 1, buf),
+	    PROTO_S_BAD_LENGTH);
+	ck_assert_int_eq(proto_payload_check(PROTO_T_ATTACH, 0, NULL), PROTO_S_BAD_LENGTH);
+	free(buf);
+	free(a);
+}
+END_TEST
+
+START_TEST(test_hello_round_trip)
+{
+	struct proto_hello	h, back;
+	struct proto_hdr	hdr, hdr2;
+	uint8_t			frame[sizeof(hdr) + sizeof(h)];
+	uint16_t		v = 0;
+
+	memset(&h, 0, sizeof(h));
+	h.version_min = 1;
+	h.version_max = 1;
+	strcpy(h.client, "sglang-decode");
+	proto_hdr_init(&hdr, PROTO_T_HELLO, sizeof(h), 1);
+	memcpy(frame, &hdr, sizeof(hdr));
+	memcpy(frame + sizeof(hdr), &h, sizeof(h));
+
+	memcpy(&hdr2, frame, sizeof(hdr2));
+	ck_assert_int_eq(proto_hdr_check(&hdr2, PROTO_FRAME_MIN), 0);
+	ck_assert_int_eq(proto_payload_check(hdr2.type, hdr2.length, frame + sizeof(hdr2)), 0);
+	memcpy(&back, frame + sizeof(hdr2), sizeof(back));
+	ck_assert_int_eq(proto_hello_check(&back, &v), 0);
+	ck_assert_uint_eq(v, 1);
+	ck_assert_str_eq(back.client, "sglang-decode");
+	ck_assert_mem_eq(&back, &h, sizeof(h));
+}
+END_TEST
+
+START_TEST(test_hello_check_picks_the_highest_common_version)
+{
+	struct proto_hello	h;
+	uint16_t		v;
+
+	memset(&h, 0, sizeof(h));
+	h.version_min = 1;
+	h.version_max = 9;
+	v = 0;
+	ck_assert_int_eq(proto_hello_check(&h, &v), 0);	/* an empty client name is fine */
+	ck_assert_uint_eq(v, PROTO_VERSION_MAX);
+	h.version_min = 0;
+	h.version_max = 1;
+	ck_assert_int_eq(proto_hello_check(&h, &v), 0);
+	ck_assert_uint_eq(v, 1);
+}
+END_TEST
+
+START_TEST(test_hello_check_rejects_each_bad_field)
+{
+	struct proto_hello	h;
+	uint16_t		v = 0;
+
+	memset(&h, 0, sizeof(h));
+	h.version_min = h.version_max = 1;
+	h.flags = 1;
+	ck_assert_int_eq(proto_hello_check(&h, &v), PROTO_S_INVALID);
+	h.flags = 0;
+	memset(h.client, 'a', sizeof(h.client));
+	ck_assert_int_eq(proto_hello_check(&h, &v), PROTO_S_INVALID);
+	strcpy(h.client, "tab\there");
+	ck_assert_int_eq(proto_hello_check(&h, &v), PROTO_S_INVALID);
+	strcpy(h.client, "ok");
+	h.version_min = 2;
+	h.version_max = 1;
+	ck_assert_int_eq(proto_hello_check(&h, &v), PROTO_S_BAD_VERSION);
+	h.version_min = 2;
+	h.version_max = 3;
+	ck_assert_int_eq(proto_hello_check(&h, &v), PROTO_S_BAD_VERSION);
+	h.version_min = 0;
+	h.version_max = 0;
+	ck_assert_int_eq(proto_hello_check(&h, &v), PROTO_S_BAD_VERSION);
+	ck_assert_uint_eq(v, 0);
+}
+END_TEST
+
+START_TEST(test_reply_structs_round_trip)
+{
+	struct proto_hello_reply	hr, hr2;
+	struct proto_attach_reply	ar, ar2;
+	struct proto_hdr		h;
+	char				dump[512];
+	unsigned			i;
+
+	memset(&hr, 0, sizeof(hr));
+	hr.version = 1;
+	hr.caps = PROTO_CAP_HOST_COPY | PROTO_CAP_NONBLOCK;
+	hr.max_frame = 16U << 20;
+	hr.lease_ttl_ms = 30000;
+	strcpy(hr.server, "l3kvd 0.1.0");
+	strcpy(hr.role, "decode");
+	memcpy(&hr2, &hr, sizeof(hr));
+	ck_assert(proto_string_ok(hr2.server, sizeof(hr2.server), 0));
+	ck_assert(proto_string_ok(hr2.role, sizeof(hr2.role), 0));
+	ck_assert_uint_eq(hr2.max_frame, 16U << 20);
+
+	memset(&ar, 0, sizeof(ar));
+	for (i = 0; i < sizeof(ar.fingerprint); i++)
+		ar.fingerprint[i] = (uint8_t)(0xf0 + i);
+	strcpy(ar.ns, "decode/deepseek-v3-f0f1");
+	ar.session = 9;
+	ar.lease_ttl_ms = 30000;
+	ar.group_members = 2;
+	memcpy(&ar2, &ar, sizeof(ar));
+	ck_assert(proto_string_ok(ar2.ns, sizeof(ar2.ns), 0));
+	ck_assert_mem_eq(&ar2, &ar, sizeof(ar));
+
+	/* A reply header is never accepted as a request. */
+	proto_hdr_init(&h, PROTO_T_ATTACH, sizeof(ar), 5);
+	h.flags = PROTO_F_REPLY;
+	ck_assert_int_eq(proto_hdr_check(&h, PROTO_FRAME_MIN), PROTO_S_BAD_FLAGS);
+	proto_dump(&h, &ar, dump, sizeof(dump));
+	ck_assert_str_eq(dump, "ATTACH reply seq=5 len=128 flags=0x1 status=ok");
+}
+END_TEST
+
+START_TEST(test_attach_decode_accepts_a_valid_attach)
+{
+	static struct proto_attach_view	 v;
+	struct pt_attach		*a = pt_attach_new();
+	char				 err[256] = "";
+	uint8_t				*buf;
+	uint32_t			 len;
+
+	buf = pt_attach_encode(a, &len);
+	ck_assert_int_eq(proto_attach_decode(buf, len, &v, err, sizeof(err)), PROTO_S_OK);
+	ck_assert_str_eq(err, "");
+	ck_assert_mem_eq(&v.fixed, &a->fixed, sizeof(a->fixed));
+	ck_assert_mem_eq(v.pools, a->pools, 2 * sizeof(a->pools[0]));
+	ck_assert_mem_eq(v.regions, a->regions, 2 * sizeof(a->regions[0]));
+	ck_assert_uint_eq(proto_attach_live(&v, 0), 3);
+	ck_assert_uint_eq(proto_attach_live(&v, 1), 5);
+	/* A NULL error buffer is allowed. */
+	ck_assert_int_eq(proto_attach_decode(buf, len, &v, NULL, 0), PROTO_S_OK);
+	ck_assert_int_eq(proto_attach_decode(buf, len - 1, &v, err, sizeof(err)), PROTO_S_BAD_LENGTH);
+	ck_assert_int_eq(proto_attach_decode(buf, 10, &v, err, sizeof(err)), PROTO_S_BAD_LENGTH);
+	free(buf);
+
+	/* The smallest: one pool, no regions, no live slots. */
+	a->fixed.layout.npools = 1;
+	a->fixed.nregions = 0;
+	a->fixed.nlive = 0;
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_OK);
+	/* The largest counts. */
+	a->fixed.layout.npools = PROTO_POOLS_MAX;
+	for (unsigned i = 2; i < PROTO_POOLS_MAX; i++) {
+		a->pools[i] = a->pools[0];
+		snprintf(a->pools[i].name, sizeof(a->pools[i].name), "side%u", i);
+	}
+	a->fixed.nregions = PROTO_REGIONS_MAX;
+	for (unsigned i = 1; i < PROTO_REGIONS_MAX; i++)
+		a->regions[i] = a->regions[0];
+	a->fixed.nlive = PROTO_LIVE_MAX;
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_OK);
+	free(a);
+}
+END_TEST
+
+/* One invalid field per case, and the field its error text must name. */
+#define PT_MUT(name, body)						\
+static void								\
+pt_mut_##name(struct pt_attach *a)					\
+{									\
+	body;								\
+}
+PT_MUT(model_empty, a->fixed.layout.model[0] = '\0')
+PT_MUT(model_unterminated, memset(a->fixed.layout.model, 'm', PROTO_MODEL_LEN))
+PT_MUT(model_control, a->fixed.layout.model[2] = '\n')
+PT_MUT(model_high, a->fixed.layout.model[0] = (char)0xc3)
+PT_MUT(kv_dtype_empty, a->fixed.layout.kv_dtype[0] = '\0')
+PT_MUT(hash_scheme_unterminated, memset(a->fixed.layout.hash_scheme, 's', 16))
+PT_MUT(tp_size_0, a->fixed.layout.tp_size = 0)
+PT_MUT(tp_size_big, a->fixed.layout.tp_size = PROTO_RANK_MAX + 1)
+PT_MUT(dcp_size_0, a->fixed.layout.dcp_size = 0; a->fixed.layout.dcp_rank = 0)
+PT_MUT(pp_size_0, a->fixed.layout.pp_size = 0)
+PT_MUT(cp_size_big, a->fixed.layout.cp_size = PROTO_RANK_MAX + 1)
+PT_MUT(dcp_rank, a->fixed.layout.dcp_rank = 2)
+PT_MUT(pp_rank, a->fixed.layout.pp_rank = 1)
+PT_MUT(host_layout_0, a->fixed.layout.host_layout = 0)
+PT_MUT(host_layout_slots, a->fixed.layout.host_layout = PROTO_LAYOUT_SLOTS)
+PT_MUT(attention_0, a->fixed.layout.attention = 0)
+PT_MUT(attention_4, a->fixed.layout.attention = 4)
+PT_MUT(hash_len_0, a->fixed.layout.hash_len = 0)
+PT_MUT(hash_len_33, a->fixed.layout.hash_len = 33)
+PT_MUT(npools_0, a->fixed.layout.npools = 0; a->fixed.nregions = 0)
+PT_MUT(npools_9, a->fixed.layout.npools = PROTO_POOLS_MAX + 1)
+PT_MUT(page_tokens_0, a->fixed.layout.page_tokens = 0)
+PT_MUT(page_tokens_big, a->fixed.layout.page_tokens = 65537)
+PT_MUT(logical_0, a->fixed.layout.logical_page_tokens = 0)
+PT_MUT(logical_not_multiple, a->fixed.layout.logical_page_tokens = 96)
+PT_MUT(nregions_65, a->fixed.nregions = PROTO_REGIONS_MAX + 1)
+PT_MUT(nlive_big, a->fixed.nlive = PROTO_LIVE_MAX + 1)
+PT_MUT(group_empty, a->fixed.group[0] = '\0')
+PT_MUT(group_unterminated, memset(a->fixed.group, 'g', PROTO_GROUP_LEN))
+PT_MUT(group_size_0, a->fixed.group_size = 0; a->fixed.group_rank = 0)
+PT_MUT(group_size_big, a->fixed.group_size = PROTO_GROUP_SIZE_MAX + 1)
+PT_MUT(group_rank, a->fixed.group_rank = 2)
+PT_MUT(tp_rank, a->fixed.tp_rank = 2)
+PT_MUT(prefetch_0, a->fixed.prefetch = 0)
+PT_MUT(prefetch_4, a->fixed.prefetch = 4)
+PT_MUT(write_0, a->fixed.write = 0)
+PT_MUT(write_4, a->fixed.write = 4)
+PT_MUT(timeout_policy_without_timeout, a->fixed.prefetch = PROTO_PREFETCH_TIMEOUT)
+PT_MUT(pool_name_empty, a->pools[1].name[0] = '\0')
+PT_MUT(pool_name_twice, strcpy(a->pools[1].name, "kv"))
+PT_MUT(pool_kind_0, a->pools[0].kind = 0)
+PT_MUT(pool_kind_4, a->pools[1].kind = 4)
+PT_MUT(pool_hit_policy_0, a->pools[0].hit_policy = 0)
+PT_MUT(pool_hit_policy_3, a->pools[0].hit_policy = 3)
+PT_MUT(pool_trailing_0, a->pools[1].trailing = 0)
+PT_MUT(pool_object_bytes_0, a->pools[0].object_bytes = 0)
+PT_MUT(pool_object_bytes_big, a->pools[0].object_bytes = (1ULL << 30) + 1)
+PT_MUT(pool_schema_unterminated, memset(a->pools[0].schema, 's', PROTO_SCHEMA_LEN))
+PT_MUT(region_pool, a->regions[1].pool = 2)
+PT_MUT(region_kind_0, a->regions[0].kind = 0)
+PT_MUT(region_kind_4, a->regions[0].kind = 4)
+PT_MUT(region_layout_0, a->regions[0].layout = 0)
+PT_MUT(region_layout_5, a->regions[0].layout = 5)
+PT_MUT(region_fd_index, a->regions[1].fd_index = PROTO_FDS_MAX)
+PT_MUT(region_num_pages_0, a->regions[0].num_pages = 0)
+PT_MUT(region_layers_0, a->regions[0].layers = 0)
+PT_MUT(region_page_tokens_0, a->regions[0].page_tokens = 0)
+PT_MUT(region_token_bytes_0, a->regions[0].token_bytes = 0)
+PT_MUT(region_slots_layers, a->regions[1].layers = 2)
+PT_MUT(region_slots_tokens, a->regions[1].page_tokens = 2)
+PT_MUT(region_past_size, a->regions[0].size -= 1)
+PT_MUT(region_stride_overflow, a->regions[0].page_stride = 1ULL << 63)
+PT_MUT(region_layer_overflow, a->regions[0].layer_stride = UINT64_MAX / 32)
+PT_MUT(region_offset_overflow, a->regions[0].offset = UINT64_MAX - 4096)
+
+static const struct {
+	const char	*name;
+	void		(*mut)(struct pt_attach *);
+	const char	*field;
+} pt_bad_attach[] = {
+#define PT_CASE(name, field)	{ #name, pt_mut_##name, field }
+	PT_CASE(model_empty, "layout.model"),
+	PT_CASE(model_unterminated, "layout.model"),
+	PT_CASE(model_control, "layout.model"),
+	PT_CASE(model_high, "layout.model"),
+	PT_CASE(kv_dtype_empty, "layout.kv_dtype"),
+	PT_CASE(hash_scheme_unterminated, "layout.hash_scheme"),
+	PT_CASE(tp_size_0, "layout.tp_size"),
+	PT_CASE(tp_size_big, "layout.tp_size"),
+	PT_CASE(dcp_size_0, "layout.dcp_size"),
+	PT_CASE(pp_size_0, "layout.pp_size"),
+	PT_CASE(cp_size_big, "layout.cp_size"),
+	PT_CASE(dcp_rank, "layout.dcp_rank"),
+	PT_CASE(pp_rank, "layout.pp_rank"),
+	PT_CASE(host_layout_0, "layout.host_layout"),
+	PT_CASE(host_layout_slots, "layout.host_layout"),
+	PT_CASE(attention_0, "layout.attention"),
+	PT_CASE(attention_4, "layout.attention"),
+	PT_CASE(hash_len_0, "layout.hash_len"),
+	PT_CASE(hash_len_33, "layout.hash_len"),
+	PT_CASE(npools_0, "layout.npools"),
+	PT_CASE(npools_9, "layout.npools"),
+	PT_CASE(page_tokens_0, "layout.page_tokens"),
+	PT_CASE(page_tokens_big, "layout.page_tokens"),
+	PT_CASE(logical_0, "layout.logical_page_tokens"),
+	PT_CASE(logical_not_multiple, "layout.logical_page_tokens"),
+	PT_CASE(nregions_65, "nregions"),
+	PT_CASE(nlive_big, "nlive"),
+	PT_CASE(group_empty, "group"),
+	PT_CASE(group_unterminated, "group"),
+	PT_CASE(group_size_0, "group_size"),
+	PT_CASE(group_size_big, "group_size"),
+	PT_CASE(group_rank, "group_rank"),
+	PT_CASE(tp_rank, "tp_rank"),
+	PT_CASE(prefetch_0, "prefetch"),
+	PT_CASE(prefetch_4, "prefetch"),
+	PT_CASE(write_0, "write"),
+	PT_CASE(write_4, "write"),
+	PT_CASE(timeout_policy_without_timeout, "prefetch_timeout_ms"),
+	PT_CASE(pool_name_empty, "pools[1].name"),
+	PT_CASE(pool_name_twice, "pools[1].name"),
+	PT_CASE(pool_kind_0, "pools[0].kind"),
+	PT_CASE(pool_kind_4, "pools[1].kind"),
+	PT_CASE(pool_hit_policy_0, "pools[0].hit_policy"),
+	PT_CASE(pool_hit_policy_3, "pools[0].hit_policy"),
+	PT_CASE(pool_trailing_0, "pools[1].trailing"),
+	PT_CASE(pool_object_bytes_0, "pools[0].object_bytes"),
+	PT_CASE(pool_object_bytes_big, "pools[0].object_bytes"),
+	PT_CASE(pool_schema_unterminated, "pools[0].schema"),
+	PT_CASE(region_pool, "regions[1].pool"),
+	PT_CASE(region_kind_0, "regions[0].kind"),
+	PT_CASE(region_kind_4, "regions[0].kind"),
+	PT_CASE(region_layout_0, "regions[0].layout"),
+	PT_CASE(region_layout_5, "regions[0].layout"),
+	PT_CASE(region_fd_index, "regions[1].fd_index"),
+	PT_CASE(region_num_pages_0, "regions[0]"),
+	PT_CASE(region_layers_0, "regions[0]"),
+	PT_CASE(region_page_tokens_0, "regions[0]"),
+	PT_CASE(region_token_bytes_0, "regions[0]"),
+	PT_CASE(region_slots_layers, "regions[1]"),
+	PT_CASE(region_slots_tokens, "regions[1]"),
+	PT_CASE(region_past_size, "regions[0]"),
+	PT_CASE(region_stride_overflow, "regions[0]"),
+	PT_CASE(region_layer_overflow, "regions[0]"),
+	PT_CASE(region_offset_overflow, "regions[0]"),
+#undef PT_CASE
+};
+
+START_TEST(test_attach_decode_rejects_each_invalid_field)
+{
+	struct pt_attach	*a = pt_attach_new();
+	char			 err[256];
+	size_t			 n = strlen(pt_bad_attach[_i].field);
+	int			 st;
+
+	pt_bad_attach[_i].mut(a);
+	st = pt_attach_check(a, err, sizeof(err));
+	ck_assert_msg(st == PROTO_S_INVALID, "%s: status %s, err \"%s\"", pt_bad_attach[_i].name,
+	    proto_status_name(st), err);
+	/* The text starts with the field's name, then a colon: "layout.tp_size: ..." */
+	ck_assert_msg(strncmp(err, pt_bad_attach[_i].field, n) == 0 && err[n] == ':',
+	    "%s: err \"%s\" does not name %s", pt_bad_attach[_i].name, err,
+	    pt_bad_attach[_i].field);
+	free(a);
+}
+END_TEST
+
+START_TEST(test_region_geometry_at_and_past_its_bounds)
+{
+	struct pt_attach	*a = pt_attach_new();
+	struct proto_region	*r = &a->regions[0];
+	char			 err[256], want[256];
+
+	/* The last byte of the last token of the last layer of the last page is size - 1. */
+	ck_assert_uint_eq(r->size, (r->num_pages - 1) * r->page_stride +
+	    (r->layers - 1) * r->layer_stride + (r->page_tokens - 1) * r->token_stride +
+	    r->token_bytes);
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_OK);
+	r->size -= 1;
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_INVALID);
+	snprintf(want, sizeof(want), "regions[0]: geometry reaches past size %llu",
+	    (unsigned long long)r->size);
+	ck_assert_str_eq(err, want);
+
+	/* Each stride's product overflowing 64 bits is refused, never wrapped. */
+	r->size = UINT64_MAX;
+	r->page_stride = UINT64_MAX / 8;
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_INVALID);
+	ck_assert_ptr_nonnull(strstr(err, "geometry reaches past size"));
+	r->page_stride = 64 * 61 * 576;
+	r->token_stride = UINT64_MAX / 32;
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_INVALID);
+	ck_assert_ptr_nonnull(strstr(err, "geometry reaches past size"));
+	/* Sums that wrap: a stride just under the top plus token_bytes. */
+	r->token_stride = 0;
+	r->num_pages = 2;
+	r->page_stride = UINT64_MAX - 100;
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_INVALID);
+	ck_assert_ptr_nonnull(strstr(err, "geometry reaches past size"));
+
+	/* Inside size but offset + size wraps. */
+	r->num_pages = 1;
+	r->page_stride = 0;
+	r->layer_stride = 0;
+	r->size = 1ULL << 40;
+	r->offset = UINT64_MAX - (1ULL << 39);
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_INVALID);
+	ck_assert_str_eq(err, "regions[0]: offset + size overflows");
+	r->offset = UINT64_MAX - (1ULL << 40);
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_OK);
+	free(a);
+}
+END_TEST
+
+START_TEST(test_attach_length_saturates)
+{
+	ck_assert_uint_eq(proto_attach_length(0, 0, 0), sizeof(struct proto_attach));
+	ck_assert_uint_eq(proto_attach_length(255, 65535, UINT32_MAX), UINT32_MAX);
+	ck_assert_uint_eq(proto_attach_length(1, 1, 1), 280 + 96 + 128 + 4);
+}
+END_TEST
+
+START_TEST(test_string_ok)
+{
+	char	s[4];
+
+	ck_assert(proto_string_ok("abc", 4, 0));
+	ck_assert(!proto_string_ok("", 4, 0));
+	ck_assert(proto_string_ok("", 4, 1));
+	memcpy(s, "abcd", 4);
+	ck_assert(!proto_string_ok(s, 4, 1));
+	ck_assert(!proto_string_ok("a\x7f", 4, 1));
+	ck_assert(!proto_string_ok("a\tb", 4, 1));
+	/* Bytes after the NUL are padding and not looked at. */
+	memcpy(s, "a\0\x01\xff", 4);
+	ck_assert(proto_string_ok(s, 4, 0));
+}
+END_TEST
+
+START_TEST(test_status_tables_are_total)
+{
+	unsigned	s, t;
+
+	for (s = 0; s < PROTO_S__MAX; s++) {
+		ck_assert_msg(strcmp(proto_status_name(s), "unknown") != 0, "status %u has no name", s);
+		ck_assert_msg(strcmp(proto_status_text(s), "unknown status") != 0,
+		    "status %u has no text", s);
+		if (s == PROTO_S_OK)
+			ck_assert_int_eq(proto_status_errno(s), 0);
+		else
+			ck_assert_msg(proto_status_errno(s) < 0, "status %u maps to no errno", s);
+		for (t = 0; t < s; t++)
+			ck_assert_msg(strcmp(proto_status_name(s), proto_status_name(t)) != 0,
+			    "statuses %u and %u share a name", t, s);
+	}
+	ck_assert_str_eq(proto_status_name(PROTO_S__MAX), "unknown");
+	ck_assert_str_eq(proto_status_text(9999), "unknown status");
+	ck_assert_int_eq(proto_status_errno(PROTO_S__MAX), -EPROTO);
+	ck_assert_int_eq(proto_status_errno(PROTO_S_INVALID), -EINVAL);
+	ck_assert_int_eq(proto_status_errno(PROTO_S_TOO_BIG), -EMSGSIZE);
+	ck_assert_int_eq(proto_status_errno(PROTO_S_TIMEOUT), -ETIMEDOUT);
+}
+END_TEST
+
+START_TEST(test_type_names_and_requests)
+{
+	static const unsigned	served[] = { PROTO_T_HELLO, PROTO_T_ATTACH, PROTO_T_DETACH,
+	    PROTO_T_STATS, PROTO_T_HEALTH };
+	unsigned		t;
+
+	for (t = 0; t < sizeof(served) / sizeof(served[0]); t++)
+		ck_assert(proto_type_is_request(served[t]));
+	for (t = PROTO_T_PROBE; t <= PROTO_T_SET_POLICY; t++) {
+		ck_assert(!proto_type_is_request(t));
+		ck_assert_str_ne(proto_type_name(t), "UNKNOWN");
+	}
+	ck_assert(!proto_type_is_request(0));
+	ck_assert(!proto_type_is_request(6));
+	ck_assert(!proto_type_is_request(PROTO_T_ERROR));
+	ck_assert_str_eq(proto_type_name(PROTO_T_ERROR), "ERROR");
+	ck_assert_str_eq(proto_type_name(6), "UNKNOWN");
+}
+END_TEST
+
+START_TEST(test_dump_names_every_type)
+{
+	static const unsigned	types[] = { PROTO_T_HELLO, PROTO_T_ATTACH, PROTO_T_DETACH,
+	    PROTO_T_STATS, PROTO_T_HEALTH, PROTO_T_PROBE, PROTO_T_ADMIT, PROTO_T_RESTORE,
+	    PROTO_T_CANCEL, PROTO_T_RELEASE, PROTO_T_PUBLISH, PROTO_T_SET_POLICY, PROTO_T_ERROR };
+	struct proto_hdr	h;
+	char			buf[512];
+	size_t			i, n;
+
+	for (i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+		proto_hdr_init(&h, types[i], 0, 7);
+		n = proto_dump(&h, NULL, buf, sizeof(buf));
+		ck_assert_uint_eq(n, strlen(buf));
+		ck_assert_msg(strncmp(buf, proto_type_name(types[i]), strlen(proto_type_name(types[i])))
+		    == 0, "dump \"%s\" does not start with its type", buf);
+		ck_assert_ptr_nonnull(strstr(buf, "seq=7"));
+	}
+	proto_hdr_init(&h, 300, 0, 1);
+	proto_dump(&h, NULL, buf, sizeof(buf));
+	ck_assert_str_eq(buf, "UNKNOWN seq=1 len=0 flags=0x0 status=ok");
+}
+END_TEST
+
+START_TEST(test_dump_decodes_payloads)
+{
+	struct pt_attach	*a = pt_attach_new();
+	struct proto_hello	 hello;
+	struct proto_hdr	 h;
+	uint8_t			*buf;
+	uint32_t		 len;
+	char			 out[512];
+
+	memset(&hello, 0, sizeof(hello));
+	hello.version_min = 1;
+	hello.version_max = 1;
+	strcpy(hello.client, "engine");
+	proto_hdr_init(&h, PROTO_T_HELLO, sizeof(hello), 1);
+	proto_dump(&h, &hello, out, sizeof(out));
+	ck_assert_str_eq(out,
+	    "HELLO seq=1 len=40 flags=0x0 status=ok versions=1..1 client=\"engine\"");
+
+	buf = pt_attach_encode(a, &len);
+	proto_hdr_init(&h, PROTO_T_ATTACH, len, 2);
+	h.flags = PROTO_F_FDS;
+	proto_dump(&h, buf, out, sizeof(out));
+	ck_assert_str_eq(out, "ATTACH seq=2 len=736 flags=0x2 status=ok model=\"deepseek-v3\" "
+	    "group=\"engine-0\" rank=1/2 tp=2 dcp=1/2 pools=2 regions=2 live=2");
+	free(buf);
+
+	proto_hdr_init(&h, PROTO_T_STATS, 11, 3);
+	h.flags = PROTO_F_REPLY;
+	h.status = PROTO_S_BUSY;
+	proto_dump(&h, "daemon busy", out, sizeof(out));
+	ck_assert_str_eq(out, "STATS reply seq=3 len=11 flags=0x1 status=busy msg=\"daemon busy\"");
+	free(a);
+}
+END_TEST
+
+START_TEST(test_dump_truncates_into_small_buffers)
+{
+	struct proto_hdr	h;
+	char			full[512], small[16], mid[56];
+	size_t			n;
+
+	proto_hdr_init(&h, PROTO_T_STATS, 11, 3);
+	h.flags = PROTO_F_REPLY;
+	h.status = PROTO_S_BUSY;
+	n = proto_dump(&h, "daemon busy", full, sizeof(full));
+	ck_assert_uint_eq(n, strlen(full));
+	/* Like snprintf: a count >= the buffer's size says it was cut; always NUL-terminated. */
+	memset(small, 'x', sizeof(small));
+	ck_assert_uint_ge(proto_dump(&h, "daemon busy", small, sizeof(small)), sizeof(small));
+	ck_assert_uint_eq(strlen(small), sizeof(small) - 1);
+	ck_assert(strncmp(small, full, sizeof(small) - 1) == 0);
+	/* Cut inside the payload's part: the count is the whole line's. */
+	ck_assert_uint_eq(proto_dump(&h, "daemon busy", mid, sizeof(mid)), n);
+	ck_assert_uint_eq(strlen(mid), sizeof(mid) - 1);
+	ck_assert_uint_ge(proto_dump(&h, "daemon busy", NULL, 0), 1);
+}
+END_TEST
+
+/* Fixed bug: a client's name with a newline forged a second log line. */
+START_TEST(test_dump_keeps_client_bytes_on_one_line)
+{
+	struct proto_hello	hello;
+	struct proto_hdr	h;
+	char			out[512];
+
+	memset(&hello, 0, sizeof(hello));
+	hello.version_max = 1;
+	strcpy(hello.client, "x\n2026 info fake\"\x1b");
+	proto_hdr_init(&h, PROTO_T_HELLO, sizeof(hello), 1);
+	proto_dump(&h, &hello, out, sizeof(out));
+	ck_assert_str_eq(out,
+	    "HELLO seq=1 len=40 flags=0x0 status=ok versions=0..1 client=\"x?2026 info fake??\"");
+	h.flags = PROTO_F_REPLY;
+	h.status = PROTO_S_INVALID;
+	h.length = 3;
+	proto_dump(&h, "a\nb", out, sizeof(out));
+	ck_assert_ptr_null(strchr(out, '\n'));
+}
+END_TEST
+
+/* Fixed bug: the HELLO dump read the payload as an aligned struct. */
+START_TEST(test_dump_reads_unaligned_payloads)
+{
+	struct proto_hello	hello;
+	struct proto_hdr	h;
+	uint8_t			raw[sizeof(hello) + 1];
+	char			out[512];
+
+	memset(&hello, 0, sizeof(hello));
+	hello.version_min = 1;
+	hello.version_max = 1;
+	strcpy(hello.client, "odd");
+	memcpy(raw + 1, &hello, sizeof(hello));
+	proto_hdr_init(&h, PROTO_T_HELLO, sizeof(hello), 1);
+	proto_dump(&h, raw + 1, out, sizeof(out));
+	ck_assert_ptr_nonnull(strstr(out, "versions=1..1 client=\"odd\""));
+}
+END_TEST
+
+Suite *
+suite_proto(void)
+{
+	Suite	*s = suite_create("proto");
+	TCase	*tc = tcase_create("proto");
+
+	tcase_add_test(tc, test_hdr_init_is_a_valid_request);
+	tcase_add_loop_test(tc, test_hdr_check_answers_each_malformed_header_exactly, 0,
+	    (int)(sizeof(pt_bad_hdrs) / sizeof(pt_bad_hdrs[0])));
+	tcase_add_test(tc, test_hdr_check_accepts_length_at_max);
+	tcase_add_test(tc, test_payload_check_lengths_per_type);
+	tcase_add_test(tc, test_hello_round_trip);
+	tcase_add_test(tc, test_hello_check_picks_the_highest_common_version);
+	tcase_add_test(tc, test_hello_check_rejects_each_bad_field);
+	tcase_add_test(tc, test_reply_structs_round_trip);
+	tcase_add_test(tc, test_attach_decode_accepts_a_valid_attach);
+	tcase_add_loop_test(tc, test_attach_decode_rejects_each_invalid_field, 0,
+	    (int)(sizeof(pt_bad_attach) / sizeof(pt_bad_attach[0])));
+	tcase_add_test(tc, test_region_geometry_at_and_past_its_bounds);
+	tcase_add_test(tc, test_attach_length_saturates);
+	tcase_add_test(tc, test_string_ok);
+	tcase_add_test(tc, test_status_tables_are_total);
+	tcase_add_test(tc, test_type_names_and_requests);
+	tcase_add_test(tc, test_dump_names_every_type);
+	tcase_add_test(tc, test_dump_decodes_payloads);
+	tcase_add_test(tc, test_dump_truncates_into_small_buffers);
+	tcase_add_test(tc, test_dump_keeps_client_bytes_on_one_line);
+	tcase_add_test(tc, test_dump_reads_unaligned_payloads);
+	suite_add_tcase(s, tc);
+	return s;
+}

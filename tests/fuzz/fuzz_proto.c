@@ -1,0 +1,114 @@
+/*
+ * libFuzzer harness for the protocol's parsers. The input is one frame
+ * as a client could send it: a header (zero-padded when short), then
+ * payload bytes. It goes through what l3kvd runs on every frame, in the
+ * same order (header check against a max frame, payload length, HELLO or
+ * ATTACH validation), then proto_dump() into a small and a large buffer,
+ * with the payload at an odd address too. ATTACH decoding also runs on
+ * whatever follows the header, so that the fuzzer need not keep the
+ * header's length in step to reach the field checks.
+ *
+ * Crashes, sanitizer reports and the invariants below are findings.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto.h"
+
+int	LLVMFuzzerTestOneInput(const uint8_t *, size_t);
+
+/* A dump must be one NUL-terminated line within its buffer. */
+static void
+fuzz_check_dump(const char *buf, size_t len, size_t n)
+{
+	size_t	l = strnlen(buf, len);
+
+	if (l == len || strchr(buf, '\n') != NULL || strchr(buf, '\r') != NULL)
+		__builtin_trap();
+	if (n < len && l != n)
+		__builtin_trap();
+}
+
+static void
+fuzz_dump(const struct proto_hdr *h, const void *payload)
+{
+	char	small[64], big[512];
+
+	fuzz_check_dump(small, sizeof(small), proto_dump(h, payload, small, sizeof(small)));
+	fuzz_check_dump(big, sizeof(big), proto_dump(h, payload, big, sizeof(big)));
+}
+
+static void
+fuzz_attach(const uint8_t *payload, uint32_t len)
+{
+	static struct proto_attach_view	v;
+	char				err[256];
+	uint32_t			i, sum = 0;
+
+	err[0] = '\0';
+	if (proto_attach_decode(payload, len, &v, err, sizeof(err)) != PROTO_S_OK) {
+		if (strnlen(err, sizeof(err)) == sizeof(err))
+			__builtin_trap();
+		return;
+	}
+	if (v.fixed.layout.npools == 0 || v.fixed.layout.npools > PROTO_POOLS_MAX ||
+	    v.fixed.nregions > PROTO_REGIONS_MAX || v.fixed.nlive > PROTO_LIVE_MAX)
+		__builtin_trap();
+	for (i = 0; i < v.fixed.nregions; i++)
+		if (v.regions[i].pool >= v.fixed.layout.npools ||
+		    v.regions[i].fd_index >= PROTO_FDS_MAX)
+			__builtin_trap();
+	/* Every live index must be readable inside the payload. */
+	for (i = 0; i < v.fixed.nlive; i++)
+		sum += proto_attach_live(&v, i);
+	(void)sum;
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct proto_hello	 hello;
+	struct proto_hdr	 h;
+	const uint8_t		*payload = NULL;
+	uint8_t			*odd;
+	size_t			 avail = 0;
+	uint16_t		 version = 0;
+	int			 st;
+
+	memset(&h, 0, sizeof(h));
+	memcpy(&h, data, size < sizeof(h) ? size : sizeof(h));
+	if (size > sizeof(h)) {
+		payload = data + sizeof(h);
+		avail = size - sizeof(h);
+	}
+
+	/* The daemon's order: nothing is looked at past a bad header. */
+	st = proto_hdr_check(&h, PROTO_FRAME_MIN);
+	if (st == PROTO_S_OK && h.length <= avail) {
+		st = proto_payload_check(h.type, h.length, payload);
+		if (st == PROTO_S_OK && h.type == PROTO_T_HELLO) {
+			memcpy(&hello, payload, sizeof(hello));
+			if (proto_hello_check(&hello, &version) == PROTO_S_OK &&
+			    (version < PROTO_VERSION_MIN || version > PROTO_VERSION_MAX))
+				__builtin_trap();
+		}
+		if (st == PROTO_S_OK && h.type == PROTO_T_ATTACH)
+			fuzz_attach(payload, h.length);
+	}
+	if (avail >= sizeof(struct proto_attach) && avail <= PROTO_FRAME_MAX)
+		fuzz_attach(payload, (uint32_t)avail);
+
+	/* proto_dump() trusts the header's length: give it the payload only when whole. */
+	fuzz_dump(&h, NULL);
+	if (h.length <= avail) {
+		fuzz_dump(&h, payload);
+		if ((odd = malloc((size_t)h.length + 1)) != NULL) {
+			if (h.length > 0)
+				memcpy(odd + 1, payload, h.length);
+			fuzz_dump(&h, odd + 1);
+			free(odd);
+		}
+	}
+	return 0;
+}

@@ -1,0 +1,85 @@
+/*
+ * The one test runner: adds every suite this machine can run, runs them
+ * with check, and closes with a plain "N passed, N failed, N skipped"
+ * line. Suites tagged gpu, rdma or slow are added only where the
+ * hardware is (or L3KV_SLOW=1); a suite left out is printed as skipped
+ * with its reason, never counted as passed.
+ *
+ * L3KV_SUITE=name runs one suite; CK_RUN_CASE/CK_RUN_SUITE also work.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests.h"
+
+struct runner_suite {
+	const char	*name;
+	Suite		*(*make)(void);
+	const char	*tag;		/* NULL, "gpu", "rdma", "slow" */
+};
+
+static const struct runner_suite runner_suites[] = {
+	{ "proto",	suite_proto,	NULL },
+	{ "config",	suite_config,	NULL },
+	{ "dram",	suite_dram,	NULL },
+	{ "daemon",	suite_daemon,	NULL },
+	{ "client",	suite_client,	NULL },
+	{ "attach",	suite_attach,	NULL },
+	{ "service",	suite_service,	NULL },
+	{ "root",	suite_root,	"root" },
+};
+
+/* Why a tagged suite cannot run here, or NULL when it can. */
+static const char *
+runner_skip_reason(const char *tag)
+{
+	if (tag == NULL)
+		return NULL;
+	if (strcmp(tag, "slow") == 0)
+		return getenv("L3KV_SLOW") ? NULL : "slow suite: set L3KV_SLOW=1";
+	if (strcmp(tag, "root") == 0)
+		return geteuid() == 0 ? NULL : "needs root to connect as a foreign uid";
+	if (strcmp(tag, "gpu") == 0)
+		return "no GPU on this machine";
+	if (strcmp(tag, "rdma") == 0)
+		return "no RDMA provider on this machine";
+	return "unknown tag";
+}
+
+int
+main(void)
+{
+	const char	*only = getenv("L3KV_SUITE");
+	SRunner		*sr = NULL;
+	size_t		 i;
+	int		 failed, run, skipped = 0;
+
+	for (i = 0; i < sizeof(runner_suites) / sizeof(runner_suites[0]); i++) {
+		const struct runner_suite *rs = &runner_suites[i];
+		const char *why;
+
+		if (only != NULL && strcmp(only, rs->name) != 0)
+			continue;
+		if ((why = runner_skip_reason(rs->tag)) != NULL) {
+			printf("SKIPPED suite %s: %s\n", rs->name, why);
+			skipped++;
+			continue;
+		}
+		if (sr == NULL)
+			sr = srunner_create(rs->make());
+		else
+			srunner_add_suite(sr, rs->make());
+	}
+	if (sr == NULL) {
+		printf("0 passed, 0 failed, %d skipped\n", skipped);
+		return only != NULL ? 1 : 0;
+	}
+	srunner_run_all(sr, CK_NORMAL);
+	run = srunner_ntests_run(sr);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	printf("%d passed, %d failed, %d skipped\n", run - failed, failed, skipped);
+	return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,43 @@
+/*
+ * The l3kv test runner's shared declarations: one suite per check_*.c,
+ * and helpers that start a real l3kvd on a temporary socket.
+ */
+#ifndef L3KV_TESTS_H
+#define L3KV_TESTS_H
+
+#include <sys/types.h>
+
+#include <check.h>
+#include <limits.h>
+
+/* Suites, one per check_*.c file. */
+Suite	*suite_proto(void);
+Suite	*suite_config(void);
+Suite	*suite_client(void);
+Suite	*suite_daemon(void);
+Suite	*suite_service(void);
+Suite	*suite_root(void);
+Suite	*suite_attach(void);
+Suite	*suite_dram(void);
+
+/* A real l3kvd started from $L3KV_BUILD/l3kvd in a mkdtemp directory. */
+struct test_daemon {
+	pid_t	pid;
+	char	dir[PATH_MAX];		/* mkdtemp directory, removed by stop */
+	char	sock[PATH_MAX];		/* dir/l3kvd.sock */
+	char	config[PATH_MAX];	/* dir/l3kvd.json */
+	char	log[PATH_MAX];		/* dir/l3kvd.log: the daemon's stderr */
+};
+
+const char *test_build_dir(void);
+char	*test_path(const char *rel, char *buf, size_t len);
+int	 test_daemon_start(struct test_daemon *, const char *extra_json);
+int	 test_daemon_start_in(struct test_daemon *, const char *dir, const char *extra_json);
+int	 test_daemon_stop(struct test_daemon *, int sig, int *status);
+int	 test_daemon_log_has(const struct test_daemon *, const char *needle);
+int	 test_wait_socket(const char *path, int timeout_ms);
+int	 test_fd_count(void);
+int	 test_rmtree(const char *dir);
+char	*test_mkdtemp(char *buf, size_t len);
+
+#endif
