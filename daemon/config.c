@@ -48,6 +48,7 @@ enum config_type {
 	CONFIG_T_SIZE,		/* as INT, or a string with a unit: "64 MiB" */
 	CONFIG_T_IDS,		/* uid_t/gid_t array, its size_t count at count_off */
 	CONFIG_T_LISTEN,	/* "" or HOST:PORT; max bounds the length */
+	CONFIG_T_BOOL,		/* int, 0 or 1, from JSON true or false only */
 };
 
 struct config_name {
@@ -63,7 +64,7 @@ struct config_key {
 	size_t			 count_off;	/* CONFIG_T_IDS: of the count */
 	uint64_t		 min;		/* bound on the value, the length */
 	uint64_t		 max;		/* or each element */
-	uint64_t		 def;		/* default of MODE, INT, SIZE */
+	uint64_t		 def;		/* default of MODE, INT, SIZE, BOOL */
 	const char		*def_str;	/* default of STRING, WORD, ENUM, LISTEN */
 	const struct config_name *names;	/* WORD, ENUM; NULL-terminated */
 	int			 flags;
@@ -130,6 +131,8 @@ static const struct config_unit {
 	  .count_off = offsetof(struct config, n), .max = hi }
 #define CONFIG_LISTEN(k, f, hi, d)					\
 	{ .name = k, .type = CONFIG_T_LISTEN, CONFIG_FIELD(f), .max = hi, .def_str = d }
+#define CONFIG_BOOL(k, f, d)						\
+	{ .name = k, .type = CONFIG_T_BOOL, CONFIG_FIELD(f), .max = 1, .def = d }
 
 /*
  * Every key. A default here must match config_default_json() and
@@ -148,6 +151,7 @@ static const struct config_key config_keys[] = {
 	CONFIG_INT("namespace.seed", namespace_seed, 0, INT64_MAX, 0),
 	CONFIG_SIZE("tiers.dram.size", dram_size, 1ULL << 20, 1ULL << 40, 256ULL << 20),
 	CONFIG_ENUM("copy_engine", copy_engine, config_copy_engines, "auto"),
+	CONFIG_INT("copy_workers", copy_workers, 1, 64, 2),
 	CONFIG_INT("limits.max_connections", max_connections, 1, 65536, 1024),
 	CONFIG_INT("limits.max_connections_per_uid", max_connections_per_uid, 1, 65536, 256),
 	CONFIG_SIZE("limits.max_frame", max_frame, PROTO_FRAME_MIN, PROTO_FRAME_MAX, 16U << 20),
@@ -156,6 +160,8 @@ static const struct config_key config_keys[] = {
 	CONFIG_INT("shutdown.drain_ms", drain_ms, 0, 600000, 5000),
 	CONFIG_LISTEN("metrics.listen", metrics_listen, 63, ""),
 	CONFIG_INT("testing.copy_delay_ms", test_copy_delay_ms, 0, 60000, 0),
+	/* Lets a client destroy cached data: off unless a test asks. */
+	CONFIG_BOOL("testing.debug_ops", test_debug_ops, 0),
 };
 #define CONFIG_NKEYS	(sizeof(config_keys) / sizeof(config_keys[0]))
 
@@ -168,6 +174,7 @@ static const struct config_key config_keys[] = {
 #undef CONFIG_SIZE
 #undef CONFIG_IDS
 #undef CONFIG_LISTEN
+#undef CONFIG_BOOL
 
 /*
  * The embedded default, for a first run without a file: the text of
@@ -199,6 +206,7 @@ static const char config_default_text[] =
     "    }\n"
     "  },\n"
     "  \"copy_engine\": \"auto\",\n"
+    "  \"copy_workers\": 2,\n"
     "  \"limits\": {\n"
     "    \"max_connections\": 1024,\n"
     "    \"max_connections_per_uid\": 256,\n"
@@ -217,7 +225,8 @@ static const char config_default_text[] =
     "    \"listen\": \"\"\n"
     "  },\n"
     "  \"testing\": {\n"
-    "    \"copy_delay_ms\": 0\n"
+    "    \"copy_delay_ms\": 0,\n"
+    "    \"debug_ops\": false\n"
     "  }\n"
     "}\n";
 
@@ -684,6 +693,23 @@ config_set_listen(struct config_ctx *ctx, struct config *cfg, const struct confi
 	return config_set_string(ctx, cfg, k, s, len);
 }
 
+/* Only JSON true and false: 1, "yes" or null would be a guess. */
+static int
+config_set_bool(struct config_ctx *ctx, struct config *cfg, const struct config_key *k,
+    const json_t *v)
+{
+	int	b;
+
+	if (!json_is_boolean(v)) {
+		config_type_error(ctx, k, "true or false", v);
+		return -EINVAL;
+	}
+	b = json_is_true(v);
+	assert(k->size == sizeof(b));
+	memcpy((char *)cfg + k->off, &b, sizeof(b));
+	return 0;
+}
+
 static int
 config_set(struct config_ctx *ctx, struct config *cfg, const struct config_key *k,
     const json_t *v)
@@ -709,6 +735,8 @@ config_set(struct config_ctx *ctx, struct config *cfg, const struct config_key *
 		return config_set_ids(ctx, cfg, k, v);
 	case CONFIG_T_LISTEN:
 		return config_set_listen(ctx, cfg, k, v);
+	case CONFIG_T_BOOL:
+		return config_set_bool(ctx, cfg, k, v);
 	}
 	assert(!"unknown config type");
 	return -EINVAL;
@@ -939,6 +967,7 @@ config_default(struct config *cfg)
 	const struct config_key		*k;
 	const struct config_name	*n;
 	size_t				 i;
+	int				 b;
 
 	memset(cfg, 0, sizeof(*cfg));
 	for (i = 0; i < CONFIG_NKEYS; i++) {
@@ -967,6 +996,11 @@ config_default(struct config *cfg)
 			break;
 		case CONFIG_T_IDS:
 			break;		/* empty: the memset */
+		case CONFIG_T_BOOL:
+			b = k->def != 0;
+			assert(k->size == sizeof(b));
+			memcpy((char *)cfg + k->off, &b, sizeof(b));
+			break;
 		}
 	}
 }

@@ -73,7 +73,7 @@ conn_free(struct conn *c)
 	if (c == NULL)
 		return;
 	if (c->session != NULL) {
-		session_free(c->session);
+		session_close(c->session);
 		c->session = NULL;
 	}
 	conn_close_fds(c);

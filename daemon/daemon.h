@@ -68,6 +68,7 @@ struct config {
 	uint64_t	namespace_seed;
 	uint64_t	dram_size;		/* bytes */
 	int		copy_engine;		/* CONFIG_COPY_* */
+	uint32_t	copy_workers;		/* host copy engine threads */
 	uint32_t	max_connections;
 	uint32_t	max_connections_per_uid;
 	uint32_t	max_frame;		/* bytes, header included */
@@ -76,6 +77,7 @@ struct config {
 	uint32_t	drain_ms;		/* shutdown drain bound */
 	char		metrics_listen[64];	/* "" disables; used later */
 	uint32_t	test_copy_delay_ms;	/* testing only: slows copies */
+	int		test_debug_ops;		/* testing only: allows DEBUG */
 };
 
 void	 config_default(struct config *);
@@ -107,6 +109,27 @@ struct metrics {
 	uint64_t	health_requests;
 	uint64_t	regions_mapped;
 	uint64_t	region_bytes_mapped;
+	/* The cache operations. */
+	uint64_t	probes;
+	uint64_t	admits;
+	uint64_t	admits_admitted;
+	uint64_t	admit_pages;
+	uint64_t	admits_declined[PROTO_DECLINE__MAX];
+	uint64_t	restores_ready;
+	uint64_t	restores_partial;
+	uint64_t	restores_failed[PROTO_S__MAX];
+	uint64_t	pages_restored;
+	uint64_t	bytes_restored;
+	uint64_t	publishes;
+	uint64_t	publishes_failed;
+	uint64_t	pages_published;
+	uint64_t	bytes_published;
+	uint64_t	pages_present;
+	uint64_t	cancels;
+	uint64_t	releases;
+	uint64_t	lease_expiries;
+	uint64_t	leases_open;
+	uint64_t	objects_lost;
 };
 extern struct metrics metrics;
 struct server;
@@ -144,6 +167,8 @@ void	 ns_unref(struct server *, struct ns *);
 
 /* group.c: ranks of one engine instance attached to this daemon */
 struct session;
+struct admission;
+TAILQ_HEAD(admission_list, admission);
 struct rank_group {
 	char		 id[PROTO_GROUP_LEN];
 	uint16_t	 size;
@@ -152,6 +177,7 @@ struct rank_group {
 	uint32_t	 prefetch_timeout_ms;
 	struct session	**members;	/* size entries, NULL where not attached */
 	unsigned	 nmembers;
+	struct admission_list admissions;	/* by request id, answered or not */
 	TAILQ_ENTRY(rank_group) entry;
 };
 TAILQ_HEAD(group_list, rank_group);
@@ -164,22 +190,133 @@ void	 group_leave(struct server *, struct session *);
 
 /* session.c: one attached engine rank */
 struct conn;
+struct lease;
+TAILQ_HEAD(lease_list, lease);
+/*
+ * A session is reference counted: its connection holds one reference,
+ * and every copy job that reads or writes its regions holds another, so
+ * an engine that goes away keeps its memory mapped until its in-flight
+ * copies drained (contract item 10).
+ */
 struct session {
 	uint32_t	 id;
-	struct conn	*conn;		/* borrowed; the conn owns the session */
+	unsigned	 refs;
+	struct server	*server;
+	struct conn	*conn;		/* borrowed; NULL once the engine left */
 	struct ns	*ns;		/* a reference */
 	struct rank_group	*group;
 	uint16_t	 group_rank;
 	uint16_t	 tp_rank;
+	uint16_t	 shard;		/* DCP rank under MLA, TP rank otherwise */
+	uint8_t		 prefetch;	/* the group's policies */
+	uint32_t	 prefetch_timeout_ms;
 	struct region	 regions[PROTO_REGIONS_MAX];
 	unsigned	 nregions;
 	uint32_t	*live;		/* sorted live state slots */
 	uint32_t	 nlive;
+	struct lease_list leases;	/* this rank's leases */
+	unsigned	 jobs;		/* copy jobs in flight on its regions */
+	int		 detach_waiting;	/* DETACH answered when jobs drain */
+	struct proto_hdr detach_req;
 };
 int	 session_attach(struct conn *, const struct proto_frame *, struct session **,
 	    struct proto_attach_reply *, char *err, size_t errlen);
-void	 session_free(struct session *);
+void	 session_ref(struct session *);
+void	 session_unref(struct session *);
+void	 session_close(struct session *);
 int	 session_slot_is_live(const struct session *, uint32_t slot);
+int	 session_reply(struct session *, const struct proto_hdr *, unsigned status,
+	    const void *payload, uint32_t len);
+int	 session_reply_error(struct session *, const struct proto_hdr *, unsigned status,
+	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void	 session_job_done(struct session *);
+
+/* cache.c: keys, PROBE, DEBUG */
+struct dram_key;
+void	 cache_key(const struct session *, unsigned pool, const uint8_t *hash,
+	    struct dram_key *);
+int	 cache_hashes_ok(const struct session *, const uint8_t *hashes, uint32_t n,
+	    char *err, size_t errlen);
+uint32_t cache_rank_hits(struct server *, const struct session *, unsigned pool,
+	    const uint8_t *hashes, uint32_t n);
+uint32_t cache_group_hits(struct server *, const struct session *, unsigned pool,
+	    const uint8_t *hashes, uint32_t n);
+int	 cache_pool_of(const struct session *, unsigned kind);
+void	 cache_probe(struct conn *, struct proto_frame *);
+void	 cache_debug(struct conn *, struct proto_frame *);
+
+/* lease.c: the ADMIT barrier, leases, RELEASE */
+struct admission {
+	uint64_t		 request_id;
+	struct rank_group	*group;		/* NULL once the group is gone */
+	uint16_t		 size;
+	uint16_t		 nasked;
+	int			 answered;
+	unsigned		 pool;		/* the kv pool's index */
+	uint32_t		 npages;	/* as the first rank asked */
+	uint8_t			*hashes;
+	struct admit_rank {
+		struct session	*sess;		/* a reference while asked */
+		struct proto_hdr req;
+		uint32_t	 reserved;
+		uint32_t	 slot;
+		int		 asked;
+		struct lease	*lease;
+	}			*ranks;
+	struct event		*deadline;
+	struct proto_admit_reply reply;		/* lease filled per rank */
+	unsigned		 refs;		/* the group's list + leases */
+	int			 failed;	/* PROTO_S_* once the group restore failed */
+	char			 why[160];
+	TAILQ_ENTRY(admission)	 entry;
+};
+enum lease_state {
+	LEASE_ADMITTED = 1,	/* pinned, waiting for RESTORE */
+	LEASE_RESTORING,	/* a copy job in flight */
+	LEASE_COPIED,		/* this rank's pages are in place, group not yet */
+	LEASE_READY,		/* answered READY; pinned until RELEASE */
+	LEASE_FAILED,
+	LEASE_CANCELLED,
+	LEASE_EXPIRED,
+};
+struct lease {
+	uint64_t		 id;
+	struct admission	*adm;		/* a reference */
+	uint16_t		 rank;
+	struct session		*sess;		/* a reference */
+	int			 state;		/* LEASE_* */
+	uint32_t		 npages;
+	uint32_t		*objs;		/* pinned DRAM objects, npages */
+	int			 pinned;
+	struct event		*timer;		/* TTL, or the restore deadline */
+	struct copy_job		*job;		/* while RESTORING */
+	int			 deadline_hit;	/* best_effort/timeout ended early */
+	uint32_t		 landed;	/* pages in place */
+	int			 restore_waiting;
+	struct proto_hdr	 restore_req;
+	int			 cancel_waiting;
+	struct proto_hdr	 cancel_req;
+	TAILQ_ENTRY(lease)	 entry;		/* in the session's list */
+};
+void	 admit_request(struct conn *, struct proto_frame *);
+void	 admit_session_closing(struct session *);
+void	 admit_group_gone(struct server *, struct rank_group *);
+void	 admission_unref(struct server *, struct admission *);
+struct lease *lease_find(const struct session *, uint64_t id);
+void	 lease_unpin(struct server *, struct lease *);
+void	 lease_free(struct server *, struct lease *);
+void	 lease_arm_ttl(struct server *, struct lease *);
+void	 release_request(struct conn *, struct proto_frame *);
+
+/* restore.c: RESTORE and CANCEL, group completion */
+void	 restore_request(struct conn *, struct proto_frame *);
+void	 cancel_request(struct conn *, struct proto_frame *);
+void	 restore_session_closing(struct session *);
+void	 restore_fail_group(struct server *, struct admission *, unsigned status,
+	    const char *why);
+
+/* publish.c */
+void	 publish_request(struct conn *, struct proto_frame *);
 
 /* conn.c: one client connection; raw recvmsg in, evbuffer out */
 struct conn {
@@ -235,6 +372,9 @@ struct server {
 	uint32_t	 next_session_id;
 	int		 stopping;
 	int		 gpu_present;
+	struct dram	*dram;
+	struct copy_engine *copy;
+	uint64_t	 next_lease;
 	uint64_t	 started_ms;
 	int		 exit_code;
 };
@@ -242,6 +382,7 @@ int	 server_init(struct server *, struct config *, char *err, size_t errlen);
 int	 server_run(struct server *);
 void	 server_free(struct server *);
 void	 server_conn_closed(struct server *, struct conn *);
+void	 server_maybe_finish(struct server *);
 unsigned server_conns_of_uid(struct server *, uid_t);
 uint64_t server_now_ms(void);
 

@@ -90,7 +90,14 @@ dispatch_detach(struct conn *c, struct proto_frame *f)
 	}
 	log_info("attach", "conn %llu: session %u detached", (unsigned long long)c->id,
 	    c->session->id);
-	session_free(c->session);
+	if (c->session->jobs > 0) {
+		/* Copies into this engine's memory drain first; then the answer. */
+		c->session->detach_waiting = 1;
+		c->session->detach_req = f->hdr;
+		restore_session_closing(c->session);
+		return;
+	}
+	session_close(c->session);
 	c->session = NULL;
 	metrics.detaches++;
 	conn_reply(c, &f->hdr, PROTO_S_OK, NULL, 0);
@@ -107,6 +114,23 @@ dispatch_json(struct conn *c, struct proto_frame *f, char *json)
 	free(json);
 }
 
+/* The cache operations need an attached session that is not detaching. */
+static int
+dispatch_need_session(struct conn *c, struct proto_frame *f)
+{
+	if (c->session == NULL) {
+		conn_reply_error(c, &f->hdr, PROTO_S_STATE, "%s before ATTACH",
+		    proto_type_name(f->hdr.type));
+		return 0;
+	}
+	if (c->session->detach_waiting) {
+		conn_reply_error(c, &f->hdr, PROTO_S_STATE, "%s while detaching",
+		    proto_type_name(f->hdr.type));
+		return 0;
+	}
+	return 1;
+}
+
 void
 dispatch_frame(struct conn *c, struct proto_frame *f)
 {
@@ -114,6 +138,24 @@ dispatch_frame(struct conn *c, struct proto_frame *f)
 		conn_reply_error(c, &f->hdr, PROTO_S_STATE, "%s before HELLO",
 		    proto_type_name(f->hdr.type));
 		return;
+	}
+	switch (f->hdr.type) {
+	case PROTO_T_PROBE:
+	case PROTO_T_ADMIT:
+	case PROTO_T_RESTORE:
+	case PROTO_T_CANCEL:
+	case PROTO_T_RELEASE:
+	case PROTO_T_PUBLISH:
+	case PROTO_T_DEBUG:
+		if (!dispatch_need_session(c, f))
+			return;
+		break;
+	case PROTO_T_DETACH:
+		if (c->session != NULL && c->session->detach_waiting) {
+			conn_reply_error(c, &f->hdr, PROTO_S_STATE, "already detaching");
+			return;
+		}
+		break;
 	}
 	switch (f->hdr.type) {
 	case PROTO_T_HELLO:
@@ -132,6 +174,27 @@ dispatch_frame(struct conn *c, struct proto_frame *f)
 	case PROTO_T_HEALTH:
 		metrics.health_requests++;
 		dispatch_json(c, f, metrics_health_json(c->server));
+		break;
+	case PROTO_T_PROBE:
+		cache_probe(c, f);
+		break;
+	case PROTO_T_ADMIT:
+		admit_request(c, f);
+		break;
+	case PROTO_T_RESTORE:
+		restore_request(c, f);
+		break;
+	case PROTO_T_CANCEL:
+		cancel_request(c, f);
+		break;
+	case PROTO_T_RELEASE:
+		release_request(c, f);
+		break;
+	case PROTO_T_PUBLISH:
+		publish_request(c, f);
+		break;
+	case PROTO_T_DEBUG:
+		cache_debug(c, f);
 		break;
 	default:
 		/* proto_hdr_check() let through only served types. */

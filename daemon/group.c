@@ -99,6 +99,7 @@ group_join(struct server *s, struct session *sess, const struct proto_attach *a,
 		g->prefetch = a->prefetch;
 		g->write = a->write;
 		g->prefetch_timeout_ms = a->prefetch_timeout_ms;
+		TAILQ_INIT(&g->admissions);
 		TAILQ_INSERT_TAIL(&s->groups, g, entry);
 		log_debug("group", "group %s (size %u) created", g->id, g->size);
 	}
@@ -125,6 +126,7 @@ group_leave(struct server *s, struct session *sess)
 		return;
 	TAILQ_REMOVE(&s->groups, g, entry);
 	log_debug("group", "group %s has no ranks", g->id);
+	admit_group_gone(s, g);
 	free(g->members);
 	free(g);
 }

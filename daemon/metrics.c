@@ -60,6 +60,84 @@ metrics_sessions(struct server *s)
 
 #define I(x)	((json_int_t)(x))
 
+/* Counters by reason, only the reasons that happened. */
+static json_t *
+metrics_declines(void)
+{
+	static const char *const names[PROTO_DECLINE__MAX] = {
+		[PROTO_DECLINE_NONE] = "none",
+		[PROTO_DECLINE_NO_HIT] = "no_hit",
+		[PROTO_DECLINE_NO_RESERVATION] = "no_reservation",
+		[PROTO_DECLINE_GROUP_TIMEOUT] = "group_timeout",
+		[PROTO_DECLINE_GROUP_MISMATCH] = "group_mismatch",
+		[PROTO_DECLINE_SHUTTING_DOWN] = "shutting_down",
+		[PROTO_DECLINE_RANK_LEFT] = "rank_left",
+	};
+	json_t	*o = json_object();
+	int	 i;
+
+	for (i = 1; i < PROTO_DECLINE__MAX; i++)
+		json_object_set_new(o, names[i], json_integer(I(metrics.admits_declined[i])));
+	return o;
+}
+
+static json_t *
+metrics_failures(void)
+{
+	json_t	*o = json_object();
+	int	 i;
+
+	for (i = 1; i < PROTO_S__MAX; i++)
+		if (metrics.restores_failed[i] > 0)
+			json_object_set_new(o, proto_status_name((unsigned)i),
+			    json_integer(I(metrics.restores_failed[i])));
+	return o;
+}
+
+/* The cache operations, named after SGLang's HiCache counters where they match. */
+static json_t *
+metrics_cache(void)
+{
+	json_t	*o;
+
+	o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I,"
+	    " s:I, s:I, s:I, s:I}",
+	    "probes", I(metrics.probes), "admits", I(metrics.admits),
+	    "admitted", I(metrics.admits_admitted), "admitted_pages", I(metrics.admit_pages),
+	    "restores_ready", I(metrics.restores_ready),
+	    "restores_partial", I(metrics.restores_partial),
+	    "pages_restored", I(metrics.pages_restored), "bytes_restored", I(metrics.bytes_restored),
+	    "publishes", I(metrics.publishes), "publishes_failed", I(metrics.publishes_failed),
+	    "pages_published", I(metrics.pages_published),
+	    "bytes_published", I(metrics.bytes_published), "pages_present", I(metrics.pages_present),
+	    "cancels", I(metrics.cancels), "releases", I(metrics.releases),
+	    "lease_expiries", I(metrics.lease_expiries), "leases_open", I(metrics.leases_open),
+	    "objects_lost", I(metrics.objects_lost));
+	if (o == NULL)
+		return json_null();
+	json_object_set_new(o, "declined", metrics_declines());
+	json_object_set_new(o, "restores_failed", metrics_failures());
+	return o;
+}
+
+/* The DRAM tier's occupancy. */
+static json_t *
+metrics_dram(struct server *s)
+{
+	struct dram_stats	st;
+
+	if (s->dram == NULL)
+		return json_null();
+	dram_stats(s->dram, &st);
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:b}",
+	    "objects", I(st.visible), "writing", I(st.writing), "pinned_objects",
+	    I(st.pinned_objects), "pins", I(st.pins), "bytes_used", I(st.bytes_used),
+	    "bytes_capacity", I(st.bytes_capacity), "slabs", I(st.slabs),
+	    "evictions", I(st.evictions), "evict_failures", I(st.evict_failures),
+	    "drops", I(st.drops), "meta_bytes_per_object", st.meta_bytes_per_object,
+	    "hugetlb", st.hugetlb);
+}
+
 /* The STATS document; returns a new string (free) or NULL. */
 char *
 metrics_stats_json(struct server *s)
@@ -90,6 +168,8 @@ metrics_stats_json(struct server *s)
 	    "region_bytes_mapped", I(metrics.region_bytes_mapped));
 	if (j == NULL)
 		return NULL;
+	json_object_set_new(j, "cache", metrics_cache());
+	json_object_set_new(j, "dram", metrics_dram(s));
 	json_object_set_new(j, "namespaces", metrics_namespaces(s));
 	json_object_set_new(j, "groups", metrics_groups(s));
 	out = json_dumps(j, JSON_COMPACT);

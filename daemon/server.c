@@ -314,13 +314,20 @@ server_finish(struct server *s)
 	event_base_loopexit(s->base, NULL);
 }
 
-/* Called by conn_free(); ends a drain once the last connection is gone. */
+/* Ends a drain once the last connection and the last copy are gone. */
+void
+server_maybe_finish(struct server *s)
+{
+	if (s->stopping && s->nconns == 0 && (s->copy == NULL || copy_inflight(s->copy) == 0))
+		server_finish(s);
+}
+
+/* Called by conn_free(). */
 void
 server_conn_closed(struct server *s, struct conn *c)
 {
 	(void)c;
-	if (s->stopping && s->nconns == 0)
-		server_finish(s);
+	server_maybe_finish(s);
 }
 
 static void
@@ -358,7 +365,7 @@ server_signal_cb(evutil_socket_t sig, short ev, void *arg)
 	close(s->listen_fd);
 	s->listen_fd = -1;
 	unlink(s->cfg->socket_path);
-	if (s->nconns == 0) {
+	if (s->nconns == 0 && copy_inflight(s->copy) == 0) {
 		server_finish(s);
 		return;
 	}
@@ -367,7 +374,10 @@ server_signal_cb(evutil_socket_t sig, short ev, void *arg)
 	s->ev_drain = evtimer_new(s->base, server_drain_timeout_cb, s);
 	if (s->ev_drain != NULL)
 		evtimer_add(s->ev_drain, &tv);
-	/* Nothing long runs yet: every connection closes once flushed. */
+	/*
+	 * Every connection closes once its replies are flushed; its session's
+	 * copies are cancelled, and the loop ends when the last completion ran.
+	 */
 	for (c = TAILQ_FIRST(&s->conns); c != NULL; c = next) {
 		next = TAILQ_NEXT(c, entry);
 		conn_close(c);
@@ -391,6 +401,12 @@ server_init(struct server *s, struct config *cfg, char *err, size_t errlen)
 		snprintf(err, errlen, "event_base_new failed");
 		return -ENOMEM;
 	}
+	if ((rc = dram_new(&s->dram, cfg->dram_size, err, errlen)) != 0)
+		return rc;
+	rc = copy_engine_new(s->base, (int)cfg->copy_workers, cfg->test_copy_delay_ms, &s->copy,
+	    err, errlen);
+	if (rc != 0)
+		return rc;
 	if ((rc = server_listen(s, err, errlen)) != 0)
 		return rc;
 	s->ev_listen = event_new(s->base, s->listen_fd, EV_READ | EV_PERSIST, server_accept_cb, s);
@@ -423,8 +439,13 @@ server_free(struct server *s)
 {
 	struct conn	*c;
 
+	/* Workers first: nothing may still write into engine memory or the arena. */
+	copy_engine_free(s->copy);
+	s->copy = NULL;
 	while ((c = TAILQ_FIRST(&s->conns)) != NULL)
 		conn_free(c);
+	dram_free(s->dram);
+	s->dram = NULL;
 	if (s->ev_drain != NULL)
 		event_free(s->ev_drain);
 	if (s->ev_sigint != NULL)

@@ -5,9 +5,13 @@
  * the group; a failure at any step unwinds the earlier ones in reverse,
  * so a refused ATTACH leaves the daemon exactly as it was.
  *
- * A session is owned by its connection and freed with it or at DETACH.
+ * A session is reference counted (daemon.h says why): the connection's
+ * reference goes at DETACH or disconnect through session_close(), which
+ * cancels what is in flight and releases what is held; each copy job's
+ * reference goes when its completion ran. The last one unmaps the memory.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +79,36 @@ int
 session_slot_is_live(const struct session *sess, uint32_t slot)
 {
 	return bsearch(&slot, sess->live, sess->nlive, sizeof(slot), session_cmp_u32) != NULL;
+}
+
+/*
+ * A region must hold whole objects of its pool: a page region one page of
+ * tokens x layers x bytes per page, a slot region one checkpoint per slot.
+ */
+static int
+session_check_geometry(const struct proto_attach_view *v, char *err, size_t errlen)
+{
+	unsigned	i;
+
+	for (i = 0; i < v->fixed.nregions; i++) {
+		const struct proto_region	*r = &v->regions[i];
+		const struct proto_pool		*p = &v->pools[r->pool];
+		uint64_t			 bytes;
+
+		bytes = (uint64_t)r->page_tokens * r->layers * r->token_bytes;
+		if (bytes != p->object_bytes) {
+			snprintf(err, errlen, "regions[%u]: a page of %llu bytes does not hold one "
+			    "%llu-byte object of pool %s", i, (unsigned long long)bytes,
+			    (unsigned long long)p->object_bytes, p->name);
+			return -EINVAL;
+		}
+		if ((p->kind == PROTO_POOL_STATE) != (r->layout == PROTO_LAYOUT_SLOTS)) {
+			snprintf(err, errlen, "regions[%u]: pool %s needs a %s region", i, p->name,
+			    p->kind == PROTO_POOL_STATE ? "slot" : "page");
+			return -EINVAL;
+		}
+	}
+	return 0;
 }
 
 /* Maps every region; fds are the frame's, borrowed. */
@@ -148,9 +182,18 @@ session_attach(struct conn *c, const struct proto_frame *f, struct session **out
 		snprintf(err, errlen, "out of memory");
 		return PROTO_S_NO_MEMORY;
 	}
+	sess->refs = 1;
+	sess->server = s;
 	sess->conn = c;
+	TAILQ_INIT(&sess->leases);
 	sess->group_rank = v.fixed.group_rank;
 	sess->tp_rank = v.fixed.tp_rank;
+	sess->shard = v.fixed.layout.attention == PROTO_ATTN_MLA ? v.fixed.layout.dcp_rank :
+	    v.fixed.tp_rank;
+	sess->prefetch = v.fixed.prefetch;
+	sess->prefetch_timeout_ms = v.fixed.prefetch_timeout_ms;
+	if ((rc = session_check_geometry(&v, err, errlen)) != 0)
+		goto fail;
 	if ((rc = session_load_live(sess, &v, err, errlen)) != 0)
 		goto fail;
 	if ((rc = session_map_regions(sess, &v, f, err, errlen)) != 0)
@@ -176,27 +219,99 @@ session_attach(struct conn *c, const struct proto_frame *f, struct session **out
 	return PROTO_S_OK;
 
 fail:
-	session_free(sess);
+	session_close(sess);
 	return session_status(rc);
 }
 
-/* Releases everything a session holds, in reverse order. Idempotent on NULL. */
 void
-session_free(struct session *sess)
+session_ref(struct session *sess)
+{
+	sess->refs++;
+}
+
+/* Drops a reference; the last one unmaps the regions and frees. */
+void
+session_unref(struct session *sess)
+{
+	unsigned	i;
+
+	if (sess == NULL || --sess->refs > 0)
+		return;
+	for (i = sess->nregions; i > 0; i--)
+		region_unmap(&sess->regions[i - 1]);
+	free(sess->live);
+	free(sess);
+}
+
+/*
+ * The engine is gone (disconnect) or leaving (DETACH): no more replies,
+ * pending admissions decline, in-flight copies are cancelled (their
+ * completions release them), held leases are released, and the rank
+ * leaves its group and namespace. Drops the connection's reference.
+ */
+void
+session_close(struct session *sess)
 {
 	struct server	*s;
-	unsigned	 i;
 
 	if (sess == NULL)
 		return;
-	s = sess->conn->server;
+	s = sess->server;
+	if (sess->group != NULL)
+		admit_session_closing(sess);
+	restore_session_closing(sess);
+	sess->conn = NULL;
 	group_leave(s, sess);
 	if (sess->ns != NULL) {
 		ns_unref(s, sess->ns);
 		sess->ns = NULL;
 	}
-	for (i = sess->nregions; i > 0; i--)
-		region_unmap(&sess->regions[i - 1]);
-	free(sess->live);
-	free(sess);
+	session_unref(sess);
+}
+
+/*
+ * A copy job on this session's memory finished (its completion ran). A
+ * DETACH that waited for the drain is answered now.
+ */
+void
+session_job_done(struct session *sess)
+{
+	struct server	*s = sess->server;
+	struct conn	*c = sess->conn;
+
+	sess->jobs--;
+	if (sess->jobs == 0 && sess->detach_waiting && c != NULL) {
+		sess->detach_waiting = 0;
+		conn_reply(c, &sess->detach_req, PROTO_S_OK, NULL, 0);
+		c->session = NULL;
+		metrics.detaches++;
+		session_close(sess);
+	}
+	session_unref(sess);
+	server_maybe_finish(s);	/* a shutdown drain may have waited for this copy */
+}
+
+/* Replies on the session's connection, if the engine is still there. */
+int
+session_reply(struct session *sess, const struct proto_hdr *req, unsigned status,
+    const void *payload, uint32_t len)
+{
+	if (sess->conn == NULL)
+		return -ENOTCONN;
+	return conn_reply(sess->conn, req, status, payload, len);
+}
+
+int
+session_reply_error(struct session *sess, const struct proto_hdr *req, unsigned status,
+    const char *fmt, ...)
+{
+	char	msg[PROTO_ERRMSG_MAX + 1];
+	va_list	ap;
+
+	if (sess->conn == NULL)
+		return -ENOTCONN;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return conn_reply_error(sess->conn, req, status, "%s", msg);
 }

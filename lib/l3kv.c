@@ -665,7 +665,7 @@ l3kv_submit(struct l3kv *k, unsigned type, const struct iovec *payload, int npay
 
 	*out = NULL;
 	if (k->sock < 0) {
-		l3kv_seterr(k, "libl3kv: the connection is broken");
+		l3kv_seterr(k, "libl3kv: the connection broke earlier: %s", l3kv_strerror(k->cause));
 		return -ENOTCONN;
 	}
 	if (npayload + 1 > L3KV_IOV_MAX || nfds > PROTO_FDS_MAX)
@@ -1161,6 +1161,11 @@ l3kv_connect(const char *socket_path, int timeout_ms, struct l3kv **out)
 	}
 	if ((rc = l3kv_hello(k, deadline)) != 0)
 		goto fail;
+	/* An ERROR right behind the HELLO reply (a daemon stopping) is this call's failure. */
+	if (k->sock < 0) {
+		rc = k->cause;
+		goto fail;
+	}
 	*out = k;
 	return 0;
 

@@ -90,6 +90,7 @@ proto_type_name(unsigned t)
 	case PROTO_T_RELEASE:	return "RELEASE";
 	case PROTO_T_PUBLISH:	return "PUBLISH";
 	case PROTO_T_SET_POLICY: return "SET_POLICY";
+	case PROTO_T_DEBUG:	return "DEBUG";
 	case PROTO_T_ERROR:	return "ERROR";
 	}
 	return "UNKNOWN";
@@ -105,6 +106,13 @@ proto_type_is_request(unsigned t)
 	case PROTO_T_DETACH:
 	case PROTO_T_STATS:
 	case PROTO_T_HEALTH:
+	case PROTO_T_PROBE:
+	case PROTO_T_ADMIT:
+	case PROTO_T_RESTORE:
+	case PROTO_T_CANCEL:
+	case PROTO_T_RELEASE:
+	case PROTO_T_PUBLISH:
+	case PROTO_T_DEBUG:
 		return 1;
 	}
 	return 0;
@@ -171,6 +179,20 @@ proto_attach_length(uint8_t npools, uint16_t nregions, uint32_t nlive)
 	return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
 
+/* Fixed part plus count * elem bytes, where count is a uint32 at offset 0 or 8. */
+static int
+proto_counted(uint32_t length, const void *payload, size_t fixed, size_t count_at, size_t elem)
+{
+	uint32_t	n;
+
+	if (length < fixed)
+		return PROTO_S_BAD_LENGTH;
+	memcpy(&n, (const uint8_t *)payload + count_at, sizeof(n));
+	if (n > PROTO_PAGES_MAX || (uint64_t)length != fixed + (uint64_t)n * elem)
+		return PROTO_S_BAD_LENGTH;
+	return 0;
+}
+
 /* Checks a payload's length against its type; fields are checked later. */
 int
 proto_payload_check(unsigned type, uint32_t length, const void *payload)
@@ -191,6 +213,20 @@ proto_payload_check(unsigned type, uint32_t length, const void *payload)
 		if (length != proto_attach_length(a.layout.npools, a.nregions, a.nlive))
 			return PROTO_S_BAD_LENGTH;
 		return 0;
+	case PROTO_T_PROBE:
+		return proto_counted(length, payload, sizeof(struct proto_probe), 0, PROTO_HASH_LEN);
+	case PROTO_T_ADMIT:
+		return proto_counted(length, payload, sizeof(struct proto_admit), 8, PROTO_HASH_LEN);
+	case PROTO_T_RESTORE:
+		return proto_counted(length, payload, sizeof(struct proto_restore), 8, 4);
+	case PROTO_T_PUBLISH:
+		return proto_counted(length, payload, sizeof(struct proto_publish), 0,
+		    sizeof(struct proto_publish_page));
+	case PROTO_T_CANCEL:
+	case PROTO_T_RELEASE:
+		return length == sizeof(struct proto_lease_op) ? 0 : PROTO_S_BAD_LENGTH;
+	case PROTO_T_DEBUG:
+		return length == sizeof(struct proto_debug) ? 0 : PROTO_S_BAD_LENGTH;
 	}
 	return PROTO_S_BAD_TYPE;
 }

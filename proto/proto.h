@@ -65,6 +65,7 @@ enum proto_type {
 	PROTO_T_RELEASE		= 20,
 	PROTO_T_PUBLISH		= 21,
 	PROTO_T_SET_POLICY	= 22,
+	PROTO_T_DEBUG		= 240,	/* tests only: testing.debug_ops */
 	PROTO_T_ERROR		= 255,
 };
 
@@ -269,6 +270,127 @@ struct proto_attach_reply {
 	uint32_t	pad;
 };
 _Static_assert(sizeof(struct proto_attach_reply) == 128, "proto_attach_reply");
+
+/*
+ * The cache operations. Page hashes are PROTO_HASH_LEN bytes on the wire;
+ * an engine hash shorter than that (layout.hash_len) is zero-padded, and
+ * the padding must be zero.
+ */
+
+/* PROBE: followed by npages hashes. No side effects. */
+struct proto_probe {
+	uint32_t	npages;
+	uint16_t	pool;		/* pool index; the kv pool for now */
+	uint16_t	flags;		/* none defined; must be 0 */
+};
+_Static_assert(sizeof(struct proto_probe) == 8, "proto_probe");
+
+/* PROBE reply: the longest prefix every attached rank of the group holds. */
+struct proto_probe_reply {
+	uint32_t	hit_pages;
+	uint32_t	nstops;		/* legal stop points that follow (u32); 0: every length */
+};
+_Static_assert(sizeof(struct proto_probe_reply) == 8, "proto_probe_reply");
+
+/* ADMIT: followed by npages hashes. A group barrier on request_id. */
+struct proto_admit {
+	uint64_t	request_id;	/* the same on every rank of the group */
+	uint32_t	npages;
+	uint32_t	reserved_pages;	/* destination pages the engine holds for the gap */
+	uint32_t	state_slot;	/* canonical slot reserved; PROTO_SLOT_NONE */
+	uint32_t	flags;		/* none defined; must be 0 */
+};
+_Static_assert(sizeof(struct proto_admit) == 24, "proto_admit");
+#define PROTO_SLOT_NONE		UINT32_MAX
+
+enum proto_decline {
+	PROTO_DECLINE_NONE		= 0,
+	PROTO_DECLINE_NO_HIT		= 1,	/* no common prefix */
+	PROTO_DECLINE_NO_RESERVATION	= 2,	/* the engine reserved nothing */
+	PROTO_DECLINE_GROUP_TIMEOUT	= 3,	/* a rank did not ask in time */
+	PROTO_DECLINE_GROUP_MISMATCH	= 4,	/* ranks asked different things */
+	PROTO_DECLINE_SHUTTING_DOWN	= 5,
+	PROTO_DECLINE_RANK_LEFT		= 6,	/* a rank detached while waiting */
+	PROTO_DECLINE__MAX
+};
+
+struct proto_admit_reply {
+	uint64_t	lease;		/* 0 when declined */
+	uint32_t	admitted_pages;	/* the promise: never grows, same on every rank */
+	uint16_t	decline;	/* proto_decline */
+	uint16_t	pad;
+	uint32_t	ttl_ms;
+	uint32_t	group_hit;	/* the common hit before the reservation cap */
+};
+_Static_assert(sizeof(struct proto_admit_reply) == 24, "proto_admit_reply");
+
+/* RESTORE: followed by npages uint32 destination page indices. */
+struct proto_restore {
+	uint64_t	lease;
+	uint32_t	npages;		/* must equal the admitted pages */
+	uint16_t	region;		/* the destination region (index at ATTACH) */
+	uint16_t	flags;		/* none defined; must be 0 */
+};
+_Static_assert(sizeof(struct proto_restore) == 16, "proto_restore");
+
+#define PROTO_RESTORE_F_PARTIAL	0x0001	/* best_effort/timeout ended at its deadline */
+
+struct proto_restore_reply {
+	uint32_t	pages;		/* whole, verified, contiguous pages in place */
+	uint32_t	flags;		/* PROTO_RESTORE_F_* */
+	uint64_t	bytes;
+};
+_Static_assert(sizeof(struct proto_restore_reply) == 16, "proto_restore_reply");
+
+/* CANCEL and RELEASE. */
+struct proto_lease_op {
+	uint64_t	lease;
+};
+_Static_assert(sizeof(struct proto_lease_op) == 8, "proto_lease_op");
+
+struct proto_cancel_reply {
+	uint32_t	pages_landed;	/* destination pages written before the cancel */
+	uint32_t	pad;
+};
+_Static_assert(sizeof(struct proto_cancel_reply) == 8, "proto_cancel_reply");
+
+/* PUBLISH: followed by npages proto_publish_page. */
+struct proto_publish {
+	uint32_t	npages;
+	uint16_t	region;		/* the source region */
+	uint16_t	flags;		/* none defined; must be 0 */
+};
+_Static_assert(sizeof(struct proto_publish) == 8, "proto_publish");
+
+struct proto_publish_page {
+	uint8_t		hash[PROTO_HASH_LEN];
+	uint32_t	src_page;	/* page index in the source region */
+	uint32_t	pad;
+};
+_Static_assert(sizeof(struct proto_publish_page) == 40, "proto_publish_page");
+
+struct proto_publish_reply {
+	uint32_t	stored;		/* new objects, now visible */
+	uint32_t	present;	/* already there (or being written): not written twice */
+	uint64_t	bytes;
+};
+_Static_assert(sizeof(struct proto_publish_reply) == 16, "proto_publish_reply");
+
+/*
+ * DEBUG: test-only fault injection, refused unless the daemon runs with
+ * testing.debug_ops. Acts on this session's object for (pool, hash).
+ */
+struct proto_debug {
+	uint32_t	op;		/* PROTO_DEBUG_* */
+	uint16_t	pool;
+	uint16_t	pad;
+	uint8_t		hash[PROTO_HASH_LEN];
+};
+_Static_assert(sizeof(struct proto_debug) == 40, "proto_debug");
+#define PROTO_DEBUG_DROP	1	/* remove the object, as if lost */
+#define PROTO_DEBUG_CORRUPT	2	/* flip a byte of the object's data */
+
+#define PROTO_PAGES_MAX		65536	/* pages in one request */
 
 /*
  * A frame as parsed from the stream. `payload` points into the reader's

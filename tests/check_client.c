@@ -239,8 +239,12 @@ fake_drain(int fd)
 	return 0;
 }
 
+/*
+ * Starts a fake that answers the HELLO (when hello is set) and then runs
+ * the script on the connection.
+ */
 static void
-fake_start(struct fake *f, fake_script script)
+fake_start_with(struct fake *f, fake_script script, int hello)
 {
 	int	lfd, fd, rc;
 
@@ -253,12 +257,18 @@ fake_start(struct fake *f, fake_script script)
 		alarm(10);	/* a fake that hangs must not hang the suite */
 		fd = accept(lfd, NULL, NULL);
 		close(lfd);
-		rc = fd < 0 ? 100 : fake_hello(fd) != 0 ? 101 : script(fd);
+		rc = fd < 0 ? 100 : hello && fake_hello(fd) != 0 ? 101 : script(fd);
 		if (fd >= 0)
 			close(fd);
 		_exit(rc);
 	}
 	close(lfd);
+}
+
+static void
+fake_start(struct fake *f, fake_script script)
+{
+	fake_start_with(f, script, 1);
 }
 
 /* Waits for the fake (killing it after 3 s) and returns its exit status. */
@@ -813,10 +823,12 @@ START_TEST(test_error_frame_fails_every_request_in_flight)
 }
 END_TEST
 
+/* Hangs up once the client has surely finished connecting. */
 static int
 script_hang_up(int fd)
 {
 	(void)fd;
+	poll(NULL, 0, 200);
 	return 0;
 }
 
@@ -866,44 +878,95 @@ START_TEST(test_connect_times_out_without_hello_reply)
 }
 END_TEST
 
+/* What l3kvd does to a peer it refuses: an ERROR at accept, before any HELLO, and close. */
 static int
 script_denied(int fd)
 {
-	struct proto_hdr	h;
-	uint8_t			*p;
-
-	/* Run without fake_hello(): this script answers the HELLO itself. */
-	if (fake_read_frame(fd, &h, &p, NULL, NULL) != 0)
-		return 1;
-	free(p);
-	if (fake_reply(fd, &h, PROTO_S_DENIED, "uid 1000 is not allowed", 23) != 0)
-		return 2;
-	return 0;
+	return fake_send_raw(fd, PROTO_T_ERROR, PROTO_F_REPLY, PROTO_S_DENIED, 23, 0,
+	    "uid 1000 is not allowed", 23) == 0 ? 0 : 1;
 }
 
-START_TEST(test_hello_refused_is_its_errno)
+START_TEST(test_refusal_before_hello_is_its_errno)
 {
+	struct fake	 f;
 	struct l3kv	*k = NULL;
-	char		 dir[PATH_MAX], path[PATH_MAX];
-	int		 fds = test_fd_count(), s, st;
-	pid_t		 pid;
+	int		 fds = test_fd_count();
 
-	ck_assert_ptr_nonnull(test_mkdtemp(dir, sizeof(dir)));
-	s = ct_bind(dir, "deny.sock", 4, path, sizeof(path));
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		int fd = accept(s, NULL, NULL);
-
-		alarm(10);
-		_exit(fd < 0 ? 100 : script_denied(fd));
-	}
-	close(s);
-	ck_assert_int_eq(l3kv_connect(path, 2000, &k), -EACCES);
+	fake_start_with(&f, script_denied, 0);
+	/* Whether HELLO went out before the close or hit EPIPE, the refusal is what counts. */
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), -EACCES);
 	ck_assert_ptr_null(k);
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	test_rmtree(dir);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+/* An ERROR and a close, once the client has surely finished connecting. */
+static int
+script_error_later_and_leave(int fd)
+{
+	poll(NULL, 0, 200);
+	return fake_send_raw(fd, PROTO_T_ERROR, PROTO_F_REPLY, PROTO_S_SHUTTING_DOWN, 8, 0,
+	    "stopping", 8) == 0 ? 0 : 1;
+}
+
+/* The HELLO reply with an ERROR right behind it, in one write: a daemon stopping. */
+static int
+script_hello_then_error(int fd)
+{
+	struct proto_hello_reply	r;
+	struct proto_hdr		h, rh, eh;
+	uint8_t				out[sizeof(rh) + sizeof(r) + sizeof(eh) + 8], *p = out;
+
+	if (fake_expect(fd, PROTO_T_HELLO, &h) != 0)
+		return 1;
+	proto_hdr_init(&rh, PROTO_T_HELLO, sizeof(r), h.seq);
+	rh.flags = PROTO_F_REPLY;
+	memset(&r, 0, sizeof(r));
+	r.version = 1;
+	r.max_frame = 1U << 20;
+	proto_hdr_init(&eh, PROTO_T_ERROR, 8, 0);
+	eh.flags = PROTO_F_REPLY;
+	eh.status = PROTO_S_SHUTTING_DOWN;
+	memcpy(p, &rh, sizeof(rh));
+	memcpy(p += sizeof(rh), &r, sizeof(r));
+	memcpy(p += sizeof(r), &eh, sizeof(eh));
+	memcpy(p + sizeof(eh), "stopping", 8);
+	return fake_write_full(fd, out, sizeof(out)) == 0 ? 0 : 2;
+}
+
+START_TEST(test_error_right_after_hello_fails_the_connect)
+{
+	struct fake	 f;
+	struct l3kv	*k = NULL;
+	int		 fds = test_fd_count();
+
+	fake_start_with(&f, script_hello_then_error, 0);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), -ESHUTDOWN);
+	ck_assert_ptr_null(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+START_TEST(test_send_after_the_daemon_left_reports_why)
+{
+	struct fake	 f;
+	struct l3kv	*k;
+	char		*json = NULL;
+	int		 fds = test_fd_count();
+
+	fake_start(&f, script_error_later_and_leave);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	/* The fake has exited: the STATS send fails, and the unread ERROR says why. */
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(l3kv_stats(k, &json), -ESHUTDOWN);
+	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_SHUTTING_DOWN);
+	ck_assert_str_eq(l3kv_last_error(k), "stopping");
+	ck_assert_int_eq(l3kv_stats(k, &json), -ENOTCONN);
+	ck_assert_str_eq(l3kv_last_error(k),
+	    "libl3kv: the connection broke earlier: daemon is shutting down");
+	l3kv_close(k);
 	ck_assert_int_eq(test_fd_count(), fds);
 }
 END_TEST
@@ -1155,7 +1218,9 @@ suite_client(void)
 	tcase_add_test(tc, test_error_frame_fails_every_request_in_flight);
 	tcase_add_test(tc, test_daemon_hang_up_makes_the_fd_readable);
 	tcase_add_test(tc, test_connect_times_out_without_hello_reply);
-	tcase_add_test(tc, test_hello_refused_is_its_errno);
+	tcase_add_test(tc, test_refusal_before_hello_is_its_errno);
+	tcase_add_test(tc, test_send_after_the_daemon_left_reports_why);
+	tcase_add_test(tc, test_error_right_after_hello_fails_the_connect);
 	tcase_add_test(tc, test_large_reply_arrives_whole);
 	tcase_add_test(tc, test_attach_sends_the_memfd_with_the_frame);
 	tcase_add_test(tc, test_attach_refuses_what_cannot_be_encoded);

@@ -58,6 +58,12 @@ static const struct {
 	    ": log.level: \"verbose\" is not one of error, warn, info, debug", NULL },
 	{ "bad-role.json", ": role: \"encode\" is not one of decode, prefill", NULL },
 	{ "bad-copy-engine.json", ": copy_engine: \"gpu\" is not one of auto, cuda, host", NULL },
+	{ "bad-copy-workers-range.json", ": copy_workers: 65 is out of range [1, 64]", NULL },
+	{ "bad-copy-workers-zero.json", ": copy_workers: 0 is out of range [1, 64]", NULL },
+	{ "bad-debug-ops-string.json",
+	    ": testing.debug_ops: expected true or false, got string \"yes\"", NULL },
+	{ "bad-debug-ops-integer.json",
+	    ": testing.debug_ops: expected true or false, got integer 1", NULL },
 	{ "bad-mode-digits.json", ": socket.mode: \"0968\" is not an octal mode", NULL },
 	{ "bad-mode-integer.json",
 	    ": socket.mode: expected an octal string like \"0660\", got integer 660", NULL },
@@ -147,6 +153,7 @@ assert_config_equal(const struct config *a, const struct config *b, const char *
 	ck_assert_msg(a->namespace_seed == b->namespace_seed, "%s: namespace_seed", what);
 	ck_assert_msg(a->dram_size == b->dram_size, "%s: dram_size", what);
 	ck_assert_msg(a->copy_engine == b->copy_engine, "%s: copy_engine", what);
+	ck_assert_msg(a->copy_workers == b->copy_workers, "%s: copy_workers", what);
 	ck_assert_msg(a->max_connections == b->max_connections, "%s: max_connections", what);
 	ck_assert_msg(a->max_connections_per_uid == b->max_connections_per_uid,
 	    "%s: max_connections_per_uid", what);
@@ -158,6 +165,7 @@ assert_config_equal(const struct config *a, const struct config *b, const char *
 	    what);
 	ck_assert_msg(a->test_copy_delay_ms == b->test_copy_delay_ms, "%s: test_copy_delay_ms",
 	    what);
+	ck_assert_msg(a->test_debug_ops == b->test_debug_ops, "%s: test_debug_ops", what);
 	/* And nothing the list above forgot: config.c zero-fills strings. */
 	ck_assert_msg(memcmp(a, b, sizeof(*a)) == 0, "%s: bytes differ", what);
 }
@@ -292,6 +300,7 @@ START_TEST(test_full_fixture_sets_every_field)
 	ck_assert_uint_eq(cfg.namespace_seed, 42);
 	ck_assert_uint_eq(cfg.dram_size, 1ULL << 30);
 	ck_assert_int_eq(cfg.copy_engine, CONFIG_COPY_HOST);
+	ck_assert_uint_eq(cfg.copy_workers, 8);
 	ck_assert_uint_eq(cfg.max_connections, 64);
 	ck_assert_uint_eq(cfg.max_connections_per_uid, 8);
 	ck_assert_uint_eq(cfg.max_frame, 1U << 20);
@@ -300,6 +309,7 @@ START_TEST(test_full_fixture_sets_every_field)
 	ck_assert_uint_eq(cfg.drain_ms, 0);
 	ck_assert_str_eq(cfg.metrics_listen, "127.0.0.1:9100");
 	ck_assert_uint_eq(cfg.test_copy_delay_ms, 10);
+	ck_assert_int_eq(cfg.test_debug_ops, 1);
 }
 END_TEST
 
@@ -319,6 +329,7 @@ START_TEST(test_defaults_are_the_documented_values)
 	ck_assert_uint_eq(cfg.namespace_seed, 0);
 	ck_assert_uint_eq(cfg.dram_size, 256ULL << 20);
 	ck_assert_int_eq(cfg.copy_engine, CONFIG_COPY_AUTO);
+	ck_assert_uint_eq(cfg.copy_workers, 2);
 	ck_assert_uint_eq(cfg.max_connections, 1024);
 	ck_assert_uint_eq(cfg.max_connections_per_uid, 256);
 	ck_assert_uint_eq(cfg.max_frame, 16U << 20);
@@ -327,6 +338,7 @@ START_TEST(test_defaults_are_the_documented_values)
 	ck_assert_uint_eq(cfg.drain_ms, 5000);
 	ck_assert_str_eq(cfg.metrics_listen, "");
 	ck_assert_uint_eq(cfg.test_copy_delay_ms, 0);
+	ck_assert_int_eq(cfg.test_debug_ops, 0);
 }
 END_TEST
 
@@ -526,6 +538,7 @@ START_TEST(test_bounds_are_inclusive)
 #define F(f)	offsetof(struct config, f), sizeof(((struct config *)0)->f)
 		{ "namespace.seed", F(namespace_seed), 0, INT64_MAX, "[0, 9223372036854775807]" },
 		{ "tiers.dram.size", F(dram_size), 1ULL << 20, 1ULL << 40, "[1 MiB, 1 TiB]" },
+		{ "copy_workers", F(copy_workers), 1, 64, "[1, 64]" },
 		{ "limits.max_connections", F(max_connections), 1, 65536, "[1, 65536]" },
 		{ "limits.max_connections_per_uid", F(max_connections_per_uid), 1, 65536,
 		    "[1, 65536]" },
@@ -677,6 +690,36 @@ START_TEST(test_names_map_to_their_values)
 	ck_assert_str_eq(cfg.role, "decode");
 	load_bad("{\"log\": {\"level\": \"INFO\"}}", ": log.level: \"INFO\" is not one of");
 	load_bad("{\"role\": \"\"}", ": role: \"\" is not one of decode, prefill");
+}
+END_TEST
+
+START_TEST(test_booleans_are_only_true_or_false)
+{
+	static const struct {
+		const char	*text;
+		const char	*after;
+	} bad[] = {
+		{ "1", ": testing.debug_ops: expected true or false, got integer 1" },
+		{ "0", ": testing.debug_ops: expected true or false, got integer 0" },
+		{ "\"yes\"", ": testing.debug_ops: expected true or false, got string \"yes\"" },
+		{ "\"true\"", ": testing.debug_ops: expected true or false, got string \"true\"" },
+		{ "null", ": testing.debug_ops: expected true or false, got null" },
+		{ "1.0", ": testing.debug_ops: expected true or false, got real 1" },
+		{ "[]", ": testing.debug_ops: expected true or false, got an array" },
+		{ "{}", ": testing.debug_ops: expected true or false, got an object" },
+	};
+	struct config	cfg;
+	char		text[256];
+	size_t		i;
+
+	load_ok(&cfg, "{\"testing\": {\"debug_ops\": true}}");
+	ck_assert_int_eq(cfg.test_debug_ops, 1);
+	load_ok(&cfg, "{\"testing\": {\"debug_ops\": false}}");
+	ck_assert_int_eq(cfg.test_debug_ops, 0);
+	load_ok(&cfg, "{\"testing\": {\"copy_delay_ms\": 5}}");
+	ck_assert_int_eq(cfg.test_debug_ops, 0);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		load_bad(nest("testing.debug_ops", bad[i].text, text, sizeof(text)), bad[i].after);
 }
 END_TEST
 
@@ -970,6 +1013,7 @@ suite_config(void)
 	tcase_add_test(tc, test_string_lengths_are_bounded_exactly);
 	tcase_add_test(tc, test_modes_are_octal_strings);
 	tcase_add_test(tc, test_names_map_to_their_values);
+	tcase_add_test(tc, test_booleans_are_only_true_or_false);
 	tcase_add_test(tc, test_id_lists_fill_the_arrays);
 	tcase_add_test(tc, test_metrics_listen_takes_host_and_port);
 	suite_add_tcase(s, tc);

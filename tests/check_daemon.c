@@ -269,9 +269,9 @@ START_TEST(test_unknown_type_is_answered_bad_type)
 }
 END_TEST
 
-START_TEST(test_reserved_cache_type_is_answered_bad_type)
+START_TEST(test_reserved_type_is_answered_bad_type)
 {
-	struct proto_hdr h = good_hdr(PROTO_T_PROBE, 0);
+	struct proto_hdr h = good_hdr(PROTO_T_SET_POLICY, 0);
 
 	expect_framing_error(&h, sizeof(h), 0, -1, PROTO_S_BAD_TYPE, PROTO_T_ERROR, 1);
 }
@@ -671,7 +671,7 @@ suite_daemon(void)
 	tcase_add_test(tc, test_wrong_version_is_answered_bad_version);
 	tcase_add_test(tc, test_oversize_length_is_refused_before_allocation);
 	tcase_add_test(tc, test_unknown_type_is_answered_bad_type);
-	tcase_add_test(tc, test_reserved_cache_type_is_answered_bad_type);
+	tcase_add_test(tc, test_reserved_type_is_answered_bad_type);
 	tcase_add_test(tc, test_wrong_payload_length_is_answered_bad_length);
 	tcase_add_test(tc, test_short_hello_is_answered_bad_length);
 	tcase_add_test(tc, test_frame_cut_mid_payload_is_answered_truncated);

@@ -1,0 +1,171 @@
+/*
+ * Cache keys and the side-effect-free questions: which object a rank's
+ * page is, how long a prefix a rank or its whole group holds, PROBE, and
+ * the test-only DEBUG request.
+ *
+ * An object's key is (the rank's namespace fingerprint, pool, shard, page
+ * hash): the fingerprint carries the layout, so another layout is a miss
+ * by construction (contract item 1). PROBE only calls dram_lookup(),
+ * which moves nothing, not even the LRU (contract item 2).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "daemon.h"
+
+void
+cache_key(const struct session *sess, unsigned pool, const uint8_t *hash, struct dram_key *k)
+{
+	memset(k, 0, sizeof(*k));
+	memcpy(k->fingerprint, sess->ns->fingerprint, sizeof(k->fingerprint));
+	k->pool = (uint8_t)pool;
+	k->shard = sess->shard;
+	memcpy(k->hash, hash, PROTO_HASH_LEN);
+}
+
+/* The first pool of a kind, or -1. */
+int
+cache_pool_of(const struct session *sess, unsigned kind)
+{
+	unsigned	i;
+
+	for (i = 0; i < sess->ns->layout.npools; i++)
+		if (sess->ns->pools[i].kind == kind)
+			return (int)i;
+	return -1;
+}
+
+/*
+ * Hashes shorter than 32 bytes are zero-padded: non-zero padding means
+ * the engine and the layout disagree on the scheme, which must not
+ * silently become another key.
+ */
+int
+cache_hashes_ok(const struct session *sess, const uint8_t *hashes, uint32_t n, char *err,
+    size_t errlen)
+{
+	unsigned	len = sess->ns->layout.hash_len, j;
+	uint32_t	i;
+
+	if (len >= PROTO_HASH_LEN)
+		return 0;
+	for (i = 0; i < n; i++) {
+		for (j = len; j < PROTO_HASH_LEN; j++) {
+			if (hashes[(size_t)i * PROTO_HASH_LEN + j] != 0) {
+				snprintf(err, errlen, "hash %u: bytes past hash_len %u must be zero", i,
+				    len);
+				return -EINVAL;
+			}
+		}
+	}
+	return 0;
+}
+
+/* The longest contiguous prefix of visible objects one rank holds. */
+uint32_t
+cache_rank_hits(struct server *s, const struct session *sess, unsigned pool,
+    const uint8_t *hashes, uint32_t n)
+{
+	struct dram_key	k;
+	uint32_t	i, id;
+
+	for (i = 0; i < n; i++) {
+		cache_key(sess, pool, hashes + (size_t)i * PROTO_HASH_LEN, &k);
+		if (dram_lookup(s->dram, &k, &id) != 0)
+			break;
+	}
+	return i;
+}
+
+/*
+ * The prefix every attached rank of the session's group holds, for the
+ * same page hashes: each rank looks in its own namespace and shard. The
+ * pool is named by index, the same for every rank (one layout schema).
+ */
+uint32_t
+cache_group_hits(struct server *s, const struct session *sess, unsigned pool,
+    const uint8_t *hashes, uint32_t n)
+{
+	struct rank_group	*g = sess->group;
+	uint32_t		 hit = n, h;
+	unsigned		 r;
+
+	for (r = 0; r < g->size && hit > 0; r++) {
+		const struct session *m = g->members[r];
+
+		if (m == NULL || m->ns == NULL || pool >= m->ns->layout.npools)
+			continue;
+		h = cache_rank_hits(s, m, pool, hashes, hit);
+		if (h < hit)
+			hit = h;
+	}
+	return hit;
+}
+
+void
+cache_probe(struct conn *c, struct proto_frame *f)
+{
+	struct proto_probe_reply	 r;
+	struct proto_probe		 p;
+	struct session			*sess = c->session;
+	const uint8_t			*hashes = f->payload + sizeof(p);
+	char				 err[128];
+
+	memcpy(&p, f->payload, sizeof(p));
+	if (p.flags != 0 || p.pool >= sess->ns->layout.npools) {
+		conn_reply_error(c, &f->hdr, PROTO_S_INVALID, "PROBE: pool %u or flags 0x%x invalid",
+		    p.pool, p.flags);
+		return;
+	}
+	if (cache_hashes_ok(sess, hashes, p.npages, err, sizeof(err)) != 0) {
+		conn_reply_error(c, &f->hdr, PROTO_S_INVALID, "PROBE: %s", err);
+		return;
+	}
+	metrics.probes++;
+	memset(&r, 0, sizeof(r));
+	r.hit_pages = cache_group_hits(c->server, sess, p.pool, hashes, p.npages);
+	conn_reply(c, &f->hdr, PROTO_S_OK, &r, sizeof(r));
+}
+
+/* DEBUG: drop or corrupt one of this session's objects (testing.debug_ops). */
+void
+cache_debug(struct conn *c, struct proto_frame *f)
+{
+	struct proto_debug	 d;
+	struct dram_key		 k;
+	struct session		*sess = c->session;
+	uint8_t			*data;
+	uint32_t		 id;
+
+	if (!c->server->cfg->test_debug_ops) {
+		conn_reply_error(c, &f->hdr, PROTO_S_STATE,
+		    "DEBUG is refused unless testing.debug_ops is true");
+		return;
+	}
+	memcpy(&d, f->payload, sizeof(d));
+	if (d.pool >= sess->ns->layout.npools) {
+		conn_reply_error(c, &f->hdr, PROTO_S_INVALID, "DEBUG: no pool %u", d.pool);
+		return;
+	}
+	cache_key(sess, d.pool, d.hash, &k);
+	if (dram_lookup(c->server->dram, &k, &id) != 0) {
+		conn_reply_error(c, &f->hdr, PROTO_S_NOT_FOUND, "DEBUG: no such object");
+		return;
+	}
+	switch (d.op) {
+	case PROTO_DEBUG_DROP:
+		dram_drop(c->server->dram, id);
+		log_warn("debug", "session %u: dropped an object on request", sess->id);
+		break;
+	case PROTO_DEBUG_CORRUPT:
+		data = dram_data_mut(c->server->dram, id);
+		data[0] ^= 0x5a;
+		log_warn("debug", "session %u: corrupted an object on request", sess->id);
+		break;
+	default:
+		conn_reply_error(c, &f->hdr, PROTO_S_INVALID, "DEBUG: unknown op %u", d.op);
+		return;
+	}
+	conn_reply(c, &f->hdr, PROTO_S_OK, NULL, 0);
+}

@@ -1,0 +1,449 @@
+/*
+ * ADMIT and leases: the promise (contract item 3).
+ *
+ * ADMIT is a group barrier. The first rank to ask for a request id opens
+ * an admission in its group; it is answered once every rank of the group
+ * asked for the same id, or declined for all at admit.timeout_ms, or when
+ * a rank leaves. The answer is computed once, on the loop thread, for the
+ * whole group: the common prefix every rank holds in its own shard,
+ * capped by the smallest reservation any rank made; the objects of every
+ * rank are pinned in the same step, before anything is answered, so the
+ * promise can never exceed what is pinned and never changes after it.
+ *
+ * Each rank gets its own lease over its own pinned objects. A lease lives
+ * until RELEASE, its TTL (lease.ttl_ms without a restore, or after one),
+ * a cancel, or its session's end; it holds a reference on its admission
+ * (which restore.c uses to complete the group) and on its session.
+ * ADMIT is idempotent per request id: asking again returns the same
+ * answer while the admission lives.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "daemon.h"
+
+static void	admit_answer(struct server *, struct admission *, unsigned decline);
+
+static struct admission *
+admit_find(struct rank_group *g, uint64_t request_id)
+{
+	struct admission	*a;
+
+	TAILQ_FOREACH(a, &g->admissions, entry)
+		if (a->request_id == request_id)
+			return a;
+	return NULL;
+}
+
+/* Unlinks from the group (the group's reference). */
+static void
+admit_unlink(struct server *s, struct admission *a)
+{
+	if (a->group == NULL)
+		return;
+	TAILQ_REMOVE(&a->group->admissions, a, entry);
+	a->group = NULL;
+	admission_unref(s, a);
+}
+
+void
+admission_unref(struct server *s, struct admission *a)
+{
+	uint16_t	r;
+
+	(void)s;
+	if (a == NULL || --a->refs > 0)
+		return;
+	for (r = 0; r < a->size; r++)
+		if (a->ranks[r].sess != NULL)
+			session_unref(a->ranks[r].sess);
+	if (a->deadline != NULL)
+		event_free(a->deadline);
+	free(a->ranks);
+	free(a->hashes);
+	free(a);
+}
+
+static void
+lease_ttl_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct lease	*l = arg;
+	struct server	*s = l->sess->server;
+
+	(void)fd;
+	(void)ev;
+	if (l->state == LEASE_RESTORING) {
+		/* The restore deadline of best_effort / timeout: stop at a page boundary. */
+		l->deadline_hit = 1;
+		atomic_store(&l->job->cancel, 1);
+		return;
+	}
+	if (l->state == LEASE_ADMITTED || l->state == LEASE_READY || l->state == LEASE_COPIED) {
+		log_info("lease", "session %u: lease %llu expired after %u ms", l->sess->id,
+		    (unsigned long long)l->id, s->cfg->lease_ttl_ms);
+		metrics.lease_expiries++;
+		if (l->state != LEASE_READY) {
+			/* The group cannot complete without this rank. */
+			l->state = LEASE_EXPIRED;
+			restore_fail_group(s, l->adm, PROTO_S_EXPIRED, "a lease of the group expired");
+		}
+		lease_unpin(s, l);
+		l->state = LEASE_EXPIRED;
+		lease_arm_ttl(s, l);	/* the tombstone goes after another TTL */
+		return;
+	}
+	/* A tombstone (expired, failed, cancelled) nobody released. */
+	lease_free(s, l);
+}
+
+void
+lease_arm_ttl(struct server *s, struct lease *l)
+{
+	struct timeval	tv;
+
+	tv.tv_sec = s->cfg->lease_ttl_ms / 1000;
+	tv.tv_usec = (s->cfg->lease_ttl_ms % 1000) * 1000;
+	evtimer_add(l->timer, &tv);
+}
+
+/* Drops the lease's pins. Idempotent. */
+void
+lease_unpin(struct server *s, struct lease *l)
+{
+	uint32_t	i;
+
+	if (!l->pinned)
+		return;
+	for (i = 0; i < l->npages; i++)
+		dram_unpin(s->dram, l->objs[i]);
+	l->pinned = 0;
+}
+
+/* Frees a lease that has no copy in flight. */
+void
+lease_free(struct server *s, struct lease *l)
+{
+	if (l == NULL)
+		return;
+	lease_unpin(s, l);
+	if (l->timer != NULL)
+		event_free(l->timer);
+	TAILQ_REMOVE(&l->sess->leases, l, entry);
+	if (l->adm != NULL) {
+		if (l->adm->ranks[l->rank].lease == l)
+			l->adm->ranks[l->rank].lease = NULL;
+		/* The last lease of an answered admission takes it out of its group. */
+		if (l->adm->refs == 2 && l->adm->group != NULL)
+			admit_unlink(s, l->adm);
+		admission_unref(s, l->adm);
+	}
+	metrics.leases_open--;
+	session_unref(l->sess);
+	free(l->objs);
+	free(l);
+}
+
+struct lease *
+lease_find(const struct session *sess, uint64_t id)
+{
+	struct lease	*l;
+
+	TAILQ_FOREACH(l, &sess->leases, entry)
+		if (l->id == id)
+			return l;
+	return NULL;
+}
+
+/* Makes rank r's lease over its first n pages, pinning them. */
+static struct lease *
+lease_new(struct server *s, struct admission *a, uint16_t r, uint32_t n)
+{
+	struct session	*sess = a->ranks[r].sess;
+	struct dram_key	 k;
+	struct lease	*l;
+	uint32_t	 i;
+
+	if ((l = calloc(1, sizeof(*l))) == NULL)
+		return NULL;
+	if ((l->objs = calloc(n > 0 ? n : 1, sizeof(*l->objs))) == NULL ||
+	    (l->timer = evtimer_new(s->base, lease_ttl_cb, l)) == NULL) {
+		free(l->objs);
+		free(l);
+		return NULL;
+	}
+	for (i = 0; i < n; i++) {
+		cache_key(sess, a->pool, a->hashes + (size_t)i * PROTO_HASH_LEN, &k);
+		/* admit_answer() just looked these up on this same loop turn. */
+		if (dram_lookup(s->dram, &k, &l->objs[i]) != 0)
+			fatalx("lease", "admitted object vanished before its pin");
+		dram_pin(s->dram, l->objs[i]);
+	}
+	l->pinned = 1;
+	l->id = ++s->next_lease;
+	l->adm = a;
+	a->refs++;
+	l->rank = r;
+	l->sess = sess;
+	session_ref(sess);
+	l->state = LEASE_ADMITTED;
+	l->npages = n;
+	TAILQ_INSERT_TAIL(&sess->leases, l, entry);
+	metrics.leases_open++;
+	lease_arm_ttl(s, l);
+	return l;
+}
+
+static void
+admit_reply_rank(struct admission *a, uint16_t r)
+{
+	struct proto_admit_reply	reply = a->reply;
+	struct admit_rank		*ar = &a->ranks[r];
+
+	reply.lease = ar->lease != NULL ? ar->lease->id : 0;
+	session_reply(ar->sess, &ar->req, PROTO_S_OK, &reply, sizeof(reply));
+}
+
+/*
+ * Answers every rank that asked, once. With decline == NONE the common
+ * prefix is computed and pinned for every rank first.
+ */
+static void
+admit_answer(struct server *s, struct admission *a, unsigned decline)
+{
+	uint32_t	hit = a->npages, reserved = UINT32_MAX, n, h;
+	uint16_t	r;
+
+	a->answered = 1;
+	if (a->deadline != NULL)
+		evtimer_del(a->deadline);
+	if (decline == PROTO_DECLINE_NONE) {
+		for (r = 0; r < a->size; r++) {
+			h = cache_rank_hits(s, a->ranks[r].sess, a->pool, a->hashes, hit);
+			if (h < hit)
+				hit = h;
+			if (a->ranks[r].reserved < reserved)
+				reserved = a->ranks[r].reserved;
+		}
+		n = hit < reserved ? hit : reserved;
+		a->reply.group_hit = hit;
+		if (hit == 0)
+			decline = PROTO_DECLINE_NO_HIT;
+		else if (n == 0)
+			decline = PROTO_DECLINE_NO_RESERVATION;
+		else {
+			for (r = 0; r < a->size; r++) {
+				a->ranks[r].lease = lease_new(s, a, r, n);
+				if (a->ranks[r].lease == NULL)
+					break;
+			}
+			if (r < a->size) {
+				/* Out of memory: take back what was made; promise nothing. */
+				while (r-- > 0) {
+					lease_free(s, a->ranks[r].lease);
+					a->ranks[r].lease = NULL;
+				}
+				decline = PROTO_DECLINE_NO_RESERVATION;
+			} else
+				a->reply.admitted_pages = n;
+		}
+	}
+	a->reply.decline = (uint16_t)decline;
+	a->reply.ttl_ms = s->cfg->lease_ttl_ms;
+	if (decline == PROTO_DECLINE_NONE) {
+		metrics.admits_admitted += a->size;
+		metrics.admit_pages += (uint64_t)a->reply.admitted_pages * a->size;
+	} else
+		metrics.admits_declined[decline] += a->nasked;
+	for (r = 0; r < a->size; r++)
+		if (a->ranks[r].asked)
+			admit_reply_rank(a, r);
+	log_debug("admit", "request %llu: %u of %u pages admitted for %u ranks (decline %u)",
+	    (unsigned long long)a->request_id, a->reply.admitted_pages, a->npages, a->size,
+	    decline);
+	/* A declined admission holds nothing; an admitted one lives with its leases. */
+	if (decline != PROTO_DECLINE_NONE)
+		admit_unlink(s, a);
+}
+
+static void
+admit_deadline_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct admission	*a = arg;
+	struct server		*s = NULL;
+	uint16_t		 r;
+
+	(void)fd;
+	(void)ev;
+	for (r = 0; r < a->size && s == NULL; r++)
+		if (a->ranks[r].sess != NULL)
+			s = a->ranks[r].sess->server;
+	log_info("admit", "request %llu: %u of %u ranks asked by the deadline; declined for all",
+	    (unsigned long long)a->request_id, a->nasked, a->size);
+	admit_answer(s, a, PROTO_DECLINE_GROUP_TIMEOUT);
+}
+
+static struct admission *
+admit_new(struct server *s, struct rank_group *g, uint64_t request_id, unsigned pool,
+    uint32_t npages, const uint8_t *hashes)
+{
+	struct admission	*a;
+	struct timeval		 tv;
+
+	if ((a = calloc(1, sizeof(*a))) == NULL)
+		return NULL;
+	a->ranks = calloc(g->size, sizeof(*a->ranks));
+	a->hashes = malloc(npages > 0 ? (size_t)npages * PROTO_HASH_LEN : 1);
+	a->deadline = evtimer_new(s->base, admit_deadline_cb, a);
+	if (a->ranks == NULL || a->hashes == NULL || a->deadline == NULL) {
+		a->refs = 1;
+		a->size = 0;
+		admission_unref(s, a);
+		return NULL;
+	}
+	memcpy(a->hashes, hashes, (size_t)npages * PROTO_HASH_LEN);
+	a->request_id = request_id;
+	a->pool = pool;
+	a->group = g;
+	a->size = g->size;
+	a->npages = npages;
+	a->refs = 1;	/* the group's list */
+	TAILQ_INSERT_TAIL(&g->admissions, a, entry);
+	tv.tv_sec = s->cfg->admit_timeout_ms / 1000;
+	tv.tv_usec = (s->cfg->admit_timeout_ms % 1000) * 1000;
+	evtimer_add(a->deadline, &tv);
+	return a;
+}
+
+void
+admit_request(struct conn *c, struct proto_frame *f)
+{
+	struct proto_admit	 p;
+	struct session		*sess = c->session;
+	struct server		*s = c->server;
+	struct admission	*a;
+	struct admit_rank	*ar;
+	const uint8_t		*hashes = f->payload + sizeof(p);
+	char			 err[128];
+	int			 pool;
+
+	memcpy(&p, f->payload, sizeof(p));
+	if ((pool = cache_pool_of(sess, PROTO_POOL_KV)) < 0) {
+		conn_reply_error(c, &f->hdr, PROTO_S_INVALID, "ADMIT: the layout has no kv pool");
+		return;
+	}
+	if (p.flags != 0 || p.npages == 0) {
+		conn_reply_error(c, &f->hdr, PROTO_S_INVALID, "ADMIT: %s",
+		    p.flags != 0 ? "unknown flags" : "no pages");
+		return;
+	}
+	if (cache_hashes_ok(sess, hashes, p.npages, err, sizeof(err)) != 0) {
+		conn_reply_error(c, &f->hdr, PROTO_S_INVALID, "ADMIT: %s", err);
+		return;
+	}
+	metrics.admits++;
+	if ((a = admit_find(sess->group, p.request_id)) == NULL) {
+		a = admit_new(s, sess->group, p.request_id, (unsigned)pool, p.npages, hashes);
+		if (a == NULL) {
+			conn_reply_error(c, &f->hdr, PROTO_S_NO_MEMORY, "ADMIT: out of memory");
+			return;
+		}
+	}
+	ar = &a->ranks[sess->group_rank];
+	if (a->answered) {
+		/* Idempotent: the same answer again, for this rank. */
+		ar->req = f->hdr;
+		if (ar->sess == NULL) {
+			conn_reply_error(c, &f->hdr, PROTO_S_NOT_FOUND,
+			    "ADMIT: request %llu was answered without this rank",
+			    (unsigned long long)p.request_id);
+			return;
+		}
+		admit_reply_rank(a, sess->group_rank);
+		return;
+	}
+	if (p.npages != a->npages ||
+	    memcmp(hashes, a->hashes, (size_t)p.npages * PROTO_HASH_LEN) != 0) {
+		/* Ranks of one request must ask for the same prefix. */
+		if (!ar->asked) {
+			ar->sess = sess;
+			session_ref(sess);
+			ar->asked = 1;
+			ar->req = f->hdr;
+			a->nasked++;
+		}
+		admit_answer(s, a, PROTO_DECLINE_GROUP_MISMATCH);
+		return;
+	}
+	if (ar->asked) {
+		/* Asked again while waiting: the newer request gets the answer. */
+		session_reply_error(sess, &ar->req, PROTO_S_BUSY, "ADMIT: superseded by seq %llu",
+		    (unsigned long long)f->hdr.seq);
+		ar->req = f->hdr;
+		return;
+	}
+	ar->sess = sess;
+	session_ref(sess);
+	ar->asked = 1;
+	ar->req = f->hdr;
+	ar->reserved = p.reserved_pages;
+	ar->slot = p.state_slot;
+	a->nasked++;
+	if (s->stopping)
+		admit_answer(s, a, PROTO_DECLINE_SHUTTING_DOWN);
+	else if (a->nasked == a->size)
+		admit_answer(s, a, PROTO_DECLINE_NONE);
+}
+
+/* A rank leaves: admissions still waiting for the group decline now. */
+void
+admit_session_closing(struct session *sess)
+{
+	struct rank_group	*g = sess->group;
+	struct admission	*a, *next;
+
+	for (a = TAILQ_FIRST(&g->admissions); a != NULL; a = next) {
+		next = TAILQ_NEXT(a, entry);
+		if (a->answered)
+			continue;
+		if (a->ranks[sess->group_rank].asked)
+			a->ranks[sess->group_rank].asked = 0;	/* nobody to answer there */
+		admit_answer(sess->server, a, PROTO_DECLINE_RANK_LEFT);
+	}
+}
+
+/* The group's last rank left: its admissions live on with their leases. */
+void
+admit_group_gone(struct server *s, struct rank_group *g)
+{
+	struct admission	*a;
+
+	while ((a = TAILQ_FIRST(&g->admissions)) != NULL)
+		admit_unlink(s, a);
+}
+
+void
+release_request(struct conn *c, struct proto_frame *f)
+{
+	struct proto_lease_op	 op;
+	struct lease		*l;
+
+	memcpy(&op, f->payload, sizeof(op));
+	if ((l = lease_find(c->session, op.lease)) == NULL) {
+		conn_reply_error(c, &f->hdr, PROTO_S_NOT_FOUND, "RELEASE: no lease %llu",
+		    (unsigned long long)op.lease);
+		return;
+	}
+	if (l->state == LEASE_RESTORING || l->state == LEASE_COPIED) {
+		conn_reply_error(c, &f->hdr, PROTO_S_BUSY,
+		    "RELEASE: lease %llu is restoring; CANCEL it first", (unsigned long long)op.lease);
+		return;
+	}
+	metrics.releases++;
+	lease_free(c->server, l);
+	conn_reply(c, &f->hdr, PROTO_S_OK, NULL, 0);
+}

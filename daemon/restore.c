@@ -1,0 +1,358 @@
+/*
+ * RESTORE and CANCEL: wait_complete across the group (contract items 5,
+ * 7, 10, 11).
+ *
+ * A RESTORE names its lease and one destination page per admitted page.
+ * Everything is checked before any byte moves: the lease's state, the page
+ * count (exactly the promise: never fewer), the region and every index
+ * against the registered memory. Then one copy job per rank goes to the
+ * copy engine; the job verifies each object's checksum before writing it.
+ *
+ * The group completes together. A rank whose copy finished waits (COPIED)
+ * until every rank of the admission has; then all are answered READY. If
+ * any rank fails (a lost or corrupt object, a cancel, an engine gone), the
+ * whole group fails with that reason: copies still running are cancelled
+ * and every waiting RESTORE is answered FAILED once its own copy stopped,
+ * so a FAILED or CANCELLED answer never races a late write. A lost object
+ * is dropped from the tier.
+ *
+ * best_effort and timeout (DCP 1 only, by the guard) arm a deadline: at it
+ * the copy stops at a page boundary and READY reports the whole, verified,
+ * contiguous prefix that landed, flagged partial.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "daemon.h"
+
+static void	restore_group_check(struct server *, struct admission *);
+
+static void
+restore_answer(struct lease *l, unsigned status, const char *why, uint32_t pages, int partial)
+{
+	struct proto_restore_reply	r;
+
+	if (!l->restore_waiting)
+		return;
+	l->restore_waiting = 0;
+	if (status != PROTO_S_OK) {
+		metrics.restores_failed[status]++;
+		session_reply_error(l->sess, &l->restore_req, status, "RESTORE: %s", why);
+		return;
+	}
+	memset(&r, 0, sizeof(r));
+	r.pages = pages;
+	r.flags = partial ? PROTO_RESTORE_F_PARTIAL : 0;
+	r.bytes = (uint64_t)pages * l->sess->ns->pools[l->adm->pool].object_bytes;
+	metrics.restores_ready++;
+	metrics.restores_partial += partial != 0;
+	metrics.pages_restored += pages;
+	metrics.bytes_restored += r.bytes;
+	session_reply(l->sess, &l->restore_req, PROTO_S_OK, &r, sizeof(r));
+}
+
+static void
+restore_answer_cancel(struct lease *l)
+{
+	struct proto_cancel_reply	r;
+
+	if (!l->cancel_waiting)
+		return;
+	l->cancel_waiting = 0;
+	memset(&r, 0, sizeof(r));
+	r.pages_landed = l->landed;
+	metrics.cancels++;
+	session_reply(l->sess, &l->cancel_req, PROTO_S_OK, &r, sizeof(r));
+}
+
+/*
+ * Fails the group's restore: every lease of the admission ends FAILED (or
+ * CANCELLED for the one that asked), unpinned; those with a copy in flight
+ * are answered when it stops.
+ */
+void
+restore_fail_group(struct server *s, struct admission *a, unsigned status, const char *why)
+{
+	struct lease	*l;
+	uint16_t	 r;
+
+	if (a->failed == 0) {
+		a->failed = (int)status;
+		snprintf(a->why, sizeof(a->why), "%s", why);
+	}
+	for (r = 0; r < a->size; r++) {
+		if ((l = a->ranks[r].lease) == NULL)
+			continue;
+		if (l->state == LEASE_RESTORING) {
+			atomic_store(&l->job->cancel, 1);
+			continue;
+		}
+		if (l->state == LEASE_ADMITTED || l->state == LEASE_COPIED) {
+			l->state = status == PROTO_S_CANCELLED ? LEASE_CANCELLED : LEASE_FAILED;
+			lease_unpin(s, l);
+			restore_answer(l, (unsigned)a->failed, a->why, 0, 0);
+			evtimer_del(l->timer);
+			lease_arm_ttl(s, l);
+		}
+	}
+}
+
+/* READY for all once every rank's copy is in place. */
+static void
+restore_group_check(struct server *s, struct admission *a)
+{
+	struct lease	*l;
+	uint32_t	 pages = UINT32_MAX;
+	int		 partial = 0;
+	uint16_t	 r;
+
+	(void)s;
+	if (a->failed)
+		return;
+	for (r = 0; r < a->size; r++) {
+		l = a->ranks[r].lease;
+		if (l == NULL || l->state != LEASE_COPIED)
+			return;
+		if (l->landed < pages)
+			pages = l->landed;
+		partial |= l->deadline_hit;
+	}
+	for (r = 0; r < a->size; r++) {
+		l = a->ranks[r].lease;
+		l->state = LEASE_READY;
+		restore_answer(l, PROTO_S_OK, NULL, pages, partial);
+		lease_arm_ttl(s, l);	/* pins stay until RELEASE or the TTL */
+	}
+}
+
+static void
+restore_job_done(struct copy_job *job)
+{
+	struct lease	*l = job->arg;
+	struct session	*sess = l->sess;
+	struct server	*s = sess->server;
+	struct admission *a = l->adm;
+	char		 why[160];
+	unsigned	 st = (unsigned)job->status;
+
+	l->landed = atomic_load(&job->done_pages);
+	l->job = NULL;
+	evtimer_del(l->timer);
+	if (st == PROTO_S_CANCELLED && l->deadline_hit && !a->failed) {
+		/* best_effort / timeout: whole verified pages up to the deadline. */
+		st = PROTO_S_OK;
+	}
+	if (st == PROTO_S_LOST) {
+		metrics.objects_lost++;
+		log_warn("restore", "session %u: lease %llu page %u failed its checksum; "
+		    "object dropped, restore failed", sess->id, (unsigned long long)l->id,
+		    job->bad_page);
+		dram_drop(s->dram, job->pages[job->bad_page].id);
+		snprintf(why, sizeof(why), "page %u of rank %u is lost or corrupt",
+		    job->bad_page, l->rank);
+		l->state = LEASE_FAILED;
+		restore_fail_group(s, a, PROTO_S_LOST, why);
+	} else if (st != PROTO_S_OK) {
+		l->state = a->failed ? LEASE_FAILED : LEASE_CANCELLED;
+		if (!a->failed)
+			restore_fail_group(s, a, PROTO_S_CANCELLED, "cancelled");
+	} else
+		l->state = LEASE_COPIED;
+
+	if (l->state == LEASE_FAILED || l->state == LEASE_CANCELLED) {
+		lease_unpin(s, l);
+		restore_answer(l, a->failed ? (unsigned)a->failed : PROTO_S_CANCELLED,
+		    a->failed ? a->why : "cancelled", 0, 0);
+		restore_answer_cancel(l);
+		lease_arm_ttl(s, l);
+	} else {
+		restore_answer_cancel(l);	/* a cancel that came too late: it all landed */
+		restore_group_check(s, a);
+	}
+	free(job->pages);
+	free(job);
+	if (sess->conn == NULL && !sess->detach_waiting)
+		lease_free(s, l);	/* the engine is gone: nobody will release it */
+	session_job_done(sess);
+}
+
+/* Checks a RESTORE fully; 0 or a PROTO_S_* status with err filled. */
+static unsigned
+restore_check(struct session *sess, struct lease *l, const struct proto_restore *p,
+    const uint32_t *dst, char *err, size_t errlen)
+{
+	const struct region	*rg;
+	uint32_t		 i;
+
+	switch (l->state) {
+	case LEASE_ADMITTED:
+		break;
+	case LEASE_EXPIRED:
+		snprintf(err, errlen, "lease %llu expired", (unsigned long long)l->id);
+		return PROTO_S_EXPIRED;
+	case LEASE_CANCELLED:
+		snprintf(err, errlen, "lease %llu was cancelled", (unsigned long long)l->id);
+		return PROTO_S_CANCELLED;
+	case LEASE_FAILED:
+		snprintf(err, errlen, "%s", l->adm->why);
+		return l->adm->failed ? (unsigned)l->adm->failed : PROTO_S_LOST;
+	default:
+		snprintf(err, errlen, "lease %llu was already restored", (unsigned long long)l->id);
+		return PROTO_S_STATE;
+	}
+	if (l->adm->failed) {
+		snprintf(err, errlen, "%s", l->adm->why);
+		return (unsigned)l->adm->failed;
+	}
+	if (p->flags != 0) {
+		snprintf(err, errlen, "unknown flags 0x%x", p->flags);
+		return PROTO_S_INVALID;
+	}
+	if (p->npages != l->npages) {
+		snprintf(err, errlen, "%u destination pages for %u admitted", p->npages, l->npages);
+		return PROTO_S_INVALID;
+	}
+	if (p->region >= sess->nregions) {
+		snprintf(err, errlen, "no region %u", p->region);
+		return PROTO_S_OUT_OF_BOUNDS;
+	}
+	rg = &sess->regions[p->region];
+	if (rg->desc.pool != l->adm->pool) {
+		snprintf(err, errlen, "region %u holds pool %u, not the kv pool", p->region,
+		    rg->desc.pool);
+		return PROTO_S_INVALID;
+	}
+	for (i = 0; i < p->npages; i++) {
+		if (dst[i] >= rg->desc.num_pages) {
+			snprintf(err, errlen, "destination %u is page %u of a %u-page region", i,
+			    dst[i], rg->desc.num_pages);
+			return PROTO_S_OUT_OF_BOUNDS;
+		}
+	}
+	return PROTO_S_OK;
+}
+
+void
+restore_request(struct conn *c, struct proto_frame *f)
+{
+	struct proto_restore	 p;
+	struct session		*sess = c->session;
+	struct server		*s = c->server;
+	struct copy_job		*job;
+	struct lease		*l;
+	struct timeval		 tv;
+	uint32_t		*dst, i;
+	char			 err[160];
+	unsigned		 st;
+
+	memcpy(&p, f->payload, sizeof(p));
+	if ((l = lease_find(sess, p.lease)) == NULL) {
+		conn_reply_error(c, &f->hdr, PROTO_S_NOT_FOUND, "RESTORE: no lease %llu",
+		    (unsigned long long)p.lease);
+		return;
+	}
+	if ((dst = malloc((size_t)p.npages * sizeof(*dst) + 1)) == NULL) {
+		conn_reply_error(c, &f->hdr, PROTO_S_NO_MEMORY, "RESTORE: out of memory");
+		return;
+	}
+	memcpy(dst, f->payload + sizeof(p), (size_t)p.npages * sizeof(*dst));
+	if ((st = restore_check(sess, l, &p, dst, err, sizeof(err))) != PROTO_S_OK) {
+		metrics.restores_failed[st]++;
+		conn_reply_error(c, &f->hdr, st, "RESTORE: %s", err);
+		free(dst);
+		return;
+	}
+	job = calloc(1, sizeof(*job));
+	if (job == NULL || (job->pages = calloc(l->npages, sizeof(*job->pages))) == NULL) {
+		free(job);
+		free(dst);
+		conn_reply_error(c, &f->hdr, PROTO_S_NO_MEMORY, "RESTORE: out of memory");
+		return;
+	}
+	job->kind = COPY_RESTORE;
+	job->geom = &sess->regions[p.region].desc;
+	job->base = sess->regions[p.region].base;
+	job->npages = l->npages;
+	job->done = restore_job_done;
+	job->arg = l;
+	for (i = 0; i < l->npages; i++) {
+		struct copy_page *pg = &job->pages[i];
+
+		pg->id = l->objs[i];
+		pg->obj = (uint8_t *)(uintptr_t)dram_data(s->dram, pg->id, &pg->len, &pg->checksum);
+		pg->region_page = dst[i];
+		dram_touch(s->dram, pg->id);
+	}
+	free(dst);
+	l->state = LEASE_RESTORING;
+	l->job = job;
+	l->restore_waiting = 1;
+	l->restore_req = f->hdr;
+	evtimer_del(l->timer);
+	if (sess->prefetch != PROTO_PREFETCH_WAIT_COMPLETE && sess->prefetch_timeout_ms > 0) {
+		tv.tv_sec = sess->prefetch_timeout_ms / 1000;
+		tv.tv_usec = (sess->prefetch_timeout_ms % 1000) * 1000;
+		evtimer_add(l->timer, &tv);
+	}
+	session_ref(sess);
+	sess->jobs++;
+	copy_submit(s->copy, job);
+}
+
+void
+cancel_request(struct conn *c, struct proto_frame *f)
+{
+	struct proto_cancel_reply	 r;
+	struct proto_lease_op		 op;
+	struct lease			*l;
+
+	memcpy(&op, f->payload, sizeof(op));
+	if ((l = lease_find(c->session, op.lease)) == NULL) {
+		conn_reply_error(c, &f->hdr, PROTO_S_NOT_FOUND, "CANCEL: no lease %llu",
+		    (unsigned long long)op.lease);
+		return;
+	}
+	if (l->state == LEASE_RESTORING) {
+		/* Answered by the job's completion: only then can nothing land. */
+		l->cancel_waiting = 1;
+		l->cancel_req = f->hdr;
+		restore_fail_group(c->server, l->adm, PROTO_S_CANCELLED, "cancelled");
+		return;
+	}
+	if (l->state == LEASE_ADMITTED || l->state == LEASE_COPIED)
+		restore_fail_group(c->server, l->adm, PROTO_S_CANCELLED, "cancelled");
+	lease_unpin(c->server, l);
+	memset(&r, 0, sizeof(r));
+	r.pages_landed = l->landed;
+	if (l->state == LEASE_READY || l->state == LEASE_ADMITTED)
+		l->state = LEASE_CANCELLED;
+	metrics.cancels++;
+	conn_reply(c, &f->hdr, PROTO_S_OK, &r, sizeof(r));
+}
+
+/*
+ * The session is going: cancel its copies (their completions drop the
+ * references that keep its memory mapped), free every other lease.
+ */
+void
+restore_session_closing(struct session *sess)
+{
+	struct server	*s = sess->server;
+	struct lease	*l, *next;
+
+	for (l = TAILQ_FIRST(&sess->leases); l != NULL; l = next) {
+		next = TAILQ_NEXT(l, entry);
+		if (l->state == LEASE_RESTORING) {
+			restore_fail_group(s, l->adm, PROTO_S_CANCELLED, "a rank of the group left");
+			continue;
+		}
+		if (l->adm != NULL && (l->state == LEASE_ADMITTED || l->state == LEASE_COPIED))
+			restore_fail_group(s, l->adm, PROTO_S_CANCELLED, "a rank of the group left");
+		lease_free(s, l);
+	}
+}
