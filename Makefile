@@ -23,7 +23,8 @@ V		?= 0
 
 # Debian packages the build and the tests need (checked by `make deps`).
 DEB_PKGS	:= gcc make pkg-config libevent-dev libjansson-dev check libfabric-dev \
-		   liburing-dev libxxhash-dev systemd clang cppcheck clang-format
+		   liburing-dev libxxhash-dev systemd clang cppcheck clang-format \
+		   redis-server redis-tools
 PKGS		:= libevent jansson libxxhash liburing libfabric
 CHECK_PKG	:= check
 
@@ -36,6 +37,7 @@ msg		=
 endif
 
 CC		?= cc
+OBJCOPY		?= objcopy
 NVCC		?= $(shell command -v nvcc 2>/dev/null)
 CUDA_HOME	?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(realpath $(NVCC))),)
 
@@ -84,7 +86,7 @@ LIBA		:= $(BUILD)/libl3kv.a
 TESTRUN		:= $(BUILD)/tests/run
 SOVERSION	:= 1
 
-.PHONY: all deps run check test asan fuzz lint install clean
+.PHONY: all deps run check test asan fuzz lint install clean bench
 all: $(L3KVD) $(L3KVCTL) $(LIBSO) $(LIBA) $(BUILD)/l3kv.pc
 	@echo "  note    $(KERNEL_NOTE)"
 
@@ -110,9 +112,14 @@ $(LIBSO): $(LIB_OBJS) $(PROTO_OBJS) lib/libl3kv.map
 	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,libl3kv.so.$(SOVERSION) \
 		-Wl,--version-script=lib/libl3kv.map -o $@ $(LIB_OBJS) $(PROTO_OBJS)
 
+# One relocatable object whose hidden symbols (proto_*, every internal
+# function) are made local, so that the archive exports l3kv_* alone, as
+# the shared library's version script does.
 $(LIBA): $(LIB_OBJS) $(PROTO_OBJS)
 	$(call msg,AR,$@)
-	$(Q)rm -f $@ && ar rcs $@ $^
+	$(Q)$(LD) -r -o $(BUILD)/lib/libl3kv-all.o $^ && \
+		$(OBJCOPY) --localize-hidden $(BUILD)/lib/libl3kv-all.o && \
+		rm -f $@ && $(AR) rcs $@ $(BUILD)/lib/libl3kv-all.o
 
 $(L3KVCTL): $(CTL_SRCS:%.c=$(BUILD)/%.o) $(LIBA)
 	$(call msg,LD,$@)
@@ -126,6 +133,14 @@ $(TESTRUN): $(TEST_OBJS) $(DAEMON_OBJS) $(PROTO_OBJS) $(KERNEL_OBJS) $(LIB_OBJS)
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs $(CHECK_PKG)) $(LDLIBS_DEPS) \
 		$(KERNEL_LIBS) -lm
+
+$(BUILD)/bench_control: tests/bench/bench_control.c $(LIBA)
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-format-truncation -o $@ $^
+
+# Benchmarks: numbers, never pass/fail. Results go to tests/bench/RESULTS.md by hand.
+bench: all $(BUILD)/bench_control
+	$(Q)tests/bench/control.sh $(BUILD)
 
 # Installs what is missing from Debian's archive, as root; otherwise says how.
 deps:

@@ -62,20 +62,33 @@ cache_hashes_ok(const struct session *sess, const uint8_t *hashes, uint32_t n, c
 	return 0;
 }
 
-/* The longest contiguous prefix of visible objects one rank holds. */
+/*
+ * The longest contiguous prefix of visible objects one rank holds. Keys
+ * go to the index in batches so that their cache misses overlap; a batch
+ * with a miss ends the prefix.
+ */
+#define CACHE_BATCH	64
+
 uint32_t
 cache_rank_hits(struct server *s, const struct session *sess, unsigned pool,
     const uint8_t *hashes, uint32_t n)
 {
-	struct dram_key	k;
-	uint32_t	i, id;
+	struct dram_key	keys[CACHE_BATCH];
+	uint32_t	ids[CACHE_BATCH], done = 0, m, i;
 
-	for (i = 0; i < n; i++) {
-		cache_key(sess, pool, hashes + (size_t)i * PROTO_HASH_LEN, &k);
-		if (dram_lookup(s->dram, &k, &id) != 0)
-			break;
+	while (done < n) {
+		m = n - done < CACHE_BATCH ? n - done : CACHE_BATCH;
+		for (i = 0; i < m; i++)
+			cache_key(sess, pool, hashes + (size_t)(done + i) * PROTO_HASH_LEN, &keys[i]);
+		if (dram_lookup_many(s->dram, keys, m, ids) == m) {
+			done += m;
+			continue;
+		}
+		for (i = 0; i < m && ids[i] != DRAM_NONE; i++)
+			;
+		return done + i;
 	}
-	return i;
+	return n;
 }
 
 /*

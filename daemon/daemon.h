@@ -422,7 +422,10 @@ struct dram_stats {
 };
 int	 dram_new(struct dram **, uint64_t arena_bytes, char *err, size_t errlen);
 void	 dram_free(struct dram *);
+/* Visible objects only; no side effects at all (PROBE). */
 int	 dram_lookup(const struct dram *, const struct dram_key *, uint32_t *id);
+size_t	 dram_lookup_many(const struct dram *, const struct dram_key *, size_t n, uint32_t *ids);
+/* A new WRITING object: invisible, never evicted; placed after near if free. */
 int	 dram_alloc(struct dram *, const struct dram_key *, uint64_t len, uint32_t near,
 	    uint32_t *id, uint8_t **buf);
 int	 dram_commit(struct dram *, uint32_t id, uint64_t checksum);
@@ -430,11 +433,13 @@ void	 dram_abort(struct dram *, uint32_t id);
 int	 dram_pin(struct dram *, uint32_t id);
 void	 dram_unpin(struct dram *, uint32_t id);
 void	 dram_touch(struct dram *, uint32_t id);
+/* Out of the index now; a pinned object's memory goes at its last unpin. */
 void	 dram_drop(struct dram *, uint32_t id);
 const uint8_t *dram_data(const struct dram *, uint32_t id, uint64_t *len, uint64_t *checksum);
 uint8_t	*dram_data_mut(struct dram *, uint32_t id);
 void	 dram_stats(const struct dram *, struct dram_stats *);
 size_t	 dram_lru_order(const struct dram *, uint64_t len, uint32_t *ids, size_t max);
+/* XXH3-64 over the little-endian XXH3-64 digests of each chunk, then the length. */
 uint64_t dram_checksum(const void *, size_t);
 void	*dram_arena(const struct dram *, size_t *len);
 

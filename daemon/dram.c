@@ -25,6 +25,13 @@
  *   freed at the last unpin). A class's LRU list holds exactly the
  *   evictable objects (VISIBLE, no pins), so eviction takes the tail
  *   in O(1) and can never reach a pinned or WRITING object.
+ * - An allocation takes, in order: the slot after its `near` object, a
+ *   free slot of its class, free units for a new slab, its class's LRU
+ *   victim, and last whole slabs of other classes that hold nothing
+ *   WRITING or pinned (the least recently used run of units).
+ * - The checksum is chunked (XXH3-64 of 64 KiB chunks, then of their
+ *   digests) so that the GPU path can verify staged bytes in HBM with the
+ *   same function instead of spending CPU cores on it.
  */
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -83,7 +90,6 @@ struct dram_class {
 	uint32_t	lru_tail;	/* LRU: the next victim */
 	uint32_t	partial;	/* slabs with a free slot */
 	uint32_t	nslabs;
-	uint64_t	nlru;
 };
 
 struct dram_slab {
@@ -315,7 +321,6 @@ dram_lru_push(struct dram *d, uint32_t id)
 	else
 		c->lru_tail = id;
 	c->lru_head = id;
-	c->nlru++;
 	dram_obj_slab(d, o)->tick = ++d->tick;
 }
 
@@ -334,7 +339,6 @@ dram_lru_unlink(struct dram *d, uint32_t id)
 	else
 		c->lru_tail = o->lru_prev;
 	o->lru_prev = o->lru_next = DRAM_NONE;
-	c->nlru--;
 }
 
 /* Size classes. */
@@ -859,6 +863,53 @@ dram_lookup(const struct dram *d, const struct dram_key *k, uint32_t *idp)
 		return -ENOENT;
 	*idp = id;
 	return 0;
+}
+
+/*
+ * dram_lookup for n keys: ids[i] is the id of keys[i] or DRAM_NONE;
+ * returns the number of hits. The same answers as n dram_lookup calls,
+ * but the cache misses of DRAM_BATCH keys overlap (bucket heads first,
+ * then records), which is most of a lookup's cost once the index is
+ * larger than the CPU caches.
+ */
+#define DRAM_BATCH	16
+
+size_t
+dram_lookup_many(const struct dram *d, const struct dram_key *keys, size_t n, uint32_t *ids)
+{
+	uint64_t		 h[DRAM_BATCH];
+	uint32_t		 id[DRAM_BATCH], mask = d->nbuckets - 1;
+	const struct dram_obj	*o;
+	size_t			 i, j, m, hits = 0;
+
+	for (i = 0; i < n; i += m) {
+		m = n - i < DRAM_BATCH ? n - i : DRAM_BATCH;
+		for (j = 0; j < m; j++) {
+			h[j] = dram_key_hash(d, &keys[i + j]);
+			__builtin_prefetch(&d->buckets[h[j] & mask]);
+		}
+		for (j = 0; j < m; j++) {
+			if ((id[j] = d->buckets[h[j] & mask]) == DRAM_NONE)
+				continue;
+			/* 80-byte records straddle cache lines: fetch both. */
+			o = dram_obj(d, id[j]);
+			__builtin_prefetch(o);
+			__builtin_prefetch((const uint8_t *)(o + 1) - 1);
+		}
+		for (j = 0; j < m; j++) {
+			while (id[j] != DRAM_NONE) {
+				o = dram_obj(d, id[j]);
+				if (memcmp(&o->key, &keys[i + j], sizeof(o->key)) == 0)
+					break;
+				id[j] = o->chain;
+			}
+			if (id[j] != DRAM_NONE && dram_obj(d, id[j])->state != DRAM_S_VISIBLE)
+				id[j] = DRAM_NONE;
+			ids[i + j] = id[j];
+			hits += id[j] != DRAM_NONE;
+		}
+	}
+	return hits;
 }
 
 /*

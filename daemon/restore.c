@@ -237,6 +237,26 @@ restore_check(struct session *sess, struct lease *l, const struct proto_restore 
 	return PROTO_S_OK;
 }
 
+/*
+ * The first admitted object that was dropped from the tier since the
+ * admission (lost data, found by another reader or removed by an
+ * operator), or UINT32_MAX. Its pinned bytes may still be there, but the
+ * tier has declared them lost: the promise cannot be kept.
+ */
+static uint32_t
+restore_first_dropped(struct server *s, struct lease *l)
+{
+	struct dram_key	k;
+	uint32_t	i, id;
+
+	for (i = 0; i < l->npages; i++) {
+		cache_key(l->sess, l->adm->pool, l->adm->hashes + (size_t)i * PROTO_HASH_LEN, &k);
+		if (dram_lookup(s->dram, &k, &id) != 0 || id != l->objs[i])
+			return i;
+	}
+	return UINT32_MAX;
+}
+
 void
 restore_request(struct conn *c, struct proto_frame *f)
 {
@@ -265,6 +285,20 @@ restore_request(struct conn *c, struct proto_frame *f)
 		metrics.restores_failed[st]++;
 		conn_reply_error(c, &f->hdr, st, "RESTORE: %s", err);
 		free(dst);
+		return;
+	}
+	if ((i = restore_first_dropped(s, l)) != UINT32_MAX) {
+		free(dst);
+		metrics.objects_lost++;
+		snprintf(err, sizeof(err), "page %u of rank %u was lost from the tier", i, l->rank);
+		log_warn("restore", "session %u: lease %llu: %s; restore failed", sess->id,
+		    (unsigned long long)l->id, err);
+		l->state = LEASE_FAILED;
+		l->restore_waiting = 1;
+		l->restore_req = f->hdr;
+		restore_fail_group(s, l->adm, PROTO_S_LOST, err);
+		lease_unpin(s, l);
+		restore_answer(l, PROTO_S_LOST, err, 0, 0);
 		return;
 	}
 	job = calloc(1, sizeof(*job));

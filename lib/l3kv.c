@@ -94,6 +94,21 @@ L3KV_SAME(L3KV_LIVE_MAX, PROTO_LIVE_MAX);
 L3KV_SAME(L3KV_HANDLE_LEN, sizeof(((struct proto_region *)0)->handle));
 L3KV_SAME(L3KV_PROTOCOL_MIN, PROTO_VERSION_MIN);
 L3KV_SAME(L3KV_PROTOCOL_MAX, PROTO_VERSION_MAX);
+L3KV_SAME(L3KV_OP_DEBUG, PROTO_T_DEBUG);
+L3KV_SAME(L3KV_HASH_LEN, PROTO_HASH_LEN);
+L3KV_SAME(L3KV_SLOT_NONE, PROTO_SLOT_NONE);
+L3KV_SAME(L3KV_PAGES_MAX, PROTO_PAGES_MAX);
+L3KV_SAME(L3KV_DECLINE_NONE, PROTO_DECLINE_NONE);
+L3KV_SAME(L3KV_DECLINE_NO_HIT, PROTO_DECLINE_NO_HIT);
+L3KV_SAME(L3KV_DECLINE_NO_RESERVATION, PROTO_DECLINE_NO_RESERVATION);
+L3KV_SAME(L3KV_DECLINE_GROUP_TIMEOUT, PROTO_DECLINE_GROUP_TIMEOUT);
+L3KV_SAME(L3KV_DECLINE_GROUP_MISMATCH, PROTO_DECLINE_GROUP_MISMATCH);
+L3KV_SAME(L3KV_DECLINE_SHUTTING_DOWN, PROTO_DECLINE_SHUTTING_DOWN);
+L3KV_SAME(L3KV_DECLINE_RANK_LEFT, PROTO_DECLINE_RANK_LEFT);
+L3KV_SAME(L3KV_DECLINE_RANK_LEFT + 1, PROTO_DECLINE__MAX);
+L3KV_SAME(L3KV_DEBUG_DROP, PROTO_DEBUG_DROP);
+L3KV_SAME(L3KV_DEBUG_CORRUPT, PROTO_DEBUG_CORRUPT);
+L3KV_SAME(sizeof(((struct l3kv_publish_page *)0)->hash), PROTO_HASH_LEN);
 
 #define L3KV_HDR		sizeof(struct proto_hdr)
 /* Small replies are read in batches; larger payloads go straight to their buffer. */
@@ -131,6 +146,7 @@ struct l3kv {
 	int			 signalled;	/* evfd holds a count */
 	int			 epoll_out;	/* the socket is watched for EPOLLOUT */
 	int			 timeout_ms;
+	uint16_t		 kv_pool;	/* PROBE's pool: the first kv pool at ATTACH */
 	uint64_t		 next_seq;
 	struct l3kv_server_info	 info;
 	struct l3kv_req_list	 pending;
@@ -365,6 +381,38 @@ l3kv_find(struct l3kv *k, uint64_t seq)
 }
 
 /*
+ * Whether a successful reply's payload length suits its type: so that
+ * the decoders, and a caller's *_result(), can trust it. JSON replies
+ * have any length; PROBE's carries stop points (u32) after its 8 bytes.
+ */
+static int
+l3kv_reply_size_ok(unsigned type, uint32_t len)
+{
+	switch (type) {
+	case PROTO_T_HELLO:
+		return len == sizeof(struct proto_hello_reply);
+	case PROTO_T_ATTACH:
+		return len == sizeof(struct proto_attach_reply);
+	case PROTO_T_PROBE:
+		return len >= sizeof(struct proto_probe_reply) &&
+		    (len - sizeof(struct proto_probe_reply)) % sizeof(uint32_t) == 0;
+	case PROTO_T_ADMIT:
+		return len == sizeof(struct proto_admit_reply);
+	case PROTO_T_RESTORE:
+		return len == sizeof(struct proto_restore_reply);
+	case PROTO_T_CANCEL:
+		return len == sizeof(struct proto_cancel_reply);
+	case PROTO_T_PUBLISH:
+		return len == sizeof(struct proto_publish_reply);
+	case PROTO_T_DETACH:
+	case PROTO_T_RELEASE:
+	case PROTO_T_DEBUG:
+		return len == 0;
+	}
+	return 1;
+}
+
+/*
  * Checks a reply header before anything is allocated for its payload;
  * on failure the connection is broken.
  */
@@ -396,6 +444,9 @@ l3kv_reply_hdr(struct l3kv *k)
 		return l3kv_bad_reply(k, "libl3kv: %s reply to seq %llu, a %s request",
 		    proto_type_name(h->type), (unsigned long long)h->seq,
 		    proto_type_name(k->rreq->type));
+	if (h->status == PROTO_S_OK && !l3kv_reply_size_ok(h->type, h->length))
+		return l3kv_bad_reply(k, "libl3kv: %s reply of %u bytes", proto_type_name(h->type),
+		    h->length);
 	return 0;
 }
 
@@ -1233,6 +1284,7 @@ l3kv_attach(struct l3kv *k, const struct l3kv_attach_args *a, struct l3kv_attach
 	struct iovec			 iov[4];
 	char				*reply = NULL;
 	uint32_t			 len;
+	unsigned			 i;
 	int				 fds[PROTO_FDS_MAX], nfds = 0, rc;
 
 	if (k == NULL || a == NULL)
@@ -1267,6 +1319,11 @@ l3kv_attach(struct l3kv *k, const struct l3kv_attach_args *a, struct l3kv_attach
 		rc = l3kv_bad_reply(k, "libl3kv: ATTACH reply namespace is not terminated text");
 		goto out;
 	}
+	/* The pool ADMIT uses (the daemon's choice too): PROBE must ask about the same. */
+	k->kv_pool = 0;
+	for (i = a->npools; i-- > 0;)
+		if (a->pools[i].kind == L3KV_POOL_KV)
+			k->kv_pool = (uint16_t)i;
 	if (info != NULL) {
 		memcpy(info->fingerprint, r.fingerprint, sizeof(info->fingerprint));
 		l3kv_get_string(info->ns, sizeof(info->ns), r.ns);
@@ -1340,22 +1397,31 @@ l3kv_fd(const struct l3kv *k)
 	return k != NULL ? k->epfd : -EINVAL;
 }
 
-/* A non-blocking request with no payload; the ticket is its seq. */
+/* Submits a request without waiting; the ticket is its seq. */
 static int
-l3kv_submit_empty(struct l3kv *k, unsigned type, uint64_t *ticket)
+l3kv_submit_async(struct l3kv *k, unsigned type, const struct iovec *iov, int niov,
+    uint64_t *ticket)
 {
 	struct l3kv_req	*r;
 	int		 rc;
 
-	if (k == NULL || ticket == NULL)
-		return -EINVAL;
-	*ticket = 0;
-	rc = l3kv_submit(k, type, NULL, 0, NULL, 0, 0, &r);
+	rc = l3kv_submit(k, type, iov, niov, NULL, 0, 0, &r);
 	l3kv_update(k);
 	if (rc != 0)
 		return rc;
 	*ticket = r->seq;
 	return 0;
+}
+
+/* A non-blocking request with no payload. */
+static int
+l3kv_submit_empty(struct l3kv *k, unsigned type, uint64_t *ticket)
+{
+	if (k == NULL || ticket == NULL)
+		return -EINVAL;
+	*ticket = 0;
+	l3kv_clear_last(k);
+	return l3kv_submit_async(k, type, NULL, 0, ticket);
 }
 
 int
@@ -1379,8 +1445,11 @@ l3kv_poll_completion(struct l3kv *k, struct l3kv_completion *out)
 		memset(out, 0, sizeof(*out));
 	if (k == NULL || out == NULL)
 		return -EINVAL;
-	/* Queued completions first: the socket is read only when they are used up. */
-	if (TAILQ_EMPTY(&k->done) && k->sock >= 0 && l3kv_flush(k) == 0)
+	/*
+	 * Output always moves on (a no-op when none waits); the socket is
+	 * read only once the queued completions are used up.
+	 */
+	if (k->sock >= 0 && l3kv_flush(k) == 0 && TAILQ_EMPTY(&k->done))
 		l3kv_read(k);
 	if ((r = TAILQ_FIRST(&k->done)) == NULL) {
 		l3kv_update(k);
@@ -1410,6 +1479,493 @@ l3kv_completion_release(struct l3kv_completion *c)
 	free(c->payload);
 	c->payload = NULL;
 	c->len = 0;
+}
+
+/*
+ * The cache operations. Each request is encoded into a struct l3kv_wire
+ * (its fixed part, and the caller's arrays as iovecs where the wire
+ * layout is the caller's: hashes, destination pages), then either
+ * called (blocking) or submitted. Replies were checked for their length
+ * when their header arrived, so the decoders only copy fields out.
+ */
+struct l3kv_wire {
+	union {
+		struct proto_probe	probe;
+		struct proto_admit	admit;
+		struct proto_restore	restore;
+		struct proto_lease_op	lease;
+		struct proto_publish	publish;
+		struct proto_debug	debug;
+	}			 u;
+	struct iovec		 iov[2];
+	int			 niov;
+	void			*buf;	/* PUBLISH's pages in wire layout, freed once submitted */
+};
+
+static void
+l3kv_wire_init(struct l3kv_wire *w, size_t fixed)
+{
+	memset(w, 0, sizeof(*w));
+	w->iov[0].iov_base = &w->u;
+	w->iov[0].iov_len = fixed;
+	w->niov = 1;
+}
+
+/* Adds a counted array; n elements of elem bytes. */
+static void
+l3kv_wire_array(struct l3kv_wire *w, const void *array, uint32_t n, size_t elem)
+{
+	w->iov[1].iov_base = (void *)(uintptr_t)array;
+	w->iov[1].iov_len = (size_t)n * elem;
+	w->niov = 2;
+}
+
+/*
+ * What libl3kv refuses about a page array: more pages than a request
+ * may carry (the daemon would answer bad_length and close), or none to
+ * read.
+ */
+static int
+l3kv_check_pages(struct l3kv *k, unsigned type, const void *array, uint32_t npages,
+    const char *field)
+{
+	if (npages > PROTO_PAGES_MAX) {
+		l3kv_seterr(k, "libl3kv: %s of %u pages is over the %u one request may carry",
+		    proto_type_name(type), npages, PROTO_PAGES_MAX);
+		return -EMSGSIZE;
+	}
+	if (npages > 0 && array == NULL) {
+		l3kv_seterr(k, "libl3kv: %s: %s is NULL with %u pages", proto_type_name(type), field,
+		    npages);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* A blocking cache call: sends w, waits until the timeout, frees w's buffer. */
+static int
+l3kv_wire_call(struct l3kv *k, unsigned type, struct l3kv_wire *w, int timeout_ms,
+    char **reply, uint32_t *len)
+{
+	int	rc;
+
+	rc = l3kv_call(k, type, w->iov, w->niov, NULL, 0, l3kv_deadline(k, timeout_ms), reply, len);
+	free(w->buf);
+	w->buf = NULL;
+	return rc;
+}
+
+/* A non-blocking cache request; w's buffer is not needed once submitted. */
+static int
+l3kv_wire_submit(struct l3kv *k, unsigned type, struct l3kv_wire *w, uint64_t *ticket)
+{
+	int	rc;
+
+	rc = l3kv_submit_async(k, type, w->iov, w->niov, ticket);
+	free(w->buf);
+	w->buf = NULL;
+	return rc;
+}
+
+/* The payload of a completion that is a successful reply of type, len bytes long; or NULL. */
+static const char *
+l3kv_completion_reply(const struct l3kv_completion *c, unsigned type, size_t len)
+{
+	if (c == NULL || c->op != (int)type || c->status != 0 || c->len != len ||
+	    c->payload == NULL)
+		return NULL;
+	return c->payload;
+}
+
+int
+l3kv_probe(struct l3kv *k, const uint8_t *hashes, uint32_t npages, uint32_t *hit_pages)
+{
+	struct proto_probe_reply	 r;
+	struct l3kv_wire		 w;
+	char				*reply;
+	uint32_t			 len;
+	int				 rc;
+
+	if (k == NULL || hit_pages == NULL)
+		return -EINVAL;
+	*hit_pages = 0;
+	l3kv_clear_last(k);
+	if ((rc = l3kv_check_pages(k, PROTO_T_PROBE, hashes, npages, "hashes")) != 0)
+		return rc;
+	l3kv_wire_init(&w, sizeof(w.u.probe));
+	w.u.probe.npages = npages;
+	w.u.probe.pool = k->kv_pool;
+	l3kv_wire_array(&w, hashes, npages, PROTO_HASH_LEN);
+	if ((rc = l3kv_wire_call(k, PROTO_T_PROBE, &w, L3KV_TIMEOUT_DEFAULT, &reply, &len)) != 0)
+		return rc;
+	memcpy(&r, reply, sizeof(r));
+	free(reply);
+	/* Stop points are not handed out yet; their count must still match. */
+	if ((uint64_t)len != sizeof(r) + (uint64_t)r.nstops * sizeof(uint32_t))
+		return l3kv_bad_reply(k, "libl3kv: PROBE reply of %u bytes with %u stop points",
+		    len, r.nstops);
+	*hit_pages = r.hit_pages;
+	return 0;
+}
+
+static int
+l3kv_encode_admit(struct l3kv *k, const struct l3kv_admit_args *a, struct l3kv_wire *w)
+{
+	int	rc;
+
+	if ((rc = l3kv_check_pages(k, PROTO_T_ADMIT, a->hashes, a->npages, "hashes")) != 0)
+		return rc;
+	l3kv_wire_init(w, sizeof(w->u.admit));
+	w->u.admit.request_id = a->request_id;
+	w->u.admit.npages = a->npages;
+	w->u.admit.reserved_pages = a->reserved_pages;
+	w->u.admit.state_slot = a->state_slot;
+	l3kv_wire_array(w, a->hashes, a->npages, PROTO_HASH_LEN);
+	return 0;
+}
+
+static void
+l3kv_decode_admit(const char *p, struct l3kv_admit_result *out)
+{
+	struct proto_admit_reply	r;
+
+	memcpy(&r, p, sizeof(r));
+	out->lease = r.lease;
+	out->admitted_pages = r.admitted_pages;
+	out->decline = r.decline;
+	out->ttl_ms = r.ttl_ms;
+	out->group_hit = r.group_hit;
+}
+
+int
+l3kv_admit(struct l3kv *k, const struct l3kv_admit_args *a, struct l3kv_admit_result *out)
+{
+	struct l3kv_wire	 w;
+	char			*reply;
+	uint32_t		 len;
+	int			 rc;
+
+	if (out != NULL)
+		memset(out, 0, sizeof(*out));
+	if (k == NULL || a == NULL || out == NULL)
+		return -EINVAL;
+	l3kv_clear_last(k);
+	if ((rc = l3kv_encode_admit(k, a, &w)) != 0 ||
+	    (rc = l3kv_wire_call(k, PROTO_T_ADMIT, &w, a->timeout_ms, &reply, &len)) != 0)
+		return rc;
+	l3kv_decode_admit(reply, out);
+	free(reply);
+	return 0;
+}
+
+int
+l3kv_submit_admit(struct l3kv *k, const struct l3kv_admit_args *a, uint64_t *ticket)
+{
+	struct l3kv_wire	w;
+	int			rc;
+
+	if (ticket != NULL)
+		*ticket = 0;
+	if (k == NULL || a == NULL || ticket == NULL)
+		return -EINVAL;
+	l3kv_clear_last(k);
+	if ((rc = l3kv_encode_admit(k, a, &w)) != 0)
+		return rc;
+	return l3kv_wire_submit(k, PROTO_T_ADMIT, &w, ticket);
+}
+
+int
+l3kv_admit_result(const struct l3kv_completion *c, struct l3kv_admit_result *out)
+{
+	const char	*p;
+
+	if (out == NULL)
+		return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	if ((p = l3kv_completion_reply(c, PROTO_T_ADMIT, sizeof(struct proto_admit_reply))) == NULL)
+		return -EINVAL;
+	l3kv_decode_admit(p, out);
+	return 0;
+}
+
+static int
+l3kv_encode_restore(struct l3kv *k, uint64_t lease, unsigned region, const uint32_t *dst,
+    uint32_t npages, struct l3kv_wire *w)
+{
+	int	rc;
+
+	if ((rc = l3kv_check_pages(k, PROTO_T_RESTORE, dst, npages, "dst_pages")) != 0)
+		return rc;
+	l3kv_wire_init(w, sizeof(w->u.restore));
+	L3KV_PUT(w->u.restore.region, region, "region");
+	w->u.restore.lease = lease;
+	w->u.restore.npages = npages;
+	/* Destination indices go out as the caller's array: the wire is little-endian like us. */
+	l3kv_wire_array(w, dst, npages, sizeof(uint32_t));
+	return 0;
+}
+
+static void
+l3kv_decode_restore(const char *p, struct l3kv_restore_result *out)
+{
+	struct proto_restore_reply	r;
+
+	memcpy(&r, p, sizeof(r));
+	out->pages = r.pages;
+	out->partial = (r.flags & PROTO_RESTORE_F_PARTIAL) != 0;
+	out->bytes = r.bytes;
+}
+
+int
+l3kv_restore(struct l3kv *k, uint64_t lease, unsigned region, const uint32_t *dst_pages,
+    uint32_t npages, int timeout_ms, struct l3kv_restore_result *out)
+{
+	struct l3kv_wire	 w;
+	char			*reply;
+	uint32_t		 len;
+	int			 rc;
+
+	if (out != NULL)
+		memset(out, 0, sizeof(*out));
+	if (k == NULL)
+		return -EINVAL;
+	l3kv_clear_last(k);
+	if ((rc = l3kv_encode_restore(k, lease, region, dst_pages, npages, &w)) != 0 ||
+	    (rc = l3kv_wire_call(k, PROTO_T_RESTORE, &w, timeout_ms, &reply, &len)) != 0)
+		return rc;
+	if (out != NULL)
+		l3kv_decode_restore(reply, out);
+	free(reply);
+	return 0;
+}
+
+int
+l3kv_submit_restore(struct l3kv *k, uint64_t lease, unsigned region, const uint32_t *dst_pages,
+    uint32_t npages, uint64_t *ticket)
+{
+	struct l3kv_wire	w;
+	int			rc;
+
+	if (ticket != NULL)
+		*ticket = 0;
+	if (k == NULL || ticket == NULL)
+		return -EINVAL;
+	l3kv_clear_last(k);
+	if ((rc = l3kv_encode_restore(k, lease, region, dst_pages, npages, &w)) != 0)
+		return rc;
+	return l3kv_wire_submit(k, PROTO_T_RESTORE, &w, ticket);
+}
+
+int
+l3kv_restore_result(const struct l3kv_completion *c, struct l3kv_restore_result *out)
+{
+	const char	*p;
+
+	if (out == NULL)
+		return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	p = l3kv_completion_reply(c, PROTO_T_RESTORE, sizeof(struct proto_restore_reply));
+	if (p == NULL)
+		return -EINVAL;
+	l3kv_decode_restore(p, out);
+	return 0;
+}
+
+static void
+l3kv_encode_lease(struct l3kv_wire *w, uint64_t lease)
+{
+	l3kv_wire_init(w, sizeof(w->u.lease));
+	w->u.lease.lease = lease;
+}
+
+static uint32_t
+l3kv_decode_cancel(const char *p)
+{
+	struct proto_cancel_reply	r;
+
+	memcpy(&r, p, sizeof(r));
+	return r.pages_landed;
+}
+
+int
+l3kv_cancel(struct l3kv *k, uint64_t lease, uint32_t *pages_landed)
+{
+	struct l3kv_wire	 w;
+	char			*reply;
+	uint32_t		 len;
+	int			 rc;
+
+	if (pages_landed != NULL)
+		*pages_landed = 0;
+	if (k == NULL)
+		return -EINVAL;
+	l3kv_encode_lease(&w, lease);
+	if ((rc = l3kv_wire_call(k, PROTO_T_CANCEL, &w, L3KV_TIMEOUT_DEFAULT, &reply, &len)) != 0)
+		return rc;
+	if (pages_landed != NULL)
+		*pages_landed = l3kv_decode_cancel(reply);
+	free(reply);
+	return 0;
+}
+
+int
+l3kv_submit_cancel(struct l3kv *k, uint64_t lease, uint64_t *ticket)
+{
+	struct l3kv_wire	w;
+
+	if (ticket != NULL)
+		*ticket = 0;
+	if (k == NULL || ticket == NULL)
+		return -EINVAL;
+	l3kv_clear_last(k);
+	l3kv_encode_lease(&w, lease);
+	return l3kv_wire_submit(k, PROTO_T_CANCEL, &w, ticket);
+}
+
+int
+l3kv_cancel_result(const struct l3kv_completion *c, uint32_t *pages_landed)
+{
+	const char	*p;
+
+	if (pages_landed == NULL)
+		return -EINVAL;
+	*pages_landed = 0;
+	p = l3kv_completion_reply(c, PROTO_T_CANCEL, sizeof(struct proto_cancel_reply));
+	if (p == NULL)
+		return -EINVAL;
+	*pages_landed = l3kv_decode_cancel(p);
+	return 0;
+}
+
+int
+l3kv_release(struct l3kv *k, uint64_t lease)
+{
+	struct l3kv_wire	 w;
+	char			*reply;
+	uint32_t		 len;
+	int			 rc;
+
+	if (k == NULL)
+		return -EINVAL;
+	l3kv_encode_lease(&w, lease);
+	rc = l3kv_wire_call(k, PROTO_T_RELEASE, &w, L3KV_TIMEOUT_DEFAULT, &reply, &len);
+	free(reply);
+	return rc;
+}
+
+/* PUBLISH's pages are converted: the wire's have 4 bytes of padding. */
+static int
+l3kv_encode_publish(struct l3kv *k, unsigned region, const struct l3kv_publish_page *pages,
+    uint32_t npages, struct l3kv_wire *w)
+{
+	struct proto_publish_page	*wp;
+	uint32_t			 i;
+	int				 rc;
+
+	if ((rc = l3kv_check_pages(k, PROTO_T_PUBLISH, pages, npages, "pages")) != 0)
+		return rc;
+	l3kv_wire_init(w, sizeof(w->u.publish));
+	L3KV_PUT(w->u.publish.region, region, "region");
+	w->u.publish.npages = npages;
+	if (npages == 0)
+		return 0;
+	if ((wp = calloc(npages, sizeof(*wp))) == NULL) {
+		l3kv_seterr(k, "libl3kv: out of memory for %u PUBLISH pages", npages);
+		return -ENOMEM;
+	}
+	for (i = 0; i < npages; i++) {
+		memcpy(wp[i].hash, pages[i].hash, sizeof(wp[i].hash));
+		wp[i].src_page = pages[i].src_page;
+	}
+	w->buf = wp;
+	l3kv_wire_array(w, wp, npages, sizeof(*wp));
+	return 0;
+}
+
+static void
+l3kv_decode_publish(const char *p, struct l3kv_publish_result *out)
+{
+	struct proto_publish_reply	r;
+
+	memcpy(&r, p, sizeof(r));
+	out->stored = r.stored;
+	out->present = r.present;
+	out->bytes = r.bytes;
+}
+
+int
+l3kv_publish(struct l3kv *k, unsigned region, const struct l3kv_publish_page *pages,
+    uint32_t npages, struct l3kv_publish_result *out)
+{
+	struct l3kv_wire	 w;
+	char			*reply;
+	uint32_t		 len;
+	int			 rc;
+
+	if (out != NULL)
+		memset(out, 0, sizeof(*out));
+	if (k == NULL)
+		return -EINVAL;
+	l3kv_clear_last(k);
+	if ((rc = l3kv_encode_publish(k, region, pages, npages, &w)) != 0 ||
+	    (rc = l3kv_wire_call(k, PROTO_T_PUBLISH, &w, L3KV_TIMEOUT_DEFAULT, &reply, &len)) != 0)
+		return rc;
+	if (out != NULL)
+		l3kv_decode_publish(reply, out);
+	free(reply);
+	return 0;
+}
+
+int
+l3kv_submit_publish(struct l3kv *k, unsigned region, const struct l3kv_publish_page *pages,
+    uint32_t npages, uint64_t *ticket)
+{
+	struct l3kv_wire	w;
+	int			rc;
+
+	if (ticket != NULL)
+		*ticket = 0;
+	if (k == NULL || ticket == NULL)
+		return -EINVAL;
+	l3kv_clear_last(k);
+	if ((rc = l3kv_encode_publish(k, region, pages, npages, &w)) != 0)
+		return rc;
+	return l3kv_wire_submit(k, PROTO_T_PUBLISH, &w, ticket);
+}
+
+int
+l3kv_publish_result(const struct l3kv_completion *c, struct l3kv_publish_result *out)
+{
+	const char	*p;
+
+	if (out == NULL)
+		return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	p = l3kv_completion_reply(c, PROTO_T_PUBLISH, sizeof(struct proto_publish_reply));
+	if (p == NULL)
+		return -EINVAL;
+	l3kv_decode_publish(p, out);
+	return 0;
+}
+
+int
+l3kv_debug(struct l3kv *k, unsigned op, unsigned pool, const uint8_t *hash)
+{
+	struct l3kv_wire	 w;
+	char			*reply;
+	uint32_t		 len;
+	int			 rc;
+
+	if (k == NULL || hash == NULL)
+		return -EINVAL;
+	l3kv_clear_last(k);
+	l3kv_wire_init(&w, sizeof(w.u.debug));
+	L3KV_PUT(w.u.debug.pool, pool, "pool");
+	w.u.debug.op = op;
+	memcpy(w.u.debug.hash, hash, sizeof(w.u.debug.hash));
+	rc = l3kv_wire_call(k, PROTO_T_DEBUG, &w, L3KV_TIMEOUT_DEFAULT, &reply, &len);
+	free(reply);
+	return rc;
 }
 
 /*

@@ -35,7 +35,8 @@
  *                           while a request was in flight
  *   -ENOTCONN               the connection is broken: every later call
  *                           fails with it; l3kv_close() and connect again
- *   -EMSGSIZE               a request longer than the daemon's max_frame
+ *   -EMSGSIZE               a request longer than the daemon's max_frame,
+ *                           or of more than L3KV_PAGES_MAX pages
  *   -EINVAL                 an argument libl3kv cannot encode (see
  *                           l3kv_last_error()), or the daemon's "invalid"
  * SIGPIPE is never raised: sends use MSG_NOSIGNAL.
@@ -271,6 +272,7 @@ enum l3kv_op {
 	L3KV_OP_RELEASE		= 20,
 	L3KV_OP_PUBLISH		= 21,
 	L3KV_OP_SET_POLICY	= 22,
+	L3KV_OP_DEBUG		= 240,
 };
 
 /*
@@ -310,6 +312,148 @@ L3KV_API void	 l3kv_completion_release(struct l3kv_completion *);
  */
 L3KV_API int	 l3kv_submit_stats(struct l3kv *, uint64_t *ticket);
 L3KV_API int	 l3kv_submit_health(struct l3kv *, uint64_t *ticket);
+
+/*
+ * The cache operations (proto/PROTOCOL.md §4.6-4.13 has their full
+ * semantics). They need an attached connection. Pages are named by
+ * their hashes: npages * L3KV_HASH_LEN bytes, an engine's shorter hashes
+ * zero-padded to 32. libl3kv refuses only what it cannot encode: more
+ * than L3KV_PAGES_MAX pages, or a request longer than the daemon's
+ * max_frame (-EMSGSIZE); a NULL array with npages > 0, or an index that
+ * does not fit its wire field (-EINVAL). Every field's value is the
+ * daemon's to check.
+ *
+ * The blocking forms wait at most the connection's default timeout,
+ * except ADMIT and RESTORE, whose timeout is the caller's (0: the
+ * default): a group barrier or a large copy may take long. A call that
+ * times out leaves its request in flight, and the daemon still acts on
+ * it: after an ADMIT timeout, ADMIT again with the same request id (the
+ * daemon answers a repeat with the same admission); after a RESTORE
+ * timeout, CANCEL the lease before reusing its destination pages.
+ *
+ * Each submit_*() has a *_result() that decodes its completion; it
+ * returns -EINVAL for a completion that is not a successful reply of
+ * that type (c->status says why it failed).
+ */
+#define L3KV_HASH_LEN		32		/* page hash bytes on the wire */
+#define L3KV_SLOT_NONE		UINT32_MAX	/* no canonical state slot reserved */
+#define L3KV_PAGES_MAX		65536		/* pages in one request */
+
+/*
+ * PROBE: the longest prefix of these pages that every attached rank of
+ * the group holds, each in its own namespace and shard, in the layout's
+ * first kv pool. Changes nothing on the daemon.
+ */
+L3KV_API int	 l3kv_probe(struct l3kv *, const uint8_t *hashes, uint32_t npages,
+		    uint32_t *hit_pages);
+
+/* Why an ADMIT promised nothing. */
+enum l3kv_decline {
+	L3KV_DECLINE_NONE		= 0,	/* admitted */
+	L3KV_DECLINE_NO_HIT		= 1,	/* the group holds no common prefix */
+	L3KV_DECLINE_NO_RESERVATION	= 2,	/* some rank reserved 0 pages */
+	L3KV_DECLINE_GROUP_TIMEOUT	= 3,	/* a rank did not ask in time */
+	L3KV_DECLINE_GROUP_MISMATCH	= 4,	/* ranks asked for different pages */
+	L3KV_DECLINE_SHUTTING_DOWN	= 5,
+	L3KV_DECLINE_RANK_LEFT		= 6,	/* a rank detached while waiting */
+};
+
+struct l3kv_admit_args {
+	uint64_t	 request_id;	/* the same on every rank of the group */
+	const uint8_t	*hashes;	/* npages * L3KV_HASH_LEN bytes */
+	uint32_t	 npages;
+	uint32_t	 reserved_pages;/* destination pages this rank holds for the prefix */
+	uint32_t	 state_slot;	/* canonical state slot reserved, or L3KV_SLOT_NONE */
+	int		 timeout_ms;	/* l3kv_admit() only; L3KV_TIMEOUT_DEFAULT */
+};
+
+/*
+ * The promise. A declined admission is not an error: the call succeeds
+ * with lease 0, admitted_pages 0 and the reason in decline.
+ */
+struct l3kv_admit_result {
+	uint64_t	lease;		/* this rank's lease; 0 when declined */
+	uint32_t	admitted_pages;	/* the same on every rank; never grows */
+	int		decline;	/* enum l3kv_decline */
+	uint32_t	ttl_ms;		/* the lease's life without a restore */
+	uint32_t	group_hit;	/* the common hit, before the reservation cap */
+};
+
+/*
+ * ADMIT: a group barrier on request_id, answered once every rank of the
+ * group asked (or declined for all at the daemon's admit.timeout_ms, so
+ * timeout_ms should be longer). The admitted prefix is pinned for this
+ * rank until RELEASE, CANCEL or the lease's TTL.
+ */
+L3KV_API int	 l3kv_admit(struct l3kv *, const struct l3kv_admit_args *,
+		    struct l3kv_admit_result *);
+L3KV_API int	 l3kv_submit_admit(struct l3kv *, const struct l3kv_admit_args *,
+		    uint64_t *ticket);
+L3KV_API int	 l3kv_admit_result(const struct l3kv_completion *, struct l3kv_admit_result *);
+
+struct l3kv_restore_result {
+	uint32_t	pages;		/* whole, verified, contiguous pages in place */
+	int		partial;	/* best_effort/timeout stopped at its deadline */
+	uint64_t	bytes;
+};
+
+/*
+ * RESTORE: copies the lease's admitted pages, in order, into dst_pages
+ * (page indices of the ATTACH region `region`); npages must be exactly
+ * the admitted count. Answered when every rank of the group has its
+ * pages in place, or fails for all (-ENODATA lost, -ECANCELED,
+ * -ETIME expired, -ERANGE out of bounds, ...).
+ */
+L3KV_API int	 l3kv_restore(struct l3kv *, uint64_t lease, unsigned region,
+		    const uint32_t *dst_pages, uint32_t npages, int timeout_ms,
+		    struct l3kv_restore_result *);
+L3KV_API int	 l3kv_submit_restore(struct l3kv *, uint64_t lease, unsigned region,
+		    const uint32_t *dst_pages, uint32_t npages, uint64_t *ticket);
+L3KV_API int	 l3kv_restore_result(const struct l3kv_completion *,
+		    struct l3kv_restore_result *);
+
+/*
+ * CANCEL: stops the lease's restore (and fails its group's); answered
+ * only once no copy for it can still land. pages_landed (may be NULL):
+ * destination pages it wrote before stopping.
+ */
+L3KV_API int	 l3kv_cancel(struct l3kv *, uint64_t lease, uint32_t *pages_landed);
+L3KV_API int	 l3kv_submit_cancel(struct l3kv *, uint64_t lease, uint64_t *ticket);
+L3KV_API int	 l3kv_cancel_result(const struct l3kv_completion *, uint32_t *pages_landed);
+
+/* RELEASE: ends the lease and drops its pins; -EBUSY while it restores. */
+L3KV_API int	 l3kv_release(struct l3kv *, uint64_t lease);
+
+struct l3kv_publish_page {
+	uint8_t		hash[L3KV_HASH_LEN];
+	uint32_t	src_page;	/* page index in the source region */
+};
+
+struct l3kv_publish_result {
+	uint32_t	stored;		/* new objects, now visible */
+	uint32_t	present;	/* already stored or being stored: not written twice */
+	uint64_t	bytes;		/* of the stored objects */
+};
+
+/*
+ * PUBLISH: the daemon copies these pages of ATTACH region `region` and
+ * keeps them. All or nothing: on any error nothing became visible.
+ */
+L3KV_API int	 l3kv_publish(struct l3kv *, unsigned region, const struct l3kv_publish_page *,
+		    uint32_t npages, struct l3kv_publish_result *);
+L3KV_API int	 l3kv_submit_publish(struct l3kv *, unsigned region,
+		    const struct l3kv_publish_page *, uint32_t npages, uint64_t *ticket);
+L3KV_API int	 l3kv_publish_result(const struct l3kv_completion *,
+		    struct l3kv_publish_result *);
+
+/*
+ * DEBUG, for tests only: drops (as if lost) or corrupts this rank's
+ * object (pool index, hash). The daemon refuses it (-EISCONN) unless it
+ * runs with testing.debug_ops.
+ */
+#define L3KV_DEBUG_DROP		1
+#define L3KV_DEBUG_CORRUPT	2
+L3KV_API int	 l3kv_debug(struct l3kv *, unsigned op, unsigned pool, const uint8_t *hash);
 
 /* Errors. */
 

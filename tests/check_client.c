@@ -1062,81 +1062,94 @@ script_attach(int fd)
 	return fake_drain(fd);
 }
 
+/* An engine's ATTACH: a page_first KV region and a slot region in one memfd. */
+struct ct_engine {
+	struct l3kv_attach_args	args;
+	struct l3kv_pool	pools[2];
+	struct l3kv_region	regions[2];
+	uint32_t		live[2];
+	int			mfd;
+};
+
+static void
+ct_engine_init(struct ct_engine *e)
+{
+	int	i;
+
+	memset(e, 0, sizeof(*e));
+	e->mfd = memfd_create("l3kv-test", MFD_CLOEXEC);
+	ck_assert_int_ge(e->mfd, 0);
+	ck_assert_int_eq(ftruncate(e->mfd, 1 << 20), 0);
+	ck_assert_int_eq(pwrite(e->mfd, CT_MAGIC, sizeof(CT_MAGIC), 0), (ssize_t)sizeof(CT_MAGIC));
+	e->args.layout.model = "tiny";
+	e->args.layout.kv_dtype = "bf16";
+	e->args.layout.hash_scheme = "sha256";
+	e->args.layout.hash_len = 32;
+	e->args.layout.tp_size = e->args.layout.dcp_size = 1;
+	e->args.layout.pp_size = e->args.layout.cp_size = 1;
+	e->args.layout.host_layout = L3KV_LAYOUT_PAGE_FIRST;
+	e->args.layout.attention = L3KV_ATTN_GQA;
+	e->args.layout.page_tokens = e->args.layout.logical_page_tokens = 16;
+	e->pools[0].name = "kv";
+	e->pools[0].kind = L3KV_POOL_KV;
+	e->pools[0].hit_policy = L3KV_HIT_ALL_PAGES;
+	e->pools[0].layers = 2;
+	e->pools[0].object_bytes = 16 * 2 * 64;
+	e->pools[1].name = "state";
+	e->pools[1].kind = L3KV_POOL_STATE;
+	e->pools[1].hit_policy = L3KV_HIT_TRAILING;
+	e->pools[1].trailing = 1;
+	e->pools[1].layers = 1;
+	e->pools[1].object_bytes = 256;
+	for (i = 0; i < 2; i++) {
+		e->regions[i].kind = L3KV_MEM_MEMFD;
+		e->regions[i].fd = e->mfd;	/* one memfd, two slices: sent once */
+	}
+	e->regions[0].pool = 0;
+	e->regions[0].layout = L3KV_LAYOUT_PAGE_FIRST;
+	e->regions[0].size = 65536;
+	e->regions[0].num_pages = 32;
+	e->regions[0].page_tokens = 16;
+	e->regions[0].layers = 2;
+	e->regions[0].token_bytes = 64;
+	e->regions[0].layer_stride = 64;
+	e->regions[0].token_stride = 128;
+	e->regions[0].page_stride = 2048;
+	e->regions[1].pool = 1;
+	e->regions[1].layout = L3KV_LAYOUT_SLOTS;
+	e->regions[1].offset = 65536;
+	e->regions[1].size = 8 * 256;
+	e->regions[1].num_pages = 8;
+	e->regions[1].page_tokens = 1;
+	e->regions[1].layers = 1;
+	e->regions[1].token_bytes = 256;
+	e->regions[1].page_stride = 256;
+	e->live[0] = 1;
+	e->live[1] = 5;
+	e->args.pools = e->pools;
+	e->args.npools = 2;
+	e->args.regions = e->regions;
+	e->args.nregions = 2;
+	e->args.live_slots = e->live;
+	e->args.nlive = 2;
+	e->args.group = "engine-x";
+	e->args.group_size = 1;
+	e->args.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
+	e->args.write = L3KV_WRITE_THROUGH;
+}
+
 START_TEST(test_attach_sends_the_memfd_with_the_frame)
 {
-	struct l3kv_attach_args	 a;
 	struct l3kv_attach_info	 info;
-	struct l3kv_region	 regions[2];
-	struct l3kv_pool	 pools[2];
-	uint32_t		 live[2] = { 1, 5 };
+	struct ct_engine	 e;
 	struct fake		 f;
 	struct l3kv		*k;
-	int			 fds = test_fd_count(), mfd, i;
+	int			 fds = test_fd_count();
 
-	mfd = memfd_create("l3kv-test", MFD_CLOEXEC);
-	ck_assert_int_ge(mfd, 0);
-	ck_assert_int_eq(ftruncate(mfd, 1 << 20), 0);
-	ck_assert_int_eq(pwrite(mfd, CT_MAGIC, sizeof(CT_MAGIC), 0), (ssize_t)sizeof(CT_MAGIC));
-
-	memset(&a, 0, sizeof(a));
-	a.layout.model = "tiny";
-	a.layout.kv_dtype = "bf16";
-	a.layout.hash_scheme = "sha256";
-	a.layout.hash_len = 32;
-	a.layout.tp_size = a.layout.dcp_size = a.layout.pp_size = a.layout.cp_size = 1;
-	a.layout.host_layout = L3KV_LAYOUT_PAGE_FIRST;
-	a.layout.attention = L3KV_ATTN_GQA;
-	a.layout.page_tokens = a.layout.logical_page_tokens = 16;
-	memset(pools, 0, sizeof(pools));
-	pools[0].name = "kv";
-	pools[0].kind = L3KV_POOL_KV;
-	pools[0].hit_policy = L3KV_HIT_ALL_PAGES;
-	pools[0].layers = 2;
-	pools[0].object_bytes = 16 * 2 * 64;
-	pools[1].name = "state";
-	pools[1].kind = L3KV_POOL_STATE;
-	pools[1].hit_policy = L3KV_HIT_TRAILING;
-	pools[1].trailing = 1;
-	pools[1].layers = 1;
-	pools[1].object_bytes = 256;
-	memset(regions, 0, sizeof(regions));
-	for (i = 0; i < 2; i++) {
-		regions[i].kind = L3KV_MEM_MEMFD;
-		regions[i].fd = mfd;	/* one memfd, two slices: sent once */
-	}
-	regions[0].pool = 0;
-	regions[0].layout = L3KV_LAYOUT_PAGE_FIRST;
-	regions[0].size = 65536;
-	regions[0].num_pages = 32;
-	regions[0].page_tokens = 16;
-	regions[0].layers = 2;
-	regions[0].token_bytes = 64;
-	regions[0].layer_stride = 64;
-	regions[0].token_stride = 128;
-	regions[0].page_stride = 2048;
-	regions[1].pool = 1;
-	regions[1].layout = L3KV_LAYOUT_SLOTS;
-	regions[1].offset = 65536;
-	regions[1].size = 8 * 256;
-	regions[1].num_pages = 8;
-	regions[1].page_tokens = 1;
-	regions[1].layers = 1;
-	regions[1].token_bytes = 256;
-	regions[1].page_stride = 256;
-	a.pools = pools;
-	a.npools = 2;
-	a.regions = regions;
-	a.nregions = 2;
-	a.live_slots = live;
-	a.nlive = 2;
-	a.group = "engine-x";
-	a.group_size = 1;
-	a.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
-	a.write = L3KV_WRITE_THROUGH;
-
+	ct_engine_init(&e);
 	fake_start(&f, script_attach);
 	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
-	ck_assert_int_eq(l3kv_attach(k, &a, &info), 0);
+	ck_assert_int_eq(l3kv_attach(k, &e.args, &info), 0);
 	ck_assert_uint_eq(info.session, 7);
 	ck_assert_uint_eq(info.lease_ttl_ms, 1234);
 	ck_assert_uint_eq(info.group_members, 1);
@@ -1145,7 +1158,74 @@ START_TEST(test_attach_sends_the_memfd_with_the_frame)
 	ck_assert_int_eq(l3kv_detach(k), 0);
 	l3kv_close(k);
 	ck_assert_int_eq(fake_stop(&f), 0);
-	close(mfd);
+	close(e.mfd);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+/*
+ * Reads a 256 KiB ATTACH only after the client's socket buffer is full,
+ * so that its first sendmsg (with the fd) sent part of it and the rest
+ * was queued: the fd must still come with the header, and the payload
+ * whole.
+ */
+static int
+script_attach_big(int fd)
+{
+	static struct proto_attach_view	 v;
+	struct proto_attach_reply	 r;
+	struct proto_hdr		 h;
+	uint8_t				*p;
+	char				 err[256];
+	int				 fds[PROTO_FDS_MAX], nfds, rc = 0, i;
+
+	poll(NULL, 0, 100);
+	if (fake_read_frame(fd, &h, &p, fds, &nfds) != 0 || h.type != PROTO_T_ATTACH)
+		return 1;
+	if (nfds != 1 || !(h.flags & PROTO_F_FDS))
+		rc = 2;
+	else if (proto_attach_decode(p, h.length, &v, err, sizeof(err)) != 0)
+		rc = 3;
+	else if (v.fixed.nlive != PROTO_LIVE_MAX ||
+	    proto_attach_live(&v, PROTO_LIVE_MAX - 1) != PROTO_LIVE_MAX - 1)
+		rc = 4;
+	for (i = 0; i < nfds; i++)
+		close(fds[i]);
+	free(p);
+	if (rc != 0)
+		return rc;
+	memset(&r, 0, sizeof(r));
+	strcpy(r.ns, "decode/tiny-big");
+	if (fake_reply(fd, &h, 0, &r, sizeof(r)) != 0)
+		return 5;
+	return fake_drain(fd);
+}
+
+START_TEST(test_attach_larger_than_the_socket_buffer_goes_whole)
+{
+	struct l3kv_attach_info	 info;
+	struct ct_engine	 e;
+	struct fake		 f;
+	struct l3kv		*k;
+	uint32_t		*live;
+	int			 fds = test_fd_count();
+	uint32_t		 i;
+
+	ct_engine_init(&e);
+	live = malloc(PROTO_LIVE_MAX * sizeof(*live));
+	ck_assert_ptr_nonnull(live);
+	for (i = 0; i < PROTO_LIVE_MAX; i++)
+		live[i] = i;
+	e.args.live_slots = live;
+	e.args.nlive = PROTO_LIVE_MAX;
+	fake_start(&f, script_attach_big);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ck_assert_int_eq(l3kv_attach(k, &e.args, &info), 0);
+	ck_assert_str_eq(info.ns, "decode/tiny-big");
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	free(live);
+	close(e.mfd);
 	ck_assert_int_eq(test_fd_count(), fds);
 }
 END_TEST
@@ -1194,6 +1274,702 @@ START_TEST(test_attach_refuses_what_cannot_be_encoded)
 }
 END_TEST
 
+/*
+ * The cache operations. Requests are checked byte for byte against the
+ * offsets PROTOCOL.md documents, built here independently of the
+ * library's structs; replies are built from proto.h's.
+ */
+#define CT_REQ_ID	0x1122334455667788ULL
+#define CT_LEASE	0x0102030405060708ULL
+
+/* Writes v as n little-endian bytes; returns the byte after them. */
+static uint8_t *
+ct_le(uint8_t *p, uint64_t v, unsigned n)
+{
+	unsigned	i;
+
+	for (i = 0; i < n; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+	return p + n;
+}
+
+/* n distinct page hashes, the last 12 bytes of each zero as for a 20-byte scheme. */
+static void
+ct_hashes(uint8_t *h, uint32_t n)
+{
+	size_t	i;
+
+	for (i = 0; i < (size_t)n * L3KV_HASH_LEN; i++)
+		h[i] = i % L3KV_HASH_LEN < 20 ? (uint8_t)(i * 7 + i / L3KV_HASH_LEN + 1) : 0;
+}
+
+/* The ADMIT payload PROTOCOL.md §4.8 describes; returns its length. */
+static size_t
+ct_admit_bytes(uint8_t *out, uint64_t request_id, uint32_t n, uint32_t reserved, uint32_t slot)
+{
+	uint8_t	*p = out;
+
+	p = ct_le(p, request_id, 8);
+	p = ct_le(p, n, 4);
+	p = ct_le(p, reserved, 4);
+	p = ct_le(p, slot, 4);
+	p = ct_le(p, 0, 4);
+	ct_hashes(p, n);
+	return 24 + (size_t)n * L3KV_HASH_LEN;
+}
+
+/*
+ * Reads the next request: it must be of type, without flags, and carry
+ * exactly the n bytes of want.
+ */
+static int
+fake_expect_bytes(int fd, unsigned type, const void *want, size_t n, struct proto_hdr *h)
+{
+	uint8_t	*p;
+	int	 rc;
+
+	if (fake_read_frame(fd, h, &p, NULL, NULL) != 0) {
+		free(p);
+		return -1;
+	}
+	rc = h->type == type && h->flags == 0 && h->length == n &&
+	    (n == 0 || memcmp(p, want, n) == 0) ? 0 : -1;
+	free(p);
+	return rc;
+}
+
+static int
+script_probe_admit(int fd)
+{
+	struct proto_probe_reply	pr;
+	struct proto_admit_reply	ar;
+	struct proto_hdr		h;
+	uint8_t				want[24 + 3 * L3KV_HASH_LEN], *p, stops[12];
+	size_t				n;
+
+	/* PROBE of 3 pages: npages, pool 0 (no ATTACH: the default), flags, hashes. */
+	p = ct_le(want, 3, 4);
+	p = ct_le(p, 0, 2);
+	p = ct_le(p, 0, 2);
+	ct_hashes(p, 3);
+	if (fake_expect_bytes(fd, PROTO_T_PROBE, want, 8 + 3 * L3KV_HASH_LEN, &h) != 0)
+		return 1;
+	memset(&pr, 0, sizeof(pr));
+	pr.hit_pages = 2;
+	if (fake_reply(fd, &h, 0, &pr, sizeof(pr)) != 0)
+		return 2;
+	/* Again, answered with one stop point: counted, not handed out. */
+	if (fake_expect_bytes(fd, PROTO_T_PROBE, want, 8 + 3 * L3KV_HASH_LEN, &h) != 0)
+		return 3;
+	pr.hit_pages = 1;
+	pr.nstops = 1;
+	memcpy(stops, &pr, sizeof(pr));
+	ct_le(stops + sizeof(pr), 1, 4);
+	if (fake_reply(fd, &h, 0, stops, sizeof(stops)) != 0)
+		return 4;
+
+	n = ct_admit_bytes(want, CT_REQ_ID, 3, 2, 5);
+	if (fake_expect_bytes(fd, PROTO_T_ADMIT, want, n, &h) != 0)
+		return 5;
+	memset(&ar, 0, sizeof(ar));
+	ar.lease = CT_LEASE;
+	ar.admitted_pages = 2;
+	ar.ttl_ms = 1234;
+	ar.group_hit = 3;
+	if (fake_reply(fd, &h, 0, &ar, sizeof(ar)) != 0)
+		return 6;
+	/* The next is declined: a successful reply all the same. */
+	n = ct_admit_bytes(want, CT_REQ_ID + 1, 3, 0, UINT32_MAX);
+	if (fake_expect_bytes(fd, PROTO_T_ADMIT, want, n, &h) != 0)
+		return 7;
+	memset(&ar, 0, sizeof(ar));
+	ar.decline = PROTO_DECLINE_NO_RESERVATION;
+	ar.ttl_ms = 1234;
+	ar.group_hit = 3;
+	if (fake_reply(fd, &h, 0, &ar, sizeof(ar)) != 0)
+		return 8;
+	return fake_drain(fd);
+}
+
+START_TEST(test_probe_and_admit_encode_and_decode_exactly)
+{
+	struct l3kv_admit_result r;
+	struct l3kv_admit_args	 a;
+	struct fake		 f;
+	struct l3kv		*k;
+	uint8_t			 hashes[3 * L3KV_HASH_LEN];
+	uint32_t		 hit = 99;
+	int			 fds = test_fd_count();
+
+	ct_hashes(hashes, 3);
+	fake_start(&f, script_probe_admit);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ck_assert_int_eq(l3kv_probe(k, hashes, 3, &hit), 0);
+	ck_assert_uint_eq(hit, 2);
+	ck_assert_int_eq(l3kv_probe(k, hashes, 3, &hit), 0);
+	ck_assert_uint_eq(hit, 1);
+
+	memset(&a, 0, sizeof(a));
+	a.request_id = CT_REQ_ID;
+	a.hashes = hashes;
+	a.npages = 3;
+	a.reserved_pages = 2;
+	a.state_slot = 5;
+	ck_assert_int_eq(l3kv_admit(k, &a, &r), 0);
+	ck_assert_uint_eq(r.lease, CT_LEASE);
+	ck_assert_uint_eq(r.admitted_pages, 2);
+	ck_assert_int_eq(r.decline, L3KV_DECLINE_NONE);
+	ck_assert_uint_eq(r.ttl_ms, 1234);
+	ck_assert_uint_eq(r.group_hit, 3);
+
+	a.request_id = CT_REQ_ID + 1;
+	a.reserved_pages = 0;
+	a.state_slot = L3KV_SLOT_NONE;
+	ck_assert_int_eq(l3kv_admit(k, &a, &r), 0);
+	ck_assert_uint_eq(r.lease, 0);
+	ck_assert_uint_eq(r.admitted_pages, 0);
+	ck_assert_int_eq(r.decline, L3KV_DECLINE_NO_RESERVATION);
+	ck_assert_uint_eq(r.group_hit, 3);
+	ck_assert_int_eq(l3kv_last_status(k), 0);
+	ck_assert_str_eq(l3kv_last_error(k), "");
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+static int
+script_restore_cancel_release(int fd)
+{
+	struct proto_restore_reply	rr;
+	struct proto_cancel_reply	cr;
+	struct proto_hdr		h;
+	uint8_t				want[16 + 3 * 4], *p;
+
+	/* RESTORE: lease, npages, region, flags, then the u32 destinations. */
+	p = ct_le(want, CT_LEASE, 8);
+	p = ct_le(p, 3, 4);
+	p = ct_le(p, 0x0102, 2);
+	p = ct_le(p, 0, 2);
+	p = ct_le(p, 7, 4);
+	p = ct_le(p, 3, 4);
+	ct_le(p, 0xfffffffe, 4);
+	if (fake_expect_bytes(fd, PROTO_T_RESTORE, want, sizeof(want), &h) != 0)
+		return 1;
+	memset(&rr, 0, sizeof(rr));
+	rr.pages = 2;
+	rr.flags = PROTO_RESTORE_F_PARTIAL;
+	rr.bytes = 2 * 2048;
+	if (fake_reply(fd, &h, 0, &rr, sizeof(rr)) != 0)
+		return 2;
+	/* A failed one: the status's errno, the text kept. */
+	if (fake_expect_bytes(fd, PROTO_T_RESTORE, want, sizeof(want), &h) != 0 ||
+	    fake_reply(fd, &h, PROTO_S_LOST, "RESTORE: page 1 of rank 0 is lost or corrupt",
+	    44) != 0)
+		return 3;
+	ct_le(want, CT_LEASE, 8);
+	if (fake_expect_bytes(fd, PROTO_T_CANCEL, want, 8, &h) != 0)
+		return 4;
+	memset(&cr, 0, sizeof(cr));
+	cr.pages_landed = 2;
+	if (fake_reply(fd, &h, 0, &cr, sizeof(cr)) != 0)
+		return 5;
+	if (fake_expect_bytes(fd, PROTO_T_CANCEL, want, 8, &h) != 0 ||
+	    fake_reply(fd, &h, 0, &cr, sizeof(cr)) != 0)
+		return 6;
+	if (fake_expect_bytes(fd, PROTO_T_RELEASE, want, 8, &h) != 0 ||
+	    fake_reply(fd, &h, PROTO_S_BUSY, "RELEASE: restoring", 18) != 0)
+		return 7;
+	if (fake_expect_bytes(fd, PROTO_T_RELEASE, want, 8, &h) != 0 ||
+	    fake_reply(fd, &h, 0, NULL, 0) != 0)
+		return 8;
+	return fake_drain(fd);
+}
+
+START_TEST(test_restore_cancel_release_encode_and_decode_exactly)
+{
+	struct l3kv_restore_result	 r;
+	struct fake			 f;
+	struct l3kv			*k;
+	uint32_t			 dst[3] = { 7, 3, 0xfffffffe }, landed = 99;
+	int				 fds = test_fd_count();
+
+	fake_start(&f, script_restore_cancel_release);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ck_assert_int_eq(l3kv_restore(k, CT_LEASE, 0x0102, dst, 3, 0, &r), 0);
+	ck_assert_uint_eq(r.pages, 2);
+	ck_assert_int_eq(r.partial, 1);
+	ck_assert_uint_eq(r.bytes, 4096);
+	ck_assert_int_eq(l3kv_restore(k, CT_LEASE, 0x0102, dst, 3, 0, &r), -ENODATA);
+	ck_assert_uint_eq(r.pages, 0);
+	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_LOST);
+	ck_assert_str_eq(l3kv_last_error(k), "RESTORE: page 1 of rank 0 is lost or corrupt");
+	ck_assert_int_eq(l3kv_cancel(k, CT_LEASE, &landed), 0);
+	ck_assert_uint_eq(landed, 2);
+	ck_assert_str_eq(l3kv_last_error(k), "");
+	ck_assert_int_eq(l3kv_cancel(k, CT_LEASE, NULL), 0);
+	ck_assert_int_eq(l3kv_release(k, CT_LEASE), -EBUSY);
+	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BUSY);
+	ck_assert_int_eq(l3kv_release(k, CT_LEASE), 0);
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+static int
+script_publish_debug(int fd)
+{
+	struct proto_publish_reply	pr;
+	struct proto_hdr		h;
+	uint8_t				want[8 + 2 * 40], hashes[2 * L3KV_HASH_LEN], *p;
+
+	/* PUBLISH: npages, region, flags, then (hash, src_page, 4 bytes of zero) per page. */
+	ct_hashes(hashes, 2);
+	p = ct_le(want, 2, 4);
+	p = ct_le(p, 2, 2);
+	p = ct_le(p, 0, 2);
+	memcpy(p, hashes, L3KV_HASH_LEN);
+	p = ct_le(p + L3KV_HASH_LEN, 9, 4);
+	p = ct_le(p, 0, 4);
+	memcpy(p, hashes + L3KV_HASH_LEN, L3KV_HASH_LEN);
+	p = ct_le(p + L3KV_HASH_LEN, 0x01020304, 4);
+	ct_le(p, 0, 4);
+	if (fake_expect_bytes(fd, PROTO_T_PUBLISH, want, sizeof(want), &h) != 0)
+		return 1;
+	memset(&pr, 0, sizeof(pr));
+	pr.stored = 1;
+	pr.present = 1;
+	pr.bytes = 2048;
+	if (fake_reply(fd, &h, 0, &pr, sizeof(pr)) != 0)
+		return 2;
+	if (fake_expect_bytes(fd, PROTO_T_PUBLISH, want, sizeof(want), &h) != 0 ||
+	    fake_reply(fd, &h, PROTO_S_NO_SPACE, "PUBLISH: page 1: no space", 25) != 0)
+		return 3;
+	/* An empty PUBLISH is the daemon's to judge: it goes out. */
+	p = ct_le(want, 0, 4);
+	p = ct_le(p, 2, 2);
+	ct_le(p, 0, 2);
+	if (fake_expect_bytes(fd, PROTO_T_PUBLISH, want, 8, &h) != 0)
+		return 4;
+	memset(&pr, 0, sizeof(pr));
+	if (fake_reply(fd, &h, 0, &pr, sizeof(pr)) != 0)
+		return 5;
+	/* DEBUG: op, pool, pad, hash. */
+	p = ct_le(want, PROTO_DEBUG_CORRUPT, 4);
+	p = ct_le(p, 1, 2);
+	p = ct_le(p, 0, 2);
+	memcpy(p, hashes + L3KV_HASH_LEN, L3KV_HASH_LEN);
+	if (fake_expect_bytes(fd, PROTO_T_DEBUG, want, 40, &h) != 0 ||
+	    fake_reply(fd, &h, 0, NULL, 0) != 0)
+		return 6;
+	if (fake_expect_bytes(fd, PROTO_T_DEBUG, want, 40, &h) != 0 ||
+	    fake_reply(fd, &h, PROTO_S_STATE, "DEBUG is refused unless testing.debug_ops is true",
+	    50) != 0)
+		return 7;
+	return fake_drain(fd);
+}
+
+START_TEST(test_publish_and_debug_encode_and_decode_exactly)
+{
+	struct l3kv_publish_result	 r;
+	struct l3kv_publish_page	 pages[2];
+	struct fake			 f;
+	struct l3kv			*k;
+	uint8_t				 hashes[2 * L3KV_HASH_LEN];
+	int				 fds = test_fd_count();
+
+	ct_hashes(hashes, 2);
+	memcpy(pages[0].hash, hashes, L3KV_HASH_LEN);
+	pages[0].src_page = 9;
+	memcpy(pages[1].hash, hashes + L3KV_HASH_LEN, L3KV_HASH_LEN);
+	pages[1].src_page = 0x01020304;
+	fake_start(&f, script_publish_debug);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ck_assert_int_eq(l3kv_publish(k, 2, pages, 2, &r), 0);
+	ck_assert_uint_eq(r.stored, 1);
+	ck_assert_uint_eq(r.present, 1);
+	ck_assert_uint_eq(r.bytes, 2048);
+	ck_assert_int_eq(l3kv_publish(k, 2, pages, 2, &r), -ENOSPC);
+	ck_assert_uint_eq(r.stored, 0);
+	ck_assert_str_eq(l3kv_last_error(k), "PUBLISH: page 1: no space");
+	ck_assert_int_eq(l3kv_publish(k, 2, NULL, 0, NULL), 0);
+	ck_assert_int_eq(l3kv_debug(k, L3KV_DEBUG_CORRUPT, 1, pages[1].hash), 0);
+	ck_assert_int_eq(l3kv_debug(k, L3KV_DEBUG_CORRUPT, 1, pages[1].hash), -EISCONN);
+	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_STATE);
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+/* An ATTACH whose pools are (state, kv), then a PROBE that must name pool 1. */
+static int
+script_probe_pool(int fd)
+{
+	struct proto_attach_reply	 ar;
+	struct proto_probe_reply	 pr;
+	struct proto_probe		 p;
+	struct proto_hdr		 h;
+	uint8_t				*pay;
+	int				 fds[PROTO_FDS_MAX], nfds, i;
+
+	if (fake_read_frame(fd, &h, &pay, fds, &nfds) != 0 || h.type != PROTO_T_ATTACH) {
+		free(pay);
+		return 1;
+	}
+	for (i = 0; i < nfds; i++)
+		close(fds[i]);
+	free(pay);
+	memset(&ar, 0, sizeof(ar));
+	strcpy(ar.ns, "decode/tiny-0");
+	if (fake_reply(fd, &h, 0, &ar, sizeof(ar)) != 0)
+		return 2;
+	if (fake_read_frame(fd, &h, &pay, NULL, NULL) != 0 || h.type != PROTO_T_PROBE ||
+	    h.length != sizeof(p) + L3KV_HASH_LEN) {
+		free(pay);
+		return 3;
+	}
+	memcpy(&p, pay, sizeof(p));
+	free(pay);
+	if (p.pool != 1 || p.npages != 1)
+		return 4;
+	memset(&pr, 0, sizeof(pr));
+	pr.hit_pages = 1;
+	if (fake_reply(fd, &h, 0, &pr, sizeof(pr)) != 0)
+		return 5;
+	return fake_drain(fd);
+}
+
+START_TEST(test_probe_asks_about_the_pool_admit_uses)
+{
+	struct ct_engine	 e;
+	struct l3kv_pool	 kv;
+	struct fake		 f;
+	struct l3kv		*k;
+	uint8_t			 hash[L3KV_HASH_LEN];
+	uint32_t		 hit = 0;
+	int			 fds = test_fd_count();
+
+	ct_engine_init(&e);
+	kv = e.pools[0];
+	e.pools[0] = e.pools[1];
+	e.pools[1] = kv;
+	e.regions[0].pool = 1;
+	e.regions[1].pool = 0;
+	ct_hashes(hash, 1);
+	fake_start(&f, script_probe_pool);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ck_assert_int_eq(l3kv_attach(k, &e.args, NULL), 0);
+	ck_assert_int_eq(l3kv_probe(k, hash, 1, &hit), 0);
+	ck_assert_uint_eq(hit, 1);
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	close(e.mfd);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+/*
+ * Four requests submitted at once, answered in reverse: each completion
+ * reaches its ticket and decodes with its own *_result(), and only that.
+ */
+static int
+script_cache_reverse(int fd)
+{
+	struct proto_publish_reply	pr;
+	struct proto_cancel_reply	cr;
+	struct proto_admit_reply	ar;
+	struct proto_hdr		ha, hr, hp, hc;
+
+	if (fake_expect(fd, PROTO_T_ADMIT, &ha) != 0 || fake_expect(fd, PROTO_T_RESTORE, &hr) != 0 ||
+	    fake_expect(fd, PROTO_T_PUBLISH, &hp) != 0 || fake_expect(fd, PROTO_T_CANCEL, &hc) != 0)
+		return 1;
+	memset(&cr, 0, sizeof(cr));
+	cr.pages_landed = 4;
+	memset(&pr, 0, sizeof(pr));
+	pr.stored = 1;
+	pr.bytes = 2048;
+	memset(&ar, 0, sizeof(ar));
+	ar.decline = PROTO_DECLINE_GROUP_TIMEOUT;
+	ar.ttl_ms = 1234;
+	if (fake_reply(fd, &hc, 0, &cr, sizeof(cr)) != 0 ||
+	    fake_reply(fd, &hp, 0, &pr, sizeof(pr)) != 0 ||
+	    fake_reply(fd, &hr, PROTO_S_EXPIRED, "RESTORE: lease 9 expired", 24) != 0 ||
+	    fake_reply(fd, &ha, 0, &ar, sizeof(ar)) != 0)
+		return 2;
+	return fake_drain(fd);
+}
+
+START_TEST(test_cache_submits_complete_out_of_order)
+{
+	struct l3kv_publish_result	 pr;
+	struct l3kv_restore_result	 rr;
+	struct l3kv_admit_result	 ar;
+	struct l3kv_publish_page	 page;
+	struct l3kv_admit_args		 a;
+	struct l3kv_completion		 c[4];
+	struct fake			 f;
+	struct l3kv			*k;
+	uint64_t			 ta, tr, tp, tc;
+	uint32_t			 dst[2] = { 0, 1 }, landed;
+	uint8_t				 hashes[2 * L3KV_HASH_LEN];
+	int				 fds = test_fd_count(), i;
+
+	ct_hashes(hashes, 2);
+	memset(&a, 0, sizeof(a));
+	a.request_id = CT_REQ_ID;
+	a.hashes = hashes;
+	a.npages = 2;
+	a.reserved_pages = 2;
+	a.state_slot = L3KV_SLOT_NONE;
+	memcpy(page.hash, hashes, L3KV_HASH_LEN);
+	page.src_page = 4;
+	fake_start(&f, script_cache_reverse);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ck_assert_int_eq(l3kv_submit_admit(k, &a, &ta), 0);
+	ck_assert_int_eq(l3kv_submit_restore(k, 9, 0, dst, 2, &tr), 0);
+	ck_assert_int_eq(l3kv_submit_publish(k, 0, &page, 1, &tp), 0);
+	ck_assert_int_eq(l3kv_submit_cancel(k, 9, &tc), 0);
+	ck_assert(ta < tr && tr < tp && tp < tc);
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(ct_next(k, &c[i], 2000), 0);
+
+	ck_assert_uint_eq(c[0].ticket, tc);
+	ck_assert_int_eq(c[0].op, L3KV_OP_CANCEL);
+	ck_assert_int_eq(l3kv_cancel_result(&c[0], &landed), 0);
+	ck_assert_uint_eq(landed, 4);
+
+	ck_assert_uint_eq(c[1].ticket, tp);
+	ck_assert_int_eq(c[1].op, L3KV_OP_PUBLISH);
+	ck_assert_int_eq(l3kv_publish_result(&c[1], &pr), 0);
+	ck_assert_uint_eq(pr.stored, 1);
+	ck_assert_uint_eq(pr.bytes, 2048);
+	/* Another type's completion does not decode. */
+	ck_assert_int_eq(l3kv_admit_result(&c[1], &ar), -EINVAL);
+	ck_assert_int_eq(l3kv_restore_result(&c[1], &rr), -EINVAL);
+	ck_assert_int_eq(l3kv_cancel_result(&c[1], &landed), -EINVAL);
+
+	ck_assert_uint_eq(c[2].ticket, tr);
+	ck_assert_int_eq(c[2].op, L3KV_OP_RESTORE);
+	ck_assert_int_eq(c[2].status, -ETIME);
+	ck_assert_int_eq(c[2].proto_status, PROTO_S_EXPIRED);
+	ck_assert_str_eq(c[2].payload, "RESTORE: lease 9 expired");
+	/* Nor does a failed one. */
+	rr.pages = 7;
+	ck_assert_int_eq(l3kv_restore_result(&c[2], &rr), -EINVAL);
+	ck_assert_uint_eq(rr.pages, 0);
+
+	ck_assert_uint_eq(c[3].ticket, ta);
+	ck_assert_int_eq(c[3].op, L3KV_OP_ADMIT);
+	ck_assert_int_eq(l3kv_admit_result(&c[3], &ar), 0);
+	ck_assert_uint_eq(ar.lease, 0);
+	ck_assert_uint_eq(ar.admitted_pages, 0);
+	ck_assert_int_eq(ar.decline, L3KV_DECLINE_GROUP_TIMEOUT);
+	ck_assert_uint_eq(ar.ttl_ms, 1234);
+	ck_assert_int_eq(l3kv_publish_result(&c[3], &pr), -EINVAL);
+	ck_assert_int_eq(l3kv_admit_result(NULL, &ar), -EINVAL);
+	ck_assert_int_eq(l3kv_admit_result(&c[3], NULL), -EINVAL);
+	for (i = 0; i < 4; i++)
+		l3kv_completion_release(&c[i]);
+	ck_assert_int_eq(l3kv_poll_completion(k, &c[0]), -EAGAIN);
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+/* The fake's max_frame is 1 MiB: ADMIT payloads hold at most (2^20 - 24) / 32 pages. */
+#define CT_ADMIT_FITS	32767
+
+static int
+script_largest_admit(int fd)
+{
+	struct proto_admit_reply	ar;
+	struct proto_hdr		h;
+	uint8_t				*p;
+
+	if (fake_read_frame(fd, &h, &p, NULL, NULL) != 0 || h.type != PROTO_T_ADMIT ||
+	    h.length != 24 + CT_ADMIT_FITS * L3KV_HASH_LEN) {
+		free(p);
+		return 1;
+	}
+	free(p);
+	memset(&ar, 0, sizeof(ar));
+	ar.decline = PROTO_DECLINE_NO_HIT;
+	if (fake_reply(fd, &h, 0, &ar, sizeof(ar)) != 0)
+		return 2;
+	/* Nothing refused locally reached the wire: the next frame is the STATS. */
+	if (fake_expect(fd, PROTO_T_STATS, &h) != 0 || fake_reply(fd, &h, 0, "{}", 2) != 0)
+		return 3;
+	return fake_drain(fd);
+}
+
+START_TEST(test_cache_calls_refuse_what_cannot_be_encoded)
+{
+	struct l3kv_publish_page	*pages;
+	struct l3kv_admit_result	 ar;
+	struct l3kv_admit_args		 a;
+	struct fake			 f;
+	struct l3kv			*k;
+	uint8_t				*hashes;
+	uint32_t			 hit, dst = 0, publish_over;
+	uint64_t			 t = 99;
+	char				*json;
+	int				 fds = test_fd_count();
+
+	/* Enough for the largest ADMIT that fits, and a PUBLISH that does not. */
+	publish_over = ((1U << 20) - 8) / 40 + 1;
+	hashes = calloc(CT_ADMIT_FITS + 1, L3KV_HASH_LEN);
+	pages = calloc(publish_over, sizeof(*pages));
+	ck_assert_ptr_nonnull(hashes);
+	ck_assert_ptr_nonnull(pages);
+	fake_start(&f, script_largest_admit);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+
+	/* More pages than a request may carry, whatever max_frame says. */
+	ck_assert_int_eq(l3kv_probe(k, hashes, L3KV_PAGES_MAX + 1, &hit), -EMSGSIZE);
+	ck_assert_str_eq(l3kv_last_error(k),
+	    "libl3kv: PROBE of 65537 pages is over the 65536 one request may carry");
+	memset(&a, 0, sizeof(a));
+	a.hashes = hashes;
+	a.npages = L3KV_PAGES_MAX + 1;
+	ck_assert_int_eq(l3kv_admit(k, &a, &ar), -EMSGSIZE);
+	ck_assert_int_eq(l3kv_submit_admit(k, &a, &t), -EMSGSIZE);
+	ck_assert_uint_eq(t, 0);
+	ck_assert_int_eq(l3kv_restore(k, 1, 0, &dst, L3KV_PAGES_MAX + 1, 0, NULL), -EMSGSIZE);
+	ck_assert_int_eq(l3kv_submit_restore(k, 1, 0, &dst, L3KV_PAGES_MAX + 1, &t), -EMSGSIZE);
+	ck_assert_int_eq(l3kv_publish(k, 0, pages, L3KV_PAGES_MAX + 1, NULL), -EMSGSIZE);
+	ck_assert_int_eq(l3kv_submit_publish(k, 0, pages, L3KV_PAGES_MAX + 1, &t), -EMSGSIZE);
+
+	/* Longer than the daemon's max_frame. */
+	a.npages = CT_ADMIT_FITS + 1;
+	ck_assert_int_eq(l3kv_admit(k, &a, &ar), -EMSGSIZE);
+	ck_assert_str_eq(l3kv_last_error(k),
+	    "libl3kv: ADMIT of 1048600 bytes is over the daemon's max_frame 1048576");
+	ck_assert_int_eq(l3kv_submit_publish(k, 0, pages, publish_over, &t), -EMSGSIZE);
+	ck_assert_int_eq(l3kv_publish(k, 0, pages, publish_over, NULL), -EMSGSIZE);
+
+	/* Nothing to read, or an index too wide for its field. */
+	ck_assert_int_eq(l3kv_probe(k, NULL, 1, &hit), -EINVAL);
+	ck_assert_str_eq(l3kv_last_error(k), "libl3kv: PROBE: hashes is NULL with 1 pages");
+	ck_assert_int_eq(l3kv_probe(k, hashes, 1, NULL), -EINVAL);
+	a.hashes = NULL;
+	a.npages = 1;
+	ck_assert_int_eq(l3kv_admit(k, &a, &ar), -EINVAL);
+	ck_assert_int_eq(l3kv_submit_admit(k, &a, &t), -EINVAL);
+	ck_assert_int_eq(l3kv_admit(k, NULL, &ar), -EINVAL);
+	ck_assert_int_eq(l3kv_restore(k, 1, 0, NULL, 1, 0, NULL), -EINVAL);
+	ck_assert_int_eq(l3kv_submit_restore(k, 1, 0, NULL, 1, &t), -EINVAL);
+	ck_assert_int_eq(l3kv_restore(k, 1, 65536, &dst, 1, 0, NULL), -EINVAL);
+	ck_assert_str_eq(l3kv_last_error(k), "libl3kv: region: 65536 does not fit the wire's 65535");
+	ck_assert_int_eq(l3kv_publish(k, 0, NULL, 1, NULL), -EINVAL);
+	ck_assert_int_eq(l3kv_publish(k, 65536, pages, 1, NULL), -EINVAL);
+	ck_assert_int_eq(l3kv_debug(k, L3KV_DEBUG_DROP, 0, NULL), -EINVAL);
+	ck_assert_int_eq(l3kv_debug(k, L3KV_DEBUG_DROP, 65536, hashes), -EINVAL);
+	ck_assert_int_eq(l3kv_submit_cancel(k, 1, NULL), -EINVAL);
+	ck_assert_int_eq(l3kv_last_status(k), 0);
+
+	/* The largest ADMIT that fits goes out whole. */
+	a.hashes = hashes;
+	a.npages = CT_ADMIT_FITS;
+	ck_assert_int_eq(l3kv_admit(k, &a, &ar), 0);
+	ck_assert_int_eq(ar.decline, L3KV_DECLINE_NO_HIT);
+	ck_assert_int_eq(l3kv_stats(k, &json), 0);
+	l3kv_free(json);
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	free(pages);
+	free(hashes);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+static int
+script_silent_cache(int fd)
+{
+	struct proto_hdr	h;
+
+	if (fake_expect(fd, PROTO_T_ADMIT, &h) != 0 || fake_expect(fd, PROTO_T_RESTORE, &h) != 0)
+		return 1;
+	return fake_drain(fd);
+}
+
+/* ADMIT and RESTORE wait as long as their caller says, not the connection's default. */
+START_TEST(test_admit_and_restore_take_their_own_timeout)
+{
+	struct l3kv_restore_result	 rr;
+	struct l3kv_admit_result	 ar;
+	struct l3kv_admit_args		 a;
+	struct fake			 f;
+	struct l3kv			*k;
+	uint8_t				 hash[L3KV_HASH_LEN];
+	uint32_t			 dst = 0;
+	int				 fds = test_fd_count();
+	int64_t				 t0, dt;
+
+	ct_hashes(hash, 1);
+	memset(&a, 0, sizeof(a));
+	a.hashes = hash;
+	a.npages = 1;
+	a.reserved_pages = 1;
+	a.timeout_ms = 100;
+	fake_start(&f, script_silent_cache);
+	ck_assert_int_eq(l3kv_connect(f.sock, 5000, &k), 0);
+	t0 = ct_now_ms();
+	ck_assert_int_eq(l3kv_admit(k, &a, &ar), -ETIMEDOUT);
+	dt = ct_now_ms() - t0;
+	ck_assert_int_ge(dt, 95);
+	ck_assert_int_lt(dt, 1000);
+	ck_assert_str_eq(l3kv_last_error(k), "libl3kv: no reply to ADMIT within the timeout");
+	t0 = ct_now_ms();
+	ck_assert_int_eq(l3kv_restore(k, 1, 0, &dst, 1, 100, &rr), -ETIMEDOUT);
+	dt = ct_now_ms() - t0;
+	ck_assert_int_ge(dt, 95);
+	ck_assert_int_lt(dt, 1000);
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+static int
+script_short_admit_reply(int fd)
+{
+	struct proto_admit_reply	ar;
+	struct proto_hdr		h;
+
+	memset(&ar, 0, sizeof(ar));
+	if (fake_expect(fd, PROTO_T_ADMIT, &h) != 0 ||
+	    fake_reply(fd, &h, 0, &ar, sizeof(ar) - 1) != 0)
+		return 1;
+	return fake_drain(fd);
+}
+
+START_TEST(test_cache_reply_of_the_wrong_length_is_eproto)
+{
+	struct l3kv_admit_result	 ar;
+	struct l3kv_admit_args		 a;
+	struct fake			 f;
+	struct l3kv			*k;
+	uint8_t				 hash[L3KV_HASH_LEN];
+	int				 fds = test_fd_count();
+
+	ct_hashes(hash, 1);
+	memset(&a, 0, sizeof(a));
+	a.hashes = hash;
+	a.npages = 1;
+	fake_start(&f, script_short_admit_reply);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ck_assert_int_eq(l3kv_admit(k, &a, &ar), -EPROTO);
+	ck_assert_str_eq(l3kv_last_error(k), "libl3kv: ADMIT reply of 23 bytes");
+	ck_assert_int_eq(l3kv_release(k, 1), -ENOTCONN);
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
 Suite *
 suite_client(void)
 {
@@ -1223,7 +1999,16 @@ suite_client(void)
 	tcase_add_test(tc, test_error_right_after_hello_fails_the_connect);
 	tcase_add_test(tc, test_large_reply_arrives_whole);
 	tcase_add_test(tc, test_attach_sends_the_memfd_with_the_frame);
+	tcase_add_test(tc, test_attach_larger_than_the_socket_buffer_goes_whole);
 	tcase_add_test(tc, test_attach_refuses_what_cannot_be_encoded);
+	tcase_add_test(tc, test_probe_and_admit_encode_and_decode_exactly);
+	tcase_add_test(tc, test_restore_cancel_release_encode_and_decode_exactly);
+	tcase_add_test(tc, test_publish_and_debug_encode_and_decode_exactly);
+	tcase_add_test(tc, test_probe_asks_about_the_pool_admit_uses);
+	tcase_add_test(tc, test_cache_submits_complete_out_of_order);
+	tcase_add_test(tc, test_cache_calls_refuse_what_cannot_be_encoded);
+	tcase_add_test(tc, test_admit_and_restore_take_their_own_timeout);
+	tcase_add_test(tc, test_cache_reply_of_the_wrong_length_is_eproto);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -278,6 +278,53 @@ START_TEST(test_lookup_has_no_side_effects)
 }
 END_TEST
 
+START_TEST(test_lookup_many_answers_as_lookup_does)
+{
+	struct dram		*d = dram_mk(64 * MIB);
+	struct dram_stats	 a, b;
+	struct dram_key		*keys, k;
+	uint32_t		*ids, id, w, n, hits = 0;
+	uint8_t			*buf;
+
+	keys = calloc(3000, sizeof(*keys));
+	ids = calloc(3000, sizeof(*ids));
+	ck_assert_ptr_nonnull(keys);
+	ck_assert_ptr_nonnull(ids);
+	/* Enough objects that chains have more than one entry. */
+	for (n = 0; n < 2000; n++)
+		put(d, n, 4096, DRAM_NONE);
+	drop_keys(d, 100, 200);
+	key_of(&k, 300);
+	dram_drop(d, find(d, 300));
+	ck_assert_int_eq(dram_alloc(d, &k, 4096, DRAM_NONE, &w, &buf), 0);	/* WRITING */
+	for (n = 0; n < 3000; n++)
+		key_of(&keys[n], (n * 7919) % 3000);
+	dram_stats(d, &a);
+	EQ(dram_lookup_many(d, keys, 3000, ids), 1899);
+	dram_stats(d, &b);
+	ck_assert_mem_eq(&a, &b, sizeof(a));
+	for (n = 0; n < 3000; n++) {
+		if (dram_lookup(d, &keys[n], &id) == 0) {
+			EQ(ids[n], id);
+			hits++;
+		} else
+			EQ(ids[n], DRAM_NONE);
+	}
+	EQ(hits, 1899);
+	EQ(dram_lookup_many(d, keys, 0, ids), 0);
+	/* A short batch, not a multiple of the pipeline depth. */
+	for (n = 0, hits = 0; n < 17; n++)
+		hits += dram_lookup(d, &keys[5 + n], &id) == 0;
+	EQ(dram_lookup_many(d, keys + 5, 17, ids), hits);
+	dram_abort(d, w);
+	drop_keys(d, 0, 2000);
+	assert_empty(d);
+	free(keys);
+	free(ids);
+	dram_free(d);
+}
+END_TEST
+
 START_TEST(test_abort_frees_everything)
 {
 	struct dram		*d = dram_mk(8 * MIB);
@@ -1196,6 +1243,7 @@ suite_dram(void)
 	tcase_add_test(tc, test_writing_object_is_invisible_until_commit);
 	tcase_add_test(tc, test_duplicate_key_is_refused_while_writing_and_after_commit);
 	tcase_add_test(tc, test_lookup_has_no_side_effects);
+	tcase_add_test(tc, test_lookup_many_answers_as_lookup_does);
 	tcase_add_test(tc, test_abort_frees_everything);
 	tcase_add_test(tc, test_drop_of_pinned_object_frees_at_last_unpin);
 	tcase_add_test(tc, test_eviction_never_takes_a_pinned_object);

@@ -27,6 +27,7 @@ static const struct runner_suite runner_suites[] = {
 	{ "daemon",	suite_daemon,	NULL },
 	{ "client",	suite_client,	NULL },
 	{ "attach",	suite_attach,	NULL },
+	{ "cache",	suite_cache,	NULL },
 	{ "service",	suite_service,	NULL },
 	{ "root",	suite_root,	"root" },
 };

@@ -19,6 +19,7 @@ Suite	*suite_service(void);
 Suite	*suite_root(void);
 Suite	*suite_attach(void);
 Suite	*suite_dram(void);
+Suite	*suite_cache(void);
 
 /* A real l3kvd started from $L3KV_BUILD/l3kvd in a mkdtemp directory. */
 struct test_daemon {

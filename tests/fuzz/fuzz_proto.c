@@ -3,13 +3,15 @@
  * as a client could send it: a header (zero-padded when short), then
  * payload bytes. It goes through what l3kvd runs on every frame, in the
  * same order (header check against a max frame, payload length, HELLO or
- * ATTACH validation), then proto_dump() into a small and a large buffer,
+ * ATTACH validation, the cache operations' counted arrays), then
+ * proto_dump() into a small and a large buffer,
  * with the payload at an odd address too. ATTACH decoding also runs on
  * whatever follows the header, so that the fuzzer need not keep the
  * header's length in step to reach the field checks.
  *
  * Crashes, sanitizer reports and the invariants below are findings.
  */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +67,61 @@ fuzz_attach(const uint8_t *payload, uint32_t len)
 	(void)sum;
 }
 
+/*
+ * A cache operation whose length passed: its count is within
+ * PROTO_PAGES_MAX and its array ends exactly at the payload's end (the
+ * last element is read, for ASan to check).
+ */
+static void
+fuzz_cache(unsigned type, const uint8_t *payload, uint32_t len)
+{
+	size_t		fixed, count_at, elem;
+	uint32_t	n;
+	uint8_t		last;
+
+	count_at = 0;
+	switch (type) {
+	case PROTO_T_PROBE:
+		fixed = sizeof(struct proto_probe);
+		elem = PROTO_HASH_LEN;
+		break;
+	case PROTO_T_ADMIT:
+		fixed = sizeof(struct proto_admit);
+		count_at = offsetof(struct proto_admit, npages);
+		elem = PROTO_HASH_LEN;
+		break;
+	case PROTO_T_RESTORE:
+		fixed = sizeof(struct proto_restore);
+		count_at = offsetof(struct proto_restore, npages);
+		elem = sizeof(uint32_t);
+		break;
+	case PROTO_T_PUBLISH:
+		fixed = sizeof(struct proto_publish);
+		elem = sizeof(struct proto_publish_page);
+		break;
+	case PROTO_T_CANCEL:
+	case PROTO_T_RELEASE:
+		if (len != sizeof(struct proto_lease_op))
+			__builtin_trap();
+		return;
+	case PROTO_T_DEBUG:
+		if (len != sizeof(struct proto_debug))
+			__builtin_trap();
+		return;
+	default:
+		return;
+	}
+	if (len < fixed)
+		__builtin_trap();
+	memcpy(&n, payload + count_at, sizeof(n));
+	if (n > PROTO_PAGES_MAX || len != fixed + (size_t)n * elem)
+		__builtin_trap();
+	if (n > 0) {
+		memcpy(&last, payload + len - 1, 1);
+		(void)last;
+	}
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -95,6 +152,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		if (st == PROTO_S_OK && h.type == PROTO_T_ATTACH)
 			fuzz_attach(payload, h.length);
+		if (st == PROTO_S_OK)
+			fuzz_cache(h.type, payload, h.length);
 	}
 	if (avail >= sizeof(struct proto_attach) && avail <= PROTO_FRAME_MAX)
 		fuzz_attach(payload, (uint32_t)avail);

@@ -1,0 +1,940 @@
+/*
+ * The cache contract on the DRAM tier, end to end: a real l3kvd driven
+ * through libl3kv by engines whose memory is memfds (the host copy
+ * engine). Every test asserts statuses, destination bytes and counters,
+ * and the teardown asserts that no lease, pin or in-flight object is
+ * left behind.
+ */
+#include <sys/mman.h>
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "l3kv.h"
+#include "proto.h"
+#include "tests.h"
+
+#define PAGES		64		/* pages of each engine's KV region */
+#define LAYERS		4
+#define PAGE_TOKENS	8
+#define TOKEN_BYTES	64
+#define PAGE_BYTES	(PAGE_TOKENS * LAYERS * TOKEN_BYTES)
+#define KV_REGION	0
+
+static struct test_daemon	td;
+static int			fds_before;
+
+/* One engine rank: a connection, a page_first KV memfd mapped here too. */
+struct rank {
+	struct l3kv		*k;
+	int			 fd;
+	uint8_t			*mem;
+	struct l3kv_pool	 pool;
+	struct l3kv_region	 region;
+	struct l3kv_attach_args	 args;
+};
+
+static void
+start(const char *extra)
+{
+	fds_before = test_fd_count();
+	ck_assert_int_eq(test_daemon_start(&td, extra), 0);
+}
+
+static void
+setup(void)
+{
+	start("{\"testing\": {\"debug_ops\": true}, \"tiers\": {\"dram\": {\"size\": \"8 MiB\"}}}");
+}
+
+static json_t *
+stats(void)
+{
+	struct l3kv	*k = NULL;
+	json_error_t	 jerr;
+	json_t		*j;
+	char		*text = NULL;
+
+	ck_assert_int_eq(l3kv_connect(td.sock, 5000, &k), 0);
+	ck_assert_int_eq(l3kv_stats(k, &text), 0);
+	j = json_loads(text, 0, &jerr);
+	ck_assert_ptr_nonnull(j);
+	l3kv_free(text);
+	l3kv_close(k);
+	return j;
+}
+
+static long long
+stat_of(const char *section, const char *key)
+{
+	json_t		*j = stats();
+	json_t		*v = json_object_get(json_object_get(j, section), key);
+	long long	 n;
+
+	ck_assert_msg(json_is_integer(v), "stats %s.%s missing", section, key);
+	n = json_integer_value(v);
+	json_decref(j);
+	return n;
+}
+
+/* Waits (bounded) until a counter reaches a value; returns its last value. */
+static long long
+stat_wait(const char *section, const char *key, long long want)
+{
+	long long	v = -1;
+	int		i;
+
+	for (i = 0; i < 300; i++) {
+		if ((v = stat_of(section, key)) == want)
+			break;
+		usleep(10000);
+	}
+	return v;
+}
+
+static void
+teardown(void)
+{
+	int	st;
+
+	/* Nothing held once every engine is gone. */
+	ck_assert_int_eq(stat_wait("cache", "leases_open", 0), 0);
+	ck_assert_int_eq(stat_wait("dram", "pins", 0), 0);
+	ck_assert_int_eq(stat_of("dram", "pinned_objects"), 0);
+	ck_assert_int_eq(stat_of("dram", "writing"), 0);
+	test_daemon_stop(&td, SIGTERM, &st);
+	ck_assert(WIFEXITED(st));
+	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	ck_assert_int_eq(test_fd_count(), fds_before);
+}
+
+static void
+rank_init(struct rank *r, const char *group, unsigned size, unsigned idx)
+{
+	memset(r, 0, sizeof(*r));
+	r->fd = memfd_create("l3kv-engine", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	ck_assert_int_ge(r->fd, 0);
+	ck_assert_int_eq(ftruncate(r->fd, (off_t)PAGES * PAGE_BYTES), 0);
+	r->mem = mmap(NULL, (size_t)PAGES * PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+	ck_assert(r->mem != MAP_FAILED);
+	r->pool = (struct l3kv_pool){ "kv", L3KV_POOL_KV, L3KV_HIT_ALL_PAGES, 0, LAYERS, PAGE_BYTES,
+	    "latent:64:fp8_e4m3" };
+	r->region = (struct l3kv_region){ .pool = 0, .kind = L3KV_MEM_MEMFD,
+	    .layout = L3KV_LAYOUT_PAGE_FIRST, .fd = r->fd, .size = (uint64_t)PAGES * PAGE_BYTES,
+	    .num_pages = PAGES, .page_tokens = PAGE_TOKENS, .layers = LAYERS,
+	    .token_bytes = TOKEN_BYTES, .page_stride = PAGE_BYTES, .layer_stride = TOKEN_BYTES,
+	    .token_stride = LAYERS * TOKEN_BYTES };
+	r->args.layout = (struct l3kv_layout){ .model = "cache-test", .kv_dtype = "fp8_e4m3",
+	    .hash_scheme = "sha256", .hash_len = 32, .tp_size = size, .dcp_size = 1,
+	    .pp_size = 1, .cp_size = 1, .host_layout = L3KV_LAYOUT_PAGE_FIRST,
+	    .attention = L3KV_ATTN_MLA, .page_tokens = PAGE_TOKENS,
+	    .logical_page_tokens = PAGE_TOKENS };
+	r->args.pools = &r->pool;
+	r->args.npools = 1;
+	r->args.regions = &r->region;
+	r->args.nregions = 1;
+	r->args.group = group;
+	r->args.group_size = size;
+	r->args.group_rank = idx;
+	r->args.tp_rank = idx;
+	r->args.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
+	r->args.write = L3KV_WRITE_THROUGH;
+}
+
+static void
+rank_attach(struct rank *r)
+{
+	ck_assert_int_eq(l3kv_connect(td.sock, 5000, &r->k), 0);
+	ck_assert_int_eq(l3kv_attach(r->k, &r->args, NULL), 0);
+}
+
+static void
+rank_fini(struct rank *r)
+{
+	l3kv_close(r->k);
+	munmap(r->mem, (size_t)PAGES * PAGE_BYTES);
+	close(r->fd);
+}
+
+/* The page hash of page i of prefix `prefix`: deterministic, never zero. */
+static void
+page_hash(uint32_t prefix, uint32_t i, uint8_t *h)
+{
+	uint32_t	j, x = prefix * 2654435761U + i * 40503U + 1;
+
+	for (j = 0; j < L3KV_HASH_LEN; j++) {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		h[j] = (uint8_t)x;
+	}
+}
+
+static uint8_t *
+hashes_of(uint32_t prefix, uint32_t n)
+{
+	uint8_t		*h = malloc((size_t)n * L3KV_HASH_LEN);
+	uint32_t	 i;
+
+	ck_assert_ptr_nonnull(h);
+	for (i = 0; i < n; i++)
+		page_hash(prefix, i, h + (size_t)i * L3KV_HASH_LEN);
+	return h;
+}
+
+/* Fills engine page `slot` with the content of (prefix, i). */
+static void
+fill_page(struct rank *r, uint32_t slot, uint32_t prefix, uint32_t i)
+{
+	uint8_t		*p = r->mem + (size_t)slot * PAGE_BYTES;
+	uint32_t	 j, x = prefix * 7919U + i * 104729U + 17;
+
+	for (j = 0; j < PAGE_BYTES; j++) {
+		x = x * 1103515245U + 12345U;
+		p[j] = (uint8_t)(x >> 16);
+	}
+}
+
+static int
+page_is(struct rank *r, uint32_t slot, uint32_t prefix, uint32_t i)
+{
+	uint8_t		want[PAGE_BYTES];
+	uint32_t	j, x = prefix * 7919U + i * 104729U + 17;
+
+	for (j = 0; j < PAGE_BYTES; j++) {
+		x = x * 1103515245U + 12345U;
+		want[j] = (uint8_t)(x >> 16);
+	}
+	return memcmp(r->mem + (size_t)slot * PAGE_BYTES, want, PAGE_BYTES) == 0;
+}
+
+static void
+fill_sentinel(struct rank *r, uint32_t slot)
+{
+	memset(r->mem + (size_t)slot * PAGE_BYTES, 0xee, PAGE_BYTES);
+}
+
+static int
+is_sentinel(struct rank *r, uint32_t slot)
+{
+	uint32_t	j;
+
+	for (j = 0; j < PAGE_BYTES; j++)
+		if (r->mem[(size_t)slot * PAGE_BYTES + j] != 0xee)
+			return 0;
+	return 1;
+}
+
+/*
+ * Publishes n pages of a prefix from engine slots [first, first+n): fills
+ * them, publishes, expects `stored` new objects.
+ */
+static void
+publish_prefix(struct rank *r, uint32_t prefix, uint32_t n, uint32_t first, uint32_t stored)
+{
+	struct l3kv_publish_result	 res;
+	struct l3kv_publish_page	*pg = calloc(n, sizeof(*pg));
+	uint32_t			 i;
+
+	ck_assert_ptr_nonnull(pg);
+	for (i = 0; i < n; i++) {
+		fill_page(r, first + i, prefix, i);
+		page_hash(prefix, i, pg[i].hash);
+		pg[i].src_page = first + i;
+	}
+	ck_assert_int_eq(l3kv_publish(r->k, KV_REGION, pg, n, &res), 0);
+	ck_assert_uint_eq(res.stored, stored);
+	ck_assert_uint_eq(res.present, n - stored);
+	ck_assert_uint_eq(res.bytes, (uint64_t)stored * PAGE_BYTES);
+	free(pg);
+}
+
+static uint32_t
+probe(struct rank *r, uint32_t prefix, uint32_t n)
+{
+	uint8_t		*h = hashes_of(prefix, n);
+	uint32_t	 hit = UINT32_MAX;
+
+	ck_assert_int_eq(l3kv_probe(r->k, h, n, &hit), 0);
+	free(h);
+	return hit;
+}
+
+static struct l3kv_admit_result
+admit(struct rank *r, uint64_t req, uint32_t prefix, uint32_t n, uint32_t reserved)
+{
+	struct l3kv_admit_result	res;
+	struct l3kv_admit_args		a;
+	uint8_t				*h = hashes_of(prefix, n);
+
+	memset(&a, 0, sizeof(a));
+	a.request_id = req;
+	a.hashes = h;
+	a.npages = n;
+	a.reserved_pages = reserved;
+	a.state_slot = L3KV_SLOT_NONE;
+	memset(&res, 0xa5, sizeof(res));
+	ck_assert_int_eq(l3kv_admit(r->k, &a, &res), 0);
+	free(h);
+	return res;
+}
+
+/* Restores a lease into engine slots first..first+n-1. */
+static int
+restore_into(struct rank *r, uint64_t lease, uint32_t first, uint32_t n,
+    struct l3kv_restore_result *res)
+{
+	uint32_t	*dst = malloc(n * sizeof(*dst) + 1), i;
+	int		 rc;
+
+	ck_assert_ptr_nonnull(dst);
+	for (i = 0; i < n; i++)
+		dst[i] = first + i;
+	rc = l3kv_restore(r->k, lease, KV_REGION, dst, n, 10000, res);
+	free(dst);
+	return rc;
+}
+
+START_TEST(test_publish_then_restore_lands_the_exact_bytes)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a;
+	struct rank			r;
+	uint32_t			i;
+
+	rank_init(&r, "g1", 1, 0);
+	rank_attach(&r);
+	publish_prefix(&r, 1, 8, 0, 8);
+	ck_assert_uint_eq(probe(&r, 1, 12), 8);
+	a = admit(&r, 100, 1, 12, 12);
+	ck_assert_int_eq(a.decline, L3KV_DECLINE_NONE);
+	ck_assert_uint_eq(a.admitted_pages, 8);
+	ck_assert_uint_eq(a.group_hit, 8);
+	ck_assert_uint_ne(a.lease, 0);
+	for (i = 0; i < 16; i++)
+		fill_sentinel(&r, 32 + i);
+	ck_assert_int_eq(restore_into(&r, a.lease, 32, 8, &res), 0);
+	ck_assert_uint_eq(res.pages, 8);
+	ck_assert_int_eq(res.partial, 0);
+	ck_assert_uint_eq(res.bytes, 8ULL * PAGE_BYTES);
+	for (i = 0; i < 8; i++)
+		ck_assert_msg(page_is(&r, 32 + i, 1, i), "page %u", i);
+	for (i = 8; i < 16; i++)
+		ck_assert(is_sentinel(&r, 32 + i));
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	ck_assert_int_eq(stat_of("cache", "pages_restored"), 8);
+	ck_assert_int_eq(stat_of("cache", "restores_ready"), 1);
+	rank_fini(&r);
+}
+END_TEST
+
+START_TEST(test_promise_never_exceeds_the_reservation)
+{
+	struct l3kv_admit_result	a;
+	struct rank			r;
+
+	rank_init(&r, "g1", 1, 0);
+	rank_attach(&r);
+	publish_prefix(&r, 2, 10, 0, 10);
+	a = admit(&r, 1, 2, 10, 3);
+	ck_assert_uint_eq(a.admitted_pages, 3);
+	ck_assert_uint_eq(a.group_hit, 10);
+	ck_assert_int_eq(stat_of("dram", "pins"), 3);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	ck_assert_int_eq(stat_of("dram", "pins"), 0);
+
+	/* A declined admission promises 0 and holds nothing; it is not an error. */
+	a = admit(&r, 2, 2, 10, 0);
+	ck_assert_uint_eq(a.admitted_pages, 0);
+	ck_assert_uint_eq(a.lease, 0);
+	ck_assert_int_eq(a.decline, L3KV_DECLINE_NO_RESERVATION);
+	a = admit(&r, 3, 99, 4, 4);
+	ck_assert_uint_eq(a.admitted_pages, 0);
+	ck_assert_int_eq(a.decline, L3KV_DECLINE_NO_HIT);
+	ck_assert_int_eq(stat_of("dram", "pins"), 0);
+	ck_assert_int_eq(stat_of("cache", "leases_open"), 0);
+	rank_fini(&r);
+}
+END_TEST
+
+/* Everything but the counters that only the probe and the stats calls move. */
+static char *
+state_without_probe_counters(void)
+{
+	json_t	*j = stats();
+	char	*out;
+
+	json_object_del(json_object_get(j, "cache"), "probes");
+	json_object_del(json_object_get(j, "daemon"), "uptime_ms");
+	json_object_del(j, "frames");
+	json_object_del(j, "requests");
+	json_object_del(j, "connections");
+	out = json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT);
+	json_decref(j);
+	return out;
+}
+
+START_TEST(test_probe_changes_nothing)
+{
+	struct rank	 r;
+	char		*before, *after;
+	int		 i;
+
+	rank_init(&r, "g1", 1, 0);
+	rank_attach(&r);
+	publish_prefix(&r, 3, 6, 0, 6);
+	before = state_without_probe_counters();
+	for (i = 0; i < 5; i++)
+		ck_assert_uint_eq(probe(&r, 3, 10), 6);
+	after = state_without_probe_counters();
+	ck_assert_str_eq(before, after);
+	ck_assert_int_eq(stat_of("cache", "probes"), 5);
+	free(before);
+	free(after);
+	rank_fini(&r);
+}
+END_TEST
+
+START_TEST(test_eviction_pressure_never_evicts_a_leased_object)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a;
+	struct rank			r;
+	uint32_t			p, i;
+
+	rank_init(&r, "g1", 1, 0);
+	rank_attach(&r);
+	publish_prefix(&r, 4, 16, 0, 16);
+	a = admit(&r, 1, 4, 16, 16);
+	ck_assert_uint_eq(a.admitted_pages, 16);
+	/* 8 MiB of 2 KiB objects is 4096: publish three times that. */
+	for (p = 0; p < 200; p++)
+		publish_prefix(&r, 1000 + p, 60, 0, 60);
+	ck_assert_int_gt(stat_of("dram", "evictions"), 0);
+	ck_assert_uint_eq(probe(&r, 4, 16), 16);
+	for (i = 0; i < 16; i++)
+		fill_sentinel(&r, 40 + i % 20);
+	ck_assert_int_eq(restore_into(&r, a.lease, 40, 16, &res), 0);
+	ck_assert_uint_eq(res.pages, 16);
+	for (i = 0; i < 16; i++)
+		ck_assert(page_is(&r, 40 + i, 4, i));
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	rank_fini(&r);
+}
+END_TEST
+
+static void
+lost_after_admit(unsigned op)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a;
+	struct rank			r;
+	uint8_t				h[L3KV_HASH_LEN];
+	uint32_t			i;
+
+	rank_init(&r, "g1", 1, 0);
+	rank_attach(&r);
+	publish_prefix(&r, 5, 8, 0, 8);
+	a = admit(&r, 1, 5, 8, 8);
+	ck_assert_uint_eq(a.admitted_pages, 8);
+	page_hash(5, 5, h);
+	ck_assert_int_eq(l3kv_debug(r.k, op, 0, h), 0);
+	for (i = 0; i < 8; i++)
+		fill_sentinel(&r, 20 + i);
+	ck_assert_int_eq(restore_into(&r, a.lease, 20, 8, &res), -ENODATA);
+	ck_assert_int_eq(l3kv_last_status(r.k), PROTO_S_LOST);
+	/* Never a shorter success; pages from the bad one on are untouched. */
+	for (i = 5; i < 8; i++)
+		ck_assert(is_sentinel(&r, 20 + i));
+	ck_assert_int_eq(stat_of("cache", "restores_ready"), 0);
+	ck_assert_int_eq(stat_of("cache", "pages_restored"), 0);
+	/* The bad object is gone from the index. */
+	ck_assert_uint_eq(probe(&r, 5, 8), 5);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	rank_fini(&r);
+}
+
+START_TEST(test_object_corrupted_after_admit_fails_the_restore)
+{
+	lost_after_admit(L3KV_DEBUG_CORRUPT);
+	ck_assert_int_eq(stat_of("cache", "objects_lost"), 1);
+}
+END_TEST
+
+START_TEST(test_object_deleted_after_admit_fails_the_restore)
+{
+	lost_after_admit(L3KV_DEBUG_DROP);
+	ck_assert_int_eq(stat_of("cache", "objects_lost"), 1);
+}
+END_TEST
+
+START_TEST(test_out_of_bounds_destination_is_refused_with_nothing_written)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a;
+	struct rank			r;
+	uint32_t			dst[4] = { 1, 2, PAGES, 3 }, i;
+
+	rank_init(&r, "g1", 1, 0);
+	rank_attach(&r);
+	publish_prefix(&r, 7, 4, 0, 4);
+	a = admit(&r, 1, 7, 4, 4);
+	for (i = 0; i < PAGES; i++)
+		fill_sentinel(&r, i);
+	ck_assert_int_eq(l3kv_restore(r.k, a.lease, KV_REGION, dst, 4, 5000, &res), -ERANGE);
+	ck_assert_int_eq(l3kv_last_status(r.k), PROTO_S_OUT_OF_BOUNDS);
+	ck_assert_int_eq(l3kv_restore(r.k, a.lease, 5, dst, 4, 5000, &res), -ERANGE);
+	/* Fewer pages than promised is refused too: never a partial success. */
+	ck_assert_int_eq(l3kv_restore(r.k, a.lease, KV_REGION, dst, 2, 5000, &res), -EINVAL);
+	usleep(50000);
+	for (i = 0; i < PAGES; i++)
+		ck_assert_msg(is_sentinel(&r, i), "page %u written", i);
+	/* The lease is still good. */
+	dst[2] = 9;
+	ck_assert_int_eq(l3kv_restore(r.k, a.lease, KV_REGION, dst, 4, 5000, &res), 0);
+	ck_assert(page_is(&r, 9, 7, 2));
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	rank_fini(&r);
+}
+END_TEST
+
+START_TEST(test_duplicate_publish_is_present_not_rewritten)
+{
+	struct rank	r;
+
+	rank_init(&r, "g1", 1, 0);
+	rank_attach(&r);
+	publish_prefix(&r, 8, 6, 0, 6);
+	publish_prefix(&r, 8, 10, 0, 4);	/* 6 present, 4 new */
+	ck_assert_int_eq(stat_of("dram", "objects"), 10);
+	ck_assert_int_eq(stat_of("cache", "pages_present"), 6);
+	rank_fini(&r);
+}
+END_TEST
+
+START_TEST(test_publish_with_bad_source_indices_stores_nothing)
+{
+	struct l3kv_publish_result	res;
+	struct l3kv_publish_page	pg[3];
+	struct rank			r;
+	uint32_t			i;
+
+	rank_init(&r, "g1", 1, 0);
+	rank_attach(&r);
+	for (i = 0; i < 3; i++) {
+		page_hash(9, i, pg[i].hash);
+		pg[i].src_page = i;
+	}
+	pg[2].src_page = PAGES + 7;
+	ck_assert_int_eq(l3kv_publish(r.k, KV_REGION, pg, 3, &res), -ERANGE);
+	ck_assert_int_eq(l3kv_last_status(r.k), PROTO_S_OUT_OF_BOUNDS);
+	ck_assert_ptr_nonnull(strstr(l3kv_last_error(r.k), "source 2"));
+	ck_assert_uint_eq(probe(&r, 9, 3), 0);
+	ck_assert_int_eq(stat_of("dram", "objects"), 0);
+	ck_assert_int_eq(stat_of("cache", "publishes_failed"), 1);
+	rank_fini(&r);
+}
+END_TEST
+
+/* Publishes 60 pages of a prefix; returns l3kv_publish's result. */
+static int
+try_publish(struct rank *r, uint32_t prefix)
+{
+	struct l3kv_publish_result	res;
+	struct l3kv_publish_page	pg[60];
+	uint32_t			i;
+
+	for (i = 0; i < 60; i++) {
+		fill_page(r, i, prefix, i);
+		page_hash(prefix, i, pg[i].hash);
+		pg[i].src_page = i;
+	}
+	return l3kv_publish(r->k, KV_REGION, pg, 60, &res);
+}
+
+START_TEST(test_publish_without_space_stores_nothing)
+{
+	struct l3kv_admit_result	a;
+	struct rank			r;
+	uint64_t			leases[100];
+	uint32_t			p, n = 0, i;
+	int				rc = 0;
+
+	rank_init(&r, "g1", 1, 0);
+	rank_attach(&r);
+	/* Fill the 8 MiB tier with leased (pinned) prefixes until a publish fails. */
+	for (p = 0; p < 100; p++) {
+		if ((rc = try_publish(&r, 2000 + p)) != 0)
+			break;
+		a = admit(&r, 500 + p, 2000 + p, 60, 60);
+		ck_assert_uint_eq(a.admitted_pages, 60);
+		leases[n++] = a.lease;
+	}
+	ck_assert_int_eq(rc, -ENOSPC);
+	ck_assert_int_eq(l3kv_last_status(r.k), PROTO_S_NO_SPACE);
+	ck_assert_uint_gt(n, 10);
+	/* The failed publish left nothing visible and nothing half-written. */
+	ck_assert_uint_eq(probe(&r, 2000 + p, 60), 0);
+	ck_assert_int_eq(stat_of("dram", "writing"), 0);
+	ck_assert_int_eq(stat_of("dram", "objects"), (long long)n * 60);
+	for (i = 0; i < n; i++)
+		ck_assert_int_eq(l3kv_release(r.k, leases[i]), 0);
+	/* With the pins gone, eviction makes room again. */
+	ck_assert_int_eq(try_publish(&r, 2000 + p), 0);
+	rank_fini(&r);
+}
+END_TEST
+
+/* Waits for one completion on a rank (bounded). */
+static void
+wait_completion(struct rank *r, struct l3kv_completion *c)
+{
+	struct pollfd	pfd = { l3kv_fd(r->k), POLLIN, 0 };
+	int		rc, i;
+
+	for (i = 0; i < 1000; i++) {
+		rc = l3kv_poll_completion(r->k, c);
+		if (rc == 0)
+			return;
+		ck_assert_int_eq(rc, -EAGAIN);
+		poll(&pfd, 1, 20);
+	}
+	ck_abort_msg("no completion");
+}
+
+START_TEST(test_cancel_during_slow_copy_is_answered_after_the_copy)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_completion		c;
+	struct l3kv_admit_result	a;
+	struct rank			r;
+	uint32_t			dst[10], i, landed = 0;
+	uint64_t			ticket;
+
+	test_daemon_stop(&td, SIGTERM, NULL);
+	start("{\"testing\": {\"copy_delay_ms\": 100}}");
+	rank_init(&r, "g1", 1, 0);
+	rank_attach(&r);
+	publish_prefix(&r, 10, 10, 0, 10);
+	a = admit(&r, 1, 10, 10, 10);
+	for (i = 0; i < 10; i++) {
+		dst[i] = 30 + i;
+		fill_sentinel(&r, 30 + i);
+	}
+	ck_assert_int_eq(l3kv_submit_restore(r.k, a.lease, KV_REGION, dst, 10, &ticket), 0);
+	usleep(350000);
+	ck_assert_int_eq(l3kv_cancel(r.k, a.lease, &landed), 0);
+	ck_assert_uint_gt(landed, 0);
+	ck_assert_uint_lt(landed, 10);
+	/* Answered after the copy stopped: nothing changes after the answer. */
+	usleep(300000);
+	for (i = 0; i < landed; i++)
+		ck_assert(page_is(&r, 30 + i, 10, i));
+	for (i = landed; i < 10; i++)
+		ck_assert_msg(is_sentinel(&r, 30 + i), "page %u written after the cancel", i);
+	wait_completion(&r, &c);
+	ck_assert_uint_eq(c.ticket, ticket);
+	ck_assert_int_eq(c.status, -ECANCELED);
+	ck_assert_int_eq(l3kv_restore_result(&c, &res), -EINVAL);
+	l3kv_completion_release(&c);
+	ck_assert_int_eq(stat_of("dram", "pins"), 0);
+	ck_assert_int_eq(stat_of("cache", "pages_restored"), 0);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	rank_fini(&r);
+}
+END_TEST
+
+START_TEST(test_three_concurrent_restores_land_the_right_bytes)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_completion		c;
+	struct l3kv_admit_result	a[3];
+	struct rank			r[3];
+	uint64_t			ticket[3];
+	uint32_t			dst[20], i, e;
+	char				group[16];
+
+	for (e = 0; e < 3; e++) {
+		snprintf(group, sizeof(group), "g%u", e);
+		rank_init(&r[e], strdup(group), 1, 0);
+		rank_attach(&r[e]);
+		publish_prefix(&r[e], 20 + e, 6 + e * 4, 0, 6 + e * 4);
+		a[e] = admit(&r[e], 1, 20 + e, 6 + e * 4, 64);
+		ck_assert_uint_eq(a[e].admitted_pages, 6 + e * 4);
+		for (i = 0; i < a[e].admitted_pages; i++) {
+			dst[i] = 40 + i;
+			fill_sentinel(&r[e], 40 + i);
+		}
+		ck_assert_int_eq(l3kv_submit_restore(r[e].k, a[e].lease, KV_REGION, dst,
+		    a[e].admitted_pages, &ticket[e]), 0);
+	}
+	for (e = 0; e < 3; e++) {
+		wait_completion(&r[e], &c);
+		ck_assert_uint_eq(c.ticket, ticket[e]);
+		ck_assert_int_eq(c.status, 0);
+		ck_assert_int_eq(l3kv_restore_result(&c, &res), 0);
+		ck_assert_uint_eq(res.pages, 6 + e * 4);
+		l3kv_completion_release(&c);
+		for (i = 0; i < res.pages; i++)
+			ck_assert(page_is(&r[e], 40 + i, 20 + e, i));
+		ck_assert_int_eq(l3kv_release(r[e].k, a[e].lease), 0);
+		free((void *)(uintptr_t)r[e].args.group);
+		rank_fini(&r[e]);
+	}
+}
+END_TEST
+
+START_TEST(test_engine_killed_mid_restore_leaves_no_pins)
+{
+	struct l3kv_admit_result	a;
+	struct rank			r, other;
+	uint32_t			dst[10], i;
+	uint64_t			ticket;
+	pid_t				pid;
+	int				st;
+
+	test_daemon_stop(&td, SIGTERM, NULL);
+	start("{\"testing\": {\"copy_delay_ms\": 100}}");
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		rank_init(&r, "victim", 1, 0);
+		rank_attach(&r);
+		publish_prefix(&r, 30, 10, 0, 10);
+		a = admit(&r, 1, 30, 10, 10);
+		for (i = 0; i < 10; i++)
+			dst[i] = 20 + i;
+		if (l3kv_submit_restore(r.k, a.lease, KV_REGION, dst, 10, &ticket) != 0)
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	ck_assert_int_eq(stat_wait("dram", "pins", 10), 10);
+	usleep(150000);		/* the copy is under way */
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	/* Another engine is served meanwhile, and sees what the dead one published. */
+	rank_init(&other, "other", 1, 0);
+	rank_attach(&other);
+	ck_assert_uint_eq(probe(&other, 30, 10), 10);
+	rank_fini(&other);
+	ck_assert_int_eq(stat_wait("dram", "pins", 0), 0);
+	ck_assert_int_eq(stat_wait("cache", "leases_open", 0), 0);
+	ck_assert_int_eq(stat_wait("memory", "regions_mapped", 0), 0);
+	ck_assert_int_eq(stat_of("cache", "pages_restored"), 0);
+}
+END_TEST
+
+#define GROUP	4
+
+START_TEST(test_group_of_four_gets_identical_answers)
+{
+	struct l3kv_admit_result	res[GROUP];
+	struct l3kv_restore_result	rr;
+	struct l3kv_completion		c;
+	struct l3kv_admit_args		args;
+	struct rank			r[GROUP];
+	uint64_t			ticket[GROUP];
+	uint32_t			dst[8], i, g;
+	uint8_t				*h = hashes_of(40, 8);
+
+	for (g = 0; g < GROUP; g++) {
+		rank_init(&r[g], "tp4", GROUP, g);
+		r[g].args.layout.attention = L3KV_ATTN_MHA;	/* a shard per TP rank */
+		rank_attach(&r[g]);
+	}
+	/* Every rank holds 8 pages of its own shard but rank 2, which holds 5. */
+	for (g = 0; g < GROUP; g++)
+		publish_prefix(&r[g], 40, g == 2 ? 5 : 8, 0, g == 2 ? 5 : 8);
+	for (g = 0; g < GROUP; g++)
+		ck_assert_uint_eq(probe(&r[g], 40, 8), 5);
+	memset(&args, 0, sizeof(args));
+	args.request_id = 77;
+	args.hashes = h;
+	args.npages = 8;
+	args.state_slot = L3KV_SLOT_NONE;
+	for (g = 0; g < GROUP; g++) {
+		args.reserved_pages = g == 1 ? 4 : 8;
+		ck_assert_int_eq(l3kv_submit_admit(r[g].k, &args, &ticket[g]), 0);
+	}
+	for (g = 0; g < GROUP; g++) {
+		wait_completion(&r[g], &c);
+		ck_assert_int_eq(c.status, 0);
+		ck_assert_int_eq(l3kv_admit_result(&c, &res[g]), 0);
+		l3kv_completion_release(&c);
+		ck_assert_uint_eq(res[g].admitted_pages, 4);
+		ck_assert_uint_eq(res[g].group_hit, 5);
+		ck_assert_int_eq(res[g].decline, L3KV_DECLINE_NONE);
+	}
+	for (g = 0; g < GROUP; g++) {
+		for (i = 0; i < 4; i++)
+			dst[i] = 50 + i;
+		ck_assert_int_eq(l3kv_submit_restore(r[g].k, res[g].lease, KV_REGION, dst, 4,
+		    &ticket[g]), 0);
+	}
+	for (g = 0; g < GROUP; g++) {
+		wait_completion(&r[g], &c);
+		ck_assert_int_eq(c.status, 0);
+		ck_assert_int_eq(l3kv_restore_result(&c, &rr), 0);
+		ck_assert_uint_eq(rr.pages, 4);
+		l3kv_completion_release(&c);
+		for (i = 0; i < 4; i++)
+			ck_assert(page_is(&r[g], 50 + i, 40, i));
+		ck_assert_int_eq(l3kv_release(r[g].k, res[g].lease), 0);
+	}
+	free(h);
+	for (g = 0; g < GROUP; g++)
+		rank_fini(&r[g]);
+}
+END_TEST
+
+START_TEST(test_missing_rank_makes_admit_decline_for_all_at_the_deadline)
+{
+	struct l3kv_admit_result	res;
+	struct l3kv_completion		c;
+	struct l3kv_admit_args		args;
+	struct rank			r[GROUP];
+	uint64_t			ticket[GROUP];
+	uint32_t			g;
+	uint8_t				*h = hashes_of(41, 4);
+
+	test_daemon_stop(&td, SIGTERM, NULL);
+	start("{\"admit\": {\"timeout_ms\": 300}}");
+	for (g = 0; g < GROUP; g++) {
+		rank_init(&r[g], "tp4", GROUP, g);
+		r[g].args.layout.attention = L3KV_ATTN_MHA;
+		rank_attach(&r[g]);
+		publish_prefix(&r[g], 41, 4, 0, 4);
+	}
+	memset(&args, 0, sizeof(args));
+	args.request_id = 5;
+	args.hashes = h;
+	args.npages = 4;
+	args.reserved_pages = 4;
+	args.state_slot = L3KV_SLOT_NONE;
+	for (g = 0; g < GROUP - 1; g++)		/* rank 3 never asks */
+		ck_assert_int_eq(l3kv_submit_admit(r[g].k, &args, &ticket[g]), 0);
+	for (g = 0; g < GROUP - 1; g++) {
+		wait_completion(&r[g], &c);
+		ck_assert_int_eq(c.status, 0);
+		ck_assert_int_eq(l3kv_admit_result(&c, &res), 0);
+		l3kv_completion_release(&c);
+		ck_assert_uint_eq(res.admitted_pages, 0);
+		ck_assert_uint_eq(res.lease, 0);
+		ck_assert_int_eq(res.decline, L3KV_DECLINE_GROUP_TIMEOUT);
+	}
+	ck_assert_int_eq(stat_of("dram", "pins"), 0);
+	free(h);
+	for (g = 0; g < GROUP; g++)
+		rank_fini(&r[g]);
+}
+END_TEST
+
+START_TEST(test_lease_expires_and_restore_says_expired)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a;
+	struct rank			r;
+
+	test_daemon_stop(&td, SIGTERM, NULL);
+	start("{\"lease\": {\"ttl_ms\": 200}}");
+	rank_init(&r, "g1", 1, 0);
+	rank_attach(&r);
+	publish_prefix(&r, 50, 4, 0, 4);
+	a = admit(&r, 1, 50, 4, 4);
+	ck_assert_uint_eq(a.ttl_ms, 200);
+	ck_assert_int_eq(stat_of("dram", "pins"), 4);
+	ck_assert_int_eq(stat_wait("cache", "lease_expiries", 1), 1);
+	ck_assert_int_eq(stat_of("dram", "pins"), 0);
+	ck_assert_int_eq(restore_into(&r, a.lease, 10, 4, &res), -ETIME);
+	ck_assert_int_eq(l3kv_last_status(r.k), PROTO_S_EXPIRED);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	rank_fini(&r);
+}
+END_TEST
+
+START_TEST(test_best_effort_ends_at_its_deadline_with_whole_pages)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a;
+	struct rank			r;
+	uint32_t			i;
+
+	test_daemon_stop(&td, SIGTERM, NULL);
+	start("{\"testing\": {\"copy_delay_ms\": 100}}");
+	rank_init(&r, "g1", 1, 0);
+	r.args.prefetch = L3KV_PREFETCH_BEST_EFFORT;
+	r.args.prefetch_timeout_ms = 350;
+	rank_attach(&r);
+	publish_prefix(&r, 60, 12, 0, 12);
+	a = admit(&r, 1, 60, 12, 12);
+	for (i = 0; i < 12; i++)
+		fill_sentinel(&r, 20 + i);
+	ck_assert_int_eq(restore_into(&r, a.lease, 20, 12, &res), 0);
+	ck_assert_int_eq(res.partial, 1);
+	ck_assert_uint_gt(res.pages, 0);
+	ck_assert_uint_lt(res.pages, 12);
+	for (i = 0; i < res.pages; i++)
+		ck_assert(page_is(&r, 20 + i, 60, i));
+	for (i = res.pages; i < 12; i++)
+		ck_assert(is_sentinel(&r, 20 + i));
+	ck_assert_int_eq(stat_of("cache", "restores_partial"), 1);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	rank_fini(&r);
+}
+END_TEST
+
+START_TEST(test_debug_is_refused_without_the_testing_knob)
+{
+	struct rank	r;
+	uint8_t		h[L3KV_HASH_LEN];
+
+	test_daemon_stop(&td, SIGTERM, NULL);
+	start(NULL);
+	rank_init(&r, "g1", 1, 0);
+	rank_attach(&r);
+	publish_prefix(&r, 70, 1, 0, 1);
+	page_hash(70, 0, h);
+	ck_assert_int_lt(l3kv_debug(r.k, L3KV_DEBUG_CORRUPT, 0, h), 0);
+	ck_assert_int_eq(l3kv_last_status(r.k), PROTO_S_STATE);
+	rank_fini(&r);
+}
+END_TEST
+
+Suite *
+suite_cache(void)
+{
+	Suite	*s = suite_create("cache");
+	TCase	*tc = tcase_create("dram");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_publish_then_restore_lands_the_exact_bytes);
+	tcase_add_test(tc, test_promise_never_exceeds_the_reservation);
+	tcase_add_test(tc, test_probe_changes_nothing);
+	tcase_add_test(tc, test_eviction_pressure_never_evicts_a_leased_object);
+	tcase_add_test(tc, test_object_corrupted_after_admit_fails_the_restore);
+	tcase_add_test(tc, test_object_deleted_after_admit_fails_the_restore);
+	tcase_add_test(tc, test_out_of_bounds_destination_is_refused_with_nothing_written);
+	tcase_add_test(tc, test_duplicate_publish_is_present_not_rewritten);
+	tcase_add_test(tc, test_publish_with_bad_source_indices_stores_nothing);
+	tcase_add_test(tc, test_publish_without_space_stores_nothing);
+	tcase_add_test(tc, test_cancel_during_slow_copy_is_answered_after_the_copy);
+	tcase_add_test(tc, test_three_concurrent_restores_land_the_right_bytes);
+	tcase_add_test(tc, test_engine_killed_mid_restore_leaves_no_pins);
+	tcase_add_test(tc, test_group_of_four_gets_identical_answers);
+	tcase_add_test(tc, test_missing_rank_makes_admit_decline_for_all_at_the_deadline);
+	tcase_add_test(tc, test_lease_expires_and_restore_says_expired);
+	tcase_add_test(tc, test_best_effort_ends_at_its_deadline_with_whole_pages);
+	tcase_add_test(tc, test_debug_is_refused_without_the_testing_knob);
+	suite_add_tcase(s, tc);
+	return s;
+}
