@@ -29,6 +29,7 @@
 #define CONN_FRAMES_PER_WAKEUP	32
 #define CONN_HDR		sizeof(struct proto_hdr)
 #define CONN_KEEP_BUFFER	(256U << 10)
+#define CONN_BULK		(64U << 10)	/* free space an attached read asks for */
 
 static void	conn_read_cb(evutil_socket_t, short, void *);
 static void	conn_write_cb(evutil_socket_t, short, void *);
@@ -282,7 +283,7 @@ conn_recv(struct conn *c, size_t want)
 	struct iovec	iov;
 	ssize_t		n;
 
-	iov.iov_base = c->in + c->in_len;
+	iov.iov_base = c->in + c->in_len;	/* conn_read_size() made room */
 	iov.iov_len = want;
 	memset(&msg, 0, sizeof(msg));
 	msg.msg_iov = &iov;
@@ -315,50 +316,23 @@ conn_grow(struct conn *c, size_t need)
 }
 
 /*
- * Reads and dispatches at most one frame. Returns 1 when a frame was
- * handled and more may follow, 0 when the socket has nothing more now,
- * -1 when the connection is closing.
+ * Dispatches the frame at the front of the buffer if it is complete.
+ * Returns 1 when a frame was handled, 0 when more bytes are needed, -1
+ * when the connection is closing. The header is checked as soon as it is
+ * there, before anything is allocated for its payload.
  */
 static int
-conn_read_frame(struct conn *c)
+conn_next_frame(struct conn *c)
 {
 	struct proto_frame	f;
 	struct proto_hdr	h;
 	char			dump[512];
-	ssize_t			n;
-	int			st;
+	size_t			avail = c->in_len - c->in_off;
+	int			st, take_fds;
 
-	if (conn_grow(c, CONN_HDR) != 0) {
-		conn_fail(c, NULL, PROTO_S_NO_MEMORY, "out of memory");
-		return -1;
-	}
-	while (c->in_len < CONN_HDR) {
-		n = conn_recv(c, CONN_HDR - c->in_len);
-		if (n == -EAGAIN || n == -EINTR)
-			return 0;
-		if (n == -EMSGSIZE) {
-			conn_fail(c, NULL, PROTO_S_UNEXPECTED_FDS, "more fds than a frame may carry");
-			return -1;
-		}
-		if (n < 0) {
-			log_debug("conn", "conn %llu: read: %s", (unsigned long long)c->id,
-			    strerror((int)-n));
-			conn_close(c);
-			return -1;
-		}
-		if (n == 0) {
-			if (c->in_len > 0)
-				conn_fail(c, NULL, PROTO_S_SHORT_HEADER,
-				    "stream ended inside a frame header");
-			else
-				conn_close(c);
-			return -1;
-		}
-		c->in_len += (size_t)n;
-		metrics.bytes_in += (uint64_t)n;
-	}
-	memcpy(&h, c->in, CONN_HDR);
-	/* Checked before anything is allocated for the payload. */
+	if (avail < CONN_HDR)
+		return 0;
+	memcpy(&h, c->in + c->in_off, CONN_HDR);
 	if ((st = proto_hdr_check(&h, c->server->cfg->max_frame)) != 0) {
 		snprintf(dump, sizeof(dump), "%s (type %u, length %u)", proto_status_text(st),
 		    h.type, h.length);
@@ -366,43 +340,35 @@ conn_read_frame(struct conn *c)
 		    dump);
 		return -1;
 	}
-	if (conn_grow(c, CONN_HDR + h.length) != 0) {
-		conn_fail(c, &h, PROTO_S_NO_MEMORY, "out of memory for the payload");
-		return -1;
+	if (avail < CONN_HDR + h.length) {
+		/* Make room for the whole frame at the front of the buffer. */
+		if (c->in_off > 0) {
+			memmove(c->in, c->in + c->in_off, avail);
+			c->fds_until = c->fds_until > c->in_off ? c->fds_until - c->in_off : 0;
+			c->in_len = avail;
+			c->in_off = 0;
+		}
+		if (conn_grow(c, CONN_HDR + h.length) != 0) {
+			conn_fail(c, &h, PROTO_S_NO_MEMORY, "out of memory for the payload");
+			return -1;
+		}
+		return 0;
 	}
-	while (c->in_len < CONN_HDR + h.length) {
-		int fds_before = c->in_nfds;
-
-		n = conn_recv(c, CONN_HDR + h.length - c->in_len);
-		if (n == -EAGAIN || n == -EINTR)
-			return 0;
-		if (n == -EMSGSIZE || (n >= 0 && c->in_nfds != fds_before)) {
-			conn_fail(c, &h, PROTO_S_UNEXPECTED_FDS, "fds arrived inside a payload");
-			return -1;
-		}
-		if (n < 0) {
-			conn_close(c);
-			return -1;
-		}
-		if (n == 0) {
-			snprintf(dump, sizeof(dump), "stream ended after %zu of %u payload bytes",
-			    c->in_len - CONN_HDR, h.length);
-			conn_fail(c, &h, PROTO_S_TRUNCATED, dump);
-			return -1;
-		}
-		c->in_len += (size_t)n;
-		metrics.bytes_in += (uint64_t)n;
-	}
-
-	if (c->in_nfds > 0 && !(h.flags & PROTO_F_FDS)) {
+	/*
+	 * Fds from a bulk read wait for the frame flagged as carrying them,
+	 * which must start in the bytes read with them; frames before it in
+	 * those bytes pass them by.
+	 */
+	take_fds = c->in_nfds > 0 && (h.flags & PROTO_F_FDS);
+	if (c->in_nfds > 0 && !take_fds && c->in_off >= c->fds_until) {
 		conn_fail(c, &h, PROTO_S_UNEXPECTED_FDS, "fds on a frame not flagged as carrying them");
 		return -1;
 	}
-	if (c->in_nfds > 0 && h.type != PROTO_T_ATTACH) {
+	if (take_fds && h.type != PROTO_T_ATTACH) {
 		conn_fail(c, &h, PROTO_S_UNEXPECTED_FDS, "fds on a frame that takes none");
 		return -1;
 	}
-	if ((st = proto_payload_check(h.type, h.length, c->in + CONN_HDR)) != 0) {
+	if ((st = proto_payload_check(h.type, h.length, c->in + c->in_off + CONN_HDR)) != 0) {
 		snprintf(dump, sizeof(dump), "%u payload bytes are wrong for %s", h.length,
 		    proto_type_name(h.type));
 		conn_fail(c, &h, st, dump);
@@ -412,35 +378,152 @@ conn_read_frame(struct conn *c)
 	metrics.frames_in++;
 	memset(&f, 0, sizeof(f));
 	f.hdr = h;
-	f.payload = c->in + CONN_HDR;
-	memcpy(f.fds, c->in_fds, sizeof(f.fds));
-	f.nfds = c->in_nfds;
+	f.payload = c->in + c->in_off + CONN_HDR;
+	if (take_fds) {
+		memcpy(f.fds, c->in_fds, sizeof(f.fds));
+		f.nfds = c->in_nfds;
+	} else {
+		memset(f.fds, 0xff, sizeof(f.fds));
+		f.nfds = 0;
+	}
 	if (log_get_level() >= LOG_LEVEL_DEBUG) {
 		proto_dump(&h, f.payload, dump, sizeof(dump));
 		log_debug("conn", "conn %llu: < %s fds=%d", (unsigned long long)c->id, dump, f.nfds);
 	}
 	dispatch_frame(c, &f);
 	/* The dispatcher borrowed the fds; mappings outlive them. */
-	conn_close_fds(c);
-	c->in_len = 0;
-	if (c->in_cap > CONN_KEEP_BUFFER) {
-		/* One large ATTACH must not pin megabytes for the connection's life. */
-		free(c->in);
-		c->in = NULL;
-		c->in_cap = 0;
+	if (take_fds)
+		conn_close_fds(c);
+	c->in_off += CONN_HDR + h.length;
+	if (c->in_nfds > 0 && c->in_off >= c->fds_until && !(c->flags & CONN_F_DEAD)) {
+		conn_fail(c, NULL, PROTO_S_UNEXPECTED_FDS, "fds no frame was flagged to carry");
+		return -1;
+	}
+	if (c->in_off == c->in_len) {
+		c->in_off = c->in_len = 0;
+		if (c->in_cap > CONN_KEEP_BUFFER) {
+			/* One large ATTACH must not pin megabytes for the connection's life. */
+			free(c->in);
+			c->in = NULL;
+			c->in_cap = 0;
+		}
 	}
 	return (c->flags & CONN_F_DEAD) ? -1 : 1;
+}
+
+/*
+ * How many bytes the next read may take. Until the connection is
+ * attached, exactly the rest of the current frame: fds ride with the
+ * first byte of an ATTACH, and a read that never crosses a frame boundary
+ * attributes them to their frame by construction. Once attached no frame
+ * takes fds, so reads take whatever the socket has (one syscall per
+ * request instead of two, which is most of a small PROBE's cost); an fd
+ * arriving then is an error whatever frame it came with.
+ */
+static size_t
+conn_read_size(struct conn *c, int *bulk)
+{
+	struct proto_hdr	h;
+	size_t			avail = c->in_len - c->in_off;
+
+	*bulk = c->session != NULL;
+	if (*bulk) {
+		if (conn_grow(c, c->in_len + CONN_BULK) != 0)
+			return 0;
+		return c->in_cap - c->in_len;
+	}
+	if (avail < CONN_HDR)
+		return CONN_HDR - avail;
+	memcpy(&h, c->in + c->in_off, CONN_HDR);
+	return CONN_HDR + h.length - avail;	/* conn_next_frame() made room */
+}
+
+/* Reads once. Returns 1 when bytes came, 0 when none are there now, -1 when closing. */
+static int
+conn_fill(struct conn *c)
+{
+	char	why[128];
+	ssize_t	n;
+	size_t	want;
+	int	bulk, fds_before = c->in_nfds, in_header;
+
+	if (conn_grow(c, CONN_HDR) != 0) {
+		conn_fail(c, NULL, PROTO_S_NO_MEMORY, "out of memory");
+		return -1;
+	}
+	if ((want = conn_read_size(c, &bulk)) == 0) {
+		conn_fail(c, NULL, PROTO_S_NO_MEMORY, "out of memory");
+		return -1;
+	}
+	in_header = c->in_len - c->in_off < CONN_HDR;
+	n = conn_recv(c, want);
+	if (n == -EAGAIN || n == -EINTR)
+		return 0;
+	if (n == -EMSGSIZE) {
+		conn_fail(c, NULL, PROTO_S_UNEXPECTED_FDS, "more fds than a frame may carry");
+		return -1;
+	}
+	if (n > 0 && c->in_nfds != fds_before) {
+		if (!bulk && !in_header) {
+			conn_fail(c, NULL, PROTO_S_UNEXPECTED_FDS, "fds arrived inside a payload");
+			return -1;
+		}
+		if (fds_before > 0) {
+			conn_fail(c, NULL, PROTO_S_UNEXPECTED_FDS, "fds of two frames at once");
+			return -1;
+		}
+		/* Exact reads hold one frame: it alone may take them. */
+		c->fds_until = bulk ? c->in_len + (size_t)n : c->in_off;
+	}
+	if (n < 0) {
+		log_debug("conn", "conn %llu: read: %s", (unsigned long long)c->id,
+		    strerror((int)-n));
+		conn_close(c);
+		return -1;
+	}
+	if (n == 0) {
+		size_t avail = c->in_len - c->in_off;
+
+		if (avail == 0)
+			conn_close(c);
+		else if (avail < CONN_HDR)
+			conn_fail(c, NULL, PROTO_S_SHORT_HEADER, "stream ended inside a frame header");
+		else {
+			struct proto_hdr h;
+
+			memcpy(&h, c->in + c->in_off, CONN_HDR);
+			snprintf(why, sizeof(why), "stream ended after %zu of %u payload bytes",
+			    avail - CONN_HDR, h.length);
+			conn_fail(c, &h, PROTO_S_TRUNCATED, why);
+		}
+		return -1;
+	}
+	c->in_len += (size_t)n;
+	metrics.bytes_in += (uint64_t)n;
+	return 1;
 }
 
 static void
 conn_read_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct conn	*c = arg;
-	int		 i;
+	int		 frames = 0, rc;
 
 	(void)fd;
 	(void)ev;
-	for (i = 0; i < CONN_FRAMES_PER_WAKEUP; i++)
-		if (conn_read_frame(c) <= 0)
-			break;
+	for (;;) {
+		while ((rc = conn_next_frame(c)) > 0)
+			if (++frames >= CONN_FRAMES_PER_WAKEUP)
+				break;
+		if (rc < 0)
+			return;
+		if (frames >= CONN_FRAMES_PER_WAKEUP) {
+			/* Yield; frames already buffered must not wait for new bytes. */
+			if (c->in_len > c->in_off)
+				event_active(c->ev_read, EV_READ, 0);
+			return;
+		}
+		if ((rc = conn_fill(c)) <= 0)
+			return;
+	}
 }

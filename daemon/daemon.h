@@ -335,10 +335,12 @@ struct conn {
 	struct event	*ev_read;
 	struct event	*ev_write;
 	uint8_t		*in;		/* header + payload being assembled */
-	size_t		 in_len;
+	size_t		 in_off;	/* start of the current frame */
+	size_t		 in_len;	/* bytes held */
 	size_t		 in_cap;
 	int		 in_fds[PROTO_FDS_MAX];
 	int		 in_nfds;
+	size_t		 fds_until;	/* a frame starting before this offset may take them */
 	struct evbuffer	*out;
 	struct session	*session;	/* owned; NULL until ATTACH */
 	TAILQ_ENTRY(conn) entry;

@@ -298,8 +298,10 @@ admit_new(struct server *s, struct rank_group *g, uint64_t request_id, unsigned 
 		return NULL;
 	a->ranks = calloc(g->size, sizeof(*a->ranks));
 	a->hashes = malloc(npages > 0 ? (size_t)npages * PROTO_HASH_LEN : 1);
-	a->deadline = evtimer_new(s->base, admit_deadline_cb, a);
-	if (a->ranks == NULL || a->hashes == NULL || a->deadline == NULL) {
+	/* A one-rank group is answered at once: no barrier, no timer. */
+	if (g->size > 1)
+		a->deadline = evtimer_new(s->base, admit_deadline_cb, a);
+	if (a->ranks == NULL || a->hashes == NULL || (g->size > 1 && a->deadline == NULL)) {
 		a->refs = 1;
 		a->size = 0;
 		admission_unref(s, a);
@@ -313,9 +315,11 @@ admit_new(struct server *s, struct rank_group *g, uint64_t request_id, unsigned 
 	a->npages = npages;
 	a->refs = 1;	/* the group's list */
 	TAILQ_INSERT_TAIL(&g->admissions, a, entry);
-	tv.tv_sec = s->cfg->admit_timeout_ms / 1000;
-	tv.tv_usec = (s->cfg->admit_timeout_ms % 1000) * 1000;
-	evtimer_add(a->deadline, &tv);
+	if (a->deadline != NULL) {
+		tv.tv_sec = s->cfg->admit_timeout_ms / 1000;
+		tv.tv_usec = (s->cfg->admit_timeout_ms % 1000) * 1000;
+		evtimer_add(a->deadline, &tv);
+	}
 	return a;
 }
 
@@ -363,6 +367,12 @@ admit_request(struct conn *c, struct proto_frame *f)
 			    (unsigned long long)p.request_id);
 			return;
 		}
+		if (ar->lease == NULL && a->reply.decline == PROTO_DECLINE_NONE) {
+			conn_reply_error(c, &f->hdr, PROTO_S_NOT_FOUND,
+			    "ADMIT: this rank's lease of request %llu is already gone",
+			    (unsigned long long)p.request_id);
+			return;
+		}
 		admit_reply_rank(a, sess->group_rank);
 		return;
 	}
@@ -373,9 +383,12 @@ admit_request(struct conn *c, struct proto_frame *f)
 			ar->sess = sess;
 			session_ref(sess);
 			ar->asked = 1;
-			ar->req = f->hdr;
 			a->nasked++;
+		} else {
+			session_reply_error(sess, &ar->req, PROTO_S_BUSY,
+			    "ADMIT: superseded by seq %llu", (unsigned long long)f->hdr.seq);
 		}
+		ar->req = f->hdr;
 		admit_answer(s, a, PROTO_DECLINE_GROUP_MISMATCH);
 		return;
 	}
@@ -444,6 +457,10 @@ release_request(struct conn *c, struct proto_frame *f)
 		return;
 	}
 	metrics.releases++;
+	if (l->state == LEASE_ADMITTED && l->adm != NULL)
+		/* The other ranks of the group cannot complete without this one. */
+		restore_fail_group(c->server, l->adm, PROTO_S_CANCELLED,
+		    "a rank of the group released its lease");
 	lease_free(c->server, l);
 	conn_reply(c, &f->hdr, PROTO_S_OK, NULL, 0);
 }

@@ -120,8 +120,9 @@ restore_group_check(struct server *s, struct admission *a)
 			return;
 		if (l->landed < pages)
 			pages = l->landed;
-		partial |= l->deadline_hit;
 	}
+	/* Partial only if the deadline really cut pages off, on any rank. */
+	partial = pages < a->reply.admitted_pages;
 	for (r = 0; r < a->size; r++) {
 		l = a->ranks[r].lease;
 		l->state = LEASE_READY;
@@ -161,6 +162,9 @@ restore_job_done(struct copy_job *job)
 		l->state = a->failed ? LEASE_FAILED : LEASE_CANCELLED;
 		if (!a->failed)
 			restore_fail_group(s, a, PROTO_S_CANCELLED, "cancelled");
+	} else if (a->failed) {
+		/* Every page landed, but the group already failed: so does this rank. */
+		l->state = LEASE_FAILED;
 	} else
 		l->state = LEASE_COPIED;
 

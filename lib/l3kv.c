@@ -1608,6 +1608,44 @@ l3kv_probe(struct l3kv *k, const uint8_t *hashes, uint32_t npages, uint32_t *hit
 	return 0;
 }
 
+/* PROBE without waiting: an engine's scheduler asks and reads the answer on its next poll. */
+int
+l3kv_submit_probe(struct l3kv *k, const uint8_t *hashes, uint32_t npages, uint64_t *ticket)
+{
+	struct l3kv_wire	w;
+	int			rc;
+
+	if (ticket != NULL)
+		*ticket = 0;
+	if (k == NULL || ticket == NULL)
+		return -EINVAL;
+	l3kv_clear_last(k);
+	if ((rc = l3kv_check_pages(k, PROTO_T_PROBE, hashes, npages, "hashes")) != 0)
+		return rc;
+	l3kv_wire_init(&w, sizeof(w.u.probe));
+	w.u.probe.npages = npages;
+	w.u.probe.pool = k->kv_pool;
+	l3kv_wire_array(&w, hashes, npages, PROTO_HASH_LEN);
+	return l3kv_wire_submit(k, PROTO_T_PROBE, &w, ticket);
+}
+
+int
+l3kv_probe_result(const struct l3kv_completion *c, uint32_t *hit_pages)
+{
+	struct proto_probe_reply	 r;
+	const char			*p;
+
+	if (hit_pages == NULL)
+		return -EINVAL;
+	*hit_pages = 0;
+	p = l3kv_completion_reply(c, PROTO_T_PROBE, sizeof(r));
+	if (p == NULL)
+		return -EINVAL;
+	memcpy(&r, p, sizeof(r));
+	*hit_pages = r.hit_pages;
+	return 0;
+}
+
 static int
 l3kv_encode_admit(struct l3kv *k, const struct l3kv_admit_args *a, struct l3kv_wire *w)
 {
@@ -1851,6 +1889,24 @@ l3kv_release(struct l3kv *k, uint64_t lease)
 	rc = l3kv_wire_call(k, PROTO_T_RELEASE, &w, L3KV_TIMEOUT_DEFAULT, &reply, &len);
 	free(reply);
 	return rc;
+}
+
+/*
+ * RELEASE without waiting: an engine has nothing to learn from the answer
+ * but an error, so it can drain that completion whenever it polls.
+ */
+int
+l3kv_submit_release(struct l3kv *k, uint64_t lease, uint64_t *ticket)
+{
+	struct l3kv_wire	w;
+
+	if (ticket != NULL)
+		*ticket = 0;
+	if (k == NULL || ticket == NULL)
+		return -EINVAL;
+	l3kv_clear_last(k);
+	l3kv_encode_lease(&w, lease);
+	return l3kv_wire_submit(k, PROTO_T_RELEASE, &w, ticket);
 }
 
 /* PUBLISH's pages are converted: the wire's have 4 bytes of padding. */

@@ -333,7 +333,8 @@ L3KV_API int	 l3kv_submit_health(struct l3kv *, uint64_t *ticket);
  *
  * Each submit_*() has a *_result() that decodes its completion; it
  * returns -EINVAL for a completion that is not a successful reply of
- * that type (c->status says why it failed).
+ * that type (c->status says why it failed). The results of
+ * l3kv_restore(), l3kv_cancel() and l3kv_publish() may be NULL.
  */
 #define L3KV_HASH_LEN		32		/* page hash bytes on the wire */
 #define L3KV_SLOT_NONE		UINT32_MAX	/* no canonical state slot reserved */
@@ -346,6 +347,10 @@ L3KV_API int	 l3kv_submit_health(struct l3kv *, uint64_t *ticket);
  */
 L3KV_API int	 l3kv_probe(struct l3kv *, const uint8_t *hashes, uint32_t npages,
 		    uint32_t *hit_pages);
+/* PROBE without waiting, and its completion's answer. */
+L3KV_API int	 l3kv_submit_probe(struct l3kv *, const uint8_t *hashes, uint32_t npages,
+		    uint64_t *ticket);
+L3KV_API int	 l3kv_probe_result(const struct l3kv_completion *, uint32_t *hit_pages);
 
 /* Why an ADMIT promised nothing. */
 enum l3kv_decline {
@@ -423,6 +428,8 @@ L3KV_API int	 l3kv_cancel_result(const struct l3kv_completion *, uint32_t *pages
 
 /* RELEASE: ends the lease and drops its pins; -EBUSY while it restores. */
 L3KV_API int	 l3kv_release(struct l3kv *, uint64_t lease);
+/* RELEASE without waiting; its completion carries only the status. */
+L3KV_API int	 l3kv_submit_release(struct l3kv *, uint64_t lease, uint64_t *ticket);
 
 struct l3kv_publish_page {
 	uint8_t		hash[L3KV_HASH_LEN];

@@ -909,6 +909,112 @@ START_TEST(test_debug_is_refused_without_the_testing_knob)
 }
 END_TEST
 
+/* Two MHA ranks admitted together; returns their leases. */
+static void
+pair_admitted(struct rank r[2], uint32_t prefix, uint32_t n, uint64_t lease[2])
+{
+	struct l3kv_admit_result	res;
+	struct l3kv_completion		c;
+	struct l3kv_admit_args		args;
+	uint64_t			ticket[2];
+	uint8_t				*h = hashes_of(prefix, n);
+	uint32_t			g;
+
+	for (g = 0; g < 2; g++) {
+		rank_init(&r[g], "pair", 2, g);
+		r[g].args.layout.attention = L3KV_ATTN_MHA;
+		rank_attach(&r[g]);
+		publish_prefix(&r[g], prefix, n, 0, n);
+	}
+	memset(&args, 0, sizeof(args));
+	args.request_id = 9;
+	args.hashes = h;
+	args.npages = n;
+	args.reserved_pages = n;
+	args.state_slot = L3KV_SLOT_NONE;
+	for (g = 0; g < 2; g++)
+		ck_assert_int_eq(l3kv_submit_admit(r[g].k, &args, &ticket[g]), 0);
+	for (g = 0; g < 2; g++) {
+		wait_completion(&r[g], &c);
+		ck_assert_int_eq(l3kv_admit_result(&c, &res), 0);
+		l3kv_completion_release(&c);
+		ck_assert_uint_eq(res.admitted_pages, n);
+		lease[g] = res.lease;
+	}
+	free(h);
+}
+
+START_TEST(test_a_lost_page_on_one_rank_fails_every_rank)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_completion		c;
+	struct rank			r[2];
+	uint64_t			lease[2], ticket;
+	uint32_t			dst[6] = { 10, 11, 12, 13, 14, 15 };
+	uint8_t				h[L3KV_HASH_LEN];
+
+	pair_admitted(r, 80, 6, lease);
+	page_hash(80, 3, h);
+	ck_assert_int_eq(l3kv_debug(r[1].k, L3KV_DEBUG_CORRUPT, 0, h), 0);
+	ck_assert_int_eq(l3kv_submit_restore(r[0].k, lease[0], KV_REGION, dst, 6, &ticket), 0);
+	ck_assert_int_eq(l3kv_restore(r[1].k, lease[1], KV_REGION, dst, 6, 5000, &res), -ENODATA);
+	wait_completion(&r[0], &c);
+	ck_assert_int_eq(c.status, -ENODATA);
+	ck_assert_ptr_nonnull(strstr(c.payload, "rank 1"));
+	l3kv_completion_release(&c);
+	ck_assert_int_eq(stat_of("cache", "restores_ready"), 0);
+	ck_assert_int_eq(l3kv_release(r[0].k, lease[0]), 0);
+	ck_assert_int_eq(l3kv_release(r[1].k, lease[1]), 0);
+	rank_fini(&r[0]);
+	rank_fini(&r[1]);
+}
+END_TEST
+
+START_TEST(test_a_rank_releasing_fails_the_waiting_rank)
+{
+	struct l3kv_completion	c;
+	struct rank		r[2];
+	uint64_t		lease[2], ticket;
+	uint32_t		dst[4] = { 1, 2, 3, 4 };
+
+	pair_admitted(r, 81, 4, lease);
+	ck_assert_int_eq(l3kv_submit_restore(r[0].k, lease[0], KV_REGION, dst, 4, &ticket), 0);
+	usleep(100000);		/* rank 0's copy is done; it waits for rank 1 */
+	ck_assert_int_eq(l3kv_release(r[1].k, lease[1]), 0);
+	wait_completion(&r[0], &c);
+	ck_assert_int_eq(c.status, -ECANCELED);
+	l3kv_completion_release(&c);
+	ck_assert_int_eq(l3kv_release(r[0].k, lease[0]), 0);
+	ck_assert_int_eq(stat_of("dram", "pins"), 0);
+	rank_fini(&r[0]);
+	rank_fini(&r[1]);
+}
+END_TEST
+
+START_TEST(test_release_without_waiting_drops_the_pins)
+{
+	struct l3kv_admit_result	a;
+	struct l3kv_completion		c;
+	struct rank			r;
+	uint64_t			ticket;
+
+	rank_init(&r, "g1", 1, 0);
+	rank_attach(&r);
+	publish_prefix(&r, 90, 5, 0, 5);
+	a = admit(&r, 1, 90, 5, 5);
+	ck_assert_int_eq(l3kv_submit_release(r.k, a.lease, &ticket), 0);
+	wait_completion(&r, &c);
+	ck_assert_uint_eq(c.ticket, ticket);
+	ck_assert_int_eq(c.status, 0);
+	ck_assert_int_eq(c.op, L3KV_OP_RELEASE);
+	l3kv_completion_release(&c);
+	ck_assert_int_eq(stat_of("dram", "pins"), 0);
+	/* The lease is gone: a second release says so. */
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), -ENOENT);
+	rank_fini(&r);
+}
+END_TEST
+
 Suite *
 suite_cache(void)
 {
@@ -935,6 +1041,9 @@ suite_cache(void)
 	tcase_add_test(tc, test_lease_expires_and_restore_says_expired);
 	tcase_add_test(tc, test_best_effort_ends_at_its_deadline_with_whole_pages);
 	tcase_add_test(tc, test_debug_is_refused_without_the_testing_knob);
+	tcase_add_test(tc, test_a_lost_page_on_one_rank_fails_every_rank);
+	tcase_add_test(tc, test_a_rank_releasing_fails_the_waiting_rank);
+	tcase_add_test(tc, test_release_without_waiting_drops_the_pins);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -3,14 +3,21 @@
  * and their p50/p99 latency, over the Unix socket, through libl3kv, with
  * 1..N client connections (one process each, as engines are).
  *
- *   bench_control -s SOCK -p PAGES -c CONNS -t SECONDS -o probe|admit
+ *   bench_control -s SOCK -p PAGES -c CONNS -t SECONDS -o probe|admit|admit-nb
  *
- * Connection 0 publishes PAGES pages first (every connection then hits
- * all of them). Prints one line: op pages conns ops/s keys/s p50_us p99_us.
+ * admit: ADMIT then a blocking RELEASE (two round trips). admit-nb: ADMIT
+ * then RELEASE submitted without waiting, its completion drained on the
+ * next poll, as an engine's scheduler does (about one round trip).
+ * A setup connection publishes PAGES pages first (every connection then
+ * hits all of them). Like redis-benchmark, one process drives every
+ * connection through the non-blocking API, one operation in flight per
+ * connection. Prints: op pages conns ops/s keys/s p50_us p99_us.
  * tests/bench/control.sh runs it side by side with redis-benchmark.
  */
 #include <sys/mman.h>
 #include <sys/wait.h>
+
+#include <poll.h>
 
 #include <errno.h>
 #include <stdio.h>
@@ -133,61 +140,126 @@ publish(struct l3kv *k, const uint8_t *h, uint32_t n)
 }
 
 /* One connection's loop; writes "count" and its sorted latencies to fd. */
-static void
-client(const char *sock, unsigned idx, uint32_t pages, double seconds, int admit, int out)
-{
-	struct l3kv_admit_result	 ar;
-	struct l3kv_admit_args		 a;
-	struct l3kv			*k;
-	uint8_t				*h = malloc((size_t)pages * L3KV_HASH_LEN);
-	double				*lat = malloc(MAX_SAMPLES * sizeof(double)), t0, t1, end;
-	uint32_t			 hit;
-	size_t				 n = 0;
-	int				 memfd, rc;
+/* One connection of the closed loop: one request (or a pair) in flight. */
+struct bconn {
+	struct l3kv	*k;
+	int		 memfd;
+	unsigned	 idx;
+	uint64_t	 n;		/* requests started */
+	double		 t0;		/* when the current operation started */
+	int		 phase;		/* admit: 0 waiting ADMIT, 1 waiting RELEASE */
+};
 
-	k = attach(sock, idx, pages, &memfd);
-	make_hashes(h, pages);
-	memset(&a, 0, sizeof(a));
-	a.hashes = h;
-	a.npages = pages;
-	a.reserved_pages = pages;
-	a.state_slot = L3KV_SLOT_NONE;
-	end = now_s() + seconds;
-	while ((t0 = now_s()) < end && n < MAX_SAMPLES) {
-		if (admit) {
-			a.request_id = ((uint64_t)idx << 40) | n;
-			if ((rc = l3kv_admit(k, &a, &ar)) != 0)
-				die("admit", rc);
-			if (ar.admitted_pages != pages)
-				die("admit: short promise", -EIO);
-			if ((rc = l3kv_release(k, ar.lease)) != 0)
-				die("release", rc);
-		} else {
-			if ((rc = l3kv_probe(k, h, pages, &hit)) != 0)
-				die("probe", rc);
-			if (hit != pages)
-				die("probe: short hit", -EIO);
-		}
-		t1 = now_s();
-		lat[n++] = t1 - t0;
+static void
+bconn_start(struct bconn *b, const uint8_t *h, uint32_t pages, int mode)
+{
+	struct l3kv_admit_args	a;
+	uint64_t		ticket;
+	uint32_t		hit;
+	int			rc;
+
+	(void)hit;
+	b->t0 = now_s();
+	b->phase = 0;
+	if (mode == 0) {
+		rc = l3kv_submit_probe(b->k, h, pages, &ticket);
+	} else {
+		memset(&a, 0, sizeof(a));
+		a.request_id = ((uint64_t)b->idx << 40) | b->n;
+		a.hashes = h;
+		a.npages = pages;
+		a.reserved_pages = pages;
+		a.state_slot = L3KV_SLOT_NONE;
+		rc = l3kv_submit_admit(b->k, &a, &ticket);
 	}
-	if (write(out, &n, sizeof(n)) != sizeof(n) ||
-	    write(out, lat, n * sizeof(double)) != (ssize_t)(n * sizeof(double)))
-		exit(1);
-	l3kv_close(k);
-	close(memfd);
-	exit(0);
+	if (rc != 0)
+		die("submit", rc);
+	b->n++;
 }
 
-static size_t
-read_all(int fd, void *buf, size_t len)
+/*
+ * Handles one completion; returns 1 when an operation (PROBE, or
+ * ADMIT+RELEASE) finished. mode 1 waits for RELEASE before the next
+ * ADMIT; mode 2 sends RELEASE and the next ADMIT together.
+ */
+static int
+bconn_complete(struct bconn *b, struct l3kv_completion *c, uint32_t pages, int mode)
 {
-	size_t	got = 0;
-	ssize_t	r;
+	struct l3kv_admit_result	ar;
+	uint64_t			ticket;
+	int				rc;
 
-	while (got < len && (r = read(fd, (char *)buf + got, len - got)) > 0)
-		got += (size_t)r;
-	return got;
+	if (c->status != 0)
+		die("request", c->status);
+	if (c->op == L3KV_OP_PROBE)
+		return 1;
+	if (c->op == L3KV_OP_RELEASE)
+		return mode == 1;
+	if ((rc = l3kv_admit_result(c, &ar)) != 0 || ar.admitted_pages != pages)
+		die("admit: short promise", rc != 0 ? rc : -EIO);
+	if ((rc = l3kv_submit_release(b->k, ar.lease, &ticket)) != 0)
+		die("submit release", rc);
+	b->phase = 1;
+	return mode == 2;
+}
+
+static int
+run(const char *sock, uint32_t pages, unsigned conns, double seconds, int mode, double **lat,
+    size_t *nlat)
+{
+	struct l3kv_completion	 c;
+	struct pollfd		 pfd[64];
+	struct bconn		 b[64];
+	uint8_t			*h = malloc((size_t)pages * L3KV_HASH_LEN);
+	double			 end, t;
+	size_t			 cap = 1 << 16;
+	unsigned		 i;
+	int			 rc;
+
+	make_hashes(h, pages);
+	*lat = malloc(cap * sizeof(double));
+	*nlat = 0;
+	for (i = 0; i < conns; i++) {
+		memset(&b[i], 0, sizeof(b[i]));
+		b[i].idx = i;
+		b[i].k = attach(sock, i, pages, &b[i].memfd);
+	}
+	end = now_s() + seconds;
+	for (i = 0; i < conns; i++)
+		bconn_start(&b[i], h, pages, mode);
+	while (now_s() < end) {
+		for (i = 0; i < conns; i++) {
+			pfd[i].fd = l3kv_fd(b[i].k);
+			pfd[i].events = POLLIN;
+		}
+		if (poll(pfd, conns, 1000) <= 0)
+			continue;
+		for (i = 0; i < conns; i++) {
+			if (!(pfd[i].revents & POLLIN))
+				continue;
+			while ((rc = l3kv_poll_completion(b[i].k, &c)) == 0) {
+				if (bconn_complete(&b[i], &c, pages, mode)) {
+					t = now_s();
+					if (*nlat == cap) {
+						cap *= 2;
+						*lat = realloc(*lat, cap * sizeof(double));
+					}
+					(*lat)[(*nlat)++] = t - b[i].t0;
+					if (t < end)
+						bconn_start(&b[i], h, pages, mode);
+				}
+				l3kv_completion_release(&c);
+			}
+			if (rc != -EAGAIN)
+				die("poll", rc);
+		}
+	}
+	for (i = 0; i < conns; i++) {
+		l3kv_close(b[i].k);
+		close(b[i].memfd);
+	}
+	free(h);
+	return 0;
 }
 
 int
@@ -197,9 +269,9 @@ main(int argc, char **argv)
 	struct l3kv	*k;
 	uint32_t	 pages = 64;
 	double		 seconds = 2, *all = NULL;
-	size_t		 total = 0, n;
-	unsigned	 conns = 1, i;
-	int		 ch, memfd, pipes[64][2], st;
+	size_t		 total = 0;
+	unsigned	 conns = 1;
+	int		 ch, memfd, mode;
 	uint8_t		*h;
 
 	while ((ch = getopt(argc, argv, "s:p:c:t:o:")) != -1) {
@@ -211,36 +283,19 @@ main(int argc, char **argv)
 		case 'o': op = optarg; break;
 		default:
 			fprintf(stderr, "usage: bench_control -s SOCK -p PAGES -c CONNS -t SECONDS "
-			    "-o probe|admit\n");
+			    "-o probe|admit|admit-nb\n");
 			return 2;
 		}
 	}
-	if (sock == NULL || conns == 0 || conns > 64 || pages == 0)
+	mode = strcmp(op, "probe") == 0 ? 0 : strcmp(op, "admit") == 0 ? 1 :
+	    strcmp(op, "admit-nb") == 0 ? 2 : -1;
+	if (sock == NULL || conns == 0 || conns > 64 || pages == 0 || mode < 0)
 		return 2;
 	k = attach(sock, 999, pages, &memfd);
 	h = malloc((size_t)pages * L3KV_HASH_LEN);
 	make_hashes(h, pages);
 	publish(k, h, pages);
-	for (i = 0; i < conns; i++) {
-		if (pipe(pipes[i]) != 0)
-			return 1;
-		if (fork() == 0) {
-			close(pipes[i][0]);
-			client(sock, i, pages, seconds, strcmp(op, "admit") == 0, pipes[i][1]);
-		}
-		close(pipes[i][1]);
-	}
-	for (i = 0; i < conns; i++) {
-		if (read_all(pipes[i][0], &n, sizeof(n)) != sizeof(n))
-			return 1;
-		all = realloc(all, (total + n) * sizeof(double));
-		if (read_all(pipes[i][0], all + total, n * sizeof(double)) != n * sizeof(double))
-			return 1;
-		total += n;
-		close(pipes[i][0]);
-	}
-	for (i = 0; i < conns; i++)
-		wait(&st);
+	run(sock, pages, conns, seconds, mode, &all, &total);
 	qsort(all, total, sizeof(double), cmp_double);
 	printf("%s pages=%u conns=%u ops/s=%.0f keys/s=%.0f p50_us=%.1f p99_us=%.1f\n", op,
 	    pages, conns, (double)total / seconds, (double)total * pages / seconds,

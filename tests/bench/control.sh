@@ -49,7 +49,7 @@ printf '%-6s %5s %5s | %12s %12s %8s %8s | %12s %12s | %6s\n' op pages conns \
 for pages in 64 1024 4096; do
 	for conns in 1 8; do
 		rr=$(redis_rps "$pages" "$conns")
-		for op in probe admit; do
+		for op in probe admit admit-nb; do
 			read -r ops p50 p99 < <(l3kv_run "$op" "$pages" "$conns")
 			ratio=$(awk -v a="$ops" -v b="$rr" 'BEGIN {printf "%.2f", a / b}')
 			printf '%-6s %5s %5s | %12.0f %12.0f %8s %8s | %12.0f %12.0f | %6s\n' "$op" \
