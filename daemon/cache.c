@@ -10,18 +10,128 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "daemon.h"
 
+/*
+ * The shard is the rank whose slice an object is: recurrent state belongs
+ * to its TP owner; KV and sidecars to the DCP rank under MLA (so the TP
+ * replicas of a DCP shard write one object between them) and to the TP
+ * rank otherwise.
+ */
 void
 cache_key(const struct session *sess, unsigned pool, const uint8_t *hash, struct dram_key *k)
 {
 	memset(k, 0, sizeof(*k));
 	memcpy(k->fingerprint, sess->ns->fingerprint, sizeof(k->fingerprint));
 	k->pool = (uint8_t)pool;
-	k->shard = sess->shard;
+	k->shard = sess->ns->pools[pool].kind == PROTO_POOL_STATE ? sess->tp_rank : sess->shard;
 	memcpy(k->hash, hash, PROTO_HASH_LEN);
+}
+
+/* Whether the layout has pools beyond kv: then stop points matter. */
+int
+cache_is_hybrid(const struct session *sess)
+{
+	unsigned	i;
+
+	for (i = 0; i < sess->ns->layout.npools; i++)
+		if (sess->ns->pools[i].kind != PROTO_POOL_KV)
+			return 1;
+	return 0;
+}
+
+/* The first region registered for a pool, or -1. */
+int
+cache_region_of_pool(const struct session *sess, unsigned pool)
+{
+	unsigned	i;
+
+	for (i = 0; i < sess->nregions; i++)
+		if (sess->regions[i].desc.pool == pool)
+			return (int)i;
+	return -1;
+}
+
+static int
+cache_has(struct server *s, const struct session *sess, unsigned pool, const uint8_t *hashes,
+    uint32_t page)
+{
+	struct dram_key	k;
+	uint32_t	id;
+
+	cache_key(sess, pool, hashes + (size_t)page * PROTO_HASH_LEN, &k);
+	return dram_lookup(s->dram, &k, &id) == 0;
+}
+
+/*
+ * Clears legal[p] (1 <= p <= n) wherever one rank cannot stop after p
+ * pages: it lacks a KV page before p, the checkpoint at exactly p, or a
+ * sidecar page its hit policy needs (all pages before p, or the last t).
+ */
+static void
+cache_rank_stops(struct server *s, const struct session *sess, const uint8_t *hashes, uint32_t n,
+    uint8_t *legal)
+{
+	const struct ns	*ns = sess->ns;
+	uint32_t	 p, k, q;
+	unsigned	 i;
+
+	for (i = 0; i < ns->layout.npools; i++) {
+		const struct proto_pool *pl = &ns->pools[i];
+
+		switch (pl->kind == PROTO_POOL_SIDECAR && pl->hit_policy == PROTO_HIT_TRAILING ?
+		    0 : pl->kind) {
+		case PROTO_POOL_KV:
+		case PROTO_POOL_SIDECAR:	/* all_pages: a contiguous prefix, like kv */
+			k = cache_rank_hits(s, sess, i, hashes, n);
+			for (p = k + 1; p <= n; p++)
+				legal[p] = 0;
+			break;
+		case PROTO_POOL_STATE:
+			for (p = 1; p <= n; p++)
+				if (legal[p] && !cache_has(s, sess, i, hashes, p - 1))
+					legal[p] = 0;
+			break;
+		case 0:				/* trailing_pages(t) */
+			for (p = 1; p <= n; p++) {
+				if (!legal[p])
+					continue;
+				for (q = p > pl->trailing ? p - pl->trailing : 0; q < p; q++) {
+					if (!cache_has(s, sess, i, hashes, q)) {
+						legal[p] = 0;
+						break;
+					}
+				}
+			}
+			break;
+		}
+	}
+}
+
+/*
+ * The legal stop points common to every rank: an intersection, never the
+ * minimum of per-rank maxima (contract item 4). legal has n+1 entries;
+ * returns the largest common stop point, 0 when there is none.
+ */
+uint32_t
+cache_group_stops(struct server *s, struct session *const *ranks, unsigned nranks,
+    const uint8_t *hashes, uint32_t n, uint8_t *legal)
+{
+	uint32_t	p;
+	unsigned	r;
+
+	legal[0] = 0;
+	memset(legal + 1, 1, n);
+	for (r = 0; r < nranks; r++)
+		if (ranks[r] != NULL && ranks[r]->ns != NULL)
+			cache_rank_stops(s, ranks[r], hashes, n, legal);
+	for (p = n; p > 0; p--)
+		if (legal[p])
+			return p;
+	return 0;
 }
 
 /* The first pool of a kind, or -1. */
@@ -116,6 +226,37 @@ cache_group_hits(struct server *s, const struct session *sess, unsigned pool,
 	return hit;
 }
 
+/* PROBE for a hybrid layout: the legal stop points follow the reply. */
+static void
+cache_probe_stops(struct conn *c, struct proto_frame *f, const struct proto_probe *p,
+    const uint8_t *hashes)
+{
+	struct proto_probe_reply	*r;
+	struct session			*sess = c->session;
+	uint8_t				*legal, *buf;
+	uint32_t			*stops, i;
+
+	legal = malloc((size_t)p->npages + 1);
+	buf = malloc(sizeof(*r) + (size_t)p->npages * sizeof(uint32_t));
+	if (legal == NULL || buf == NULL) {
+		free(legal);
+		free(buf);
+		conn_reply_error(c, &f->hdr, PROTO_S_NO_MEMORY, "PROBE: out of memory");
+		return;
+	}
+	r = (struct proto_probe_reply *)(void *)buf;
+	stops = (uint32_t *)(void *)(buf + sizeof(*r));
+	r->hit_pages = cache_group_stops(c->server, sess->group->members, sess->group->size,
+	    hashes, p->npages, legal);
+	r->nstops = 0;
+	for (i = 1; i <= p->npages; i++)
+		if (legal[i])
+			stops[r->nstops++] = i;
+	conn_reply(c, &f->hdr, PROTO_S_OK, buf, (uint32_t)(sizeof(*r) + r->nstops * 4));
+	free(legal);
+	free(buf);
+}
+
 void
 cache_probe(struct conn *c, struct proto_frame *f)
 {
@@ -137,8 +278,12 @@ cache_probe(struct conn *c, struct proto_frame *f)
 	}
 	metrics.probes++;
 	memset(&r, 0, sizeof(r));
-	r.hit_pages = cache_group_hits(c->server, sess, p.pool, hashes, p.npages);
-	conn_reply(c, &f->hdr, PROTO_S_OK, &r, sizeof(r));
+	if (!cache_is_hybrid(sess)) {
+		r.hit_pages = cache_group_hits(c->server, sess, p.pool, hashes, p.npages);
+		conn_reply(c, &f->hdr, PROTO_S_OK, &r, sizeof(r));
+		return;
+	}
+	cache_probe_stops(c, f, &p, hashes);
 }
 
 /* DEBUG: drop or corrupt one of this session's objects (testing.debug_ops). */

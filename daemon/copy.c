@@ -109,9 +109,11 @@ copy_run(struct copy_engine *ce, struct copy_job *job)
 				job->bad_page = i;
 				return;
 			}
-			copy_page_scatter(job->geom, job->base, pg->region_page, pg->obj, 1);
+			copy_page_scatter(pg->geom != NULL ? pg->geom : job->geom,
+			    pg->base != NULL ? pg->base : job->base, pg->region_page, pg->obj, 1);
 		} else {
-			copy_page_scatter(job->geom, job->base, pg->region_page, pg->obj, 0);
+			copy_page_scatter(pg->geom != NULL ? pg->geom : job->geom,
+			    pg->base != NULL ? pg->base : job->base, pg->region_page, pg->obj, 0);
 			pg->checksum = dram_checksum(pg->obj, pg->len);
 		}
 		atomic_store_explicit(&job->done_pages, i + 1, memory_order_release);

@@ -167,6 +167,8 @@ void	 ns_unref(struct server *, struct ns *);
 
 /* group.c: ranks of one engine instance attached to this daemon */
 struct session;
+struct conn;
+struct proto_frame;
 struct admission;
 TAILQ_HEAD(admission_list, admission);
 struct rank_group {
@@ -187,6 +189,7 @@ int	 group_check(struct server *, const struct proto_attach *, char *err, size_t
 int	 group_join(struct server *, struct session *, const struct proto_attach *,
 	    struct rank_group **);
 void	 group_leave(struct server *, struct session *);
+void	 group_set_policy(struct conn *, struct proto_frame *);
 
 /* session.c: one attached engine rank */
 struct conn;
@@ -215,6 +218,8 @@ struct session {
 	uint32_t	*live;		/* sorted live state slots */
 	uint32_t	 nlive;
 	struct lease_list leases;	/* this rank's leases */
+	int		 slot_region;	/* the state-slot region, or -1 */
+	uint8_t		*slot_held;	/* outstanding canonical slots (by a lease) */
 	unsigned	 jobs;		/* copy jobs in flight on its regions */
 	int		 detach_waiting;	/* DETACH answered when jobs drain */
 	struct proto_hdr detach_req;
@@ -242,6 +247,10 @@ uint32_t cache_rank_hits(struct server *, const struct session *, unsigned pool,
 uint32_t cache_group_hits(struct server *, const struct session *, unsigned pool,
 	    const uint8_t *hashes, uint32_t n);
 int	 cache_pool_of(const struct session *, unsigned kind);
+int	 cache_is_hybrid(const struct session *);
+int	 cache_region_of_pool(const struct session *, unsigned pool);
+uint32_t cache_group_stops(struct server *, struct session *const *ranks, unsigned nranks,
+	    const uint8_t *hashes, uint32_t n, uint8_t *legal);
 void	 cache_probe(struct conn *, struct proto_frame *);
 void	 cache_debug(struct conn *, struct proto_frame *);
 
@@ -279,14 +288,24 @@ enum lease_state {
 	LEASE_CANCELLED,
 	LEASE_EXPIRED,
 };
+/* One pinned object of a lease: which pool, which page of the prefix. */
+struct lease_obj {
+	uint32_t		 id;		/* the DRAM object */
+	uint16_t		 pool;
+	uint16_t		 pad;
+	uint32_t		 page;		/* index in the admitted hashes */
+};
 struct lease {
 	uint64_t		 id;
 	struct admission	*adm;		/* a reference */
 	uint16_t		 rank;
 	struct session		*sess;		/* a reference */
 	int			 state;		/* LEASE_* */
-	uint32_t		 npages;
-	uint32_t		*objs;		/* pinned DRAM objects, npages */
+	uint32_t		 npages;	/* the promise, in pages */
+	struct lease_obj	*objs;		/* kv pages, sidecar pages, the checkpoint */
+	uint32_t		 nobjs;
+	uint32_t		 slot;		/* canonical state slot, PROTO_SLOT_NONE */
+	int			 slot_held;	/* outstanding in the session */
 	int			 pinned;
 	struct event		*timer;		/* TTL, or the restore deadline */
 	struct copy_job		*job;		/* while RESTORING */
@@ -304,6 +323,7 @@ void	 admit_group_gone(struct server *, struct rank_group *);
 void	 admission_unref(struct server *, struct admission *);
 struct lease *lease_find(const struct session *, uint64_t id);
 void	 lease_unpin(struct server *, struct lease *);
+void	 lease_release_slot(struct lease *);
 void	 lease_free(struct server *, struct lease *);
 void	 lease_arm_ttl(struct server *, struct lease *);
 void	 release_request(struct conn *, struct proto_frame *);
@@ -459,6 +479,8 @@ struct copy_page {
 	uint64_t	 checksum;	/* expected (restore) or computed (publish) */
 	uint32_t	 region_page;	/* page (or slot) index in the region */
 	uint32_t	 id;		/* the DRAM object */
+	const struct proto_region *geom;	/* this page's region, or NULL: the job's */
+	uint8_t		*base;
 };
 struct copy_job;
 TAILQ_HEAD(copy_job_list, copy_job);
@@ -484,5 +506,127 @@ void	 copy_submit(struct copy_engine *, struct copy_job *);
 unsigned copy_inflight(const struct copy_engine *);
 void	 copy_page_scatter(const struct proto_region *, uint8_t *base, uint32_t page,
 	    uint8_t *obj, int to_region);
+
+/*
+ * filetier.c: the file tier, one directory of object files that daemons
+ * of a role may share. Loop thread only; the module's threads do the I/O
+ * and every completion runs on the loop. Keys are dram_keys; a key's
+ * namespace must have been scanned first. Files: see filetier.c.
+ */
+#define FILETIER_NONE		UINT32_MAX
+#define FILETIER_HDR		4096			/* header block; the payload follows */
+#define FILETIER_OBJ_MAX	(1ULL << 30)		/* payload bytes */
+/* What a read destination must hold: the payload rounded up for O_DIRECT. */
+#define FILETIER_READ_SIZE(len)	(((uint64_t)(len) + 4095) & ~(uint64_t)4095)
+struct filetier_params {
+	const char	*root;		/* made if missing */
+	uint64_t	 capacity;	/* bytes of object files, headers included */
+	int		 fsync;		/* fdatasync each object, fsync its directory */
+	unsigned	 readers;	/* threads, one io_uring each */
+	unsigned	 writers;	/* threads; unlinks go first */
+	unsigned	 read_depth;	/* reads in flight per reader */
+	unsigned	 write_queue;	/* writes queued or running before -EAGAIN */
+	unsigned	 scan_threads;
+	unsigned	 tmp_stale_s;	/* a scan removes temp files older than this */
+	int		 direct;	/* O_DIRECT reads where the filesystem takes them */
+	int		 io_uring;	/* 0: readers use preadv (also the fallback) */
+};
+enum filetier_job_kind {
+	FILETIER_JOB_READ = 1,
+	FILETIER_JOB_WRITE,
+	FILETIER_JOB_DELETE,	/* the module's own */
+};
+struct filetier_ns;
+/*
+ * A job belongs to the module from submission until its done() returned,
+ * then it is freed: done() must not keep the pointer.
+ */
+struct filetier_job {
+	int			 kind;		/* FILETIER_JOB_* */
+	struct dram_key		 key;
+	void			*buf;		/* read: destination; write: the payload */
+	uint64_t		 len;		/* payload bytes */
+	uint64_t		 checksum;	/* write: the caller's; read: verified */
+	int			 status;	/* 0 or -errno, valid in done() */
+	_Atomic int		 cancel;	/* a read not yet started ends -ECANCELED */
+	void			(*done)(struct filetier_job *);	/* on the loop thread */
+	void			*arg;
+	/* The module's. */
+	TAILQ_ENTRY(filetier_job) entry;
+	struct filetier_ns	*ns;
+	uint32_t		 id;
+};
+struct filetier_stats {
+	uint64_t	namespaces;
+	uint64_t	visible;
+	uint64_t	writing;
+	uint64_t	deleting;	/* unlink queued */
+	uint64_t	dead;		/* out of the index, kept until their last unpin */
+	uint64_t	pinned_objects;
+	uint64_t	pins;
+	uint64_t	bytes_used;	/* files of visible and writing objects */
+	uint64_t	bytes_deleting;
+	uint64_t	bytes_capacity;
+	uint64_t	reads;
+	uint64_t	read_failures;	/* each dropped its object */
+	uint64_t	reads_cancelled;
+	uint64_t	reads_inflight;
+	uint64_t	bytes_read;
+	uint64_t	writes;
+	uint64_t	write_failures;
+	uint64_t	write_nospace;	/* of those, ENOSPC or EDQUOT from the filesystem */
+	uint64_t	writes_refused;	/* -EAGAIN: the write queue was full */
+	uint64_t	writes_present;	/* -EEXIST */
+	uint64_t	writes_inflight;
+	uint64_t	bytes_written;
+	uint64_t	evictions;
+	uint64_t	evict_failures;	/* -ENOSPC: everything left is pinned or writing */
+	uint64_t	drops;
+	uint64_t	scan_objects;
+	uint64_t	scan_bytes;
+	uint64_t	scan_removed;	/* bad objects, stale temp files, junk */
+	uint64_t	scan_skipped;
+	uint64_t	scan_ms;
+	uint64_t	index_buckets;
+	uint64_t	meta_bytes;
+	double		meta_bytes_per_object;
+	unsigned	readers_uring;	/* readers with a ring */
+};
+struct filetier;
+void	 filetier_params_default(struct filetier_params *);
+int	 filetier_new(struct event_base *, const struct filetier_params *, struct filetier **,
+	    char *err, size_t errlen);
+void	 filetier_free(struct filetier *);
+/* Attaches a namespace ("role/model-<fingerprint hex>") and indexes its files, once. */
+int	 filetier_scan(struct filetier *, const char *ns_name, const uint8_t fingerprint[16],
+	    uint64_t *objects, char *err, size_t errlen);
+/* Visible objects only; no side effects at all (PROBE). */
+int	 filetier_lookup(const struct filetier *, const struct dram_key *, uint32_t *id,
+	    uint64_t *len);
+int	 filetier_pin(struct filetier *, uint32_t id);
+void	 filetier_unpin(struct filetier *, uint32_t id);
+void	 filetier_drop(struct filetier *, uint32_t id);
+/*
+ * Queues a write-through; data stays valid and unchanged until done().
+ * -EEXIST (present or being written), -EBUSY (being unlinked), -EAGAIN
+ * (queue full), -ENOSPC (capacity, nothing evictable), -ESRCH (namespace
+ * not scanned), -EFBIG, -EINVAL, -ENOMEM. done() gets 0 once the object
+ * is visible, or the -errno that left nothing visible.
+ */
+int	 filetier_write(struct filetier *, const struct dram_key *, const void *data,
+	    uint64_t len, uint64_t checksum, void (*done)(struct filetier_job *), void *arg);
+/*
+ * Queues a read into dst (4096-aligned, cap >= FILETIER_READ_SIZE(len)),
+ * which must stay valid until done(). -ENOENT (not visible), -EINVAL,
+ * -EMSGSIZE, -ENOMEM. done() gets 0 with the payload verified, or the
+ * file's fault (-ENOENT, -ENODATA, -EUCLEAN, -ESTALE, -EBADMSG, see
+ * filetier_strerror) after the object left the tier, or -ECANCELED.
+ */
+int	 filetier_read(struct filetier *, const struct dram_key *, void *dst, uint64_t cap,
+	    void (*done)(struct filetier_job *), void *arg, struct filetier_job **);
+const char *filetier_strerror(int status);
+void	 filetier_stats(const struct filetier *, struct filetier_stats *);
+size_t	 filetier_lru_order(const struct filetier *, uint32_t *ids, size_t max);
+unsigned filetier_inflight(const struct filetier *);
 
 #endif /* L3KV_DAEMON_H */

@@ -146,6 +146,7 @@ dispatch_frame(struct conn *c, struct proto_frame *f)
 	case PROTO_T_CANCEL:
 	case PROTO_T_RELEASE:
 	case PROTO_T_PUBLISH:
+	case PROTO_T_SET_POLICY:
 	case PROTO_T_DEBUG:
 		if (!dispatch_need_session(c, f))
 			return;
@@ -195,6 +196,9 @@ dispatch_frame(struct conn *c, struct proto_frame *f)
 		break;
 	case PROTO_T_DEBUG:
 		cache_debug(c, f);
+		break;
+	case PROTO_T_SET_POLICY:
+		group_set_policy(c, f);
 		break;
 	default:
 		/* proto_hdr_check() let through only served types. */

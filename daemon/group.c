@@ -130,3 +130,70 @@ group_leave(struct server *s, struct session *sess)
 	free(g->members);
 	free(g);
 }
+
+/* Whether any rank of the group has an admission or a lease: then policies stay. */
+static int
+group_busy(const struct rank_group *g)
+{
+	unsigned	r;
+
+	if (!TAILQ_EMPTY(&g->admissions))
+		return 1;
+	for (r = 0; r < g->size; r++)
+		if (g->members[r] != NULL && !TAILQ_EMPTY(&g->members[r]->leases))
+			return 1;
+	return 0;
+}
+
+/*
+ * SET_POLICY: validated and guarded before any side effect, refused while
+ * the group is busy; the same policy again changes nothing.
+ */
+void
+group_set_policy(struct conn *c, struct proto_frame *f)
+{
+	struct proto_set_policy	 p;
+	struct session		*sess = c->session;
+	struct rank_group	*g = sess->group;
+	char			 err[PROTO_ERRMSG_MAX + 1];
+	unsigned		 r;
+
+	memcpy(&p, f->payload, sizeof(p));
+	if (p.pad != 0 || p.prefetch < PROTO_PREFETCH_WAIT_COMPLETE ||
+	    p.prefetch > PROTO_PREFETCH_TIMEOUT || p.write < PROTO_WRITE_THROUGH ||
+	    p.write > PROTO_WRITE_OFFLOAD ||
+	    (p.prefetch == PROTO_PREFETCH_TIMEOUT && p.prefetch_timeout_ms == 0)) {
+		conn_reply_error(c, &f->hdr, PROTO_S_INVALID,
+		    "SET_POLICY: prefetch %u, write %u, timeout %u ms is not a policy",
+		    p.prefetch, p.write, p.prefetch_timeout_ms);
+		return;
+	}
+	if (group_guard(sess->ns->layout.dcp_size, p.prefetch, p.write,
+	    sess->ns->layout.attention, err, sizeof(err)) != 0) {
+		metrics.guards_refused++;
+		conn_reply_error(c, &f->hdr, PROTO_S_GUARD, "SET_POLICY: %s", err);
+		return;
+	}
+	if (g->prefetch == p.prefetch && g->write == p.write &&
+	    g->prefetch_timeout_ms == p.prefetch_timeout_ms) {
+		conn_reply(c, &f->hdr, PROTO_S_OK, NULL, 0);
+		return;
+	}
+	if (group_busy(g)) {
+		conn_reply_error(c, &f->hdr, PROTO_S_BUSY,
+		    "SET_POLICY: group %s has admissions or leases", g->id);
+		return;
+	}
+	g->prefetch = p.prefetch;
+	g->write = p.write;
+	g->prefetch_timeout_ms = p.prefetch_timeout_ms;
+	for (r = 0; r < g->size; r++) {
+		if (g->members[r] == NULL)
+			continue;
+		g->members[r]->prefetch = p.prefetch;
+		g->members[r]->prefetch_timeout_ms = p.prefetch_timeout_ms;
+	}
+	log_info("group", "group %s: policy now prefetch %u write %u timeout %u ms", g->id,
+	    p.prefetch, p.write, p.prefetch_timeout_ms);
+	conn_reply(c, &f->hdr, PROTO_S_OK, NULL, 0);
+}

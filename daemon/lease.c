@@ -29,6 +29,57 @@
 
 static void	admit_answer(struct server *, struct admission *, unsigned decline);
 
+/*
+ * The promise of a hybrid layout: the largest stop point common to every
+ * rank and every pool that fits every reservation. *hit gets the largest
+ * common stop point before the reservation cap.
+ */
+static uint32_t
+admit_stop_point(struct server *s, struct admission *a, uint32_t reserved, uint32_t *hit)
+{
+	struct session	*ranks[PROTO_GROUP_SIZE_MAX];
+	uint8_t		*legal;
+	uint32_t	 p;
+	uint16_t	 r;
+
+	*hit = 0;
+	if ((legal = malloc((size_t)a->npages + 1)) == NULL)
+		return 0;
+	for (r = 0; r < a->size; r++)
+		ranks[r] = a->ranks[r].sess;
+	*hit = cache_group_stops(s, ranks, a->size, a->hashes, a->npages, legal);
+	for (p = *hit < reserved ? *hit : reserved; p > 0 && !legal[p]; p--)
+		;
+	free(legal);
+	return p;
+}
+
+/*
+ * With a state pool every rank must have reserved a canonical slot that
+ * is in its slot region, not live and not outstanding for another lease.
+ */
+static unsigned
+admit_check_slots(struct admission *a)
+{
+	struct session	*sess;
+	uint32_t	 slot;
+	uint16_t	 r;
+
+	for (r = 0; r < a->size; r++) {
+		sess = a->ranks[r].sess;
+		if (cache_pool_of(sess, PROTO_POOL_STATE) < 0)
+			continue;
+		slot = a->ranks[r].slot;
+		if (sess->slot_region < 0 || slot == PROTO_SLOT_NONE ||
+		    slot >= sess->regions[sess->slot_region].desc.num_pages ||
+		    session_slot_is_live(sess, slot))
+			return PROTO_DECLINE_NO_SLOT;
+		if (sess->slot_held[slot])
+			return PROTO_DECLINE_SLOT_BUSY;
+	}
+	return PROTO_DECLINE_NONE;
+}
+
 static struct admission *
 admit_find(struct rank_group *g, uint64_t request_id)
 {
@@ -117,11 +168,22 @@ lease_unpin(struct server *s, struct lease *l)
 {
 	uint32_t	i;
 
+	lease_release_slot(l);
 	if (!l->pinned)
 		return;
-	for (i = 0; i < l->npages; i++)
-		dram_unpin(s->dram, l->objs[i]);
+	for (i = 0; i < l->nobjs; i++)
+		dram_unpin(s->dram, l->objs[i].id);
 	l->pinned = 0;
+}
+
+/* The canonical slot stops being outstanding. Idempotent. */
+void
+lease_release_slot(struct lease *l)
+{
+	if (!l->slot_held)
+		return;
+	l->sess->slot_held[l->slot] = 0;
+	l->slot_held = 0;
 }
 
 /* Frees a lease that has no copy in flight. */
@@ -159,36 +221,70 @@ lease_find(const struct session *sess, uint64_t id)
 	return NULL;
 }
 
-/* Makes rank r's lease over its first n pages, pinning them. */
+/* Pins the object of (pool, page) into the lease's next entry. */
+static void
+lease_pin_one(struct server *s, struct lease *l, const struct admission *a, unsigned pool,
+    uint32_t page)
+{
+	struct lease_obj	*o = &l->objs[l->nobjs++];
+	struct dram_key		 k;
+
+	cache_key(l->sess, pool, a->hashes + (size_t)page * PROTO_HASH_LEN, &k);
+	/* admit_answer() just found these on this same loop turn. */
+	if (dram_lookup(s->dram, &k, &o->id) != 0)
+		fatalx("lease", "admitted object vanished before its pin");
+	dram_pin(s->dram, o->id);
+	o->pool = (uint16_t)pool;
+	o->page = page;
+}
+
+/*
+ * Makes rank r's lease over its first n pages, pinning every object the
+ * restore needs: the KV pages, each sidecar's pages (all, or the last t),
+ * and the checkpoint at exactly n pages.
+ */
 static struct lease *
 lease_new(struct server *s, struct admission *a, uint16_t r, uint32_t n)
 {
 	struct session	*sess = a->ranks[r].sess;
-	struct dram_key	 k;
 	struct lease	*l;
-	uint32_t	 i;
+	uint32_t	 i, max = 0, from;
+	unsigned	 p;
 
+	for (p = 0; p < sess->ns->layout.npools; p++)
+		max += sess->ns->pools[p].kind == PROTO_POOL_STATE ? 1 : n;
 	if ((l = calloc(1, sizeof(*l))) == NULL)
 		return NULL;
-	if ((l->objs = calloc(n > 0 ? n : 1, sizeof(*l->objs))) == NULL ||
+	if ((l->objs = calloc(max > 0 ? max : 1, sizeof(*l->objs))) == NULL ||
 	    (l->timer = evtimer_new(s->base, lease_ttl_cb, l)) == NULL) {
 		free(l->objs);
 		free(l);
 		return NULL;
 	}
-	for (i = 0; i < n; i++) {
-		cache_key(sess, a->pool, a->hashes + (size_t)i * PROTO_HASH_LEN, &k);
-		/* admit_answer() just looked these up on this same loop turn. */
-		if (dram_lookup(s->dram, &k, &l->objs[i]) != 0)
-			fatalx("lease", "admitted object vanished before its pin");
-		dram_pin(s->dram, l->objs[i]);
+	l->sess = sess;
+	for (p = 0; p < sess->ns->layout.npools; p++) {
+		const struct proto_pool *pl = &sess->ns->pools[p];
+
+		if (pl->kind == PROTO_POOL_STATE) {
+			lease_pin_one(s, l, a, p, n - 1);
+			continue;
+		}
+		from = pl->kind == PROTO_POOL_SIDECAR && pl->hit_policy == PROTO_HIT_TRAILING &&
+		    n > pl->trailing ? n - pl->trailing : 0;
+		for (i = from; i < n; i++)
+			lease_pin_one(s, l, a, p, i);
+	}
+	l->slot = PROTO_SLOT_NONE;
+	if (sess->slot_region >= 0 && cache_pool_of(sess, PROTO_POOL_STATE) >= 0) {
+		l->slot = a->ranks[r].slot;
+		l->slot_held = 1;
+		sess->slot_held[l->slot] = 1;
 	}
 	l->pinned = 1;
 	l->id = ++s->next_lease;
 	l->adm = a;
 	a->refs++;
 	l->rank = r;
-	l->sess = sess;
 	session_ref(sess);
 	l->state = LEASE_ADMITTED;
 	l->npages = n;
@@ -222,20 +318,27 @@ admit_answer(struct server *s, struct admission *a, unsigned decline)
 	if (a->deadline != NULL)
 		evtimer_del(a->deadline);
 	if (decline == PROTO_DECLINE_NONE) {
-		for (r = 0; r < a->size; r++) {
-			h = cache_rank_hits(s, a->ranks[r].sess, a->pool, a->hashes, hit);
-			if (h < hit)
-				hit = h;
+		for (r = 0; r < a->size; r++)
 			if (a->ranks[r].reserved < reserved)
 				reserved = a->ranks[r].reserved;
+		if (cache_is_hybrid(a->ranks[0].sess)) {
+			n = admit_stop_point(s, a, reserved, &hit);
+		} else {
+			for (r = 0; r < a->size; r++) {
+				h = cache_rank_hits(s, a->ranks[r].sess, a->pool, a->hashes, hit);
+				if (h < hit)
+					hit = h;
+			}
+			n = hit < reserved ? hit : reserved;
 		}
-		n = hit < reserved ? hit : reserved;
 		a->reply.group_hit = hit;
 		if (hit == 0)
 			decline = PROTO_DECLINE_NO_HIT;
 		else if (n == 0)
 			decline = PROTO_DECLINE_NO_RESERVATION;
-		else {
+		else
+			decline = admit_check_slots(a);
+		if (decline == PROTO_DECLINE_NONE) {
 			for (r = 0; r < a->size; r++) {
 				a->ranks[r].lease = lease_new(s, a, r, n);
 				if (a->ranks[r].lease == NULL)

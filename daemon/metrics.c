@@ -72,6 +72,8 @@ metrics_declines(void)
 		[PROTO_DECLINE_GROUP_MISMATCH] = "group_mismatch",
 		[PROTO_DECLINE_SHUTTING_DOWN] = "shutting_down",
 		[PROTO_DECLINE_RANK_LEFT] = "rank_left",
+		[PROTO_DECLINE_NO_SLOT] = "no_slot",
+		[PROTO_DECLINE_SLOT_BUSY] = "slot_busy",
 	};
 	json_t	*o = json_object();
 	int	 i;

@@ -5,7 +5,8 @@
  * visible.
  *
  * The request is checked whole first (region, pool, every source index,
- * hash padding). Then each page gets a DRAM object in the WRITING state,
+ * hash padding). A checkpoint is published from a state-slot region: its
+ * "page" is the slot, its hash the hash of the page it ends on. Then each page gets a DRAM object in the WRITING state,
  * invisible and never evicted, placed after the previous page of the
  * request so that a prefix lands contiguously; a key that is already
  * there, or being written by another publisher, is acknowledged as
@@ -86,10 +87,6 @@ publish_check(struct session *sess, const struct proto_publish *p,
 		return PROTO_S_OUT_OF_BOUNDS;
 	}
 	rg = &sess->regions[p->region];
-	if (sess->ns->pools[rg->desc.pool].kind == PROTO_POOL_STATE) {
-		snprintf(err, errlen, "region %u holds state slots, not pages", p->region);
-		return PROTO_S_INVALID;
-	}
 	for (i = 0; i < p->npages; i++) {
 		if (pages[i].src_page >= rg->desc.num_pages) {
 			snprintf(err, errlen, "source %u is page %u of a %u-page region", i,

@@ -126,9 +126,22 @@ restore_group_check(struct server *s, struct admission *a)
 	for (r = 0; r < a->size; r++) {
 		l = a->ranks[r].lease;
 		l->state = LEASE_READY;
+		lease_release_slot(l);	/* the checkpoint is in place: the slot is the engine's */
 		restore_answer(l, PROTO_S_OK, NULL, pages, partial);
 		lease_arm_ttl(s, l);	/* pins stay until RELEASE or the TTL */
 	}
+}
+
+/* KV pages among the first `done` objects of a lease: what a cancel reports. */
+static uint32_t
+restore_kv_landed(const struct lease *l, uint32_t done)
+{
+	uint32_t	i, n = 0;
+
+	for (i = 0; i < done && i < l->nobjs; i++)
+		if (l->objs[i].pool == l->adm->pool)
+			n++;
+	return n;
 }
 
 static void
@@ -141,7 +154,7 @@ restore_job_done(struct copy_job *job)
 	char		 why[160];
 	unsigned	 st = (unsigned)job->status;
 
-	l->landed = atomic_load(&job->done_pages);
+	l->landed = restore_kv_landed(l, atomic_load(&job->done_pages));
 	l->job = NULL;
 	evtimer_del(l->timer);
 	if (st == PROTO_S_CANCELLED && l->deadline_hit && !a->failed) {
@@ -231,6 +244,36 @@ restore_check(struct session *sess, struct lease *l, const struct proto_restore 
 		    rg->desc.pool);
 		return PROTO_S_INVALID;
 	}
+	if (l->slot != PROTO_SLOT_NONE) {
+		/* Contract item 6: live state is sacred, and so is another lease's slot. */
+		if (p->state_region != sess->slot_region) {
+			snprintf(err, errlen, "state region %u is not the slot region %d",
+			    p->state_region, sess->slot_region);
+			return PROTO_S_INVALID;
+		}
+		if (p->state_slot >= sess->regions[sess->slot_region].desc.num_pages) {
+			snprintf(err, errlen, "state slot %u is outside the slot region", p->state_slot);
+			return PROTO_S_OUT_OF_BOUNDS;
+		}
+		if (session_slot_is_live(sess, p->state_slot)) {
+			snprintf(err, errlen, "state slot %u is live", p->state_slot);
+			return PROTO_S_SLOT;
+		}
+		if (p->state_slot != l->slot) {
+			snprintf(err, errlen, "state slot %u is %s; this lease holds slot %u",
+			    p->state_slot, sess->slot_held[p->state_slot] ?
+			    "held by another lease" : "not the one admitted", l->slot);
+			return sess->slot_held[p->state_slot] ? PROTO_S_SLOT : PROTO_S_INVALID;
+		}
+	}
+	for (i = 0; i < l->nobjs; i++) {
+		int reg = cache_region_of_pool(sess, l->objs[i].pool);
+
+		if (reg < 0) {
+			snprintf(err, errlen, "no region registered for pool %u", l->objs[i].pool);
+			return PROTO_S_INVALID;
+		}
+	}
 	for (i = 0; i < p->npages; i++) {
 		if (dst[i] >= rg->desc.num_pages) {
 			snprintf(err, errlen, "destination %u is page %u of a %u-page region", i,
@@ -253,10 +296,11 @@ restore_first_dropped(struct server *s, struct lease *l)
 	struct dram_key	k;
 	uint32_t	i, id;
 
-	for (i = 0; i < l->npages; i++) {
-		cache_key(l->sess, l->adm->pool, l->adm->hashes + (size_t)i * PROTO_HASH_LEN, &k);
-		if (dram_lookup(s->dram, &k, &id) != 0 || id != l->objs[i])
-			return i;
+	for (i = 0; i < l->nobjs; i++) {
+		cache_key(l->sess, l->objs[i].pool,
+		    l->adm->hashes + (size_t)l->objs[i].page * PROTO_HASH_LEN, &k);
+		if (dram_lookup(s->dram, &k, &id) != 0 || id != l->objs[i].id)
+			return l->objs[i].page;
 	}
 	return UINT32_MAX;
 }
@@ -306,7 +350,7 @@ restore_request(struct conn *c, struct proto_frame *f)
 		return;
 	}
 	job = calloc(1, sizeof(*job));
-	if (job == NULL || (job->pages = calloc(l->npages, sizeof(*job->pages))) == NULL) {
+	if (job == NULL || (job->pages = calloc(l->nobjs, sizeof(*job->pages))) == NULL) {
 		free(job);
 		free(dst);
 		conn_reply_error(c, &f->hdr, PROTO_S_NO_MEMORY, "RESTORE: out of memory");
@@ -315,15 +359,33 @@ restore_request(struct conn *c, struct proto_frame *f)
 	job->kind = COPY_RESTORE;
 	job->geom = &sess->regions[p.region].desc;
 	job->base = sess->regions[p.region].base;
-	job->npages = l->npages;
+	job->npages = l->nobjs;
 	job->done = restore_job_done;
 	job->arg = l;
-	for (i = 0; i < l->npages; i++) {
-		struct copy_page *pg = &job->pages[i];
+	for (i = 0; i < l->nobjs; i++) {
+		struct copy_page	*pg = &job->pages[i];
+		const struct lease_obj	*o = &l->objs[i];
+		int			 reg = cache_region_of_pool(sess, o->pool);
 
-		pg->id = l->objs[i];
+		pg->id = o->id;
 		pg->obj = (uint8_t *)(uintptr_t)dram_data(s->dram, pg->id, &pg->len, &pg->checksum);
-		pg->region_page = dst[i];
+		pg->geom = &sess->regions[reg].desc;
+		pg->base = sess->regions[reg].base;
+		if (sess->ns->pools[o->pool].kind == PROTO_POOL_STATE)
+			pg->region_page = p.state_slot;
+		else {
+			/* Sidecars go to the same page slots in their own region. */
+			pg->region_page = dst[o->page];
+			if (reg != p.region && dst[o->page] >= pg->geom->num_pages) {
+				conn_reply_error(c, &f->hdr, PROTO_S_OUT_OF_BOUNDS, "RESTORE: "
+				    "destination page %u is outside pool %u's region", dst[o->page],
+				    o->pool);
+				free(job->pages);
+				free(job);
+				free(dst);
+				return;
+			}
+		}
 		dram_touch(s->dram, pg->id);
 	}
 	free(dst);
@@ -332,7 +394,12 @@ restore_request(struct conn *c, struct proto_frame *f)
 	l->restore_waiting = 1;
 	l->restore_req = f->hdr;
 	evtimer_del(l->timer);
-	if (sess->prefetch != PROTO_PREFETCH_WAIT_COMPLETE && sess->prefetch_timeout_ms > 0) {
+	/*
+	 * best_effort / timeout stop at their deadline with whole KV pages; a
+	 * hybrid layout cannot stop between its stop points, so it waits.
+	 */
+	if (sess->prefetch != PROTO_PREFETCH_WAIT_COMPLETE && sess->prefetch_timeout_ms > 0 &&
+	    !cache_is_hybrid(sess)) {
 		tv.tv_sec = sess->prefetch_timeout_ms / 1000;
 		tv.tv_usec = (sess->prefetch_timeout_ms % 1000) * 1000;
 		evtimer_add(l->timer, &tv);

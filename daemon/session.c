@@ -183,6 +183,7 @@ session_attach(struct conn *c, const struct proto_frame *f, struct session **out
 		return PROTO_S_NO_MEMORY;
 	}
 	sess->refs = 1;
+	sess->slot_region = -1;
 	sess->server = s;
 	sess->conn = c;
 	TAILQ_INIT(&sess->leases);
@@ -198,6 +199,13 @@ session_attach(struct conn *c, const struct proto_frame *f, struct session **out
 		goto fail;
 	if ((rc = session_map_regions(sess, &v, f, err, errlen)) != 0)
 		goto fail;
+	sess->slot_region = session_slot_region(&v);
+	if (sess->slot_region >= 0 &&
+	    (sess->slot_held = calloc(v.regions[sess->slot_region].num_pages, 1)) == NULL) {
+		snprintf(err, errlen, "out of memory for the slot table");
+		rc = -ENOMEM;
+		goto fail;
+	}
 	if ((sess->ns = ns_ref(s, &v.fixed.layout, v.pools)) == NULL) {
 		snprintf(err, errlen, "out of memory");
 		rc = -ENOMEM;
@@ -239,6 +247,7 @@ session_unref(struct session *sess)
 		return;
 	for (i = sess->nregions; i > 0; i--)
 		region_unmap(&sess->regions[i - 1]);
+	free(sess->slot_held);
 	free(sess->live);
 	free(sess);
 }

@@ -105,7 +105,9 @@ L3KV_SAME(L3KV_DECLINE_GROUP_TIMEOUT, PROTO_DECLINE_GROUP_TIMEOUT);
 L3KV_SAME(L3KV_DECLINE_GROUP_MISMATCH, PROTO_DECLINE_GROUP_MISMATCH);
 L3KV_SAME(L3KV_DECLINE_SHUTTING_DOWN, PROTO_DECLINE_SHUTTING_DOWN);
 L3KV_SAME(L3KV_DECLINE_RANK_LEFT, PROTO_DECLINE_RANK_LEFT);
-L3KV_SAME(L3KV_DECLINE_RANK_LEFT + 1, PROTO_DECLINE__MAX);
+L3KV_SAME(L3KV_DECLINE_NO_SLOT, PROTO_DECLINE_NO_SLOT);
+L3KV_SAME(L3KV_DECLINE_SLOT_BUSY, PROTO_DECLINE_SLOT_BUSY);
+L3KV_SAME(L3KV_DECLINE_SLOT_BUSY + 1, PROTO_DECLINE__MAX);
 L3KV_SAME(L3KV_DEBUG_DROP, PROTO_DEBUG_DROP);
 L3KV_SAME(L3KV_DEBUG_CORRUPT, PROTO_DEBUG_CORRUPT);
 L3KV_SAME(sizeof(((struct l3kv_publish_page *)0)->hash), PROTO_HASH_LEN);
@@ -1493,6 +1495,7 @@ struct l3kv_wire {
 		struct proto_probe	probe;
 		struct proto_admit	admit;
 		struct proto_restore	restore;
+		struct proto_set_policy	set_policy;
 		struct proto_lease_op	lease;
 		struct proto_publish	publish;
 		struct proto_debug	debug;
@@ -1606,6 +1609,72 @@ l3kv_probe(struct l3kv *k, const uint8_t *hashes, uint32_t npages, uint32_t *hit
 		    len, r.nstops);
 	*hit_pages = r.hit_pages;
 	return 0;
+}
+
+/*
+ * PROBE with the legal stop points: stops gets at most max of them
+ * (ascending), *nstops how many the daemon sent (0: every length up to
+ * the hit is one).
+ */
+int
+l3kv_probe_stops(struct l3kv *k, const uint8_t *hashes, uint32_t npages, uint32_t *hit_pages,
+    uint32_t *stops, uint32_t max, uint32_t *nstops)
+{
+	struct proto_probe_reply	 r;
+	struct l3kv_wire		 w;
+	char				*reply;
+	uint32_t			 len, n;
+	int				 rc;
+
+	if (k == NULL || hit_pages == NULL || nstops == NULL || (stops == NULL && max > 0))
+		return -EINVAL;
+	*hit_pages = 0;
+	*nstops = 0;
+	l3kv_clear_last(k);
+	if ((rc = l3kv_check_pages(k, PROTO_T_PROBE, hashes, npages, "hashes")) != 0)
+		return rc;
+	l3kv_wire_init(&w, sizeof(w.u.probe));
+	w.u.probe.npages = npages;
+	w.u.probe.pool = k->kv_pool;
+	l3kv_wire_array(&w, hashes, npages, PROTO_HASH_LEN);
+	if ((rc = l3kv_wire_call(k, PROTO_T_PROBE, &w, L3KV_TIMEOUT_DEFAULT, &reply, &len)) != 0)
+		return rc;
+	memcpy(&r, reply, sizeof(r));
+	if ((uint64_t)len != sizeof(r) + (uint64_t)r.nstops * sizeof(uint32_t)) {
+		free(reply);
+		return l3kv_bad_reply(k, "libl3kv: PROBE reply of %u bytes with %u stop points",
+		    len, r.nstops);
+	}
+	n = r.nstops < max ? r.nstops : max;
+	if (n > 0)
+		memcpy(stops, reply + sizeof(r), (size_t)n * sizeof(uint32_t));
+	*hit_pages = r.hit_pages;
+	*nstops = r.nstops;
+	free(reply);
+	return 0;
+}
+
+/* SET_POLICY: the group's policies; refused with -EPERM by a guard, -EBUSY while busy. */
+int
+l3kv_set_policy(struct l3kv *k, enum l3kv_prefetch prefetch, enum l3kv_write write,
+    uint32_t prefetch_timeout_ms)
+{
+	struct l3kv_wire	 w;
+	char			*reply;
+	uint32_t		 len;
+	int			 rc;
+
+	if (k == NULL)
+		return -EINVAL;
+	l3kv_clear_last(k);
+	l3kv_wire_init(&w, sizeof(w.u.set_policy));
+	L3KV_PUT(w.u.set_policy.prefetch, (unsigned)prefetch, "prefetch");
+	L3KV_PUT(w.u.set_policy.write, (unsigned)write, "write");
+	w.u.set_policy.prefetch_timeout_ms = prefetch_timeout_ms;
+	rc = l3kv_wire_call(k, PROTO_T_SET_POLICY, &w, L3KV_TIMEOUT_DEFAULT, &reply, &len);
+	if (rc == 0)
+		free(reply);
+	return rc;
 }
 
 /* PROBE without waiting: an engine's scheduler asks and reads the answer on its next poll. */
@@ -1728,7 +1797,7 @@ l3kv_admit_result(const struct l3kv_completion *c, struct l3kv_admit_result *out
 
 static int
 l3kv_encode_restore(struct l3kv *k, uint64_t lease, unsigned region, const uint32_t *dst,
-    uint32_t npages, struct l3kv_wire *w)
+    uint32_t npages, const struct l3kv_state_dest *state, struct l3kv_wire *w)
 {
 	int	rc;
 
@@ -1738,6 +1807,12 @@ l3kv_encode_restore(struct l3kv *k, uint64_t lease, unsigned region, const uint3
 	L3KV_PUT(w->u.restore.region, region, "region");
 	w->u.restore.lease = lease;
 	w->u.restore.npages = npages;
+	w->u.restore.state_region = PROTO_REGION_NONE;
+	w->u.restore.state_slot = PROTO_SLOT_NONE;
+	if (state != NULL) {
+		L3KV_PUT(w->u.restore.state_region, state->region, "state region");
+		w->u.restore.state_slot = state->slot;
+	}
 	/* Destination indices go out as the caller's array: the wire is little-endian like us. */
 	l3kv_wire_array(w, dst, npages, sizeof(uint32_t));
 	return 0;
@@ -1758,6 +1833,14 @@ int
 l3kv_restore(struct l3kv *k, uint64_t lease, unsigned region, const uint32_t *dst_pages,
     uint32_t npages, int timeout_ms, struct l3kv_restore_result *out)
 {
+	return l3kv_restore_state(k, lease, region, dst_pages, npages, NULL, timeout_ms, out);
+}
+
+int
+l3kv_restore_state(struct l3kv *k, uint64_t lease, unsigned region, const uint32_t *dst_pages,
+    uint32_t npages, const struct l3kv_state_dest *state, int timeout_ms,
+    struct l3kv_restore_result *out)
+{
 	struct l3kv_wire	 w;
 	char			*reply;
 	uint32_t		 len;
@@ -1768,7 +1851,7 @@ l3kv_restore(struct l3kv *k, uint64_t lease, unsigned region, const uint32_t *ds
 	if (k == NULL)
 		return -EINVAL;
 	l3kv_clear_last(k);
-	if ((rc = l3kv_encode_restore(k, lease, region, dst_pages, npages, &w)) != 0 ||
+	if ((rc = l3kv_encode_restore(k, lease, region, dst_pages, npages, state, &w)) != 0 ||
 	    (rc = l3kv_wire_call(k, PROTO_T_RESTORE, &w, timeout_ms, &reply, &len)) != 0)
 		return rc;
 	if (out != NULL)
@@ -1781,6 +1864,14 @@ int
 l3kv_submit_restore(struct l3kv *k, uint64_t lease, unsigned region, const uint32_t *dst_pages,
     uint32_t npages, uint64_t *ticket)
 {
+	return l3kv_submit_restore_state(k, lease, region, dst_pages, npages, NULL, ticket);
+}
+
+int
+l3kv_submit_restore_state(struct l3kv *k, uint64_t lease, unsigned region,
+    const uint32_t *dst_pages, uint32_t npages, const struct l3kv_state_dest *state,
+    uint64_t *ticket)
+{
 	struct l3kv_wire	w;
 	int			rc;
 
@@ -1789,7 +1880,7 @@ l3kv_submit_restore(struct l3kv *k, uint64_t lease, unsigned region, const uint3
 	if (k == NULL || ticket == NULL)
 		return -EINVAL;
 	l3kv_clear_last(k);
-	if ((rc = l3kv_encode_restore(k, lease, region, dst_pages, npages, &w)) != 0)
+	if ((rc = l3kv_encode_restore(k, lease, region, dst_pages, npages, state, &w)) != 0)
 		return rc;
 	return l3kv_wire_submit(k, PROTO_T_RESTORE, &w, ticket);
 }

@@ -361,6 +361,8 @@ enum l3kv_decline {
 	L3KV_DECLINE_GROUP_MISMATCH	= 4,	/* ranks asked for different pages */
 	L3KV_DECLINE_SHUTTING_DOWN	= 5,
 	L3KV_DECLINE_RANK_LEFT		= 6,	/* a rank detached while waiting */
+	L3KV_DECLINE_NO_SLOT		= 7,	/* a state pool but no usable canonical slot */
+	L3KV_DECLINE_SLOT_BUSY		= 8,	/* the slot is held by another lease */
 };
 
 struct l3kv_admit_args {
@@ -414,6 +416,36 @@ L3KV_API int	 l3kv_restore(struct l3kv *, uint64_t lease, unsigned region,
 		    struct l3kv_restore_result *);
 L3KV_API int	 l3kv_submit_restore(struct l3kv *, uint64_t lease, unsigned region,
 		    const uint32_t *dst_pages, uint32_t npages, uint64_t *ticket);
+/*
+ * The same with recurrent state: the checkpoint is restored into the
+ * canonical slot the ADMIT reserved (state->slot in the slot region
+ * state->region). Naming a live slot, or one another lease holds, is
+ * refused with -EADDRINUSE before any byte moves.
+ */
+struct l3kv_state_dest {
+	unsigned	region;		/* the state-slot region's index at ATTACH */
+	uint32_t	slot;		/* the canonical slot given to ADMIT */
+};
+L3KV_API int	 l3kv_restore_state(struct l3kv *, uint64_t lease, unsigned region,
+		    const uint32_t *dst_pages, uint32_t npages, const struct l3kv_state_dest *,
+		    int timeout_ms, struct l3kv_restore_result *);
+L3KV_API int	 l3kv_submit_restore_state(struct l3kv *, uint64_t lease, unsigned region,
+		    const uint32_t *dst_pages, uint32_t npages, const struct l3kv_state_dest *,
+		    uint64_t *ticket);
+/*
+ * PROBE with the legal stop points of a hybrid layout: up to max of them
+ * go to stops, ascending; *nstops says how many the daemon sent (0 means
+ * every length up to *hit_pages is one).
+ */
+L3KV_API int	 l3kv_probe_stops(struct l3kv *, const uint8_t *hashes, uint32_t npages,
+		    uint32_t *hit_pages, uint32_t *stops, uint32_t max, uint32_t *nstops);
+/*
+ * SET_POLICY: changes the group's prefetch and write policies. Guards run
+ * first (-EPERM, nothing changed); -EBUSY while the group has admissions
+ * or leases; setting the same policy again changes nothing.
+ */
+L3KV_API int	 l3kv_set_policy(struct l3kv *, enum l3kv_prefetch, enum l3kv_write,
+		    uint32_t prefetch_timeout_ms);
 L3KV_API int	 l3kv_restore_result(const struct l3kv_completion *,
 		    struct l3kv_restore_result *);
 

@@ -47,6 +47,7 @@ static const struct proto_status_info proto_statuses[PROTO_S__MAX] = {
 	[PROTO_S_BUSY] = { "busy", "busy", EBUSY },
 	[PROTO_S_TIMEOUT] = { "timeout", "timed out", ETIMEDOUT },
 	[PROTO_S_GROUP_MISMATCH] = { "group_mismatch", "attach disagrees with its group", EXDEV },
+	[PROTO_S_SLOT] = { "slot", "state slot is live or held by another lease", EADDRINUSE },
 };
 
 const char *
@@ -112,6 +113,7 @@ proto_type_is_request(unsigned t)
 	case PROTO_T_CANCEL:
 	case PROTO_T_RELEASE:
 	case PROTO_T_PUBLISH:
+	case PROTO_T_SET_POLICY:
 	case PROTO_T_DEBUG:
 		return 1;
 	}
@@ -227,6 +229,8 @@ proto_payload_check(unsigned type, uint32_t length, const void *payload)
 		return length == sizeof(struct proto_lease_op) ? 0 : PROTO_S_BAD_LENGTH;
 	case PROTO_T_DEBUG:
 		return length == sizeof(struct proto_debug) ? 0 : PROTO_S_BAD_LENGTH;
+	case PROTO_T_SET_POLICY:
+		return length == sizeof(struct proto_set_policy) ? 0 : PROTO_S_BAD_LENGTH;
 	}
 	return PROTO_S_BAD_TYPE;
 }

@@ -100,6 +100,7 @@ enum proto_status {
 	PROTO_S_BUSY		= 25,
 	PROTO_S_TIMEOUT		= 26,
 	PROTO_S_GROUP_MISMATCH	= 27,	/* ATTACH disagrees with its group */
+	PROTO_S_SLOT		= 28,	/* a live or another lease's state slot */
 	PROTO_S__MAX
 };
 
@@ -285,7 +286,12 @@ struct proto_probe {
 };
 _Static_assert(sizeof(struct proto_probe) == 8, "proto_probe");
 
-/* PROBE reply: the longest prefix every attached rank of the group holds. */
+/*
+ * PROBE reply: the largest legal stop point every attached rank of the
+ * group holds. With a state or sidecar pool, the legal stop points
+ * (ascending page counts) follow; without, nstops is 0 and every length
+ * up to hit_pages is one.
+ */
 struct proto_probe_reply {
 	uint32_t	hit_pages;
 	uint32_t	nstops;		/* legal stop points that follow (u32); 0: every length */
@@ -311,6 +317,8 @@ enum proto_decline {
 	PROTO_DECLINE_GROUP_MISMATCH	= 4,	/* ranks asked different things */
 	PROTO_DECLINE_SHUTTING_DOWN	= 5,
 	PROTO_DECLINE_RANK_LEFT		= 6,	/* a rank detached while waiting */
+	PROTO_DECLINE_NO_SLOT		= 7,	/* state pool, but no usable canonical slot */
+	PROTO_DECLINE_SLOT_BUSY		= 8,	/* the slot is outstanding for another lease */
 	PROTO_DECLINE__MAX
 };
 
@@ -324,14 +332,31 @@ struct proto_admit_reply {
 };
 _Static_assert(sizeof(struct proto_admit_reply) == 24, "proto_admit_reply");
 
-/* RESTORE: followed by npages uint32 destination page indices. */
+/*
+ * RESTORE: followed by npages uint32 destination page indices. Sidecar
+ * pools are restored to the same page indices in their own region; a
+ * layout with a state pool names the canonical slot it admitted.
+ */
 struct proto_restore {
 	uint64_t	lease;
 	uint32_t	npages;		/* must equal the admitted pages */
 	uint16_t	region;		/* the destination region (index at ATTACH) */
 	uint16_t	flags;		/* none defined; must be 0 */
+	uint16_t	state_region;	/* the slot region, PROTO_REGION_NONE without state */
+	uint16_t	pad;
+	uint32_t	state_slot;	/* the canonical slot admitted */
 };
-_Static_assert(sizeof(struct proto_restore) == 16, "proto_restore");
+_Static_assert(sizeof(struct proto_restore) == 24, "proto_restore");
+#define PROTO_REGION_NONE	UINT16_MAX
+
+/* SET_POLICY: the group's policies, guarded; allowed while the group is idle. */
+struct proto_set_policy {
+	uint8_t		prefetch;	/* proto_prefetch */
+	uint8_t		write;		/* proto_write */
+	uint16_t	pad;
+	uint32_t	prefetch_timeout_ms;
+};
+_Static_assert(sizeof(struct proto_set_policy) == 8, "proto_set_policy");
 
 #define PROTO_RESTORE_F_PARTIAL	0x0001	/* best_effort/timeout ended at its deadline */
 

@@ -1444,13 +1444,19 @@ script_restore_cancel_release(int fd)
 	struct proto_restore_reply	rr;
 	struct proto_cancel_reply	cr;
 	struct proto_hdr		h;
-	uint8_t				want[16 + 3 * 4], *p;
+	uint8_t				want[24 + 3 * 4], *p;
 
-	/* RESTORE: lease, npages, region, flags, then the u32 destinations. */
+	/*
+	 * RESTORE: lease, npages, region, flags, state region (none), pad,
+	 * state slot (none), then the u32 destinations.
+	 */
 	p = ct_le(want, CT_LEASE, 8);
 	p = ct_le(p, 3, 4);
 	p = ct_le(p, 0x0102, 2);
 	p = ct_le(p, 0, 2);
+	p = ct_le(p, 0xffff, 2);
+	p = ct_le(p, 0, 2);
+	p = ct_le(p, 0xffffffff, 4);
 	p = ct_le(p, 7, 4);
 	p = ct_le(p, 3, 4);
 	ct_le(p, 0xfffffffe, 4);

@@ -271,7 +271,7 @@ END_TEST
 
 START_TEST(test_reserved_type_is_answered_bad_type)
 {
-	struct proto_hdr h = good_hdr(PROTO_T_SET_POLICY, 0);
+	struct proto_hdr h = good_hdr(23, 0);	/* a number no message has */
 
 	expect_framing_error(&h, sizeof(h), 0, -1, PROTO_S_BAD_TYPE, PROTO_T_ERROR, 1);
 }

@@ -295,11 +295,12 @@ static const struct {
 } pt_cache_msgs[] = {
 	{ "PROBE",	PROTO_T_PROBE,		8,	0,	32 },
 	{ "ADMIT",	PROTO_T_ADMIT,		24,	8,	32 },
-	{ "RESTORE",	PROTO_T_RESTORE,	16,	8,	4 },
+	{ "RESTORE",	PROTO_T_RESTORE,	24,	8,	4 },
 	{ "PUBLISH",	PROTO_T_PUBLISH,	8,	0,	40 },
 	{ "CANCEL",	PROTO_T_CANCEL,		8,	0,	0 },
 	{ "RELEASE",	PROTO_T_RELEASE,	8,	0,	0 },
 	{ "DEBUG",	PROTO_T_DEBUG,		40,	0,	0 },
+	{ "SET_POLICY",	PROTO_T_SET_POLICY,	8,	0,	0 },
 };
 
 /* A payload of the message with count n, and room for one more byte. */
@@ -844,7 +845,8 @@ START_TEST(test_type_names_and_requests)
 	for (t = PROTO_T_PROBE; t <= PROTO_T_SET_POLICY; t++)
 		ck_assert_str_ne(proto_type_name(t), "UNKNOWN");
 	ck_assert_str_eq(proto_type_name(PROTO_T_DEBUG), "DEBUG");
-	ck_assert(!proto_type_is_request(PROTO_T_SET_POLICY));
+	ck_assert(proto_type_is_request(PROTO_T_SET_POLICY));
+	ck_assert(!proto_type_is_request(23));
 	ck_assert(!proto_type_is_request(0));
 	ck_assert(!proto_type_is_request(6));
 	ck_assert(!proto_type_is_request(PROTO_T_ERROR));
