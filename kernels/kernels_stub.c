@@ -1,10 +1,24 @@
 /*
  * The kernels stub, built when nvcc is absent: the daemon then runs with
- * the host copy engine only, and says so at start.
+ * the host copy engine only, and says so at start. Every call answers
+ * -ENOSYS (and "built without CUDA" where there is an error buffer);
+ * kernels_device_count() answers 0 devices.
  */
+#include <errno.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "kernels.h"
+
+#define STUB_WHY	"built without CUDA (no nvcc at build time)"
+
+static int
+stub_nosys(char *err, size_t len)
+{
+	if (err != NULL && len > 0)
+		snprintf(err, len, "%s", STUB_WHY);
+	return -ENOSYS;
+}
 
 int
 kernels_built_with_cuda(void)
@@ -15,6 +29,326 @@ kernels_built_with_cuda(void)
 int
 kernels_device_count(char *desc, size_t len)
 {
-	snprintf(desc, len, "built without CUDA (no nvcc at build time)");
+	snprintf(desc, len, "%s", STUB_WHY);
 	return 0;
+}
+
+int
+kernels_init(int device, char *err, size_t len)
+{
+	(void)device;
+	return stub_nosys(err, len);
+}
+
+void
+kernels_fini(void)
+{
+}
+
+int
+kernels_host_register(void *p, size_t len, char *err, size_t errlen)
+{
+	(void)p;
+	(void)len;
+	return stub_nosys(err, errlen);
+}
+
+int
+kernels_host_unregister(void *p, char *err, size_t errlen)
+{
+	(void)p;
+	return stub_nosys(err, errlen);
+}
+
+int
+kernels_ipc_open(const void *handle, void **dptr, size_t *size, char *err, size_t len)
+{
+	(void)handle;
+	(void)dptr;
+	(void)size;
+	return stub_nosys(err, len);
+}
+
+int
+kernels_ipc_close(void *dptr, char *err, size_t len)
+{
+	(void)dptr;
+	return stub_nosys(err, len);
+}
+
+int
+kernels_dev_range(const void *p, uintptr_t *base, size_t *size)
+{
+	(void)p;
+	(void)base;
+	(void)size;
+	return -ENOSYS;
+}
+
+int
+kernels_cumem_import(int fd, size_t size, void **dptr, char *err, size_t len)
+{
+	(void)fd;
+	(void)size;
+	(void)dptr;
+	return stub_nosys(err, len);
+}
+
+int
+kernels_cumem_unmap(void *dptr, size_t size, char *err, size_t len)
+{
+	(void)dptr;
+	(void)size;
+	return stub_nosys(err, len);
+}
+
+int
+kernels_event_open_ipc(const void *handle, struct kernels_event **out, char *err, size_t len)
+{
+	(void)handle;
+	(void)out;
+	return stub_nosys(err, len);
+}
+
+void
+kernels_event_free(struct kernels_event *ev)
+{
+	(void)ev;
+}
+
+void
+kernels_conf_default(struct kernels_conf *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->slot_bytes = 32U << 20;
+	c->slots = 4;
+	c->streams = 2;
+	c->max_items = 1024;
+	c->dma_min_bytes = 1U << 20;
+	c->high_priority = 1;
+	c->notify_fd = -1;
+}
+
+int
+kernels_engine_new(const struct kernels_conf *c, struct kernels_engine **out, char *err,
+    size_t len)
+{
+	(void)c;
+	(void)out;
+	return stub_nosys(err, len);
+}
+
+void
+kernels_engine_free(struct kernels_engine *e)
+{
+	(void)e;
+}
+
+int
+kernels_engine_progress(struct kernels_engine *e)
+{
+	(void)e;
+	return -ENOSYS;
+}
+
+int
+kernels_region_new(struct kernels_engine *e, const struct kernels_geom *g,
+    struct kernels_region **out, char *err, size_t len)
+{
+	(void)e;
+	(void)g;
+	(void)out;
+	return stub_nosys(err, len);
+}
+
+void
+kernels_region_free(struct kernels_region *r)
+{
+	(void)r;
+}
+
+uint64_t
+kernels_region_obj_bytes(const struct kernels_region *r)
+{
+	(void)r;
+	return 0;
+}
+
+int
+kernels_restore_submit(struct kernels_engine *e, struct kernels_region *const *regions,
+    unsigned nregions, const struct kernels_page *pages, uint32_t n,
+    const struct kernels_event *wait, unsigned flags, struct kernels_op **out, char *err,
+    size_t len)
+{
+	(void)e;
+	(void)regions;
+	(void)nregions;
+	(void)pages;
+	(void)n;
+	(void)wait;
+	(void)flags;
+	(void)out;
+	return stub_nosys(err, len);
+}
+
+int
+kernels_publish_submit(struct kernels_engine *e, struct kernels_region *const *regions,
+    unsigned nregions, const struct kernels_page *pages, uint32_t n,
+    const struct kernels_event *wait, unsigned flags, struct kernels_op **out, char *err,
+    size_t len)
+{
+	return kernels_restore_submit(e, regions, nregions, pages, n, wait, flags, out, err, len);
+}
+
+int
+kernels_op_poll(struct kernels_op *op)
+{
+	(void)op;
+	return 1;
+}
+
+int
+kernels_op_wait(struct kernels_op *op)
+{
+	(void)op;
+	return -ENOSYS;
+}
+
+void
+kernels_op_cancel(struct kernels_op *op)
+{
+	(void)op;
+}
+
+int
+kernels_op_result(const struct kernels_op *op, struct kernels_result *r, uint8_t *page_status,
+    uint64_t *checksums)
+{
+	(void)op;
+	(void)page_status;
+	(void)checksums;
+	memset(r, 0, sizeof(*r));
+	r->status = -ENOSYS;
+	snprintf(r->err, sizeof(r->err), "%s", STUB_WHY);
+	return -ENOSYS;
+}
+
+void
+kernels_op_free(struct kernels_op *op)
+{
+	(void)op;
+}
+
+int
+kernels_checksum_device(const void *dptr, size_t len, uint64_t *out, char *err, size_t errlen)
+{
+	(void)dptr;
+	(void)len;
+	(void)out;
+	return stub_nosys(err, errlen);
+}
+
+int
+kernels_dev_alloc(size_t len, void **dptr, char *err, size_t errlen)
+{
+	(void)len;
+	(void)dptr;
+	return stub_nosys(err, errlen);
+}
+
+void
+kernels_dev_free(void *dptr)
+{
+	(void)dptr;
+}
+
+int
+kernels_copy(void *dst, const void *src, size_t len, char *err, size_t errlen)
+{
+	(void)dst;
+	(void)src;
+	(void)len;
+	return stub_nosys(err, errlen);
+}
+
+int
+kernels_memset(void *dptr, int c, size_t len, char *err, size_t errlen)
+{
+	(void)dptr;
+	(void)c;
+	(void)len;
+	return stub_nosys(err, errlen);
+}
+
+int
+kernels_ipc_export(void *dptr, void *handle, char *err, size_t len)
+{
+	(void)dptr;
+	(void)handle;
+	return stub_nosys(err, len);
+}
+
+int
+kernels_event_new(int interprocess, struct kernels_event **out, char *err, size_t len)
+{
+	(void)interprocess;
+	(void)out;
+	return stub_nosys(err, len);
+}
+
+int
+kernels_event_record(struct kernels_event *ev, char *err, size_t len)
+{
+	(void)ev;
+	return stub_nosys(err, len);
+}
+
+int
+kernels_event_export(struct kernels_event *ev, void *handle, char *err, size_t len)
+{
+	(void)ev;
+	(void)handle;
+	return stub_nosys(err, len);
+}
+
+int
+kernels_cumem_alloc(size_t len, void **dptr, size_t *alloc_size, int *fd, char *err,
+    size_t errlen)
+{
+	(void)len;
+	(void)dptr;
+	(void)alloc_size;
+	(void)fd;
+	return stub_nosys(err, errlen);
+}
+
+int
+kernels_cumem_free(void *dptr, size_t alloc_size, char *err, size_t errlen)
+{
+	(void)dptr;
+	(void)alloc_size;
+	return stub_nosys(err, errlen);
+}
+
+int
+kernels_bench_copy(int how, const struct kernels_geom *g, const struct kernels_page *pages,
+    uint32_t n, char *err, size_t len)
+{
+	(void)how;
+	(void)g;
+	(void)pages;
+	(void)n;
+	return stub_nosys(err, len);
+}
+
+int
+kernels_busy_start(char *err, size_t len)
+{
+	return stub_nosys(err, len);
+}
+
+int
+kernels_busy_stop(char *err, size_t len)
+{
+	return stub_nosys(err, len);
 }

@@ -28,6 +28,8 @@ static const struct runner_suite runner_suites[] = {
 	{ "client",	suite_client,	NULL },
 	{ "attach",	suite_attach,	NULL },
 	{ "cache",	suite_cache,	NULL },
+	{ "hybrid",	suite_hybrid,	NULL },
+	{ "filetier",	suite_filetier,	NULL },
 	{ "service",	suite_service,	NULL },
 	{ "root",	suite_root,	"root" },
 };

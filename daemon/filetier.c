@@ -1,0 +1,2158 @@
+/*
+ * The file tier: objects kept as files in a directory that several
+ * daemons of one role may share (a local disk, or 3FS, Lustre, CephFS,
+ * NFS). Operators trust it with their cache, so every rule here is about
+ * never serving a byte that is not exactly what was published.
+ *
+ * On disk:
+ * - <root>/<role>/<model>-<32 hex fingerprint>/ is a namespace, named by
+ *   namespace.c; the name is checked again here, and below it every path
+ *   is hex made by this module: <pool:2>-<shard:4>/<hash[0]:2>/<hash:64>.obj.
+ *   No client string ever becomes a path.
+ * - An object file is a 4096-byte header (magic, version, key, payload
+ *   length, payload checksum, header checksum) followed by the payload,
+ *   which therefore starts 4096-aligned and is read with O_DIRECT.
+ * - A write goes to .tmp-<random> in the object's directory (optionally
+ *   fdatasync'd) and is renamed into place: a reader sees the old complete
+ *   file, the new complete file, or nothing. Two writers of one key write
+ *   the same bytes, and the last rename wins harmlessly.
+ *
+ * In memory the loop thread alone owns an index of the objects (a chained
+ * hash of 80-byte records named by 32-bit ids, as in dram.c), one LRU list
+ * of the evictable ones, and pins. Worker threads do all file I/O and
+ * report through one eventfd watched by the loop, as copy.c does:
+ * - reader threads each drive an io_uring ring; one object is a linked
+ *   chain openat(direct descriptor) -> readv(header, payload) -> close, so
+ *   a read costs no system call of its own and several are in flight.
+ *   The header is validated against the key asked for and the payload
+ *   checksummed before the read reports success; a file found missing,
+ *   truncated, damaged or foreign fails its read with its own errno, is
+ *   unlinked, and leaves the index;
+ * - writer threads write, rename and unlink (eviction) with plain system
+ *   calls, deletions first.
+ * A namespace enters the index by a scan of its directory (headers only,
+ * by scan_threads threads), which also removes stale temp files and
+ * anything in the object directories that is not a valid object.
+ */
+#include <sys/stat.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <sys/uio.h>
+
+#include <assert.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <liburing.h>
+#include <xxhash.h>
+
+#include "daemon.h"
+
+#define FILETIER_MAGIC		"l3kvobj"	/* 8 bytes with its NUL */
+#define FILETIER_VERSION	1
+#define FILETIER_HDR_CSUM_OFF	96		/* the header checksum covers bytes before it */
+#define FILETIER_HDR_USED	104
+#define FILETIER_BLOCK_SHIFT	10		/* 1024 records: 80 KiB a block */
+#define FILETIER_BLOCK		(1U << FILETIER_BLOCK_SHIFT)
+#define FILETIER_BUCKETS_MIN	1024
+#define FILETIER_PINS_MAX	UINT16_MAX
+#define FILETIER_OBJ_PATH	80		/* "pp-ssss/hh/<64 hex>.obj" and its NUL */
+#define FILETIER_DIR_MODE	0750		/* KV bytes are derived from prompts */
+#define FILETIER_FILE_MODE	0640
+#define FILETIER_TMP_PREFIX	".tmp-"
+
+_Static_assert(FILETIER_HDR_USED <= FILETIER_HDR, "the header fits its block");
+_Static_assert(FILETIER_OBJ_MAX + FILETIER_HDR <= 0x7ffff000, "a read's size fits a CQE");
+
+/*
+ * One object. Entry states: WRITING (indexed so a second write of the
+ * key is refused, invisible, never evicted), VISIBLE, DELETING (indexed
+ * until its unlink ran, so a write cannot race it; invisible) and DEAD
+ * (out of the index, its file gone, kept for its pins until the last
+ * unpin). The LRU list holds exactly the VISIBLE entries without pins,
+ * so eviction takes its tail and can never reach a pinned one.
+ */
+struct filetier_ent {
+	struct dram_key	key;
+	uint32_t	chain;		/* next in bucket; next free record when free */
+	uint32_t	lru_prev;	/* towards MRU */
+	uint32_t	lru_next;	/* towards LRU */
+	uint64_t	len;		/* payload bytes */
+	uint16_t	pins;
+	uint8_t		state;
+#define FILETIER_S_FREE		0
+#define FILETIER_S_WRITING	1
+#define FILETIER_S_VISIBLE	2
+#define FILETIER_S_DELETING	3
+#define FILETIER_S_DEAD		4
+	uint8_t		pad;
+};
+_Static_assert(sizeof(struct filetier_ent) == 80, "filetier_ent is the per-object budget");
+
+/* An attached namespace. Never freed before the tier: jobs point at it. */
+struct filetier_ns {
+	uint8_t		fingerprint[16];
+	char		name[PROTO_NSNAME_LEN];
+	int		dirfd;
+	_Atomic int	direct;		/* 1 until a filesystem refuses O_DIRECT */
+	uint64_t	scanned;	/* objects found by its scan */
+};
+
+TAILQ_HEAD(filetier_job_list, filetier_job);
+
+struct filetier {
+	struct event_base	*base;
+	struct filetier_params	 p;
+	char			 root[PATH_MAX];
+	int			 rootfd;
+	struct filetier_ns	**ns;
+	unsigned		 nns;
+	unsigned		 ns_cap;
+
+	/* The index: loop thread only. */
+	struct filetier_ent	**blocks;
+	uint32_t		 nblocks;
+	uint32_t		 blocks_cap;
+	uint32_t		 nrecords;	/* high-water mark */
+	uint32_t		 rec_free;
+	uint32_t		*buckets;
+	uint32_t		 nbuckets;	/* a power of two */
+	uint64_t		 seed;
+	uint64_t		 nindexed;
+	uint32_t		 lru_head;	/* MRU */
+	uint32_t		 lru_tail;	/* the next victim */
+	struct filetier_stats	 st;		/* counters kept as they change */
+
+	/* Workers: the lock guards the queues, stop, and nothing else. */
+	pthread_mutex_t		 lock;
+	pthread_cond_t		 rcond;
+	pthread_cond_t		 wcond;
+	struct filetier_job_list reads;
+	struct filetier_job_list writes;
+	struct filetier_job_list deletes;
+	struct filetier_job_list done;
+	int			 stop;
+	int			 efd;		/* workers -> loop */
+	struct event		*ev;
+	pthread_t		*threads;
+	unsigned		 nthreads;
+	struct filetier_reader	*readers;
+};
+
+/* A reader thread's ring and its in-flight slots. */
+struct filetier_reader {
+	struct filetier		*ft;
+	struct io_uring		 ring;
+	int			 uring;		/* 0: the ring could not be set up, pread */
+	uint8_t			*hdrs;		/* read_depth aligned 4096-byte headers */
+	struct filetier_slot {
+		struct filetier_job	*job;
+		struct iovec		 iov[2];
+		char			 path[FILETIER_OBJ_PATH];
+		int			 direct;
+		int			 open_res;
+		int			 read_res;
+		int			 ncqe;
+	}			*slots;
+	unsigned		*free_slots;
+	unsigned		 nfree;
+};
+
+static int	filetier_unlink_bad(int status);
+static int	filetier_status_lost(int status);
+
+/* Keys and paths: pure functions, called by every thread. */
+
+static const char filetier_hexd[] = "0123456789abcdef";
+
+static void
+filetier_hex(char *out, const uint8_t *in, size_t n)
+{
+	size_t	i;
+
+	for (i = 0; i < n; i++) {
+		out[2 * i] = filetier_hexd[in[i] >> 4];
+		out[2 * i + 1] = filetier_hexd[in[i] & 15];
+	}
+	out[2 * n] = '\0';
+}
+
+static int
+filetier_unhex_digit(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;	/* upper case too: names are made lower case, one spelling only */
+}
+
+/* n bytes from 2n lowercase hex digits; -1 on anything else. */
+static int
+filetier_unhex(uint8_t *out, const char *in, size_t n)
+{
+	size_t	i;
+	int	hi, lo;
+
+	for (i = 0; i < n; i++) {
+		if ((hi = filetier_unhex_digit(in[2 * i])) < 0 ||
+		    (lo = filetier_unhex_digit(in[2 * i + 1])) < 0)
+			return -1;
+		out[i] = (uint8_t)(hi << 4 | lo);
+	}
+	return 0;
+}
+
+/* "pp-ssss/hh", the object's directory under its namespace. */
+static void
+filetier_leaf_path(const struct dram_key *k, char *buf, size_t len)
+{
+	snprintf(buf, len, "%02x-%04x/%02x", k->pool, k->shard, k->hash[0]);
+}
+
+static void
+filetier_obj_path(const struct dram_key *k, char *buf)
+{
+	char	hex[65];
+
+	filetier_hex(hex, k->hash, sizeof(k->hash));
+	snprintf(buf, FILETIER_OBJ_PATH, "%02x-%04x/%02x/%s.obj", k->pool, k->shard, k->hash[0],
+	    hex);
+}
+
+static inline uint64_t
+filetier_file_bytes(uint64_t len)
+{
+	return FILETIER_HDR + len;
+}
+
+static void
+filetier_le64(uint8_t *p, uint64_t v)
+{
+	int	i;
+
+	for (i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t
+filetier_get64(const uint8_t *p)
+{
+	uint64_t	v = 0;
+	int		i;
+
+	for (i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static uint32_t
+filetier_get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/*
+ * The header block, little-endian:
+ *	 0  8	magic "l3kvobj\0"
+ *	 8  4	format version (1)
+ *	12  4	header length = payload offset (4096)
+ *	16 16	namespace fingerprint
+ *	32  1	pool	33  1  zero	34  2  shard
+ *	36  4	flags (0)
+ *	40 32	page hash
+ *	72  8	payload length
+ *	80  8	payload checksum (dram_checksum)
+ *	88  8	written at, Unix ns (informative)
+ *	96  8	XXH3-64 of bytes 0..95
+ *     104	zeros to 4096
+ */
+static void
+filetier_hdr_build(uint8_t *h, const struct dram_key *k, uint64_t len, uint64_t csum)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	memset(h, 0, FILETIER_HDR);
+	memcpy(h, FILETIER_MAGIC, 8);
+	h[8] = FILETIER_VERSION;
+	h[12] = FILETIER_HDR & 0xff;
+	h[13] = FILETIER_HDR >> 8;
+	memcpy(h + 16, k->fingerprint, 16);
+	h[32] = k->pool;
+	h[34] = (uint8_t)k->shard;
+	h[35] = (uint8_t)(k->shard >> 8);
+	memcpy(h + 40, k->hash, 32);
+	filetier_le64(h + 72, len);
+	filetier_le64(h + 80, csum);
+	filetier_le64(h + 88, (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec);
+	filetier_le64(h + FILETIER_HDR_CSUM_OFF, XXH3_64bits(h, FILETIER_HDR_CSUM_OFF));
+}
+
+/*
+ * Checks a header against the key expected: 0 with the payload's length
+ * and checksum, -EUCLEAN for a damaged or unknown header, -ESTALE for a
+ * sound header of another object (another fingerprint, pool, shard or
+ * page: a file copied or renamed by someone else).
+ */
+static int
+filetier_hdr_check(const uint8_t *h, const struct dram_key *k, uint64_t *len, uint64_t *csum)
+{
+	if (memcmp(h, FILETIER_MAGIC, 8) != 0 || filetier_get32(h + 8) != FILETIER_VERSION ||
+	    filetier_get32(h + 12) != FILETIER_HDR || h[33] != 0 || filetier_get32(h + 36) != 0 ||
+	    filetier_get64(h + FILETIER_HDR_CSUM_OFF) != XXH3_64bits(h, FILETIER_HDR_CSUM_OFF))
+		return -EUCLEAN;
+	*len = filetier_get64(h + 72);
+	*csum = filetier_get64(h + 80);
+	if (*len == 0 || *len > FILETIER_OBJ_MAX)
+		return -EUCLEAN;
+	if (memcmp(h + 16, k->fingerprint, 16) != 0 || h[32] != k->pool ||
+	    (uint16_t)(h[34] | h[35] << 8) != k->shard || memcmp(h + 40, k->hash, 32) != 0)
+		return -ESTALE;
+	return 0;
+}
+
+/*
+ * A finished read: res bytes of the file are in hdr (4096) and buf. The
+ * file must be exactly header + len and the payload must match the
+ * header's checksum. Thread-safe.
+ */
+static int
+filetier_read_verify(const struct filetier_job *job, const uint8_t *hdr, ssize_t res,
+    uint64_t *csum)
+{
+	uint64_t	len, want;
+	int		rc;
+
+	if (res < FILETIER_HDR_USED)
+		return -ENODATA;
+	if ((rc = filetier_hdr_check(hdr, &job->key, &len, &want)) != 0)
+		return rc;
+	if (len != job->len)
+		return -EUCLEAN;
+	if ((uint64_t)res < filetier_file_bytes(len))
+		return -ENODATA;
+	if ((uint64_t)res > filetier_file_bytes(len))
+		return -EUCLEAN;	/* bytes past the payload: not a file we wrote */
+	if ((*csum = dram_checksum(job->buf, len)) != want)
+		return -EBADMSG;
+	return 0;
+}
+
+const char *
+filetier_strerror(int status)
+{
+	switch (status) {
+	case 0:		return "ok";
+	case -ENOENT:	return "the object file is missing";
+	case -ENODATA:	return "the object file is truncated";
+	case -EUCLEAN:	return "the object header is damaged";
+	case -ESTALE:	return "the object file belongs to another key or fingerprint";
+	case -EBADMSG:	return "the object payload fails its checksum";
+	case -ELOOP:	return "the object path is a symbolic link";
+	case -ECANCELED: return "cancelled";
+	}
+	return strerror(-status);
+}
+
+/* Index: a chained hash over the records, loop thread only. */
+
+static inline struct filetier_ent *
+filetier_ent(const struct filetier *ft, uint32_t id)
+{
+	return &ft->blocks[id >> FILETIER_BLOCK_SHIFT][id & (FILETIER_BLOCK - 1)];
+}
+
+static struct filetier_ent *
+filetier_ent_live(const struct filetier *ft, uint32_t id)
+{
+	struct filetier_ent	*e;
+
+	if (id >= ft->nrecords)
+		return NULL;
+	e = filetier_ent(ft, id);
+	return e->state == FILETIER_S_FREE ? NULL : e;
+}
+
+static inline uint64_t
+filetier_key_hash(const struct filetier *ft, const struct dram_key *k)
+{
+	return XXH3_64bits_withSeed(k, sizeof(*k), ft->seed);
+}
+
+static uint32_t
+filetier_index_find(const struct filetier *ft, const struct dram_key *k, uint64_t h)
+{
+	uint32_t			 id = ft->buckets[h & (ft->nbuckets - 1)];
+	const struct filetier_ent	*e;
+
+	while (id != FILETIER_NONE) {
+		e = filetier_ent(ft, id);
+		if (memcmp(&e->key, k, sizeof(*k)) == 0)
+			return id;
+		id = e->chain;
+	}
+	return FILETIER_NONE;
+}
+
+/* Doubles the buckets; on allocation failure chains just get longer. */
+static void
+filetier_index_grow(struct filetier *ft)
+{
+	uint32_t	*nb, n = ft->nbuckets * 2, i, id, next;
+	uint64_t	 h;
+
+	if (ft->nbuckets >= (1U << 31) || (nb = malloc((size_t)n * sizeof(*nb))) == NULL)
+		return;
+	memset(nb, 0xff, (size_t)n * sizeof(*nb));
+	for (i = 0; i < ft->nbuckets; i++) {
+		for (id = ft->buckets[i]; id != FILETIER_NONE; id = next) {
+			struct filetier_ent *e = filetier_ent(ft, id);
+
+			next = e->chain;
+			h = filetier_key_hash(ft, &e->key);
+			e->chain = nb[h & (n - 1)];
+			nb[h & (n - 1)] = id;
+		}
+	}
+	free(ft->buckets);
+	ft->buckets = nb;
+	ft->nbuckets = n;
+}
+
+static void
+filetier_index_insert(struct filetier *ft, uint32_t id, uint64_t h)
+{
+	struct filetier_ent	*e = filetier_ent(ft, id);
+	uint32_t		*b = &ft->buckets[h & (ft->nbuckets - 1)];
+
+	e->chain = *b;
+	*b = id;
+	if (++ft->nindexed > ft->nbuckets)
+		filetier_index_grow(ft);
+}
+
+static void
+filetier_index_remove(struct filetier *ft, uint32_t id)
+{
+	struct filetier_ent	*e = filetier_ent(ft, id);
+	uint32_t		*link;
+
+	link = &ft->buckets[filetier_key_hash(ft, &e->key) & (ft->nbuckets - 1)];
+	while (*link != id) {
+		assert(*link != FILETIER_NONE);
+		link = &filetier_ent(ft, *link)->chain;
+	}
+	*link = e->chain;
+	e->chain = FILETIER_NONE;
+	ft->nindexed--;
+}
+
+static int
+filetier_rec_new(struct filetier *ft, uint32_t *idp)
+{
+	struct filetier_ent	**nb, *blk;
+	uint32_t		  id, cap;
+
+	if ((id = ft->rec_free) != FILETIER_NONE) {
+		ft->rec_free = filetier_ent(ft, id)->chain;
+		*idp = id;
+		return 0;
+	}
+	if (ft->nrecords >= FILETIER_NONE - FILETIER_BLOCK)
+		return -ENOMEM;
+	if ((ft->nrecords >> FILETIER_BLOCK_SHIFT) == ft->nblocks) {
+		if (ft->nblocks == ft->blocks_cap) {
+			cap = ft->blocks_cap == 0 ? 16 : ft->blocks_cap * 2;
+			if ((nb = realloc(ft->blocks, cap * sizeof(*nb))) == NULL)
+				return -ENOMEM;
+			ft->blocks = nb;
+			ft->blocks_cap = cap;
+		}
+		if ((blk = calloc(FILETIER_BLOCK, sizeof(*blk))) == NULL)
+			return -ENOMEM;
+		ft->blocks[ft->nblocks++] = blk;
+	}
+	*idp = ft->nrecords++;
+	return 0;
+}
+
+static void
+filetier_rec_free(struct filetier *ft, uint32_t id)
+{
+	struct filetier_ent	*e = filetier_ent(ft, id);
+
+	memset(e, 0, sizeof(*e));
+	e->chain = ft->rec_free;
+	ft->rec_free = id;
+}
+
+/* The LRU list: exactly the VISIBLE entries without pins. */
+
+static void
+filetier_lru_push(struct filetier *ft, uint32_t id)
+{
+	struct filetier_ent	*e = filetier_ent(ft, id);
+
+	e->lru_prev = FILETIER_NONE;
+	e->lru_next = ft->lru_head;
+	if (ft->lru_head != FILETIER_NONE)
+		filetier_ent(ft, ft->lru_head)->lru_prev = id;
+	else
+		ft->lru_tail = id;
+	ft->lru_head = id;
+}
+
+static void
+filetier_lru_unlink(struct filetier *ft, uint32_t id)
+{
+	struct filetier_ent	*e = filetier_ent(ft, id);
+
+	if (e->lru_prev != FILETIER_NONE)
+		filetier_ent(ft, e->lru_prev)->lru_next = e->lru_next;
+	else
+		ft->lru_head = e->lru_next;
+	if (e->lru_next != FILETIER_NONE)
+		filetier_ent(ft, e->lru_next)->lru_prev = e->lru_prev;
+	else
+		ft->lru_tail = e->lru_prev;
+	e->lru_prev = e->lru_next = FILETIER_NONE;
+}
+
+static struct filetier_ns *
+filetier_ns_find(const struct filetier *ft, const uint8_t fp[16])
+{
+	unsigned	i;
+
+	for (i = 0; i < ft->nns; i++)
+		if (memcmp(ft->ns[i]->fingerprint, fp, 16) == 0)
+			return ft->ns[i];
+	return NULL;
+}
+
+/* Jobs: handed to the workers under the lock. */
+
+static void
+filetier_enqueue(struct filetier *ft, struct filetier_job *job)
+{
+	pthread_mutex_lock(&ft->lock);
+	switch (job->kind) {
+	case FILETIER_JOB_READ:
+		TAILQ_INSERT_TAIL(&ft->reads, job, entry);
+		pthread_cond_signal(&ft->rcond);
+		break;
+	case FILETIER_JOB_WRITE:
+		TAILQ_INSERT_TAIL(&ft->writes, job, entry);
+		pthread_cond_signal(&ft->wcond);
+		break;
+	default:
+		TAILQ_INSERT_TAIL(&ft->deletes, job, entry);
+		pthread_cond_signal(&ft->wcond);
+		break;
+	}
+	pthread_mutex_unlock(&ft->lock);
+}
+
+/* Workers post finished jobs in batches: one eventfd write per batch. */
+static void
+filetier_post(struct filetier *ft, struct filetier_job_list *batch)
+{
+	uint64_t	one = 1;
+
+	if (TAILQ_EMPTY(batch))
+		return;
+	pthread_mutex_lock(&ft->lock);
+	TAILQ_CONCAT(&ft->done, batch, entry);
+	pthread_mutex_unlock(&ft->lock);
+	if (write(ft->efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		abort();	/* an eventfd write cannot fail otherwise */
+}
+
+/*
+ * Takes an entry out of service: VISIBLE -> DELETING with an unlink job
+ * (the file is still there), or, when the file is already gone, out of
+ * the index at once (DEAD while pinned). Bytes stop counting against the
+ * capacity now; the unlink's own bytes are counted as deleting until it ran.
+ */
+static void
+filetier_ent_retire(struct filetier *ft, uint32_t id, int file_gone)
+{
+	struct filetier_ent	*e = filetier_ent(ft, id);
+	struct filetier_job	*job;
+
+	assert(e->state == FILETIER_S_VISIBLE);
+	if (e->pins == 0)
+		filetier_lru_unlink(ft, id);
+	ft->st.visible--;
+	ft->st.bytes_used -= filetier_file_bytes(e->len);
+	if (!file_gone && (job = calloc(1, sizeof(*job))) != NULL) {
+		job->kind = FILETIER_JOB_DELETE;
+		job->key = e->key;
+		job->id = id;
+		job->len = e->len;
+		job->ns = filetier_ns_find(ft, e->key.fingerprint);
+		e->state = FILETIER_S_DELETING;
+		ft->st.deleting++;
+		ft->st.bytes_deleting += filetier_file_bytes(e->len);
+		filetier_enqueue(ft, job);
+		return;
+	}
+	/*
+	 * Out of memory for the unlink job: the file stays on disk, out of
+	 * the index, and the next scan finds it again. Nothing is wrong,
+	 * only the disk is fuller than the capacity says.
+	 */
+	filetier_index_remove(ft, id);
+	if (e->pins > 0) {
+		e->state = FILETIER_S_DEAD;
+		ft->st.dead++;
+	} else
+		filetier_rec_free(ft, id);
+}
+
+/* Evicts from the LRU tail until need more bytes fit; -ENOSPC if they cannot. */
+static int
+filetier_make_room(struct filetier *ft, uint64_t need)
+{
+	uint64_t	avail, lru_bytes = 0;
+	uint32_t	id;
+
+	if (ft->st.bytes_used + need <= ft->p.capacity)
+		return 0;
+	/* Refuse before evicting anything when the evictable bytes cannot make it. */
+	avail = ft->p.capacity - (need > ft->p.capacity ? ft->p.capacity : need);
+	for (id = ft->lru_tail; id != FILETIER_NONE && ft->st.bytes_used - lru_bytes > avail;
+	    id = filetier_ent(ft, id)->lru_prev)
+		lru_bytes += filetier_file_bytes(filetier_ent(ft, id)->len);
+	if (need > ft->p.capacity || ft->st.bytes_used - lru_bytes > avail) {
+		ft->st.evict_failures++;
+		return -ENOSPC;
+	}
+	while (ft->st.bytes_used + need > ft->p.capacity) {
+		id = ft->lru_tail;
+		assert(id != FILETIER_NONE);
+		ft->st.evictions++;
+		filetier_ent_retire(ft, id, 0);
+	}
+	return 0;
+}
+
+/* Loop side: completions. */
+
+static void
+filetier_unpin_id(struct filetier *ft, uint32_t id)
+{
+	struct filetier_ent	*e = filetier_ent(ft, id);
+
+	assert(e->state != FILETIER_S_FREE && e->pins > 0);
+	ft->st.pins--;
+	if (--e->pins > 0)
+		return;
+	ft->st.pinned_objects--;
+	if (e->state == FILETIER_S_VISIBLE)
+		filetier_lru_push(ft, id);
+	else if (e->state == FILETIER_S_DEAD) {
+		ft->st.dead--;
+		filetier_rec_free(ft, id);
+	}
+}
+
+static void
+filetier_read_done(struct filetier *ft, struct filetier_job *job)
+{
+	struct filetier_ent	*e = filetier_ent(ft, job->id);
+	char			 path[FILETIER_OBJ_PATH];
+
+	ft->st.reads_inflight--;
+	if (job->status == 0) {
+		ft->st.reads++;
+		ft->st.bytes_read += job->len;
+	} else if (job->status == -ECANCELED)
+		ft->st.reads_cancelled++;
+	else if (!filetier_status_lost(job->status)) {
+		ft->st.read_failures++;
+		filetier_obj_path(&job->key, path);
+		log_warn("filetier", "%s/%s/%s: %s; the object stays", ft->root, job->ns->name, path,
+		    filetier_strerror(job->status));
+	} else {
+		ft->st.read_failures++;
+		filetier_obj_path(&job->key, path);
+		log_warn("filetier", "%s/%s/%s: %s; object dropped", ft->root, job->ns->name, path,
+		    filetier_strerror(job->status));
+		/*
+		 * Lost data leaves the index now, so that it is not promised
+		 * again. The bad files were unlinked by the worker; a file that
+		 * failed with a device error stays for the next scan to judge.
+		 */
+		if (e->state == FILETIER_S_VISIBLE) {
+			ft->st.drops++;
+			filetier_ent_retire(ft, job->id, 1);
+		}
+	}
+	filetier_unpin_id(ft, job->id);		/* the read's own pin: MRU at its last */
+}
+
+static void
+filetier_write_done(struct filetier *ft, struct filetier_job *job)
+{
+	struct filetier_ent	*e = filetier_ent(ft, job->id);
+
+	assert(e->state == FILETIER_S_WRITING);
+	ft->st.writes_inflight--;
+	ft->st.writing--;
+	if (job->status == 0) {
+		e->state = FILETIER_S_VISIBLE;
+		ft->st.visible++;
+		ft->st.writes++;
+		ft->st.bytes_written += job->len;
+		filetier_lru_push(ft, job->id);
+		return;
+	}
+	/* Never visible: the temp file is gone, the entry goes too. */
+	ft->st.write_failures++;
+	if (job->status == -ENOSPC || job->status == -EDQUOT)
+		ft->st.write_nospace++;
+	ft->st.bytes_used -= filetier_file_bytes(e->len);
+	filetier_index_remove(ft, job->id);
+	filetier_rec_free(ft, job->id);
+}
+
+static void
+filetier_delete_done(struct filetier *ft, struct filetier_job *job)
+{
+	struct filetier_ent	*e = filetier_ent(ft, job->id);
+
+	assert(e->state == FILETIER_S_DELETING);
+	ft->st.deleting--;
+	ft->st.bytes_deleting -= filetier_file_bytes(e->len);
+	if (job->status != 0)
+		log_warn("filetier", "unlink in %s: %s; the next scan retries", job->ns->name,
+		    strerror(-job->status));
+	filetier_index_remove(ft, job->id);
+	if (e->pins > 0) {
+		e->state = FILETIER_S_DEAD;
+		ft->st.dead++;
+	} else
+		filetier_rec_free(ft, job->id);
+}
+
+/* Runs finished jobs' bookkeeping and completions on the loop thread. */
+static void
+filetier_done_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct filetier		*ft = arg;
+	struct filetier_job_list done;
+	struct filetier_job	*job;
+	uint64_t		 n;
+
+	(void)ev;
+	if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+		log_warn("filetier", "eventfd read: %s", strerror(errno));
+	TAILQ_INIT(&done);
+	pthread_mutex_lock(&ft->lock);
+	TAILQ_CONCAT(&done, &ft->done, entry);
+	pthread_mutex_unlock(&ft->lock);
+	while ((job = TAILQ_FIRST(&done)) != NULL) {
+		TAILQ_REMOVE(&done, job, entry);
+		switch (job->kind) {
+		case FILETIER_JOB_READ:
+			filetier_read_done(ft, job);
+			break;
+		case FILETIER_JOB_WRITE:
+			filetier_write_done(ft, job);
+			break;
+		default:
+			filetier_delete_done(ft, job);
+			break;
+		}
+		if (job->done != NULL)
+			job->done(job);
+		free(job);
+	}
+}
+
+/* Reader threads. */
+
+/* 1 for the statuses that mean the file itself is bad and must go. */
+static int
+filetier_unlink_bad(int status)
+{
+	return status == -ENODATA || status == -EUCLEAN || status == -ESTALE || status == -EBADMSG ||
+	    status == -ELOOP;
+}
+
+/*
+ * 1 for the statuses that mean the object is lost: its file is gone, bad,
+ * or unreadable by the device. Not for the daemon's own troubles (EMFILE,
+ * ENOMEM, EACCES), which fail one read and keep the object.
+ */
+static int
+filetier_status_lost(int status)
+{
+	return status == -ENOENT || status == -EIO || filetier_unlink_bad(status);
+}
+
+/*
+ * Reads one object with plain system calls: the path for readers without
+ * a ring, and the retry of a read that O_DIRECT refused.
+ */
+static int
+filetier_read_sync(struct filetier_job *job, const char *path, uint8_t *hdr, int direct,
+    ssize_t *res)
+{
+	struct iovec	iov[2];
+	int		fd;
+
+	fd = openat(job->ns->dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | (direct ? O_DIRECT : 0));
+	if (fd < 0)
+		return -errno;
+	iov[0].iov_base = hdr;
+	iov[0].iov_len = FILETIER_HDR;
+	iov[1].iov_base = job->buf;
+	iov[1].iov_len = FILETIER_READ_SIZE(job->len);
+	/* One preadv: at EOF a regular file returns short, never splits a read. */
+	*res = preadv(fd, iov, 2, 0);
+	if (*res < 0)
+		*res = -errno;
+	close(fd);
+	return 0;
+}
+
+/*
+ * Finishes a read whose bytes are in: validation, checksum, and the
+ * removal of a bad file, so that no other reader (nor this daemon's next
+ * scan) finds it. Another daemon may have renamed a good copy into place
+ * since; unlinking it costs one miss, never a wrong byte.
+ */
+static void
+filetier_read_finish(struct filetier_job *job, const char *path, const uint8_t *hdr,
+    int open_res, ssize_t res)
+{
+	if (open_res < 0)
+		job->status = open_res;
+	else if (res < 0)
+		job->status = (int)res;
+	else
+		job->status = filetier_read_verify(job, hdr, res, &job->checksum);
+	if (filetier_unlink_bad(job->status) && unlinkat(job->ns->dirfd, path, 0) != 0 &&
+	    errno != ENOENT)
+		log_warn("filetier", "unlink of a bad object in %s: %s", job->ns->name,
+		    strerror(errno));
+}
+
+/* A filesystem that refuses O_DIRECT is read buffered from now on. */
+static int
+filetier_direct_refused(struct filetier_job *job, int direct, int open_res, int read_res)
+{
+	int	on = 1;
+
+	if (!direct || (open_res != -EINVAL && read_res != -EINVAL))
+		return 0;
+	if (atomic_compare_exchange_strong(&job->ns->direct, &on, 0))
+		log_info("filetier", "%s: the filesystem refuses O_DIRECT; reads are buffered",
+		    job->ns->name);
+	return 1;
+}
+
+static void
+filetier_reader_sync_one(struct filetier_reader *r, struct filetier_job *job)
+{
+	char		path[FILETIER_OBJ_PATH];
+	ssize_t		res = 0;
+	int		direct = atomic_load(&job->ns->direct), open_res;
+
+	filetier_obj_path(&job->key, path);
+	open_res = filetier_read_sync(job, path, r->hdrs, direct, &res);
+	if (filetier_direct_refused(job, direct, open_res, open_res == 0 ? (int)res : 0))
+		open_res = filetier_read_sync(job, path, r->hdrs, 0, &res);
+	filetier_read_finish(job, path, r->hdrs, open_res, res);
+}
+
+/*
+ * Queues one object's chain on the ring: openat into the slot's direct
+ * descriptor, readv of the header and payload through it, close. The
+ * read is hard-linked to the close so that a failed read still closes;
+ * a failed open cancels both.
+ */
+static void
+filetier_reader_prep(struct filetier_reader *r, unsigned s, struct filetier_job *job)
+{
+	struct filetier_slot	*sl = &r->slots[s];
+	struct io_uring_sqe	*sqe;
+	uint64_t		 ud = (uint64_t)s << 2;
+
+	sl->job = job;
+	sl->ncqe = 0;
+	sl->open_res = sl->read_res = 0;
+	sl->direct = atomic_load(&job->ns->direct);
+	filetier_obj_path(&job->key, sl->path);
+	sl->iov[0].iov_base = r->hdrs + (size_t)s * FILETIER_HDR;
+	sl->iov[0].iov_len = FILETIER_HDR;
+	sl->iov[1].iov_base = job->buf;
+	sl->iov[1].iov_len = FILETIER_READ_SIZE(job->len);
+
+	/* Direct descriptors take no O_CLOEXEC: they are not in the fd table. */
+	sqe = io_uring_get_sqe(&r->ring);
+	io_uring_prep_openat_direct(sqe, job->ns->dirfd, sl->path,
+	    O_RDONLY | O_NOFOLLOW | (sl->direct ? O_DIRECT : 0), 0, s);
+	sqe->flags |= IOSQE_IO_LINK;
+	io_uring_sqe_set_data64(sqe, ud | 0);
+	sqe = io_uring_get_sqe(&r->ring);
+	io_uring_prep_readv(sqe, (int)s, sl->iov, 2, 0);
+	sqe->flags |= IOSQE_FIXED_FILE | IOSQE_IO_HARDLINK;
+	io_uring_sqe_set_data64(sqe, ud | 1);
+	sqe = io_uring_get_sqe(&r->ring);
+	io_uring_prep_close_direct(sqe, s);
+	io_uring_sqe_set_data64(sqe, ud | 2);
+}
+
+/* One CQE; a slot whose three CQEs are in is finished onto batch. */
+static void
+filetier_reader_cqe(struct filetier_reader *r, uint64_t ud, int res,
+    struct filetier_job_list *batch)
+{
+	unsigned		 s = (unsigned)(ud >> 2);
+	struct filetier_slot	*sl = &r->slots[s];
+	struct filetier_job	*job = sl->job;
+	ssize_t			 sres = 0;
+	int			 open_res;
+
+	switch (ud & 3) {
+	case 0:
+		sl->open_res = res < 0 ? res : 0;
+		break;
+	case 1:
+		sl->read_res = res;
+		break;
+	}
+	if (++sl->ncqe < 3)
+		return;
+	if (filetier_direct_refused(job, sl->direct, sl->open_res,
+	    sl->open_res == 0 ? sl->read_res : 0)) {
+		open_res = filetier_read_sync(job, sl->path, sl->iov[0].iov_base, 0, &sres);
+		filetier_read_finish(job, sl->path, sl->iov[0].iov_base, open_res, sres);
+	} else
+		filetier_read_finish(job, sl->path, sl->iov[0].iov_base, sl->open_res,
+		    sl->open_res == 0 ? sl->read_res : 0);
+	sl->job = NULL;
+	r->free_slots[r->nfree++] = s;
+	TAILQ_INSERT_TAIL(batch, job, entry);
+}
+
+/* Takes queued reads for free slots; returns how many. Called locked. */
+static unsigned
+filetier_reader_take(struct filetier_reader *r, struct filetier_job_list *take,
+    struct filetier_job_list *batch, unsigned max)
+{
+	struct filetier		*ft = r->ft;
+	struct filetier_job	*job;
+	unsigned		 n = 0;
+
+	while (n < max && (job = TAILQ_FIRST(&ft->reads)) != NULL) {
+		TAILQ_REMOVE(&ft->reads, job, entry);
+		if (atomic_load_explicit(&job->cancel, memory_order_acquire)) {
+			job->status = -ECANCELED;
+			TAILQ_INSERT_TAIL(batch, job, entry);
+			continue;
+		}
+		TAILQ_INSERT_TAIL(take, job, entry);
+		n++;
+	}
+	return n;
+}
+
+static void *
+filetier_reader_main(void *arg)
+{
+	struct filetier_reader	*r = arg;
+	struct filetier		*ft = r->ft;
+	struct filetier_job_list take, batch;
+	struct filetier_job	*job;
+	struct io_uring_cqe	*cqe;
+	unsigned		 busy = 0, head, n;
+	int			 rc;
+
+	TAILQ_INIT(&take);
+	TAILQ_INIT(&batch);
+	for (;;) {
+		pthread_mutex_lock(&ft->lock);
+		while (!ft->stop && busy == 0 && TAILQ_EMPTY(&ft->reads))
+			pthread_cond_wait(&ft->rcond, &ft->lock);
+		if (ft->stop && busy == 0) {
+			pthread_mutex_unlock(&ft->lock);
+			return NULL;
+		}
+		/* Stopping: what is in flight lands (it writes caller memory), nothing new starts. */
+		if (!ft->stop)
+			filetier_reader_take(r, &take, &batch, r->uring ? r->nfree : 1);
+		pthread_mutex_unlock(&ft->lock);
+
+		if (!r->uring) {
+			if ((job = TAILQ_FIRST(&take)) != NULL) {
+				TAILQ_REMOVE(&take, job, entry);
+				filetier_reader_sync_one(r, job);
+				TAILQ_INSERT_TAIL(&batch, job, entry);
+			}
+			filetier_post(ft, &batch);
+			continue;
+		}
+		while ((job = TAILQ_FIRST(&take)) != NULL) {
+			TAILQ_REMOVE(&take, job, entry);
+			filetier_reader_prep(r, r->free_slots[--r->nfree], job);
+			busy++;
+		}
+		filetier_post(ft, &batch);
+		if (busy == 0)
+			continue;
+		/* Submits what was queued and sleeps until at least one CQE. */
+		rc = io_uring_submit_and_wait(&r->ring, 1);
+		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
+			fatalx("filetier", "io_uring_submit_and_wait: %s", strerror(-rc));
+		n = 0;
+		io_uring_for_each_cqe(&r->ring, head, cqe) {
+			filetier_reader_cqe(r, cqe->user_data, cqe->res, &batch);
+			n++;
+		}
+		io_uring_cq_advance(&r->ring, n);
+		busy = ft->p.read_depth - r->nfree;
+		filetier_post(ft, &batch);
+	}
+}
+
+/* Writer threads: writes, renames and unlinks with plain system calls. */
+
+static uint64_t
+filetier_rand(uint64_t *s)
+{
+	/* xorshift64*: temp names need to differ, not to be secret. */
+	*s ^= *s >> 12;
+	*s ^= *s << 25;
+	*s ^= *s >> 27;
+	return *s * 0x2545f4914f6cdd1dULL;
+}
+
+/* Creates the object's two directories; *made gets 1 (pool) | 2 (leaf) for the new ones. */
+static int
+filetier_mkdirs(const struct filetier_ns *ns, const struct dram_key *k, int *made)
+{
+	char	dir[16];
+
+	snprintf(dir, sizeof(dir), "%02x-%04x", k->pool, k->shard);
+	if (mkdirat(ns->dirfd, dir, FILETIER_DIR_MODE) == 0)
+		*made |= 1;
+	else if (errno != EEXIST)
+		return -errno;
+	filetier_leaf_path(k, dir, sizeof(dir));
+	if (mkdirat(ns->dirfd, dir, FILETIER_DIR_MODE) == 0)
+		*made |= 2;
+	else if (errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static int
+filetier_fsync_dir(int dirfd, const char *rel)
+{
+	int	fd, rc = 0;
+
+	if ((fd = openat(dirfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return -errno;
+	if (fsync(fd) != 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
+static int
+filetier_pwrite_all(int fd, const void *hdr, const void *data, uint64_t len)
+{
+	struct iovec	iov[2];
+	uint64_t	off = 0, total = FILETIER_HDR + len, skip;
+	ssize_t		n;
+	int		i;
+
+	while (off < total) {
+		/* The rest of the header, then the rest of the payload. */
+		i = 0;
+		if (off < FILETIER_HDR) {
+			iov[i].iov_base = (uint8_t *)(uintptr_t)hdr + off;
+			iov[i++].iov_len = FILETIER_HDR - off;
+		}
+		skip = off > FILETIER_HDR ? off - FILETIER_HDR : 0;
+		iov[i].iov_base = (uint8_t *)(uintptr_t)data + skip;
+		iov[i++].iov_len = len - skip;
+		if ((n = pwritev(fd, iov, i, (off_t)off)) < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return -EIO;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+/*
+ * Writes one object: temp file, bytes, optional fdatasync, rename into
+ * place, optional fsync of the directories that changed. Any failure
+ * unlinks what it made, so nothing of a failed write is ever visible.
+ */
+static int
+filetier_write_file(struct filetier *ft, struct filetier_job *job, uint64_t *rng, uint8_t *hdr)
+{
+	const struct filetier_ns *ns = job->ns;
+	char			 leaf[16], path[FILETIER_OBJ_PATH], tmp[48], pool[16];
+	int			 fd = -1, rc, tries, made = 0, mkdir_tried = 0;
+
+	/* A DRAM object that no longer matches its checksum is not made durable. */
+	if (dram_checksum(job->buf, job->len) != job->checksum)
+		return -EBADMSG;
+	filetier_hdr_build(hdr, &job->key, job->len, job->checksum);
+	filetier_leaf_path(&job->key, leaf, sizeof(leaf));
+	filetier_obj_path(&job->key, path);
+	for (tries = 0; tries < 8 && fd < 0; tries++) {
+		snprintf(tmp, sizeof(tmp), "%s/" FILETIER_TMP_PREFIX "%016llx", leaf,
+		    (unsigned long long)filetier_rand(rng));
+		fd = openat(ns->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+		    FILETIER_FILE_MODE);
+		if (fd >= 0)
+			break;
+		/* Directories are made on first use, which costs no call after. */
+		if (errno == ENOENT && !mkdir_tried) {
+			mkdir_tried = 1;
+			if ((rc = filetier_mkdirs(ns, &job->key, &made)) != 0)
+				return rc;
+			continue;
+		}
+		if (errno != EEXIST)
+			return -errno;
+	}
+	if (fd < 0)
+		return -EEXIST;
+	rc = filetier_pwrite_all(fd, hdr, job->buf, job->len);
+	if (rc == 0 && ft->p.fsync && fdatasync(fd) != 0)
+		rc = -errno;
+	/* NFS and FUSE report write errors (ENOSPC, EDQUOT) at close. */
+	if (close(fd) != 0 && rc == 0)
+		rc = -errno;
+	if (rc == 0 && renameat(ns->dirfd, tmp, ns->dirfd, path) != 0)
+		rc = -errno;
+	if (rc != 0) {
+		unlinkat(ns->dirfd, tmp, 0);
+		return rc;
+	}
+	if (ft->p.fsync) {
+		snprintf(pool, sizeof(pool), "%02x-%04x", job->key.pool, job->key.shard);
+		rc = filetier_fsync_dir(ns->dirfd, leaf);
+		if (rc == 0 && (made & 2))
+			rc = filetier_fsync_dir(ns->dirfd, pool);
+		if (rc == 0 && (made & 1))
+			rc = fsync(ns->dirfd) == 0 ? 0 : -errno;
+		if (rc != 0) {
+			/* Not durable as configured: not visible either. */
+			unlinkat(ns->dirfd, path, 0);
+			return rc;
+		}
+	}
+	return 0;
+}
+
+static void *
+filetier_writer_main(void *arg)
+{
+	struct filetier		*ft = arg;
+	struct filetier_job_list batch;
+	struct filetier_job	*job;
+	char			 path[FILETIER_OBJ_PATH];
+	uint8_t			 hdr[FILETIER_HDR];
+	uint64_t		 rng = 0;
+
+	if (getrandom(&rng, sizeof(rng), GRND_NONBLOCK) != sizeof(rng))
+		rng = (uint64_t)time(NULL);
+	rng ^= (uint64_t)(uintptr_t)&rng;
+	if (rng == 0)
+		rng = 1;
+	TAILQ_INIT(&batch);
+	for (;;) {
+		pthread_mutex_lock(&ft->lock);
+		while (!ft->stop && TAILQ_EMPTY(&ft->deletes) && TAILQ_EMPTY(&ft->writes))
+			pthread_cond_wait(&ft->wcond, &ft->lock);
+		if (ft->stop) {
+			/* Queued jobs are dropped by filetier_free: nothing of them exists yet. */
+			pthread_mutex_unlock(&ft->lock);
+			return NULL;
+		}
+		/* Deletions first: they give back the room that writes wait for. */
+		if ((job = TAILQ_FIRST(&ft->deletes)) != NULL)
+			TAILQ_REMOVE(&ft->deletes, job, entry);
+		else {
+			job = TAILQ_FIRST(&ft->writes);
+			TAILQ_REMOVE(&ft->writes, job, entry);
+		}
+		pthread_mutex_unlock(&ft->lock);
+
+		if (job->kind == FILETIER_JOB_WRITE)
+			job->status = filetier_write_file(ft, job, &rng, hdr);
+		else {
+			filetier_obj_path(&job->key, path);
+			job->status = unlinkat(job->ns->dirfd, path, 0) == 0 || errno == ENOENT ?
+			    0 : -errno;
+		}
+		TAILQ_INSERT_TAIL(&batch, job, entry);
+		filetier_post(ft, &batch);
+	}
+}
+
+/* The startup scan of one namespace. */
+
+struct filetier_found {
+	struct dram_key	key;
+	uint32_t	pad;
+	uint64_t	len;
+	int64_t		mtime_ns;
+};
+
+struct filetier_scan {
+	struct filetier		*ft;
+	struct filetier_ns	*ns;
+	char			(*leaves)[16];	/* "pp-ssss/hh" */
+	size_t			 nleaves;
+	size_t			 leaves_cap;
+	_Atomic size_t		 next;
+	int64_t			 now_ns;
+};
+
+struct filetier_scan_part {
+	struct filetier_scan	*sc;
+	pthread_t		 thread;
+	int			 started;
+	struct filetier_found	*found;
+	size_t			 n;
+	size_t			 cap;
+	size_t			 head;		/* the merge's cursor */
+	uint64_t		 removed;	/* bad objects, stale temp files, junk */
+	uint64_t		 skipped;	/* left alone: directories, young temp files */
+	int			 err;		/* -ENOMEM */
+};
+
+static int
+filetier_scan_is_hex(const char *s, size_t n)
+{
+	size_t	i;
+
+	for (i = 0; i < n; i++)
+		if (filetier_unhex_digit(s[i]) < 0)
+			return 0;
+	return 1;
+}
+
+static int
+filetier_is_dir(int dirfd, const struct dirent *de)
+{
+	struct stat	st;
+
+	if (de->d_type != DT_UNKNOWN)
+		return de->d_type == DT_DIR;
+	return fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+}
+
+/*
+ * Checks one object file: 0 and *f filled, -ENOENT when it vanished (an
+ * eviction by another daemon), another -errno for a bad file.
+ */
+static int
+filetier_scan_file(int dfd, const char *name, const struct dram_key *k,
+    struct filetier_found *f)
+{
+	struct stat	st;
+	uint8_t		hdr[FILETIER_HDR_USED];
+	uint64_t	len, csum;
+	ssize_t		n;
+	int		fd, rc;
+
+	if ((fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)) < 0)
+		return errno == ENOENT ? -ENOENT : -EUCLEAN;
+	/* Headers only: readahead would read the payload's first pages for nothing. */
+	(void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+	n = pread(fd, hdr, sizeof(hdr), 0);
+	rc = fstat(fd, &st);
+	close(fd);
+	if (rc != 0 || !S_ISREG(st.st_mode) || n != (ssize_t)sizeof(hdr))
+		return -ENODATA;
+	if ((rc = filetier_hdr_check(hdr, k, &len, &csum)) != 0)
+		return rc;
+	if ((uint64_t)st.st_size != filetier_file_bytes(len))
+		return (uint64_t)st.st_size < filetier_file_bytes(len) ? -ENODATA : -EUCLEAN;
+	f->key = *k;
+	f->pad = 0;
+	f->len = len;
+	f->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+	return 0;
+}
+
+static int
+filetier_scan_add(struct filetier_scan_part *pt, const struct filetier_found *f)
+{
+	struct filetier_found	*nf;
+	size_t			 cap;
+
+	if (pt->n == pt->cap) {
+		cap = pt->cap == 0 ? 4096 : pt->cap * 2;
+		if ((nf = realloc(pt->found, cap * sizeof(*nf))) == NULL)
+			return -ENOMEM;
+		pt->found = nf;
+		pt->cap = cap;
+	}
+	pt->found[pt->n++] = *f;
+	return 0;
+}
+
+/*
+ * One leaf directory: objects are checked and kept, stale temp files and
+ * anything else that is not a directory are removed (these directories
+ * are this module's own), directories are left alone.
+ */
+static void
+filetier_scan_leaf(struct filetier_scan_part *pt, const char *leaf)
+{
+	struct filetier_scan	*sc = pt->sc;
+	struct filetier_found	 f;
+	struct dram_key		 k;
+	struct dirent		*de;
+	struct stat		 st;
+	uint8_t			 ps[3];
+	DIR			*d;
+	int			 dfd, rc;
+	size_t			 nl;
+	char			 hex[5];
+
+	memset(&k, 0, sizeof(k));
+	memcpy(k.fingerprint, sc->ns->fingerprint, 16);
+	/* "pp-ssss/hh": already checked to be hex */
+	filetier_unhex(ps, leaf, 1);
+	memcpy(hex, leaf + 3, 4);
+	filetier_unhex(ps + 1, hex, 2);
+	k.pool = ps[0];
+	k.shard = (uint16_t)(ps[1] << 8 | ps[2]);
+	if ((dfd = openat(sc->ns->dirfd, leaf, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)) < 0 ||
+	    (d = fdopendir(dfd)) == NULL) {
+		if (dfd >= 0)
+			close(dfd);
+		log_warn("filetier", "scan %s/%s: %s; skipped", sc->ns->name, leaf, strerror(errno));
+		pt->skipped++;
+		return;
+	}
+	while ((de = readdir(d)) != NULL) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (filetier_is_dir(dfd, de)) {
+			pt->skipped++;
+			continue;
+		}
+		if (strncmp(de->d_name, FILETIER_TMP_PREFIX, strlen(FILETIER_TMP_PREFIX)) == 0) {
+			/* A young temp file may be another daemon's write in progress. */
+			if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    sc->now_ns - ((int64_t)st.st_mtim.tv_sec * 1000000000LL +
+			    st.st_mtim.tv_nsec) < (int64_t)sc->ft->p.tmp_stale_s * 1000000000LL) {
+				pt->skipped++;
+				continue;
+			}
+			if (unlinkat(dfd, de->d_name, 0) == 0)
+				pt->removed++;
+			continue;
+		}
+		nl = strlen(de->d_name);
+		rc = -EUCLEAN;
+		if (nl == 68 && strcmp(de->d_name + 64, ".obj") == 0 &&
+		    memcmp(de->d_name, leaf + 8, 2) == 0 && filetier_unhex(k.hash, de->d_name, 32) == 0)
+			rc = filetier_scan_file(dfd, de->d_name, &k, &f);
+		if (rc == 0) {
+			if ((pt->err = filetier_scan_add(pt, &f)) != 0)
+				break;
+		} else if (rc != -ENOENT) {
+			log_debug("filetier", "scan %s/%s/%s: %s; removed", sc->ns->name, leaf,
+			    de->d_name, filetier_strerror(rc));
+			if (unlinkat(dfd, de->d_name, 0) == 0)
+				pt->removed++;
+		}
+	}
+	closedir(d);
+}
+
+static void *
+filetier_scan_main(void *arg)
+{
+	struct filetier_scan_part	*pt = arg;
+	struct filetier_scan		*sc = pt->sc;
+	size_t				 i;
+
+	while (pt->err == 0 && (i = atomic_fetch_add(&sc->next, 1)) < sc->nleaves)
+		filetier_scan_leaf(pt, sc->leaves[i]);
+	return NULL;
+}
+
+static int
+filetier_scan_leaf_add(struct filetier_scan *sc, const char *pool, const char *h)
+{
+	char	(*nl)[16];
+	size_t	cap;
+
+	if (sc->nleaves == sc->leaves_cap) {
+		cap = sc->leaves_cap == 0 ? 256 : sc->leaves_cap * 2;
+		if ((nl = realloc(sc->leaves, cap * sizeof(*nl))) == NULL)
+			return -ENOMEM;
+		sc->leaves = nl;
+		sc->leaves_cap = cap;
+	}
+	/* "pp-ssss/hh": the caller checked both names' lengths. */
+	memcpy(sc->leaves[sc->nleaves], pool, 7);
+	sc->leaves[sc->nleaves][7] = '/';
+	memcpy(sc->leaves[sc->nleaves] + 8, h, 2);
+	sc->leaves[sc->nleaves++][10] = '\0';
+	return 0;
+}
+
+/*
+ * The leaf directories of a namespace: <pp-ssss>/<hh>. Anything else at
+ * these two levels is skipped, never removed: an operator may keep notes
+ * there, and only the leaf directories are certainly ours.
+ */
+static int
+filetier_scan_list(struct filetier_scan *sc, uint64_t *skipped)
+{
+	struct dirent	*de, *le;
+	DIR		*top, *pd;
+	int		 fd, pfd, rc = 0;
+
+	if ((fd = openat(sc->ns->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return -errno;
+	if ((top = fdopendir(fd)) == NULL) {
+		close(fd);
+		return -errno;
+	}
+	while (rc == 0 && (de = readdir(top)) != NULL) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (strlen(de->d_name) != 7 || de->d_name[2] != '-' ||
+		    !filetier_scan_is_hex(de->d_name, 2) || !filetier_scan_is_hex(de->d_name + 3, 4) ||
+		    !filetier_is_dir(fd, de)) {
+			(*skipped)++;
+			continue;
+		}
+		pfd = openat(fd, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		if (pfd < 0 || (pd = fdopendir(pfd)) == NULL) {
+			if (pfd >= 0)
+				close(pfd);
+			(*skipped)++;
+			continue;
+		}
+		while (rc == 0 && (le = readdir(pd)) != NULL) {
+			if (strcmp(le->d_name, ".") == 0 || strcmp(le->d_name, "..") == 0)
+				continue;
+			if (strlen(le->d_name) != 2 || !filetier_scan_is_hex(le->d_name, 2) ||
+			    !filetier_is_dir(pfd, le)) {
+				(*skipped)++;
+				continue;
+			}
+			rc = filetier_scan_leaf_add(sc, de->d_name, le->d_name);
+		}
+		closedir(pd);
+	}
+	closedir(top);
+	return rc;
+}
+
+static int
+filetier_found_cmp(const void *a, const void *b)
+{
+	const struct filetier_found	*x = a, *y = b;
+
+	return x->mtime_ns < y->mtime_ns ? -1 : x->mtime_ns > y->mtime_ns;
+}
+
+/*
+ * Inserts the scan's objects, oldest write first, so that the LRU order
+ * after a restart is the order the files were written (the last access
+ * before the restart is not on disk; the write time is).
+ */
+static int
+filetier_scan_insert(struct filetier *ft, struct filetier_scan_part *parts, unsigned nparts,
+    uint64_t *objects, uint64_t *bytes)
+{
+	struct filetier_found	*f;
+	struct filetier_ent	*e;
+	uint64_t		 h;
+	uint32_t		 id;
+	unsigned		 i, best;
+	int			 rc;
+
+	for (i = 0; i < nparts; i++)
+		qsort(parts[i].found, parts[i].n, sizeof(*parts[i].found), filetier_found_cmp);
+	for (;;) {
+		best = nparts;
+		for (i = 0; i < nparts; i++)
+			if (parts[i].head < parts[i].n && (best == nparts ||
+			    parts[i].found[parts[i].head].mtime_ns <
+			    parts[best].found[parts[best].head].mtime_ns))
+				best = i;
+		if (best == nparts)
+			return 0;
+		f = &parts[best].found[parts[best].head++];
+		h = filetier_key_hash(ft, &f->key);
+		if (filetier_index_find(ft, &f->key, h) != FILETIER_NONE)
+			continue;
+		if ((rc = filetier_rec_new(ft, &id)) != 0)
+			return rc;
+		e = filetier_ent(ft, id);
+		e->key = f->key;
+		e->len = f->len;
+		e->pins = 0;
+		e->state = FILETIER_S_VISIBLE;
+		filetier_index_insert(ft, id, h);
+		filetier_lru_push(ft, id);
+		ft->st.visible++;
+		ft->st.bytes_used += filetier_file_bytes(f->len);
+		(*objects)++;
+		*bytes += filetier_file_bytes(f->len);
+	}
+}
+
+static int
+filetier_name_char_ok(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	    c == '.' || c == '-' || c == '_';
+}
+
+/*
+ * A namespace name is "role/model-<32 hex>" with the hex equal to the
+ * fingerprint, every character safe, exactly one slash and no "." or
+ * ".." component: it becomes two directory names, so it is checked here
+ * even though namespace.c made it.
+ */
+static int
+filetier_ns_name_check(const char *name, const uint8_t fp[16], char *err, size_t errlen)
+{
+	const char	*slash, *rest;
+	char		 hex[33];
+	size_t		 n, i, rl;
+
+	n = strnlen(name, PROTO_NSNAME_LEN);
+	if (n == 0 || n >= PROTO_NSNAME_LEN || (slash = strchr(name, '/')) == NULL ||
+	    strchr(slash + 1, '/') != NULL)
+		goto bad;
+	rl = (size_t)(slash - name);
+	rest = slash + 1;
+	if (rl == 0 || (rl == 1 && name[0] == '.') || (rl == 2 && name[0] == '.' && name[1] == '.'))
+		goto bad;
+	for (i = 0; i < n; i++)
+		if (name + i != slash && !filetier_name_char_ok(name[i]))
+			goto bad;
+	filetier_hex(hex, fp, 16);
+	if (strlen(rest) < 33 || rest[strlen(rest) - 33] != '-' ||
+	    strcmp(rest + strlen(rest) - 32, hex) != 0) {
+		snprintf(err, errlen, "file tier: namespace %.*s does not end in its fingerprint %s",
+		    (int)n, name, hex);
+		return -EINVAL;
+	}
+	return 0;
+bad:
+	snprintf(err, errlen, "file tier: namespace name \"%.*s\" is not role/model-fingerprint",
+	    (int)strnlen(name, PROTO_NSNAME_LEN), name);
+	return -EINVAL;
+}
+
+/* mkdir(1) -p relative to dirfd (or AT_FDCWD) for a path of checked components. */
+static int
+filetier_mkdir_p(int dirfd, const char *path, char *err, size_t errlen)
+{
+	char	buf[PATH_MAX], *p;
+
+	if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf)) {
+		snprintf(err, errlen, "file tier: path %s is too long", path);
+		return -ENAMETOOLONG;
+	}
+	for (p = buf + 1; ; p++) {
+		if (*p != '/' && *p != '\0')
+			continue;
+		if (p[-1] != '/') {
+			char c = *p;
+
+			*p = '\0';
+			if (mkdirat(dirfd, buf, FILETIER_DIR_MODE) != 0 && errno != EEXIST) {
+				int rc = -errno;
+
+				snprintf(err, errlen, "file tier: mkdir %s: %s", buf, strerror(-rc));
+				return rc;
+			}
+			*p = c;
+		}
+		if (*p == '\0')
+			return 0;
+	}
+}
+
+static int64_t
+filetier_now_ns(clockid_t clk)
+{
+	struct timespec	ts;
+
+	clock_gettime(clk, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Registers a namespace: its directory made and opened. */
+static int
+filetier_ns_add(struct filetier *ft, const char *name, const uint8_t fp[16],
+    struct filetier_ns **nsp, char *err, size_t errlen)
+{
+	struct filetier_ns	*ns, **nv;
+	unsigned		 cap;
+	int			 rc;
+
+	if ((rc = filetier_mkdir_p(ft->rootfd, name, err, errlen)) != 0)
+		return rc;
+	if (ft->nns == ft->ns_cap) {
+		cap = ft->ns_cap == 0 ? 4 : ft->ns_cap * 2;
+		if ((nv = realloc(ft->ns, cap * sizeof(*nv))) == NULL)
+			goto nomem;
+		ft->ns = nv;
+		ft->ns_cap = cap;
+	}
+	if ((ns = calloc(1, sizeof(*ns))) == NULL)
+		goto nomem;
+	memcpy(ns->fingerprint, fp, 16);
+	snprintf(ns->name, sizeof(ns->name), "%s", name);
+	atomic_init(&ns->direct, ft->p.direct ? 1 : 0);
+	if ((ns->dirfd = openat(ft->rootfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "file tier: open %s/%s: %s", ft->root, name, strerror(-rc));
+		free(ns);
+		return rc;
+	}
+	ft->ns[ft->nns++] = ns;
+	*nsp = ns;
+	return 0;
+nomem:
+	snprintf(err, errlen, "file tier: out of memory for namespace %s", name);
+	return -ENOMEM;
+}
+
+int
+filetier_scan(struct filetier *ft, const char *name, const uint8_t fp[16], uint64_t *objects,
+    char *err, size_t errlen)
+{
+	struct filetier_scan		 sc;
+	struct filetier_scan_part	*parts = NULL;
+	struct filetier_ns		*ns;
+	uint64_t			 removed = 0, skipped = 0, n = 0, bytes = 0;
+	int64_t				 t0 = filetier_now_ns(CLOCK_MONOTONIC);
+	unsigned			 i, nparts;
+	int				 rc;
+
+	*objects = 0;
+	if ((rc = filetier_ns_name_check(name, fp, err, errlen)) != 0)
+		return rc;
+	if ((ns = filetier_ns_find(ft, fp)) != NULL) {
+		if (strcmp(ns->name, name) != 0) {
+			snprintf(err, errlen, "file tier: fingerprint of %s is attached as %s", name,
+			    ns->name);
+			return -EEXIST;
+		}
+		*objects = ns->scanned;
+		return 0;
+	}
+	if ((rc = filetier_ns_add(ft, name, fp, &ns, err, errlen)) != 0)
+		return rc;
+
+	memset(&sc, 0, sizeof(sc));
+	sc.ft = ft;
+	sc.ns = ns;
+	sc.now_ns = filetier_now_ns(CLOCK_REALTIME);
+	atomic_init(&sc.next, 0);
+	if ((rc = filetier_scan_list(&sc, &skipped)) != 0) {
+		snprintf(err, errlen, "file tier: scan of %s: %s", name, strerror(-rc));
+		goto out;
+	}
+	nparts = ft->p.scan_threads;
+	if (nparts > sc.nleaves)
+		nparts = sc.nleaves > 0 ? (unsigned)sc.nleaves : 1;
+	if ((parts = calloc(nparts, sizeof(*parts))) == NULL) {
+		rc = -ENOMEM;
+		snprintf(err, errlen, "file tier: out of memory scanning %s", name);
+		goto out;
+	}
+	for (i = 0; i < nparts; i++) {
+		parts[i].sc = &sc;
+		/* Part 0 runs on this thread; a thread that cannot start leaves its share to it. */
+		if (i > 0 && pthread_create(&parts[i].thread, NULL, filetier_scan_main, &parts[i]) == 0)
+			parts[i].started = 1;
+	}
+	filetier_scan_main(&parts[0]);
+	for (i = 0; i < nparts; i++) {
+		if (parts[i].started)
+			pthread_join(parts[i].thread, NULL);
+		removed += parts[i].removed;
+		skipped += parts[i].skipped;
+		if (parts[i].err != 0)
+			rc = parts[i].err;
+	}
+	if (rc == 0)
+		rc = filetier_scan_insert(ft, parts, nparts, &n, &bytes);
+	if (rc != 0) {
+		/* What was inserted is sound; the rest is found by the next start. */
+		snprintf(err, errlen, "file tier: out of memory indexing %s after %llu objects", name,
+		    (unsigned long long)n);
+	}
+	ns->scanned = n;
+	*objects = n;
+	ft->st.scan_objects += n;
+	ft->st.scan_bytes += bytes;
+	ft->st.scan_removed += removed;
+	ft->st.scan_skipped += skipped;
+	ft->st.scan_ms += (uint64_t)(filetier_now_ns(CLOCK_MONOTONIC) - t0) / 1000000;
+	log_info("filetier", "%s: %llu objects (%llu MiB) in %.1f ms; %llu bad or stale files "
+	    "removed, %llu entries skipped", name, (unsigned long long)n,
+	    (unsigned long long)(bytes >> 20), (double)(filetier_now_ns(CLOCK_MONOTONIC) - t0) / 1e6,
+	    (unsigned long long)removed, (unsigned long long)skipped);
+	/* A capacity lowered since the files were written: the oldest go. */
+	if (ft->st.bytes_used > ft->p.capacity)
+		(void)filetier_make_room(ft, 0);
+out:
+	if (parts != NULL)
+		for (i = 0; i < nparts; i++)
+			free(parts[i].found);
+	free(parts);
+	free(sc.leaves);
+	return rc;
+}
+
+/* The tier. */
+
+void
+filetier_params_default(struct filetier_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->capacity = UINT64_MAX;
+	p->readers = 2;
+	p->writers = 2;
+	p->read_depth = 32;
+	p->write_queue = 1024;
+	p->scan_threads = 8;
+	/* Far longer than one object's write, even with fsync on a slow NFS. */
+	p->tmp_stale_s = 300;
+	p->direct = 1;
+	p->io_uring = 1;
+}
+
+static int
+filetier_reader_init(struct filetier_reader *r, struct filetier *ft)
+{
+	unsigned	i, depth = ft->p.read_depth;
+	int		rc;
+
+	r->ft = ft;
+	r->hdrs = aligned_alloc(FILETIER_HDR, (size_t)depth * FILETIER_HDR);
+	r->slots = calloc(depth, sizeof(*r->slots));
+	r->free_slots = calloc(depth, sizeof(*r->free_slots));
+	if (r->hdrs == NULL || r->slots == NULL || r->free_slots == NULL)
+		return -ENOMEM;
+	for (i = 0; i < depth; i++)
+		r->free_slots[i] = depth - 1 - i;
+	r->nfree = depth;
+	if (!ft->p.io_uring)
+		return 0;
+	/* Three SQEs a read: open, read, close. */
+	if ((rc = io_uring_queue_init(depth * 3, &r->ring, 0)) != 0) {
+		log_warn("filetier", "io_uring_queue_init: %s; reads use pread", strerror(-rc));
+		return 0;
+	}
+	if ((rc = io_uring_register_files_sparse(&r->ring, depth)) != 0) {
+		log_warn("filetier", "io_uring direct descriptors: %s; reads use pread",
+		    strerror(-rc));
+		io_uring_queue_exit(&r->ring);
+		return 0;
+	}
+	r->uring = 1;
+	return 0;
+}
+
+static void
+filetier_reader_fini(struct filetier_reader *r)
+{
+	if (r->uring)
+		io_uring_queue_exit(&r->ring);
+	r->uring = 0;
+	free(r->hdrs);
+	free(r->slots);
+	free(r->free_slots);
+	r->hdrs = NULL;
+	r->slots = NULL;
+	r->free_slots = NULL;
+}
+
+int
+filetier_new(struct event_base *base, const struct filetier_params *p, struct filetier **out,
+    char *err, size_t errlen)
+{
+	struct filetier	*ft;
+	unsigned	 i, n;
+	int		 rc;
+
+	*out = NULL;
+	if (p->root == NULL || p->root[0] == '\0' || strlen(p->root) >= PATH_MAX - 128) {
+		snprintf(err, errlen, "file tier: the root path is empty or too long");
+		return -EINVAL;
+	}
+	if (p->capacity < (1ULL << 20) || p->readers < 1 || p->readers > 64 || p->writers < 1 ||
+	    p->writers > 64 || p->read_depth < 1 || p->read_depth > 1024 || p->write_queue < 1 ||
+	    p->scan_threads < 1 || p->scan_threads > 256) {
+		snprintf(err, errlen, "file tier: parameter out of range (capacity >= 1 MiB, "
+		    "readers and writers 1..64, read depth 1..1024, scan threads 1..256)");
+		return -EINVAL;
+	}
+	if ((ft = calloc(1, sizeof(*ft))) == NULL)
+		goto nomem;
+	ft->base = base;
+	ft->p = *p;
+	snprintf(ft->root, sizeof(ft->root), "%s", p->root);
+	ft->p.root = ft->root;
+	ft->rootfd = ft->efd = -1;
+	ft->rec_free = ft->lru_head = ft->lru_tail = FILETIER_NONE;
+	pthread_mutex_init(&ft->lock, NULL);
+	pthread_cond_init(&ft->rcond, NULL);
+	pthread_cond_init(&ft->wcond, NULL);
+	TAILQ_INIT(&ft->reads);
+	TAILQ_INIT(&ft->writes);
+	TAILQ_INIT(&ft->deletes);
+	TAILQ_INIT(&ft->done);
+	ft->nbuckets = FILETIER_BUCKETS_MIN;
+	if ((ft->buckets = malloc(FILETIER_BUCKETS_MIN * sizeof(*ft->buckets))) == NULL)
+		goto nomem;
+	memset(ft->buckets, 0xff, FILETIER_BUCKETS_MIN * sizeof(*ft->buckets));
+	/* A secret seed: clients choose page hashes, so they must not choose chains. */
+	if (getrandom(&ft->seed, sizeof(ft->seed), GRND_NONBLOCK) != sizeof(ft->seed))
+		ft->seed = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)ft;
+
+	if ((rc = filetier_mkdir_p(AT_FDCWD, ft->root, err, errlen)) != 0)
+		goto fail;
+	if ((ft->rootfd = open(ft->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "file tier: open %s: %s", ft->root, strerror(-rc));
+		goto fail;
+	}
+	if ((ft->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "file tier: eventfd: %s", strerror(-rc));
+		goto fail;
+	}
+	ft->ev = event_new(base, ft->efd, EV_READ | EV_PERSIST, filetier_done_cb, ft);
+	ft->readers = calloc(p->readers, sizeof(*ft->readers));
+	ft->threads = calloc(p->readers + p->writers, sizeof(*ft->threads));
+	if (ft->ev == NULL || ft->readers == NULL || ft->threads == NULL ||
+	    event_add(ft->ev, NULL) != 0)
+		goto nomem;
+	for (i = 0; i < p->readers; i++)
+		if (filetier_reader_init(&ft->readers[i], ft) != 0)
+			goto nomem;
+	for (i = 0, n = p->readers + p->writers; i < n; i++) {
+		rc = pthread_create(&ft->threads[i], NULL,
+		    i < p->readers ? filetier_reader_main : filetier_writer_main,
+		    i < p->readers ? (void *)&ft->readers[i] : (void *)ft);
+		if (rc != 0) {
+			snprintf(err, errlen, "file tier: pthread_create: %s", strerror(rc));
+			rc = -rc;
+			goto fail;
+		}
+		ft->nthreads++;
+	}
+	ft->st.bytes_capacity = p->capacity;
+	*out = ft;
+	return 0;
+
+nomem:
+	snprintf(err, errlen, "file tier: out of memory");
+	rc = -ENOMEM;
+fail:
+	filetier_free(ft);
+	return rc;
+}
+
+static void
+filetier_jobs_free(struct filetier_job_list *l)
+{
+	struct filetier_job	*job;
+
+	while ((job = TAILQ_FIRST(l)) != NULL) {
+		TAILQ_REMOVE(l, job, entry);
+		free(job);
+	}
+}
+
+/*
+ * Stops the threads: reads and writes already started finish (a read
+ * lands in caller memory, so it must not be abandoned halfway), queued
+ * ones never start. No completion runs: the loop is going away. The
+ * files on disk are whatever finished. NULL is fine.
+ */
+void
+filetier_free(struct filetier *ft)
+{
+	unsigned	i, j;
+
+	if (ft == NULL)
+		return;
+	pthread_mutex_lock(&ft->lock);
+	ft->stop = 1;
+	pthread_cond_broadcast(&ft->rcond);
+	pthread_cond_broadcast(&ft->wcond);
+	pthread_mutex_unlock(&ft->lock);
+	for (i = 0; i < ft->nthreads; i++)
+		pthread_join(ft->threads[i], NULL);
+	filetier_jobs_free(&ft->reads);
+	filetier_jobs_free(&ft->writes);
+	filetier_jobs_free(&ft->deletes);
+	filetier_jobs_free(&ft->done);
+	if (ft->readers != NULL)
+		for (i = 0; i < ft->p.readers; i++)
+			filetier_reader_fini(&ft->readers[i]);
+	free(ft->readers);
+	free(ft->threads);
+	if (ft->ev != NULL)
+		event_free(ft->ev);
+	if (ft->efd >= 0)
+		close(ft->efd);
+	for (j = 0; j < ft->nns; j++) {
+		close(ft->ns[j]->dirfd);
+		free(ft->ns[j]);
+	}
+	free(ft->ns);
+	if (ft->rootfd >= 0)
+		close(ft->rootfd);
+	for (j = 0; j < ft->nblocks; j++)
+		free(ft->blocks[j]);
+	free(ft->blocks);
+	free(ft->buckets);
+	pthread_cond_destroy(&ft->wcond);
+	pthread_cond_destroy(&ft->rcond);
+	pthread_mutex_destroy(&ft->lock);
+	free(ft);
+}
+
+/* Visible objects only; no side effects at all (PROBE). */
+int
+filetier_lookup(const struct filetier *ft, const struct dram_key *k, uint32_t *idp,
+    uint64_t *len)
+{
+	uint32_t	id;
+
+	id = filetier_index_find(ft, k, filetier_key_hash(ft, k));
+	if (id == FILETIER_NONE || filetier_ent(ft, id)->state != FILETIER_S_VISIBLE)
+		return -ENOENT;
+	if (idp != NULL)
+		*idp = id;
+	if (len != NULL)
+		*len = filetier_ent(ft, id)->len;
+	return 0;
+}
+
+int
+filetier_pin(struct filetier *ft, uint32_t id)
+{
+	struct filetier_ent	*e = filetier_ent_live(ft, id);
+
+	if (e == NULL)
+		return -EINVAL;
+	if (e->state != FILETIER_S_VISIBLE)
+		return -ENOENT;
+	if (e->pins == FILETIER_PINS_MAX)
+		return -EOVERFLOW;
+	if (e->pins++ == 0) {
+		filetier_lru_unlink(ft, id);
+		ft->st.pinned_objects++;
+	}
+	ft->st.pins++;
+	return 0;
+}
+
+void
+filetier_unpin(struct filetier *ft, uint32_t id)
+{
+	assert(filetier_ent_live(ft, id) != NULL);
+	filetier_unpin_id(ft, id);
+}
+
+/*
+ * Takes a visible object out of the tier (the caller found it lost, or an
+ * operator asked): later lookups miss, and its file is unlinked by a
+ * worker. A pinned entry's id stays valid until its last unpin. Idempotent.
+ */
+void
+filetier_drop(struct filetier *ft, uint32_t id)
+{
+	struct filetier_ent	*e = filetier_ent_live(ft, id);
+
+	if (e == NULL || e->state != FILETIER_S_VISIBLE)
+		return;
+	ft->st.drops++;
+	filetier_ent_retire(ft, id, 0);
+}
+
+int
+filetier_write(struct filetier *ft, const struct dram_key *k, const void *data, uint64_t len,
+    uint64_t checksum, void (*done)(struct filetier_job *), void *arg)
+{
+	struct filetier_job	*job;
+	struct filetier_ent	*e;
+	struct filetier_ns	*ns;
+	uint64_t		 h;
+	uint32_t		 id;
+	int			 rc;
+
+	if (k->pad != 0 || len == 0 || data == NULL || done == NULL)
+		return -EINVAL;
+	if (len > FILETIER_OBJ_MAX || filetier_file_bytes(len) > ft->p.capacity)
+		return -EFBIG;
+	if ((ns = filetier_ns_find(ft, k->fingerprint)) == NULL)
+		return -ESRCH;
+	h = filetier_key_hash(ft, k);
+	if ((id = filetier_index_find(ft, k, h)) != FILETIER_NONE) {
+		/* One writer per key; a key being unlinked waits for its unlink. */
+		if (filetier_ent(ft, id)->state == FILETIER_S_DELETING)
+			return -EBUSY;
+		ft->st.writes_present++;
+		return -EEXIST;
+	}
+	if (ft->st.writes_inflight >= ft->p.write_queue) {
+		ft->st.writes_refused++;
+		return -EAGAIN;
+	}
+	if ((job = calloc(1, sizeof(*job))) == NULL)
+		return -ENOMEM;
+	if ((rc = filetier_make_room(ft, filetier_file_bytes(len))) != 0) {
+		free(job);
+		return rc;
+	}
+	if ((rc = filetier_rec_new(ft, &id)) != 0) {
+		free(job);
+		return rc;
+	}
+	e = filetier_ent(ft, id);
+	e->key = *k;
+	e->len = len;
+	e->pins = 0;
+	e->state = FILETIER_S_WRITING;
+	e->lru_prev = e->lru_next = FILETIER_NONE;
+	filetier_index_insert(ft, id, h);
+	ft->st.writing++;
+	ft->st.writes_inflight++;
+	ft->st.bytes_used += filetier_file_bytes(len);
+
+	job->kind = FILETIER_JOB_WRITE;
+	job->key = *k;
+	job->buf = (void *)(uintptr_t)data;
+	job->len = len;
+	job->checksum = checksum;
+	job->status = -EINPROGRESS;
+	job->done = done;
+	job->arg = arg;
+	job->ns = ns;
+	job->id = id;
+	filetier_enqueue(ft, job);
+	return 0;
+}
+
+int
+filetier_read(struct filetier *ft, const struct dram_key *k, void *dst, uint64_t cap,
+    void (*done)(struct filetier_job *), void *arg, struct filetier_job **jobp)
+{
+	struct filetier_job	*job;
+	struct filetier_ent	*e;
+	uint32_t		 id;
+	int			 rc;
+
+	if (jobp != NULL)
+		*jobp = NULL;
+	if (dst == NULL || ((uintptr_t)dst & (FILETIER_HDR - 1)) != 0 || done == NULL)
+		return -EINVAL;
+	if ((rc = filetier_lookup(ft, k, &id, NULL)) != 0)
+		return rc;
+	e = filetier_ent(ft, id);
+	if (cap < FILETIER_READ_SIZE(e->len))
+		return -EMSGSIZE;
+	if ((job = calloc(1, sizeof(*job))) == NULL)
+		return -ENOMEM;
+	/* The read's own pin: eviction cannot unlink a file while it is read. */
+	if ((rc = filetier_pin(ft, id)) != 0) {
+		free(job);
+		return rc;
+	}
+	job->kind = FILETIER_JOB_READ;
+	job->key = *k;
+	job->buf = dst;
+	job->len = e->len;
+	job->status = -EINPROGRESS;
+	atomic_init(&job->cancel, 0);
+	job->done = done;
+	job->arg = arg;
+	job->ns = filetier_ns_find(ft, k->fingerprint);
+	job->id = id;
+	ft->st.reads_inflight++;
+	filetier_enqueue(ft, job);
+	if (jobp != NULL)
+		*jobp = job;
+	return 0;
+}
+
+void
+filetier_stats(const struct filetier *ft, struct filetier_stats *st)
+{
+	uint64_t	meta;
+	unsigned	i;
+
+	*st = ft->st;
+	st->namespaces = ft->nns;
+	st->bytes_capacity = ft->p.capacity;
+	st->index_buckets = ft->nbuckets;
+	st->readers_uring = 0;
+	for (i = 0; i < ft->p.readers; i++)
+		st->readers_uring += ft->readers[i].uring != 0;
+	/* Everything allocated for the index, capacity rather than use. */
+	meta = sizeof(*ft);
+	meta += (uint64_t)ft->nblocks * FILETIER_BLOCK * sizeof(struct filetier_ent);
+	meta += (uint64_t)ft->blocks_cap * sizeof(struct filetier_ent *);
+	meta += (uint64_t)ft->nbuckets * sizeof(uint32_t);
+	meta += (uint64_t)ft->ns_cap * sizeof(struct filetier_ns *) +
+	    (uint64_t)ft->nns * sizeof(struct filetier_ns);
+	st->meta_bytes = meta;
+	st->meta_bytes_per_object = st->visible ? (double)meta / (double)st->visible : 0;
+}
+
+/* Visible unpinned entries, next victim first, up to max; for tests and debugging. */
+size_t
+filetier_lru_order(const struct filetier *ft, uint32_t *ids, size_t max)
+{
+	uint32_t	id;
+	size_t		n = 0;
+
+	for (id = ft->lru_tail; id != FILETIER_NONE && n < max; id = filetier_ent(ft, id)->lru_prev)
+		ids[n++] = id;
+	return n;
+}
+
+/* Jobs whose completion has not run yet: a drain waits for 0. */
+unsigned
+filetier_inflight(const struct filetier *ft)
+{
+	return (unsigned)(ft->st.reads_inflight + ft->st.writes_inflight + ft->st.deleting);
+}

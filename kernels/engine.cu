@@ -1,0 +1,1530 @@
+/*
+ * The cuda copy engine: restore (pinned host objects -> device staging ->
+ * verified scatter into an engine's pages) and publish (gather from
+ * pages -> staging -> checksum -> host objects), pipelined in chunks.
+ *
+ * Structure. An engine owns `slots` staging slots (device: the staging
+ * bytes, the chunk digests, ok flags; mapped host memory: the chunk's
+ * descriptors, which the kernels read directly, and its results, which
+ * they write directly) and `streams` streams. An op is a list of pages;
+ * ops queue FIFO, and the scheduler (engine_schedule) gives each free
+ * slot the next chunk of the op at the head: as many of its next pages
+ * as fit the slot. A chunk runs on the next stream in rotation, so the
+ * DMA of one chunk overlaps the kernels of the one before. A slot is
+ * reused only once the host has seen its chunk's event complete, so
+ * neither its staging bytes nor its descriptors can be overwritten while
+ * in use, whatever the streams' order.
+ *
+ * Staging layout: objects that are contiguous in host memory stay
+ * contiguous in staging (one DMA for the run); each run starts 256-byte
+ * aligned. The checksum is computed per 64 KiB unit by one warp
+ * (engine_csum_kernel), then per object over the digests
+ * (engine_finish_kernel), which also compares it with the expected value
+ * and sets the object's ok flag; the scatter kernel writes only objects
+ * whose flag is set. Everything a chunk does is in one stream, so each
+ * kernel sees the previous one's writes.
+ *
+ * Ownership: ops and regions are the caller's until freed; the engine
+ * borrows them while queued or in flight. Host registrations are
+ * process-wide (a table below).
+ */
+#include <sys/types.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda_runtime.h>
+
+#include "kernels.h"
+#include "xxh3.h"
+
+#define ENGINE_ALIGN		256	/* a host run's staging offset */
+#define ENGINE_THREADS		256
+#define ENGINE_UNROLL		4	/* loads in flight per thread in copies */
+#define ENGINE_SLOT_MAX		(1ULL << 30)	/* 32-bit unit indices in kernels */
+#define ENGINE_FIN_VERIFY	0	/* checksum, compare, set ok */
+#define ENGINE_FIN_SKIP		1	/* no checksum: ok */
+#define ENGINE_FIN_COMPUTE	2	/* checksum only (publish) */
+
+/* Descriptors the kernels read from mapped host memory. */
+struct engine_item {
+	uint64_t	off;		/* in the slot's staging */
+	uint64_t	bytes;
+	uint64_t	expect;
+	uint32_t	page;
+	uint32_t	region;
+	uint32_t	dig0;		/* first digest; dig0 + nunits holds the length */
+	uint32_t	nunits;
+};
+
+struct engine_unit {
+	uint64_t	off;
+	uint32_t	len;
+	uint32_t	dig;
+};
+
+struct engine_seg {
+	uint64_t	src;		/* device addresses (host memory: its mapping) */
+	uint64_t	dst;
+	uint64_t	bytes;
+};
+
+struct engine_res {
+	uint64_t	csum;
+	uint32_t	status;		/* KERNELS_PAGE_DONE or _BAD */
+	uint32_t	pad;
+};
+
+/* A region as the kernels see it (by value in the launch parameters). */
+struct engine_dregion {
+	uint8_t		*base;
+	const uint64_t	*layer_tab;	/* device array of per-layer bases, or NULL */
+	uint64_t	 page_stride;
+	uint64_t	 layer_stride;
+	uint64_t	 token_stride;
+	uint32_t	 token_bytes;
+	uint32_t	 layers;
+	uint32_t	 page_tokens;
+	uint32_t	 width;		/* widest access the geometry allows */
+};
+
+struct engine_dregions {
+	struct engine_dregion	r[KERNELS_REGIONS_MAX];
+};
+
+struct engine_run {
+	const uint8_t	*host;
+	const uint8_t	*hdev;
+	uint64_t	 off;
+	uint64_t	 bytes;
+};
+
+struct engine_slot {
+	struct kernels_op	*op;		/* NULL: free */
+	uint32_t		 first;		/* the op's pages [first, first + n) */
+	uint32_t		 n;
+	uint64_t		 seq;		/* issue order, for waits */
+	cudaEvent_t		 done;
+	int			 have_done;
+	uint8_t			*stage;		/* device */
+	uint64_t		*dig;
+	uint32_t		*ok;
+	struct engine_item	*items;		/* mapped host; kernels use the d* aliases */
+	struct engine_unit	*units;
+	struct engine_seg	*segs;
+	struct engine_res	*res;
+	struct engine_item	*ditems;
+	struct engine_unit	*dunits;
+	struct engine_seg	*dsegs;
+	struct engine_res	*dres;
+	struct engine_run	*runs;		/* host scratch */
+};
+
+struct kernels_engine {
+	struct kernels_conf	 conf;
+	int			 device;
+	cudaStream_t		 streams[16];
+	unsigned		 nstreams;
+	unsigned		 rr;
+	cudaStream_t		 notify;
+	int			 have_notify;
+	struct engine_slot	*slots;
+	uint8_t			*dmem;		/* every slot's device memory */
+	uint8_t			*hmem;		/* every slot's mapped host memory */
+	uint32_t		 units_cap;
+	uint32_t		 dig_cap;
+	uint64_t		 seq;
+	struct kernels_op	*qhead;		/* ops with chunks left to issue, FIFO */
+	struct kernels_op	*qtail;
+	unsigned		 nops;		/* live ops */
+	int			 broken;	/* a sticky CUDA error: every op fails */
+	char			 broken_err[192];
+};
+
+struct kernels_region {
+	struct kernels_engine	*e;
+	struct engine_dregion	 d;
+	uint32_t		 num_pages;
+	uint64_t		 obj_bytes;
+	uint64_t		*layer_tab;	/* cudaMalloc */
+};
+
+struct engine_page {
+	const uint8_t	*host;
+	const uint8_t	*hdev;
+	uint64_t	 bytes;
+	uint64_t	 expect;
+	uint32_t	 page;
+	uint32_t	 region;
+};
+
+struct kernels_op {
+	struct kernels_engine	*e;
+	int			 publish;
+	unsigned		 flags;
+	struct engine_dregions	 dregs;
+	struct engine_page	*pages;
+	uint8_t			*status;	/* KERNELS_PAGE_* */
+	uint64_t		*csum;
+	uint32_t		 n;
+	uint32_t		 next;		/* first page not issued */
+	uint32_t		 inflight;	/* chunks */
+	cudaEvent_t		 wait;		/* borrowed, or NULL */
+	int			 cancel;
+	int			 queued;
+	int			 failed;
+	int			 done;
+	int			 rc;
+	char			 err[192];
+	struct kernels_op	*qnext;
+};
+
+struct kernels_event {
+	cudaEvent_t	ev;
+};
+
+static int
+engine_err(cudaError_t e, const char *what, char *err, size_t len)
+{
+	if (err != NULL && len > 0)
+		snprintf(err, len, "%s: %s (CUDA error %d)", what, cudaGetErrorString(e), (int)e);
+	(void)cudaGetLastError();
+	switch (e) {
+	case cudaErrorInsufficientDriver:
+	case cudaErrorNoDevice:
+	case cudaErrorInvalidDevice:
+		return -ENODEV;
+	case cudaErrorMemoryAllocation:
+		return -ENOMEM;
+	case cudaErrorInvalidValue:
+		return -EINVAL;
+	default:
+		return -EIO;
+	}
+}
+
+#define ENGINE_TRY(call, what) do {					\
+	cudaError_t _e = (call);					\
+	if (_e != cudaSuccess)						\
+		return engine_err(_e, what, err, len);			\
+} while (0)
+
+/* ---- pinned host memory ------------------------------------------------ */
+
+static struct engine_hreg {
+	uint8_t		*host;
+	size_t		 len;
+	uint8_t		*dev;		/* its device mapping */
+} engine_hregs[KERNELS_HOST_REGS];
+static unsigned	engine_nhregs;
+
+extern "C" int
+kernels_host_register(void *p, size_t len, char *err, size_t errlen)
+{
+	struct engine_hreg	*r;
+	void			*d = NULL;
+	cudaError_t		 e;
+
+	if (engine_nhregs == KERNELS_HOST_REGS) {
+		snprintf(err, errlen, "more than %d host registrations", KERNELS_HOST_REGS);
+		return -ENOSPC;
+	}
+	e = cudaHostRegister(p, len, cudaHostRegisterMapped | cudaHostRegisterPortable);
+	if (e != cudaSuccess)
+		return engine_err(e, "cudaHostRegister", err, errlen);
+	if ((e = cudaHostGetDevicePointer(&d, p, 0)) != cudaSuccess) {
+		(void)cudaHostUnregister(p);
+		return engine_err(e, "cudaHostGetDevicePointer", err, errlen);
+	}
+	r = &engine_hregs[engine_nhregs++];
+	r->host = (uint8_t *)p;
+	r->len = len;
+	r->dev = (uint8_t *)d;
+	return 0;
+}
+
+extern "C" int
+kernels_host_unregister(void *p, char *err, size_t errlen)
+{
+	unsigned	i;
+	cudaError_t	e;
+
+	for (i = 0; i < engine_nhregs; i++)
+		if (engine_hregs[i].host == p)
+			break;
+	if (i == engine_nhregs) {
+		snprintf(err, errlen, "%p is not a registered host range", p);
+		return -ENOENT;
+	}
+	engine_hregs[i] = engine_hregs[--engine_nhregs];
+	if ((e = cudaHostUnregister(p)) != cudaSuccess)
+		return engine_err(e, "cudaHostUnregister", err, errlen);
+	return 0;
+}
+
+/* The device mapping of [h, h + n), or NULL where no registration holds it all. */
+static const uint8_t *
+engine_host_dev(const uint8_t *h, uint64_t n)
+{
+	unsigned	i;
+
+	for (i = 0; i < engine_nhregs; i++) {
+		const struct engine_hreg *r = &engine_hregs[i];
+
+		if (h >= r->host && n <= r->len && (uint64_t)(h - r->host) <= r->len - n)
+			return r->dev + (h - r->host);
+	}
+	return NULL;
+}
+
+/* ---- events ------------------------------------------------------------- */
+
+extern "C" int
+kernels_event_open_ipc(const void *handle, struct kernels_event **out, char *err, size_t len)
+{
+	struct kernels_event	*ev;
+	cudaIpcEventHandle_t	 h;
+	cudaError_t		 e;
+
+	if ((ev = (struct kernels_event *)calloc(1, sizeof(*ev))) == NULL)
+		return -ENOMEM;
+	memcpy(&h, handle, sizeof(h));
+	if ((e = cudaIpcOpenEventHandle(&ev->ev, h)) != cudaSuccess) {
+		free(ev);
+		return engine_err(e, "cudaIpcOpenEventHandle", err, len);
+	}
+	*out = ev;
+	return 0;
+}
+
+extern "C" int
+kernels_event_new(int interprocess, struct kernels_event **out, char *err, size_t len)
+{
+	struct kernels_event	*ev;
+	cudaError_t		 e;
+
+	if ((ev = (struct kernels_event *)calloc(1, sizeof(*ev))) == NULL)
+		return -ENOMEM;
+	e = cudaEventCreateWithFlags(&ev->ev, cudaEventDisableTiming |
+	    (interprocess ? cudaEventInterprocess : 0));
+	if (e != cudaSuccess) {
+		free(ev);
+		return engine_err(e, "cudaEventCreateWithFlags", err, len);
+	}
+	*out = ev;
+	return 0;
+}
+
+extern "C" int
+kernels_event_record(struct kernels_event *ev, char *err, size_t len)
+{
+	ENGINE_TRY(cudaEventRecord(ev->ev, 0), "cudaEventRecord");
+	return 0;
+}
+
+extern "C" int
+kernels_event_export(struct kernels_event *ev, void *handle, char *err, size_t len)
+{
+	cudaIpcEventHandle_t	h;
+
+	ENGINE_TRY(cudaIpcGetEventHandle(&h, ev->ev), "cudaIpcGetEventHandle");
+	memcpy(handle, &h, sizeof(h));
+	return 0;
+}
+
+extern "C" void
+kernels_event_free(struct kernels_event *ev)
+{
+	if (ev == NULL)
+		return;
+	(void)cudaEventDestroy(ev->ev);
+	free(ev);
+}
+
+/* ---- kernels ------------------------------------------------------------ */
+
+/* Copies bytes with accesses of T, ENGINE_UNROLL loads in flight per thread. */
+template <typename T>
+static __device__ void
+engine_copy_span(uint8_t *dst, const uint8_t *src, uint64_t bytes, uint64_t tid, uint64_t nt)
+{
+	T		*d = (T *)dst;
+	const T		*s = (const T *)src;
+	uint64_t	 n = bytes / sizeof(T), base, i;
+	T		 v[ENGINE_UNROLL];
+	int		 u;
+
+	for (base = tid; base < n; base += nt * ENGINE_UNROLL) {
+#pragma unroll
+		for (u = 0; u < ENGINE_UNROLL; u++) {
+			i = base + u * nt;
+			if (i < n)
+				v[u] = s[i];
+		}
+#pragma unroll
+		for (u = 0; u < ENGINE_UNROLL; u++) {
+			i = base + u * nt;
+			if (i < n)
+				d[i] = v[u];
+		}
+	}
+}
+
+/*
+ * One segment per blockIdx.y: host runs gathered into staging by reading
+ * the mapped host memory (restore), or staging into host runs (publish).
+ */
+static __global__ void
+engine_copy_kernel(const struct engine_seg *segs)
+{
+	__shared__ struct engine_seg	sg;
+	uint64_t			tid, nt, a;
+
+	if (threadIdx.x == 0)
+		sg = segs[blockIdx.y];
+	__syncthreads();
+	tid = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	nt = (uint64_t)gridDim.x * blockDim.x;
+	a = sg.src | sg.dst | sg.bytes;
+	if ((a & 15) == 0)
+		engine_copy_span<uint4>((uint8_t *)sg.dst, (const uint8_t *)sg.src, sg.bytes, tid, nt);
+	else if ((a & 7) == 0)
+		engine_copy_span<uint2>((uint8_t *)sg.dst, (const uint8_t *)sg.src, sg.bytes, tid, nt);
+	else if ((a & 3) == 0)
+		engine_copy_span<uint32_t>((uint8_t *)sg.dst, (const uint8_t *)sg.src, sg.bytes, tid,
+		    nt);
+	else
+		engine_copy_span<uint8_t>((uint8_t *)sg.dst, (const uint8_t *)sg.src, sg.bytes, tid,
+		    nt);
+}
+
+/* The sum of v over the 16 lanes of this lane's parity. */
+static __device__ uint64_t
+engine_warp_sum16(uint64_t v)
+{
+	v += __shfl_xor_sync(0xffffffffU, v, 2);
+	v += __shfl_xor_sync(0xffffffffU, v, 4);
+	v += __shfl_xor_sync(0xffffffffU, v, 8);
+	v += __shfl_xor_sync(0xffffffffU, v, 16);
+	return v;
+}
+
+template <bool A16>
+static __device__ void
+engine_load32(const uint8_t *p, uint64_t d[4])
+{
+	if (A16) {
+		ulonglong2 x = ((const ulonglong2 *)p)[0], y = ((const ulonglong2 *)p)[1];
+
+		d[0] = x.x;
+		d[1] = x.y;
+		d[2] = y.x;
+		d[3] = y.y;
+	} else {
+		for (int j = 0; j < 4; j++)
+			d[j] = xxh3g_read64(p + 8 * j);
+	}
+}
+
+/*
+ * XXH3-64 of len (> 240) bytes at p by a whole warp (all 32 lanes call);
+ * lane 0 returns the hash. A16: p is 16-byte aligned.
+ */
+template <bool A16>
+static __device__ uint64_t
+engine_warp_long(const uint8_t *p, uint32_t len, unsigned t)
+{
+	uint64_t	k[4], ks[4], acc[4], d[4], dn[4] = { 0, 0, 0, 0 }, a[4], all[8];
+	uint32_t	nb = (len - 1) / XXH3G_BLOCK, n, ns;
+	unsigned	g = (t & 1) * 4, j;
+
+	xxh3g_part_keys(t, k);
+#pragma unroll
+	for (j = 0; j < 4; j++) {
+		acc[j] = xxh3g_init_acc(g + j);
+		ks[j] = xxh3g_scramble_key(g + j);
+	}
+	if (nb > 0)
+		engine_load32<A16>(p + 32 * t, d);
+	for (n = 0; n < nb; n++) {
+		/* the next block's loads go out before this block's reduction */
+		if (n + 1 < nb)
+			engine_load32<A16>(p + (uint64_t)(n + 1) * XXH3G_BLOCK + 32 * t, dn);
+#pragma unroll
+		for (j = 0; j < 4; j++)
+			a[j] = 0;
+		xxh3g_part(a, d, k);
+#pragma unroll
+		for (j = 0; j < 4; j++) {
+			acc[j] = xxh3g_scramble(acc[j] + engine_warp_sum16(a[j]), ks[j]);
+			d[j] = dn[j];
+		}
+	}
+	/* the last, partial block: its first ns stripes, no scramble */
+	ns = ((len - 1) - nb * XXH3G_BLOCK) / XXH3G_STRIPE;
+#pragma unroll
+	for (j = 0; j < 4; j++)
+		a[j] = 0;
+	if ((t >> 1) < ns) {
+		engine_load32<A16>(p + (uint64_t)nb * XXH3G_BLOCK + 32 * t, d);
+		xxh3g_part(a, d, k);
+	}
+#pragma unroll
+	for (j = 0; j < 4; j++) {
+		acc[j] += engine_warp_sum16(a[j]);
+		all[j] = acc[j];
+		all[4 + j] = __shfl_sync(0xffffffffU, acc[j], 1);	/* lanes 4..7 */
+	}
+	return t == 0 ? xxh3g_long_tail(all, p, len) : 0;
+}
+
+/* XXH3-64 of len bytes at p by a whole warp; lane 0 returns it. */
+static __device__ uint64_t
+engine_warp_hash(const uint8_t *p, uint32_t len, unsigned t)
+{
+	if (len <= XXH3G_MIDSIZE_MAX)
+		return t == 0 ? xxh3g_64(p, len) : 0;
+	if (((uintptr_t)p & 15) == 0)
+		return engine_warp_long<true>(p, len, t);
+	return engine_warp_long<false>(p, len, t);
+}
+
+/* One warp per 64 KiB unit: its XXH3-64 into dig[unit.dig]. */
+static __global__ void
+engine_csum_kernel(const struct engine_unit *units, uint32_t nunits, const uint8_t *stage,
+    uint64_t *dig)
+{
+	unsigned	t = threadIdx.x & 31;
+	uint32_t	w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, len = 0, di = 0;
+	uint64_t	off = 0, h;
+
+	if (w >= nunits)
+		return;		/* whole warps: blockDim is a multiple of 32 */
+	if (t == 0) {
+		off = units[w].off;
+		len = units[w].len;
+		di = units[w].dig;
+	}
+	off = __shfl_sync(0xffffffffU, off, 0);
+	len = __shfl_sync(0xffffffffU, len, 0);
+	di = __shfl_sync(0xffffffffU, di, 0);
+	h = engine_warp_hash(stage + off, len, t);
+	if (t == 0)
+		dig[di] = h;
+}
+
+/*
+ * One warp per object: the length after its digests, the XXH3-64 of
+ * those bytes (dram_checksum's final step), the comparison, the ok flag.
+ */
+static __global__ void
+engine_finish_kernel(const struct engine_item *items, uint32_t nitems, uint64_t *dig,
+    struct engine_res *res, uint32_t *ok, int mode)
+{
+	unsigned	t = threadIdx.x & 31;
+	uint32_t	w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, dig0 = 0, nunits = 0;
+	uint64_t	bytes = 0, expect = 0, h, *d;
+	int		good;
+
+	if (w >= nitems)
+		return;
+	if (t == 0) {
+		bytes = items[w].bytes;
+		expect = items[w].expect;
+		dig0 = items[w].dig0;
+		nunits = items[w].nunits;
+	}
+	if (mode == ENGINE_FIN_SKIP) {
+		if (t == 0) {
+			res[w].csum = 0;
+			res[w].status = KERNELS_PAGE_DONE;
+			ok[w] = 1;
+		}
+		return;
+	}
+	bytes = __shfl_sync(0xffffffffU, bytes, 0);
+	dig0 = __shfl_sync(0xffffffffU, dig0, 0);
+	nunits = __shfl_sync(0xffffffffU, nunits, 0);
+	d = dig + dig0;
+	if (t == 0)
+		d[nunits] = bytes;	/* little-endian, as dram_le64 writes it */
+	__syncwarp();
+	h = engine_warp_hash((const uint8_t *)d, (nunits + 1) * 8, t);
+	if (t == 0) {
+		good = mode != ENGINE_FIN_VERIFY || h == expect;
+		res[w].csum = h;
+		res[w].status = good ? KERNELS_PAGE_DONE : KERNELS_PAGE_BAD;
+		ok[w] = good;
+	}
+}
+
+/*
+ * Moves one object between staging (page_first: tokens x layers x
+ * token_bytes) and its region page, with accesses of T.
+ */
+template <typename T>
+static __device__ void
+engine_move(const struct engine_item &it, const struct engine_dregion &r, uint8_t *obj,
+    int to_region)
+{
+	uint32_t	upr = r.token_bytes / sizeof(T), layers = r.layers;
+	uint32_t	total = upr * layers * r.page_tokens, u, row, col, tk, l;
+	uint64_t	pg = (uint64_t)it.page * r.page_stride;
+	uint8_t		*rb;
+	T		*dst, *src;
+
+	for (u = blockIdx.x * blockDim.x + threadIdx.x; u < total; u += gridDim.x * blockDim.x) {
+		row = u / upr;
+		col = u - row * upr;
+		tk = row / layers;
+		l = row - tk * layers;
+		rb = r.layer_tab != NULL ? (uint8_t *)r.layer_tab[l] :
+		    r.base + (uint64_t)l * r.layer_stride;
+		dst = (T *)(rb + pg + (uint64_t)tk * r.token_stride) + col;
+		src = (T *)(obj + (uint64_t)row * r.token_bytes) + col;
+		if (to_region)
+			*dst = *src;
+		else
+			*src = *dst;
+	}
+}
+
+/*
+ * One object per blockIdx.y: staging -> region (restore; objects whose
+ * ok flag is clear are skipped whole) or region -> staging (publish).
+ */
+static __global__ void
+engine_scatter_kernel(const struct engine_item *items, uint8_t *stage,
+    struct engine_dregions regs, const uint32_t *ok, int to_region)
+{
+	__shared__ struct engine_item		it;
+	__shared__ struct engine_dregion	r;
+	__shared__ uint32_t			go;
+	uint8_t					*obj;
+	unsigned				w;
+
+	if (threadIdx.x == 0) {
+		it = items[blockIdx.y];
+		r = regs.r[it.region];
+		go = !to_region || ok[blockIdx.y];
+	}
+	__syncthreads();
+	if (!go)
+		return;
+	obj = stage + it.off;
+	/* an object inside a host run of another region's objects may sit less aligned */
+	for (w = r.width; w > 1 && ((uintptr_t)obj & (w - 1)) != 0; w >>= 1)
+		;
+	switch (w) {
+	case 16:
+		engine_move<uint4>(it, r, obj, to_region);
+		break;
+	case 8:
+		engine_move<uint2>(it, r, obj, to_region);
+		break;
+	case 4:
+		engine_move<uint32_t>(it, r, obj, to_region);
+		break;
+	case 2:
+		engine_move<uint16_t>(it, r, obj, to_region);
+		break;
+	default:
+		engine_move<uint8_t>(it, r, obj, to_region);
+		break;
+	}
+}
+
+/* ---- the engine --------------------------------------------------------- */
+
+extern "C" void
+kernels_conf_default(struct kernels_conf *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->slot_bytes = 32U << 20;
+	c->slots = 4;
+	c->streams = 2;
+	c->max_items = 1024;
+	c->dma_min_bytes = 1U << 20;
+	c->high_priority = 1;
+	c->notify_fd = -1;
+}
+
+static uint64_t
+engine_up(uint64_t v, uint64_t a)
+{
+	return (v + a - 1) / a * a;
+}
+
+extern "C" void
+kernels_engine_free(struct kernels_engine *e)
+{
+	unsigned	i;
+
+	if (e == NULL)
+		return;
+	for (i = 0; i < e->nstreams; i++)
+		(void)cudaStreamSynchronize(e->streams[i]);
+	if (e->have_notify)
+		(void)cudaStreamSynchronize(e->notify);
+	if (e->slots != NULL) {
+		for (i = 0; i < e->conf.slots; i++) {
+			if (e->slots[i].have_done)
+				(void)cudaEventDestroy(e->slots[i].done);
+			free(e->slots[i].runs);
+		}
+		free(e->slots);
+	}
+	for (i = 0; i < e->nstreams; i++)
+		(void)cudaStreamDestroy(e->streams[i]);
+	if (e->have_notify)
+		(void)cudaStreamDestroy(e->notify);
+	if (e->dmem != NULL)
+		(void)cudaFree(e->dmem);
+	if (e->hmem != NULL)
+		(void)cudaFreeHost(e->hmem);
+	(void)cudaGetLastError();
+	free(e);
+}
+
+extern "C" int
+kernels_engine_new(const struct kernels_conf *c, struct kernels_engine **out, char *err,
+    size_t len)
+{
+	struct kernels_engine	*e;
+	struct engine_slot	*sl;
+	uint64_t		 dper, hper, o;
+	uint8_t			*dh;
+	int			 lo, hi, rc;
+	unsigned		 i;
+	cudaError_t		 ce;
+
+	if (c->slots < 2 || c->slots > 64 || c->streams < 1 || c->streams > 16 ||
+	    c->slot_bytes < XXH3G_CHUNK || c->slot_bytes > ENGINE_SLOT_MAX ||
+	    c->max_items < 1 || c->max_items > 65535) {
+		snprintf(err, len, "bad engine configuration: slots %u (2..64), streams %u (1..16), "
+		    "slot_bytes %zu (64 KiB..1 GiB), max_items %u (1..65535)", c->slots, c->streams,
+		    c->slot_bytes, c->max_items);
+		return -EINVAL;
+	}
+	if ((e = (struct kernels_engine *)calloc(1, sizeof(*e))) == NULL)
+		return -ENOMEM;
+	e->conf = *c;
+	e->conf.slot_bytes = c->slot_bytes / ENGINE_ALIGN * ENGINE_ALIGN;
+	e->units_cap = (uint32_t)(e->conf.slot_bytes / XXH3G_CHUNK) + c->max_items + 1;
+	e->dig_cap = e->units_cap + c->max_items;
+#define ENGINE_FAIL(call, what) do {					\
+	if ((ce = (call)) != cudaSuccess) {				\
+		rc = engine_err(ce, what, err, len);			\
+		goto fail;						\
+	}								\
+} while (0)
+	ENGINE_FAIL(cudaGetDevice(&e->device), "cudaGetDevice");
+	ENGINE_FAIL(cudaDeviceGetStreamPriorityRange(&lo, &hi), "cudaDeviceGetStreamPriorityRange");
+	for (i = 0; i < c->streams; i++) {
+		ENGINE_FAIL(cudaStreamCreateWithPriority(&e->streams[i], cudaStreamNonBlocking,
+		    c->high_priority ? hi : 0), "cudaStreamCreateWithPriority");
+		e->nstreams++;
+	}
+	ENGINE_FAIL(cudaStreamCreateWithFlags(&e->notify, cudaStreamNonBlocking),
+	    "cudaStreamCreate");
+	e->have_notify = 1;
+
+	dper = engine_up(e->conf.slot_bytes, ENGINE_ALIGN) +
+	    engine_up((uint64_t)e->dig_cap * 8, ENGINE_ALIGN) +
+	    engine_up((uint64_t)c->max_items * 4, ENGINE_ALIGN);
+	hper = engine_up((uint64_t)c->max_items * sizeof(struct engine_item), ENGINE_ALIGN) +
+	    engine_up((uint64_t)e->units_cap * sizeof(struct engine_unit), ENGINE_ALIGN) +
+	    engine_up((uint64_t)c->max_items * sizeof(struct engine_seg), ENGINE_ALIGN) +
+	    engine_up((uint64_t)c->max_items * sizeof(struct engine_res), ENGINE_ALIGN);
+	ENGINE_FAIL(cudaMalloc((void **)&e->dmem, dper * c->slots), "cudaMalloc (staging)");
+	ENGINE_FAIL(cudaHostAlloc((void **)&e->hmem, hper * c->slots,
+	    cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc (descriptors)");
+	ENGINE_FAIL(cudaHostGetDevicePointer((void **)&dh, e->hmem, 0), "cudaHostGetDevicePointer");
+	if ((e->slots = (struct engine_slot *)calloc(c->slots, sizeof(*e->slots))) == NULL) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	for (i = 0; i < c->slots; i++) {
+		sl = &e->slots[i];
+		o = dper * i;
+		sl->stage = e->dmem + o;
+		o += engine_up(e->conf.slot_bytes, ENGINE_ALIGN);
+		sl->dig = (uint64_t *)(e->dmem + o);
+		o += engine_up((uint64_t)e->dig_cap * 8, ENGINE_ALIGN);
+		sl->ok = (uint32_t *)(e->dmem + o);
+
+		o = hper * i;
+		sl->items = (struct engine_item *)(e->hmem + o);
+		sl->ditems = (struct engine_item *)(dh + o);
+		o += engine_up((uint64_t)c->max_items * sizeof(struct engine_item), ENGINE_ALIGN);
+		sl->units = (struct engine_unit *)(e->hmem + o);
+		sl->dunits = (struct engine_unit *)(dh + o);
+		o += engine_up((uint64_t)e->units_cap * sizeof(struct engine_unit), ENGINE_ALIGN);
+		sl->segs = (struct engine_seg *)(e->hmem + o);
+		sl->dsegs = (struct engine_seg *)(dh + o);
+		o += engine_up((uint64_t)c->max_items * sizeof(struct engine_seg), ENGINE_ALIGN);
+		sl->res = (struct engine_res *)(e->hmem + o);
+		sl->dres = (struct engine_res *)(dh + o);
+
+		if ((sl->runs = (struct engine_run *)calloc(c->max_items, sizeof(*sl->runs))) ==
+		    NULL) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+		ENGINE_FAIL(cudaEventCreateWithFlags(&sl->done, cudaEventDisableTiming),
+		    "cudaEventCreate");
+		sl->have_done = 1;
+	}
+#undef ENGINE_FAIL
+	*out = e;
+	return 0;
+fail:
+	kernels_engine_free(e);
+	return rc;
+}
+
+/* ---- regions ------------------------------------------------------------ */
+
+static int
+engine_in_alloc(const void *p, uint64_t n, const char *what, char *err, size_t len)
+{
+	uintptr_t	base;
+	size_t		size;
+	int		rc;
+
+	if ((rc = kernels_dev_range(p, &base, &size)) == -ENOTSUP)
+		return 0;	/* an old driver: the geometry's own size bounds it */
+	if (rc != 0) {
+		snprintf(err, len, "%s %p is not device memory", what, p);
+		return -EFAULT;
+	}
+	if ((uintptr_t)p - base > size || n > size - ((uintptr_t)p - base)) {
+		snprintf(err, len, "%s %p + %llu overruns its allocation (%p + %zu)", what, p,
+		    (unsigned long long)n, (void *)base, size);
+		return -ERANGE;
+	}
+	return 0;
+}
+
+/* a * b + c, or UINT64_MAX on overflow. */
+static uint64_t
+engine_mad(uint64_t a, uint64_t b, uint64_t c)
+{
+	uint64_t	r;
+
+	if (__builtin_mul_overflow(a, b, &r) || __builtin_add_overflow(r, c, &r))
+		return UINT64_MAX;
+	return r;
+}
+
+extern "C" int
+kernels_region_new(struct kernels_engine *e, const struct kernels_geom *g,
+    struct kernels_region **out, char *err, size_t len)
+{
+	struct kernels_region	*r;
+	uint64_t		 span, bits, obj, lim;
+	unsigned		 w;
+	uint32_t		 l;
+	int			 rc;
+	cudaError_t		 ce;
+
+	if (g->num_pages == 0 || g->page_tokens == 0 || g->layers == 0 || g->token_bytes == 0) {
+		snprintf(err, len, "empty geometry: %u pages, %u tokens, %u layers, %u bytes",
+		    g->num_pages, g->page_tokens, g->layers, g->token_bytes);
+		return -EINVAL;
+	}
+	obj = engine_mad(engine_mad(g->page_tokens, g->layers, 0), g->token_bytes, 0);
+	/* the last byte of the last page, relative to its layer's base */
+	span = engine_mad(g->num_pages - 1, g->page_stride,
+	    engine_mad(g->page_tokens - 1, g->token_stride, g->token_bytes));
+	if (g->layer_bases == NULL)
+		span = engine_mad(g->layers - 1, g->layer_stride, span);
+	lim = g->layer_bases != NULL ? g->layer_size : g->size;
+	if (obj == UINT64_MAX || span == UINT64_MAX || span > lim) {
+		snprintf(err, len, "geometry overruns its memory: %llu bytes needed, %llu given",
+		    (unsigned long long)span, (unsigned long long)lim);
+		return -ERANGE;
+	}
+	bits = g->page_stride | g->token_stride | g->token_bytes;
+	if (g->layer_bases == NULL) {
+		bits |= (uintptr_t)g->base | g->layer_stride;
+		if ((rc = engine_in_alloc(g->base, span, "region base", err, len)) != 0)
+			return rc;
+	} else {
+		for (l = 0; l < g->layers; l++) {
+			bits |= (uintptr_t)g->layer_bases[l];
+			if ((rc = engine_in_alloc(g->layer_bases[l], span, "layer base", err, len)) !=
+			    0)
+				return rc;
+		}
+	}
+	for (w = 16; w > 1 && (bits & (w - 1)) != 0; w >>= 1)
+		;
+	if ((r = (struct kernels_region *)calloc(1, sizeof(*r))) == NULL)
+		return -ENOMEM;
+	r->e = e;
+	r->num_pages = g->num_pages;
+	r->obj_bytes = obj;
+	r->d.base = (uint8_t *)g->base;
+	r->d.page_stride = g->page_stride;
+	r->d.layer_stride = g->layer_stride;
+	r->d.token_stride = g->token_stride;
+	r->d.token_bytes = g->token_bytes;
+	r->d.layers = g->layers;
+	r->d.page_tokens = g->page_tokens;
+	r->d.width = w;
+	if (g->layer_bases != NULL) {
+		if ((ce = cudaMalloc((void **)&r->layer_tab, (size_t)g->layers * 8)) != cudaSuccess ||
+		    (ce = cudaMemcpy(r->layer_tab, g->layer_bases, (size_t)g->layers * 8,
+		    cudaMemcpyHostToDevice)) != cudaSuccess) {
+			rc = engine_err(ce, "uploading the layer table", err, len);
+			kernels_region_free(r);
+			return rc;
+		}
+		r->d.layer_tab = r->layer_tab;
+	}
+	*out = r;
+	return 0;
+}
+
+extern "C" void
+kernels_region_free(struct kernels_region *r)
+{
+	if (r == NULL)
+		return;
+	if (r->layer_tab != NULL)
+		(void)cudaFree(r->layer_tab);
+	free(r);
+}
+
+extern "C" uint64_t
+kernels_region_obj_bytes(const struct kernels_region *r)
+{
+	return r->obj_bytes;
+}
+
+/* ---- ops: scheduling ---------------------------------------------------- */
+
+static void
+engine_fail(struct kernels_op *op, int rc, const char *err)
+{
+	if (!op->failed) {
+		op->failed = 1;
+		op->rc = rc;
+		snprintf(op->err, sizeof(op->err), "%s", err);
+	}
+}
+
+/* Turns an op done once nothing of it is queued or in flight; 1 if it did. */
+static int
+engine_op_settle(struct kernels_op *op)
+{
+	uint32_t	i, nbad = 0;
+
+	if (op->done || op->queued || op->inflight > 0)
+		return 0;
+	for (i = 0; i < op->n; i++)
+		nbad += op->status[i] == KERNELS_PAGE_BAD;
+	/* a failed op keeps the rc it failed with */
+	if (!op->failed)
+		op->rc = nbad > 0 ? -EBADMSG : op->next < op->n ? -ECANCELED : 0;
+	op->done = 1;
+	return 1;
+}
+
+static void
+engine_unqueue_head(struct kernels_engine *e)
+{
+	struct kernels_op	*op = e->qhead;
+
+	e->qhead = op->qnext;
+	if (e->qhead == NULL)
+		e->qtail = NULL;
+	op->qnext = NULL;
+	op->queued = 0;
+}
+
+static void
+engine_break(struct kernels_engine *e, const char *err)
+{
+	if (!e->broken) {
+		e->broken = 1;
+		snprintf(e->broken_err, sizeof(e->broken_err), "%s", err);
+	}
+}
+
+/* Grid width for moving up to maxb bytes per blockIdx.y, ~16 KiB per block. */
+static unsigned
+engine_bx(uint64_t maxb, unsigned cap)
+{
+	uint64_t	bx = (maxb + 16383) / 16384;
+
+	return bx < 1 ? 1 : bx > cap ? cap : (unsigned)bx;
+}
+
+static void CUDART_CB engine_notify_cb(void *);
+
+/* Whether a host run goes by DMA (else by the zero-copy kernel). */
+static int
+engine_run_dma(const struct kernels_op *op, const struct kernels_conf *c,
+    const struct engine_run *run)
+{
+	if (op->flags & KERNELS_F_DMA)
+		return 1;
+	if (op->flags & KERNELS_F_ZEROCOPY)
+		return 0;
+	return run->bytes >= c->dma_min_bytes;
+}
+
+/*
+ * Plans the op's next chunk into slot sl and issues it on the next
+ * stream. On failure the op is failed; what was issued stays tracked by
+ * the slot's event where it could be recorded.
+ */
+static void
+engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op *op)
+{
+	const struct kernels_conf	*c = &e->conf;
+	const struct engine_page	*p, *prev = NULL;
+	struct engine_item		*it;
+	struct engine_run		*run;
+	cudaStream_t			 s = e->streams[e->rr++ % e->nstreams];
+	uint32_t			 i = op->next, ni = 0, nu = 0, nd = 0, ns = 0, nr = 0, k, units;
+	uint64_t			 off = 0, start, maxb = 0, maxs = 0;
+	int				 verify = !(op->flags & KERNELS_F_NOVERIFY);
+	cudaError_t			 ce = cudaSuccess;
+	const char			*what = "";
+	char				 msg[192];
+
+	while (i < op->n && ni < c->max_items) {
+		p = &op->pages[i];
+		int contig = prev != NULL && p->host == prev->host + prev->bytes &&
+		    p->hdev == prev->hdev + prev->bytes;
+		start = contig ? off : engine_up(off, ENGINE_ALIGN);
+		units = (uint32_t)((p->bytes + XXH3G_CHUNK - 1) / XXH3G_CHUNK);
+		if (start + p->bytes > c->slot_bytes || nu + units > e->units_cap ||
+		    nd + units + 1 > e->dig_cap)
+			break;
+		it = &sl->items[ni];
+		it->off = start;
+		it->bytes = p->bytes;
+		it->expect = p->expect;
+		it->page = p->page;
+		it->region = p->region;
+		it->dig0 = nd;
+		it->nunits = units;
+		for (k = 0; k < units; k++) {
+			sl->units[nu + k].off = start + (uint64_t)k * XXH3G_CHUNK;
+			sl->units[nu + k].len = (uint32_t)(p->bytes - (uint64_t)k * XXH3G_CHUNK >
+			    XXH3G_CHUNK ? XXH3G_CHUNK : p->bytes - (uint64_t)k * XXH3G_CHUNK);
+			sl->units[nu + k].dig = nd + k;
+		}
+		nu += units;
+		nd += units + 1;
+		if (contig) {
+			sl->runs[nr - 1].bytes += p->bytes;
+		} else {
+			run = &sl->runs[nr++];
+			run->host = p->host;
+			run->hdev = p->hdev;
+			run->off = start;
+			run->bytes = p->bytes;
+		}
+		if (p->bytes > maxb)
+			maxb = p->bytes;
+		off = start + p->bytes;
+		prev = p;
+		i++;
+		ni++;
+	}
+	/* submit checked that one object always fits an empty slot */
+	sl->op = op;
+	sl->first = op->next;
+	sl->n = ni;
+	sl->seq = e->seq++;
+	op->next = i;
+	op->inflight++;
+
+	/* restore: the DMA runs now; publish: after the kernels, below */
+	for (k = 0; k < nr && ce == cudaSuccess; k++) {
+		run = &sl->runs[k];
+		if (engine_run_dma(op, c, run)) {
+			if (!op->publish) {
+				what = "cudaMemcpyAsync";
+				ce = cudaMemcpyAsync(sl->stage + run->off, run->host, run->bytes,
+				    cudaMemcpyHostToDevice, s);
+			}
+			continue;
+		}
+		if (op->publish) {
+			sl->segs[ns].src = (uintptr_t)(sl->stage + run->off);
+			sl->segs[ns].dst = (uintptr_t)run->hdev;
+		} else {
+			sl->segs[ns].src = (uintptr_t)run->hdev;
+			sl->segs[ns].dst = (uintptr_t)(sl->stage + run->off);
+		}
+		sl->segs[ns].bytes = run->bytes;
+		if (run->bytes > maxs)
+			maxs = run->bytes;
+		ns++;
+	}
+	if (ce != cudaSuccess)
+		goto record;
+
+#define ENGINE_LAUNCH(what_, ...) do {					\
+	if (ce == cudaSuccess) {					\
+		what = what_;						\
+		__VA_ARGS__;						\
+		ce = cudaGetLastError();				\
+	}								\
+} while (0)
+	if (!op->publish) {
+		/* the DMA runs were issued above, ahead of this gather */
+		if (ns > 0)
+			ENGINE_LAUNCH("the host gather kernel", engine_copy_kernel<<<dim3(engine_bx(maxs,
+			    256), ns), ENGINE_THREADS, 0, s>>>(sl->dsegs));
+		if (verify && nu > 0)
+			ENGINE_LAUNCH("the checksum kernel", engine_csum_kernel<<<(nu * 32 +
+			    ENGINE_THREADS - 1) / ENGINE_THREADS, ENGINE_THREADS, 0, s>>>(sl->dunits, nu,
+			    sl->stage, sl->dig));
+		ENGINE_LAUNCH("the verify kernel", engine_finish_kernel<<<(ni * 32 + ENGINE_THREADS -
+		    1) / ENGINE_THREADS, ENGINE_THREADS, 0, s>>>(sl->ditems, ni, sl->dig, sl->dres,
+		    sl->ok, verify ? ENGINE_FIN_VERIFY : ENGINE_FIN_SKIP));
+		if (op->wait != NULL && ce == cudaSuccess) {
+			what = "cudaStreamWaitEvent";
+			ce = cudaStreamWaitEvent(s, op->wait, 0);
+		}
+		ENGINE_LAUNCH("the scatter kernel", engine_scatter_kernel<<<dim3(engine_bx(maxb, 128),
+		    ni), ENGINE_THREADS, 0, s>>>(sl->ditems, sl->stage, op->dregs, sl->ok, 1));
+	} else {
+		if (op->wait != NULL) {
+			what = "cudaStreamWaitEvent";
+			ce = cudaStreamWaitEvent(s, op->wait, 0);
+		}
+		ENGINE_LAUNCH("the gather kernel", engine_scatter_kernel<<<dim3(engine_bx(maxb, 128),
+		    ni), ENGINE_THREADS, 0, s>>>(sl->ditems, sl->stage, op->dregs, sl->ok, 0));
+		if (nu > 0)
+			ENGINE_LAUNCH("the checksum kernel", engine_csum_kernel<<<(nu * 32 +
+			    ENGINE_THREADS - 1) / ENGINE_THREADS, ENGINE_THREADS, 0, s>>>(sl->dunits, nu,
+			    sl->stage, sl->dig));
+		ENGINE_LAUNCH("the checksum kernel (objects)", engine_finish_kernel<<<(ni * 32 +
+		    ENGINE_THREADS - 1) / ENGINE_THREADS, ENGINE_THREADS, 0, s>>>(sl->ditems, ni,
+		    sl->dig, sl->dres, sl->ok, ENGINE_FIN_COMPUTE));
+		/* the DMA runs go after the kernels, in the same stream */
+		for (k = 0; k < nr && ce == cudaSuccess; k++) {
+			run = &sl->runs[k];
+			if (engine_run_dma(op, c, run)) {
+				what = "cudaMemcpyAsync";
+				ce = cudaMemcpyAsync((void *)run->host, sl->stage + run->off, run->bytes,
+				    cudaMemcpyDeviceToHost, s);
+			}
+		}
+		if (ns > 0)
+			ENGINE_LAUNCH("the host scatter kernel", engine_copy_kernel<<<dim3(
+			    engine_bx(maxs, 256), ns), ENGINE_THREADS, 0, s>>>(sl->dsegs));
+	}
+#undef ENGINE_LAUNCH
+record:
+	if (ce != cudaSuccess) {
+		snprintf(msg, sizeof(msg), "%s: %s (CUDA error %d)", what, cudaGetErrorString(ce),
+		    (int)ce);
+		(void)cudaGetLastError();
+		engine_fail(op, -EIO, msg);
+	}
+	if ((ce = cudaEventRecord(sl->done, s)) != cudaSuccess) {
+		/* untrackable: wait here, so that nothing of it can land later */
+		snprintf(msg, sizeof(msg), "cudaEventRecord: %s (CUDA error %d)",
+		    cudaGetErrorString(ce), (int)ce);
+		(void)cudaGetLastError();
+		engine_fail(op, -EIO, msg);
+		engine_break(e, msg);
+		(void)cudaStreamSynchronize(s);
+		(void)cudaGetLastError();
+		sl->op = NULL;
+		op->inflight--;
+		return;
+	}
+	if (e->conf.notify_fd >= 0 &&
+	    (cudaStreamWaitEvent(e->notify, sl->done, 0) != cudaSuccess ||
+	    cudaLaunchHostFunc(e->notify, engine_notify_cb, e) != cudaSuccess)) {
+		(void)cudaGetLastError();
+		/* the chunk still completes; the caller's progress or wait reaps it */
+	}
+}
+
+static void CUDART_CB
+engine_notify_cb(void *arg)
+{
+	struct kernels_engine	*e = (struct kernels_engine *)arg;
+	uint64_t		 one = 1;
+
+	/* a CUDA callback thread: no CUDA calls here, only the eventfd */
+	if (write(e->conf.notify_fd, &one, sizeof(one)) < 0)
+		return;	/* EAGAIN: the counter is already nonzero */
+}
+
+/* Takes a completed chunk's results into its op; 1 if the op turned done. */
+static int
+engine_reap(struct kernels_engine *e, struct engine_slot *sl, cudaError_t q)
+{
+	struct kernels_op	*op = sl->op;
+	uint32_t		 k;
+	char			 msg[192];
+
+	if (q != cudaSuccess) {
+		snprintf(msg, sizeof(msg), "a chunk failed on the device: %s (CUDA error %d)",
+		    cudaGetErrorString(q), (int)q);
+		(void)cudaGetLastError();
+		engine_fail(op, -EIO, msg);
+		engine_break(e, msg);
+	} else if (!op->failed) {
+		for (k = 0; k < sl->n; k++) {
+			op->status[sl->first + k] = (uint8_t)sl->res[k].status;
+			op->csum[sl->first + k] = sl->res[k].csum;
+		}
+	}
+	sl->op = NULL;
+	op->inflight--;
+	return engine_op_settle(op);
+}
+
+/* Issues chunks into free slots, FIFO by op; returns the ops that turned done. */
+static int
+engine_schedule(struct kernels_engine *e)
+{
+	struct kernels_op	*op;
+	unsigned		 i;
+	int			 ndone = 0;
+
+	while ((op = e->qhead) != NULL) {
+		if (op->cancel || op->failed || op->next >= op->n || e->broken) {
+			if (e->broken)
+				engine_fail(op, -EIO, e->broken_err);
+			engine_unqueue_head(e);
+			ndone += engine_op_settle(op);
+			continue;
+		}
+		for (i = 0; i < e->conf.slots; i++)
+			if (e->slots[i].op == NULL)
+				break;
+		if (i == e->conf.slots)
+			break;
+		engine_issue(e, &e->slots[i], op);
+	}
+	return ndone;
+}
+
+static int
+engine_progress(struct kernels_engine *e)
+{
+	struct engine_slot	*sl;
+	cudaError_t		 q;
+	unsigned		 i;
+	int			 ndone = 0;
+
+	for (i = 0; i < e->conf.slots; i++) {
+		sl = &e->slots[i];
+		if (sl->op == NULL)
+			continue;
+		q = cudaEventQuery(sl->done);
+		if (q == cudaErrorNotReady)
+			continue;
+		ndone += engine_reap(e, sl, q);
+	}
+	return ndone + engine_schedule(e);
+}
+
+extern "C" int
+kernels_engine_progress(struct kernels_engine *e)
+{
+	(void)cudaSetDevice(e->device);
+	return engine_progress(e);
+}
+
+/* ---- ops: the API ------------------------------------------------------- */
+
+static int
+engine_submit(struct kernels_engine *e, int publish, struct kernels_region *const *regions,
+    unsigned nregions, const struct kernels_page *pages, uint32_t n,
+    const struct kernels_event *wait, unsigned flags, struct kernels_op **out, char *err,
+    size_t len)
+{
+	struct kernels_op	*op;
+	struct engine_page	*p;
+	uint8_t			*seen[KERNELS_REGIONS_MAX] = { NULL };
+	uint64_t		 units;
+	uint32_t		 i;
+	unsigned		 r;
+	int			 rc = -EINVAL;
+
+	if (e->broken) {
+		snprintf(err, len, "the engine is broken: %s", e->broken_err);
+		return -EIO;
+	}
+	if (nregions < 1 || nregions > KERNELS_REGIONS_MAX) {
+		snprintf(err, len, "%u regions (1..%d)", nregions, KERNELS_REGIONS_MAX);
+		return -EINVAL;
+	}
+	for (r = 0; r < nregions; r++) {
+		if (regions[r] == NULL || regions[r]->e != e) {
+			snprintf(err, len, "region %u is not this engine's", r);
+			return -EINVAL;
+		}
+	}
+	if ((op = (struct kernels_op *)calloc(1, sizeof(*op))) == NULL)
+		return -ENOMEM;
+	op->pages = (struct engine_page *)calloc(n ? n : 1, sizeof(*op->pages));
+	op->status = (uint8_t *)malloc(n ? n : 1);
+	op->csum = (uint64_t *)calloc(n ? n : 1, sizeof(*op->csum));
+	for (r = 0; r < nregions; r++)
+		seen[r] = (uint8_t *)calloc((regions[r]->num_pages + 7) / 8, 1);
+	if (op->pages == NULL || op->status == NULL || op->csum == NULL) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	for (r = 0; r < nregions; r++) {
+		if (seen[r] == NULL) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+		op->dregs.r[r] = regions[r]->d;
+	}
+	for (i = 0; i < n; i++) {
+		const struct kernels_page *pg = &pages[i];
+		const struct kernels_region *rg;
+
+		if (pg->region >= nregions) {
+			snprintf(err, len, "page %u: region %u of %u", i, pg->region, nregions);
+			goto fail;
+		}
+		rg = regions[pg->region];
+		if (pg->page >= rg->num_pages) {
+			snprintf(err, len, "page %u: destination %u of a %u-page region", i, pg->page,
+			    rg->num_pages);
+			goto fail;
+		}
+		if (seen[pg->region][pg->page / 8] & (1U << (pg->page % 8))) {
+			snprintf(err, len, "page %u: destination %u of region %u named twice", i,
+			    pg->page, pg->region);
+			goto fail;
+		}
+		seen[pg->region][pg->page / 8] |= (uint8_t)(1U << (pg->page % 8));
+		if (rg->obj_bytes > e->conf.slot_bytes) {
+			snprintf(err, len, "page %u: a %llu-byte object exceeds the %zu-byte staging "
+			    "slot", i, (unsigned long long)rg->obj_bytes, e->conf.slot_bytes);
+			rc = -E2BIG;
+			goto fail;
+		}
+		units = (rg->obj_bytes + XXH3G_CHUNK - 1) / XXH3G_CHUNK;
+		if (units + 1 > e->dig_cap) {
+			snprintf(err, len, "page %u: too many checksum units", i);
+			rc = -E2BIG;
+			goto fail;
+		}
+		p = &op->pages[i];
+		p->host = (const uint8_t *)pg->host;
+		p->bytes = rg->obj_bytes;
+		if ((p->hdev = engine_host_dev(p->host, p->bytes)) == NULL) {
+			snprintf(err, len, "page %u: host object %p (+%llu) is not in registered host "
+			    "memory", i, pg->host, (unsigned long long)p->bytes);
+			goto fail;
+		}
+		p->expect = pg->checksum;
+		p->page = pg->page;
+		p->region = pg->region;
+		op->status[i] = KERNELS_PAGE_SKIPPED;
+	}
+	for (r = 0; r < nregions; r++)
+		free(seen[r]);
+	op->e = e;
+	op->publish = publish;
+	op->flags = flags;
+	op->n = n;
+	op->wait = wait != NULL ? wait->ev : NULL;
+	op->queued = 1;
+	if (e->qtail != NULL)
+		e->qtail->qnext = op;
+	else
+		e->qhead = op;
+	e->qtail = op;
+	e->nops++;
+	(void)cudaSetDevice(e->device);
+	(void)engine_progress(e);
+	*out = op;
+	return 0;
+fail:
+	for (r = 0; r < nregions; r++)
+		free(seen[r]);
+	free(op->pages);
+	free(op->status);
+	free(op->csum);
+	free(op);
+	return rc;
+}
+
+extern "C" int
+kernels_restore_submit(struct kernels_engine *e, struct kernels_region *const *regions,
+    unsigned nregions, const struct kernels_page *pages, uint32_t n,
+    const struct kernels_event *wait, unsigned flags, struct kernels_op **out, char *err,
+    size_t len)
+{
+	return engine_submit(e, 0, regions, nregions, pages, n, wait, flags, out, err, len);
+}
+
+extern "C" int
+kernels_publish_submit(struct kernels_engine *e, struct kernels_region *const *regions,
+    unsigned nregions, const struct kernels_page *pages, uint32_t n,
+    const struct kernels_event *wait, unsigned flags, struct kernels_op **out, char *err,
+    size_t len)
+{
+	return engine_submit(e, 1, regions, nregions, pages, n, wait,
+	    flags & ~(unsigned)KERNELS_F_NOVERIFY, out, err, len);
+}
+
+extern "C" int
+kernels_op_poll(struct kernels_op *op)
+{
+	if (!op->done)
+		(void)kernels_engine_progress(op->e);
+	return op->done;
+}
+
+extern "C" int
+kernels_op_wait(struct kernels_op *op)
+{
+	struct kernels_engine	*e = op->e;
+	struct engine_slot	*oldest;
+	unsigned		 i;
+
+	(void)cudaSetDevice(e->device);
+	while (!op->done) {
+		(void)engine_progress(e);
+		if (op->done)
+			break;
+		oldest = NULL;
+		for (i = 0; i < e->conf.slots; i++)
+			if (e->slots[i].op != NULL && (oldest == NULL || e->slots[i].seq < oldest->seq))
+				oldest = &e->slots[i];
+		if (oldest == NULL) {
+			/* cannot happen: a queued op gets a free slot, an idle one settles */
+			engine_fail(op, -EIO, "internal: op neither queued nor in flight");
+			op->done = 1;
+			break;
+		}
+		/* an error here is the chunk's own; its reap reports it */
+		(void)cudaEventSynchronize(oldest->done);
+	}
+	return op->rc;
+}
+
+extern "C" void
+kernels_op_cancel(struct kernels_op *op)
+{
+	op->cancel = 1;
+}
+
+extern "C" int
+kernels_op_result(const struct kernels_op *op, struct kernels_result *r, uint8_t *page_status,
+    uint64_t *checksums)
+{
+	uint32_t	i;
+
+	if (!op->done)
+		return -EBUSY;
+	memset(r, 0, sizeof(*r));
+	r->status = op->rc;
+	r->pages = op->n;
+	r->launched = op->next;
+	r->first_bad = UINT32_MAX;
+	for (i = 0; i < op->n; i++) {
+		if (op->status[i] == KERNELS_PAGE_DONE)
+			r->done++;
+		if (op->status[i] == KERNELS_PAGE_BAD && r->nbad++ == 0)
+			r->first_bad = i;
+	}
+	snprintf(r->err, sizeof(r->err), "%s", op->err);
+	if (page_status != NULL)
+		memcpy(page_status, op->status, op->n);
+	if (checksums != NULL)
+		memcpy(checksums, op->csum, (size_t)op->n * sizeof(*checksums));
+	return 0;
+}
+
+extern "C" void
+kernels_op_free(struct kernels_op *op)
+{
+	if (op == NULL)
+		return;
+	if (!op->done) {
+		op->cancel = 1;
+		(void)kernels_op_wait(op);
+	}
+	op->e->nops--;
+	free(op->pages);
+	free(op->status);
+	free(op->csum);
+	free(op);
+}
+
+/* ---- the checksum of device bytes (tests) ------------------------------- */
+
+extern "C" int
+kernels_checksum_device(const void *dptr, size_t len, uint64_t *out, char *err, size_t errlen)
+{
+	struct engine_unit	*hu = NULL, *du = NULL;
+	struct engine_item	 hi, *di = NULL;
+	struct engine_res	 hr, *dr = NULL;
+	uint64_t		*dig = NULL;
+	uint32_t		*ok = NULL, nu = (uint32_t)((len + XXH3G_CHUNK - 1) / XXH3G_CHUNK), k;
+	cudaError_t		 ce;
+	const char		*what = "cudaMalloc";
+	int			 rc = 0;
+
+	if ((hu = (struct engine_unit *)calloc(nu + 1, sizeof(*hu))) == NULL)
+		return -ENOMEM;
+	for (k = 0; k < nu; k++) {
+		hu[k].off = (uint64_t)k * XXH3G_CHUNK;
+		hu[k].len = (uint32_t)(len - hu[k].off > XXH3G_CHUNK ? XXH3G_CHUNK : len - hu[k].off);
+		hu[k].dig = k;
+	}
+	memset(&hi, 0, sizeof(hi));
+	hi.bytes = len;
+	hi.nunits = nu;
+	if ((ce = cudaMalloc((void **)&du, (nu + 1) * sizeof(*du))) != cudaSuccess ||
+	    (ce = cudaMalloc((void **)&di, sizeof(*di))) != cudaSuccess ||
+	    (ce = cudaMalloc((void **)&dr, sizeof(*dr))) != cudaSuccess ||
+	    (ce = cudaMalloc((void **)&dig, (nu + 1) * sizeof(*dig))) != cudaSuccess ||
+	    (ce = cudaMalloc((void **)&ok, sizeof(*ok))) != cudaSuccess)
+		goto out;
+	what = "cudaMemcpy";
+	if ((ce = cudaMemcpy(du, hu, (nu + 1) * sizeof(*du), cudaMemcpyHostToDevice)) !=
+	    cudaSuccess ||
+	    (ce = cudaMemcpy(di, &hi, sizeof(hi), cudaMemcpyHostToDevice)) != cudaSuccess)
+		goto out;
+	what = "the checksum kernel";
+	if (nu > 0) {
+		engine_csum_kernel<<<(nu * 32 + ENGINE_THREADS - 1) / ENGINE_THREADS, ENGINE_THREADS>>>(
+		    du, nu, (const uint8_t *)dptr, dig);
+		if ((ce = cudaGetLastError()) != cudaSuccess)
+			goto out;
+	}
+	engine_finish_kernel<<<1, 32>>>(di, 1, dig, dr, ok, ENGINE_FIN_COMPUTE);
+	if ((ce = cudaGetLastError()) != cudaSuccess ||
+	    (ce = cudaMemcpy(&hr, dr, sizeof(hr), cudaMemcpyDeviceToHost)) != cudaSuccess)
+		goto out;
+	*out = hr.csum;
+out:
+	if (ce != cudaSuccess)
+		rc = engine_err(ce, what, err, errlen);
+	(void)cudaFree(du);
+	(void)cudaFree(di);
+	(void)cudaFree(dr);
+	(void)cudaFree(dig);
+	(void)cudaFree(ok);
+	free(hu);
+	return rc;
+}

@@ -1,0 +1,1317 @@
+/*
+ * The file tier on its own: a real event_base, real files in a mkdtemp
+ * directory, the module's own threads. Round trips (io_uring and O_DIRECT,
+ * and the preadv fallback), restarts on a used directory, every way a file
+ * can go bad after it was indexed (deleted, truncated, payload or header
+ * flipped, foreign), a writer killed mid-write, ENOSPC on a 1 MiB tmpfs,
+ * two tiers sharing a directory, capacity eviction around pins, and the
+ * startup scan's treatment of junk. Every test removes its directory and
+ * ends with the file descriptors it started with.
+ */
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "daemon.h"
+#include "tests.h"
+
+#define KIB		1024ULL
+#define MIB		(1024ULL * 1024)
+
+static char	tdir[PATH_MAX];		/* the test's mkdtemp directory */
+static char	troot[PATH_MAX];	/* tdir/cache: the tier's root */
+static int	fds_before;
+
+static const uint8_t fp_a[16] = { 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef,
+	0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe };
+static const uint8_t fp_b[16] = { 0xb0, 0xb1, 0xb2, 0xb3, 0xb4, 0xb5, 0xb6, 0xb7,
+	0xb8, 0xb9, 0xba, 0xbb, 0xbc, 0xbd, 0xbe, 0xbf };
+#define NS_A	"decode/test-model-0123456789abcdef1032547698badcfe"
+#define NS_B	"decode/test-model-b0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
+
+static void
+setup(void)
+{
+	log_set_level(LOG_LEVEL_WARN);	/* a scan's summary per namespace is info */
+	fds_before = test_fd_count();
+	ck_assert_ptr_nonnull(test_mkdtemp(tdir, sizeof(tdir)));
+	snprintf(troot, sizeof(troot), "%s/cache", tdir);
+}
+
+static void
+teardown(void)
+{
+	test_rmtree(tdir);
+	ck_assert_int_eq(test_fd_count(), fds_before);
+}
+
+/* A tier over troot with the namespaces scanned; tweak may adjust params. */
+static struct filetier *
+ft_open(struct event_base *base, const struct filetier_params *tweak, uint64_t *found)
+{
+	struct filetier_params	 p;
+	struct filetier		*ft = NULL;
+	uint64_t		 n = 0, nb = 0;
+	char			 err[256] = "";
+
+	if (tweak != NULL)
+		p = *tweak;
+	else
+		filetier_params_default(&p);
+	p.root = troot;
+	ck_assert_msg(filetier_new(base, &p, &ft, err, sizeof(err)) == 0, "filetier_new: %s", err);
+	ck_assert_msg(filetier_scan(ft, NS_A, fp_a, &n, err, sizeof(err)) == 0, "scan: %s", err);
+	ck_assert_msg(filetier_scan(ft, NS_B, fp_b, &nb, err, sizeof(err)) == 0, "scan: %s", err);
+	if (found != NULL)
+		*found = n + nb;
+	return ft;
+}
+
+static void
+params_fast(struct filetier_params *p)
+{
+	filetier_params_default(p);
+	p->tmp_stale_s = 0;
+}
+
+static void
+key_of(struct dram_key *k, const uint8_t *fp, uint32_t n)
+{
+	uint32_t	x = n * 2654435761U + 7, j;
+
+	memset(k, 0, sizeof(*k));
+	memcpy(k->fingerprint, fp, 16);
+	k->pool = 1;
+	k->shard = 3;
+	for (j = 0; j < sizeof(k->hash); j++) {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		k->hash[j] = (uint8_t)x;
+	}
+	memcpy(k->hash + 28, &n, sizeof(n));
+}
+
+/* Bytes that name their object: a different n gives different bytes everywhere. */
+static void
+fill(uint8_t *buf, uint64_t len, uint32_t n)
+{
+	uint64_t	i, x = n * 0x9e3779b97f4a7c15ULL + 17;
+
+	for (i = 0; i < len; i += 8) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		memcpy(buf + i, &x, len - i < 8 ? len - i : 8);
+	}
+}
+
+static int
+intact(const uint8_t *buf, uint64_t len, uint32_t n)
+{
+	uint8_t	*want = malloc(len);
+	int	 ok;
+
+	ck_assert_ptr_nonnull(want);
+	fill(want, len, n);
+	ok = memcmp(buf, want, len) == 0;
+	free(want);
+	return ok;
+}
+
+static void *
+abuf(uint64_t len)
+{
+	void	*p = aligned_alloc(4096, FILETIER_READ_SIZE(len));
+
+	ck_assert_ptr_nonnull(p);
+	memset(p, 0xee, FILETIER_READ_SIZE(len));
+	return p;
+}
+
+/* Completion bookkeeping: one result per job, a counter per test. */
+struct result {
+	int		*count;
+	int		 done;
+	int		 status;
+	uint64_t	 checksum;
+};
+
+static void
+on_done(struct filetier_job *job)
+{
+	struct result	*r = job->arg;
+
+	r->done = 1;
+	r->status = job->status;
+	r->checksum = job->checksum;
+	(*r->count)++;
+}
+
+static void
+tick_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	(void)fd;
+	(void)ev;
+	(void)arg;
+}
+
+/* Runs the loop until *count reaches want; fails the test after 8 s. */
+static void
+loop_until(struct event_base *base, const int *count, int want)
+{
+	struct timeval	 tv = { 0, 10000 };
+	struct event	*tick = event_new(base, -1, EV_PERSIST, tick_cb, NULL);
+	time_t		 t0 = time(NULL);
+
+	ck_assert_ptr_nonnull(tick);
+	event_add(tick, &tv);
+	while (*count < want) {
+		ck_assert_msg(time(NULL) - t0 < 8, "timed out: %d of %d completions", *count, want);
+		event_base_loop(base, EVLOOP_ONCE);
+	}
+	event_free(tick);
+}
+
+/* Runs the loop until the tier has nothing in flight (unlinks included). */
+static void
+loop_drain(struct event_base *base, struct filetier *ft)
+{
+	struct timeval	 tv = { 0, 5000 };
+	struct event	*tick = event_new(base, -1, EV_PERSIST, tick_cb, NULL);
+	time_t		 t0 = time(NULL);
+
+	ck_assert_ptr_nonnull(tick);
+	event_add(tick, &tv);
+	while (filetier_inflight(ft) > 0) {
+		ck_assert_msg(time(NULL) - t0 < 8, "timed out draining %u jobs", filetier_inflight(ft));
+		event_base_loop(base, EVLOOP_ONCE);
+	}
+	event_free(tick);
+}
+
+/* Writes object n of len bytes and waits: the completion's status. */
+static int
+write_wait(struct event_base *base, struct filetier *ft, const uint8_t *fp, uint32_t n,
+    uint64_t len)
+{
+	struct dram_key	 k;
+	struct result	 r = { 0 };
+	uint8_t		*data = malloc(len);
+	int		 count = 0, rc;
+
+	ck_assert_ptr_nonnull(data);
+	fill(data, len, n);
+	key_of(&k, fp, n);
+	r.count = &count;
+	rc = filetier_write(ft, &k, data, len, dram_checksum(data, len), on_done, &r);
+	if (rc == 0) {
+		loop_until(base, &count, 1);
+		rc = r.status;
+	}
+	free(data);
+	return rc;
+}
+
+/* Reads object n and waits; on success checks every byte. */
+static int
+read_wait(struct event_base *base, struct filetier *ft, const uint8_t *fp, uint32_t n)
+{
+	struct dram_key	 k;
+	struct result	 r = { 0 };
+	uint64_t	 len;
+	uint8_t		*dst;
+	int		 count = 0, rc;
+
+	key_of(&k, fp, n);
+	if ((rc = filetier_lookup(ft, &k, NULL, &len)) != 0)
+		return rc;
+	dst = abuf(len);
+	r.count = &count;
+	rc = filetier_read(ft, &k, dst, FILETIER_READ_SIZE(len), on_done, &r, NULL);
+	if (rc == 0) {
+		loop_until(base, &count, 1);
+		rc = r.status;
+	}
+	if (rc == 0) {
+		ck_assert_msg(intact(dst, len, n), "object %u: bytes differ", n);
+		ck_assert_msg(r.checksum == dram_checksum(dst, len), "object %u: checksum", n);
+	}
+	free(dst);
+	return rc;
+}
+
+/* The object file's path, made here independently of the module. */
+static void
+obj_path(const char *ns, const uint8_t *fp, uint32_t n, char *buf, size_t len)
+{
+	struct dram_key	k;
+	char		hex[65];
+	int		i;
+
+	key_of(&k, fp, n);
+	for (i = 0; i < 32; i++)
+		snprintf(hex + 2 * i, 3, "%02x", k.hash[i]);
+	snprintf(buf, len, "%s/%s/%02x-%04x/%02x/%s.obj", troot, ns, k.pool, k.shard, k.hash[0], hex);
+}
+
+static int
+file_exists(const char *path)
+{
+	struct stat	st;
+
+	return lstat(path, &st) == 0;
+}
+
+static off_t
+file_size(const char *path)
+{
+	struct stat	st;
+
+	return stat(path, &st) == 0 ? st.st_size : -1;
+}
+
+static void
+flip_byte(const char *path, off_t off)
+{
+	uint8_t	b;
+	int	fd = open(path, O_RDWR);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pread(fd, &b, 1, off), 1);
+	b ^= 0x5a;
+	ck_assert_int_eq(pwrite(fd, &b, 1, off), 1);
+	close(fd);
+}
+
+static int	walk_tmp, walk_obj;
+
+static int
+walk_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	const char	*base = path + ftw->base;
+
+	(void)st;
+	if (flag != FTW_F)
+		return 0;
+	if (strncmp(base, ".tmp-", 5) == 0)
+		walk_tmp++;
+	else if (strlen(base) > 4 && strcmp(base + strlen(base) - 4, ".obj") == 0)
+		walk_obj++;
+	return 0;
+}
+
+/* Counts temp files and object files under the root. */
+static void
+walk(int *tmp, int *obj)
+{
+	walk_tmp = walk_obj = 0;
+	nftw(troot, walk_cb, 16, FTW_PHYS);
+	if (tmp != NULL)
+		*tmp = walk_tmp;
+	if (obj != NULL)
+		*obj = walk_obj;
+}
+
+static void
+check_idle(struct filetier *ft)
+{
+	struct filetier_stats	st;
+
+	filetier_stats(ft, &st);
+	ck_assert_uint_eq(st.pins, 0);
+	ck_assert_uint_eq(st.pinned_objects, 0);
+	ck_assert_uint_eq(st.writing, 0);
+	ck_assert_uint_eq(st.deleting, 0);
+	ck_assert_uint_eq(st.dead, 0);
+	ck_assert_uint_eq(st.reads_inflight, 0);
+	ck_assert_uint_eq(st.writes_inflight, 0);
+}
+
+static const uint64_t sizes[] = { 1, 2048, 4096, 36 * KIB, 256 * KIB + 100, 2304 * KIB };
+#define NSIZES	(sizeof(sizes) / sizeof(sizes[0]))
+
+static void
+round_trip(const struct filetier_params *p, int want_uring)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier		*ft = ft_open(base, p, NULL);
+	struct filetier_stats	 st;
+	char			 path[PATH_MAX];
+	int			 tmp, obj;
+	unsigned		 i;
+
+	for (i = 0; i < NSIZES; i++)
+		ck_assert_int_eq(write_wait(base, ft, fp_a, i, sizes[i]), 0);
+	for (i = 0; i < NSIZES; i++) {
+		ck_assert_int_eq(read_wait(base, ft, fp_a, i), 0);
+		obj_path(NS_A, fp_a, i, path, sizeof(path));
+		ck_assert_int_eq(file_size(path), (off_t)(FILETIER_HDR + sizes[i]));
+	}
+	walk(&tmp, &obj);
+	ck_assert_int_eq(tmp, 0);
+	ck_assert_int_eq(obj, (int)NSIZES);
+	filetier_stats(ft, &st);
+	ck_assert_uint_eq(st.visible, NSIZES);
+	ck_assert_uint_eq(st.writes, NSIZES);
+	ck_assert_uint_eq(st.reads, NSIZES);
+	ck_assert_uint_eq(st.read_failures, 0);
+	ck_assert_uint_eq(st.readers_uring, want_uring ? p->readers : 0);
+	check_idle(ft);
+	filetier_free(ft);
+	event_base_free(base);
+}
+
+START_TEST(test_write_then_read_returns_the_exact_bytes)
+{
+	struct filetier_params	p;
+
+	filetier_params_default(&p);
+	round_trip(&p, 1);
+}
+END_TEST
+
+START_TEST(test_preadv_buffered_readers_return_the_same_bytes)
+{
+	struct filetier_params	p;
+
+	filetier_params_default(&p);
+	p.io_uring = 0;
+	p.direct = 0;
+	p.fsync = 1;
+	round_trip(&p, 0);
+}
+END_TEST
+
+START_TEST(test_fresh_tier_on_a_used_directory_reads_earlier_objects)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier		*ft = ft_open(base, NULL, NULL);
+	struct filetier_stats	 st;
+	uint64_t		 found;
+	unsigned		 i;
+
+	for (i = 0; i < 20; i++)
+		ck_assert_int_eq(write_wait(base, ft, i % 2 ? fp_a : fp_b, i, 36 * KIB + i), 0);
+	filetier_free(ft);
+
+	ft = ft_open(base, NULL, &found);
+	ck_assert_uint_eq(found, 20);
+	for (i = 0; i < 20; i++)
+		ck_assert_int_eq(read_wait(base, ft, i % 2 ? fp_a : fp_b, i), 0);
+	/* A namespace is one fingerprint: the other's keys are misses. */
+	ck_assert_int_eq(read_wait(base, ft, fp_b, 1), -ENOENT);
+	filetier_stats(ft, &st);
+	ck_assert_uint_eq(st.scan_objects, 20);
+	ck_assert_uint_eq(st.scan_removed, 0);
+	ck_assert_uint_eq(st.bytes_used, 20 * (FILETIER_HDR + 36 * KIB) + 190);
+	check_idle(ft);
+	filetier_free(ft);
+	event_base_free(base);
+}
+END_TEST
+
+/* Damages object 0's file after it was indexed; the read must fail with want. */
+static void
+damaged(void (*damage)(const char *path), int want, int pinned)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier		*ft = ft_open(base, NULL, NULL);
+	struct filetier_stats	 st, before;
+	struct dram_key		 k;
+	char			 path[PATH_MAX];
+	uint32_t		 id;
+
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 0, 40000), 0);
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 1, 40000), 0);
+	filetier_stats(ft, &before);
+	key_of(&k, fp_a, 0);
+	ck_assert_int_eq(filetier_lookup(ft, &k, &id, NULL), 0);
+	if (pinned)
+		ck_assert_int_eq(filetier_pin(ft, id), 0);
+	obj_path(NS_A, fp_a, 0, path, sizeof(path));
+	damage(path);
+
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 0), want);
+	ck_assert_msg(strlen(filetier_strerror(want)) > 0, "a reason for %d", want);
+	/* Out of the index and off the disk: nobody finds it again. */
+	ck_assert_int_eq(filetier_lookup(ft, &k, NULL, NULL), -ENOENT);
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 0), -ENOENT);
+	ck_assert(!file_exists(path));
+	/* The neighbour is untouched. */
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 1), 0);
+	filetier_stats(ft, &st);
+	ck_assert_uint_eq(st.read_failures, 1);
+	ck_assert_uint_eq(st.drops, 1);
+	ck_assert_uint_eq(st.visible, before.visible - 1);
+	ck_assert_uint_eq(st.bytes_used, before.bytes_used - (FILETIER_HDR + 40000));
+	if (pinned) {
+		/* The holder's id stays valid until its unpin. */
+		ck_assert_uint_eq(st.dead, 1);
+		ck_assert_uint_eq(st.pinned_objects, 1);
+		ck_assert_int_eq(filetier_pin(ft, id), -ENOENT);
+		filetier_unpin(ft, id);
+	}
+	check_idle(ft);
+	/* The key may be published again. */
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 0, 40000), 0);
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 0), 0);
+	filetier_free(ft);
+	event_base_free(base);
+}
+
+static void
+do_unlink(const char *path)
+{
+	ck_assert_int_eq(unlink(path), 0);
+}
+
+static void
+do_truncate(const char *path)
+{
+	ck_assert_int_eq(truncate(path, FILETIER_HDR + 20000), 0);
+}
+
+static void
+do_flip_payload(const char *path)
+{
+	flip_byte(path, FILETIER_HDR + 39999);
+}
+
+static void
+do_flip_header(const char *path)
+{
+	flip_byte(path, 75);	/* the payload length */
+}
+
+static void
+do_symlink(const char *path)
+{
+	char	other[PATH_MAX];
+
+	obj_path(NS_A, fp_a, 1, other, sizeof(other));
+	ck_assert_int_eq(unlink(path), 0);
+	ck_assert_int_eq(symlink(other, path), 0);
+}
+
+/* Object 0 of namespace B, copied over object 0 of namespace A. */
+static void
+do_foreign(const char *path)
+{
+	char	cmd[3 * PATH_MAX], other[PATH_MAX];
+
+	obj_path(NS_B, fp_b, 0, other, sizeof(other));
+	ck_assert(file_exists(other));
+	snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", other, path);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(test_deleted_file_fails_the_read_and_leaves_the_tier)
+{
+	damaged(do_unlink, -ENOENT, 0);
+}
+END_TEST
+
+START_TEST(test_truncated_file_fails_the_read_and_is_removed)
+{
+	damaged(do_truncate, -ENODATA, 0);
+}
+END_TEST
+
+START_TEST(test_payload_byte_flip_fails_the_checksum_and_is_removed)
+{
+	damaged(do_flip_payload, -EBADMSG, 0);
+}
+END_TEST
+
+START_TEST(test_header_byte_flip_fails_and_is_removed)
+{
+	damaged(do_flip_header, -EUCLEAN, 0);
+}
+END_TEST
+
+START_TEST(test_symlink_in_place_of_an_object_is_refused_and_removed)
+{
+	damaged(do_symlink, -ELOOP, 0);
+}
+END_TEST
+
+START_TEST(test_pinned_object_found_corrupt_leaves_the_index_and_keeps_its_pin)
+{
+	damaged(do_flip_payload, -EBADMSG, 1);
+}
+END_TEST
+
+START_TEST(test_foreign_fingerprint_file_is_refused_and_removed)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier		*ft;
+	struct filetier_stats	 st;
+	char			 a[PATH_MAX], b[PATH_MAX], cmd[3 * PATH_MAX];
+	uint64_t		 found;
+
+	/* At read time: the header names another fingerprint. */
+	ft = ft_open(base, NULL, NULL);
+	ck_assert_int_eq(write_wait(base, ft, fp_b, 0, 40000), 0);
+	filetier_free(ft);
+	event_base_free(base);
+	damaged(do_foreign, -ESTALE, 0);
+
+	/* At scan time: a foreign file in a namespace directory is a miss, and goes. */
+	base = event_base_new();
+	obj_path(NS_A, fp_a, 0, a, sizeof(a));
+	obj_path(NS_B, fp_b, 0, b, sizeof(b));
+	snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\" && cp '%s' '%s'", a, b, a);
+	ck_assert_int_eq(system(cmd), 0);
+	ft = ft_open(base, NULL, &found);
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 0), -ENOENT);
+	ck_assert_int_eq(read_wait(base, ft, fp_b, 0), 0);
+	ck_assert(!file_exists(a));
+	filetier_stats(ft, &st);
+	ck_assert_uint_eq(st.scan_removed, 1);
+	filetier_free(ft);
+	event_base_free(base);
+}
+END_TEST
+
+/*
+ * The child writes 1 MiB objects as fast as it can until it is killed;
+ * object n's bytes are fill(n), so whatever survives can be checked.
+ */
+#define KILL_LEN	(512 * KIB)
+#define KILL_ROUND	10000		/* keys of round r start at r * KILL_ROUND */
+#define KILL_MAX	(3 * KILL_ROUND)
+#define KILL_BATCH	4
+
+static void __attribute__((noreturn))
+kill_child(uint32_t first, int fsync)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier_params	 p;
+	struct filetier		*ft;
+	struct dram_key		 k;
+	struct result		 r[KILL_BATCH];
+	uint8_t			*data[KILL_BATCH];
+	int			 count = 0, sent = 0, i;
+	uint32_t		 n;
+
+	params_fast(&p);
+	p.writers = KILL_BATCH;
+	p.fsync = fsync;
+	ft = ft_open(base, &p, NULL);
+	for (i = 0; i < KILL_BATCH; i++)
+		if ((data[i] = malloc(KILL_LEN)) == NULL)
+			_exit(2);
+	/* Batches of writes in parallel, so that the kill finds several half done. */
+	for (n = first; n + KILL_BATCH <= first + KILL_ROUND; n += KILL_BATCH) {
+		for (i = 0; i < KILL_BATCH; i++) {
+			fill(data[i], KILL_LEN, n + (uint32_t)i);
+			key_of(&k, fp_a, n + (uint32_t)i);
+			r[i] = (struct result){ .count = &count };
+			if (filetier_write(ft, &k, data[i], KILL_LEN,
+			    dram_checksum(data[i], KILL_LEN), on_done, &r[i]) != 0)
+				_exit(3);
+			sent++;
+		}
+		while (count < sent)
+			event_base_loop(base, EVLOOP_ONCE);
+	}
+	_exit(4);
+}
+
+START_TEST(test_writer_killed_mid_write_leaves_no_torn_object)
+{
+	struct event_base	*base;
+	struct filetier		*ft;
+	struct filetier_stats	 st;
+	struct dram_key		 k;
+	uint64_t		 found, seen = 0;
+	uint32_t		 n;
+	pid_t			 pid;
+	int			 status, tmp_before, obj_before, tmp, obj, round;
+
+	/* Killed while writing to the page cache, then while in fdatasync, then again. */
+	for (round = 0; round < 3; round++) {
+		if ((pid = fork()) == 0)
+			kill_child((uint32_t)round * KILL_ROUND, round == 1);
+		ck_assert_int_gt(pid, 0);
+		usleep(150000 + 50000 * round);
+		ck_assert_int_eq(kill(pid, SIGKILL), 0);
+		ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+		ck_assert(WIFSIGNALED(status));
+	}
+	walk(&tmp_before, &obj_before);
+	ck_assert_int_gt(obj_before, 0);
+
+	base = event_base_new();
+	ft = ft_open(base, NULL, &found);
+	/* tmp_stale_s is 300 by default: a temp file may be a live writer's. */
+	walk(&tmp, &obj);
+	ck_assert_int_eq(tmp, tmp_before);
+	filetier_free(ft);
+
+	{
+		struct filetier_params p;
+
+		params_fast(&p);
+		ft = ft_open(base, &p, &found);
+	}
+	walk(&tmp, &obj);
+	ck_assert_int_eq(tmp, 0);
+	ck_assert_uint_eq(found, (uint64_t)obj);
+	for (n = 0; n < KILL_MAX && seen < found; n++) {
+		key_of(&k, fp_a, n);
+		if (filetier_lookup(ft, &k, NULL, NULL) != 0)
+			continue;
+		ck_assert_int_eq(read_wait(base, ft, fp_a, n), 0);
+		seen++;
+	}
+	ck_assert_uint_eq(seen, found);
+	filetier_stats(ft, &st);
+	ck_assert_uint_eq(st.read_failures, 0);
+	fprintf(stderr, "filetier kill test: %d objects, %d torn temp files removed\n", obj,
+	    tmp_before);
+	filetier_free(ft);
+	event_base_free(base);
+}
+END_TEST
+
+START_TEST(test_enospc_fails_writes_cleanly_and_reads_go_on)
+{
+	struct event_base	*base;
+	struct filetier		*ft;
+	struct filetier_stats	 st;
+	struct rlimit		 rl;
+	int			 mounted, tmp, obj, want;
+
+	/*
+	 * A 1 MiB tmpfs gives a real ENOSPC. Without the right to mount, a
+	 * 1 MiB RLIMIT_FSIZE makes writes fail with EFBIG instead: the same
+	 * path through the module, another errno.
+	 */
+	ck_assert_int_eq(mkdir(troot, 0700), 0);
+	mounted = mount("tmpfs", troot, "tmpfs", 0, "size=1m") == 0;
+	if (!mounted) {
+		fprintf(stderr, "filetier ENOSPC test: mount: %s; using RLIMIT_FSIZE\n",
+		    strerror(errno));
+		signal(SIGXFSZ, SIG_IGN);
+		rl.rlim_cur = rl.rlim_max = 1 * MIB;
+		ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+	}
+	want = mounted ? -ENOSPC : -EFBIG;
+	base = event_base_new();
+	ft = ft_open(base, NULL, NULL);
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 0, 64 * KIB), 0);
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 1, 2 * MIB), want);
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 1), -ENOENT);
+	walk(&tmp, &obj);
+	ck_assert_int_eq(tmp, 0);
+	ck_assert_int_eq(obj, 1);
+	/* Reads go on, and so do writes that fit. */
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 0), 0);
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 2, 64 * KIB), 0);
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 2), 0);
+	filetier_stats(ft, &st);
+	ck_assert_uint_eq(st.write_failures, 1);
+	ck_assert_uint_eq(st.write_nospace, mounted ? 1 : 0);
+	ck_assert_uint_eq(st.visible, 2);
+	ck_assert_uint_eq(st.bytes_used, 2 * (FILETIER_HDR + 64 * KIB));
+	check_idle(ft);
+	filetier_free(ft);
+	event_base_free(base);
+	if (mounted)
+		ck_assert_int_eq(umount(troot), 0);
+}
+END_TEST
+
+#define SHARE_N		48
+#define SHARE_LEN	(256 * KIB + 123)
+
+START_TEST(test_two_tiers_writing_the_same_keys_are_harmless)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier		*a = ft_open(base, NULL, NULL), *b = ft_open(base, NULL, NULL), *c;
+	struct result		 rr[SHARE_N], wr[SHARE_N];
+	struct dram_key		 k;
+	uint8_t			*data[SHARE_N], *dst[SHARE_N];
+	uint64_t		 found;
+	int			 reads = 0, writes = 0, round, tmp, obj;
+	unsigned		 i;
+
+	for (i = 0; i < SHARE_N; i++) {
+		data[i] = malloc(SHARE_LEN);
+		ck_assert_ptr_nonnull(data[i]);
+		fill(data[i], SHARE_LEN, i);
+		dst[i] = abuf(SHARE_LEN);
+		ck_assert_int_eq(write_wait(base, a, fp_a, i, SHARE_LEN), 0);
+	}
+	/* b rewrites every key (renames over a's files) while a reads them, three times. */
+	for (i = 0; i < SHARE_N; i++) {
+		key_of(&k, fp_a, i);
+		wr[i] = (struct result){ .count = &writes };
+		ck_assert_int_eq(filetier_write(b, &k, data[i], SHARE_LEN,
+		    dram_checksum(data[i], SHARE_LEN), on_done, &wr[i]), 0);
+	}
+	for (round = 0; round < 3; round++) {
+		for (i = 0; i < SHARE_N; i++) {
+			key_of(&k, fp_a, i);
+			rr[i] = (struct result){ .count = &reads };
+			ck_assert_int_eq(filetier_read(a, &k, dst[i], FILETIER_READ_SIZE(SHARE_LEN),
+			    on_done, &rr[i], NULL), 0);
+		}
+		loop_until(base, &reads, (round + 1) * SHARE_N);
+		for (i = 0; i < SHARE_N; i++) {
+			ck_assert_msg(rr[i].status == 0, "round %d object %u: %s", round, i,
+			    filetier_strerror(rr[i].status));
+			ck_assert(memcmp(dst[i], data[i], SHARE_LEN) == 0);
+		}
+	}
+	loop_until(base, &writes, SHARE_N);
+	for (i = 0; i < SHARE_N; i++)
+		ck_assert_int_eq(wr[i].status, 0);
+	/* Both indexes hold every key; a third tier finds each once, whole. */
+	c = ft_open(base, NULL, &found);
+	ck_assert_uint_eq(found, SHARE_N);
+	walk(&tmp, &obj);
+	ck_assert_int_eq(tmp, 0);
+	ck_assert_int_eq(obj, SHARE_N);
+	for (i = 0; i < SHARE_N; i++) {
+		ck_assert_int_eq(read_wait(base, c, fp_a, i), 0);
+		ck_assert_int_eq(read_wait(base, b, fp_a, i), 0);
+		free(data[i]);
+		free(dst[i]);
+	}
+	check_idle(a);
+	check_idle(b);
+	filetier_free(c);
+	filetier_free(b);
+	filetier_free(a);
+	event_base_free(base);
+}
+END_TEST
+
+#define CAP_LEN		(60 * KIB)	/* a 64 KiB file */
+
+START_TEST(test_capacity_evicts_lru_but_never_a_pinned_object)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier_params	 p;
+	struct filetier		*ft;
+	struct filetier_stats	 st;
+	struct dram_key		 k;
+	char			 path[PATH_MAX];
+	uint32_t		 id0, ids[32];
+	size_t			 nids, i;
+	unsigned		 n;
+
+	filetier_params_default(&p);
+	p.capacity = 1 * MIB;		/* 16 objects */
+	ft = ft_open(base, &p, NULL);
+	for (n = 0; n < 16; n++)
+		ck_assert_int_eq(write_wait(base, ft, fp_a, n, CAP_LEN), 0);
+	key_of(&k, fp_a, 0);
+	ck_assert_int_eq(filetier_lookup(ft, &k, &id0, NULL), 0);
+	ck_assert_int_eq(filetier_pin(ft, id0), 0);		/* the oldest, pinned */
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 1), 0);	/* the next, used again */
+	for (n = 16; n < 19; n++)
+		ck_assert_int_eq(write_wait(base, ft, fp_a, n, CAP_LEN), 0);
+	loop_drain(base, ft);
+	for (n = 0; n < 19; n++) {
+		int gone = n >= 2 && n <= 4;
+
+		key_of(&k, fp_a, n);
+		obj_path(NS_A, fp_a, n, path, sizeof(path));
+		ck_assert_msg((filetier_lookup(ft, &k, NULL, NULL) == 0) == !gone, "object %u", n);
+		ck_assert_msg(file_exists(path) == !gone, "object %u on disk", n);
+	}
+	filetier_stats(ft, &st);
+	ck_assert_uint_eq(st.evictions, 3);
+	ck_assert_uint_eq(st.bytes_used, 1 * MIB);
+
+	/* Everything pinned: a write is refused and nothing is evicted. */
+	nids = filetier_lru_order(ft, ids, 32);
+	ck_assert_uint_eq(nids, 15);
+	for (i = 0; i < nids; i++)
+		ck_assert_int_eq(filetier_pin(ft, ids[i]), 0);
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 99, CAP_LEN), -ENOSPC);
+	filetier_stats(ft, &st);
+	ck_assert_uint_eq(st.evictions, 3);
+	ck_assert_uint_eq(st.evict_failures, 1);
+	ck_assert_uint_eq(st.visible, 16);
+	/* A write larger than the whole capacity is refused outright. */
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 98, 2 * MIB), -EFBIG);
+	for (i = 0; i < nids; i++)
+		filetier_unpin(ft, ids[i]);
+	filetier_unpin(ft, id0);
+	/*
+	 * An unpin is a use: the objects went back in the order they were
+	 * unpinned, object 0 last, so the victim is object 5.
+	 */
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 99, CAP_LEN), 0);
+	loop_drain(base, ft);
+	key_of(&k, fp_a, 0);
+	ck_assert_int_eq(filetier_lookup(ft, &k, NULL, NULL), 0);
+	key_of(&k, fp_a, 5);
+	ck_assert_int_eq(filetier_lookup(ft, &k, NULL, NULL), -ENOENT);
+	check_idle(ft);
+	filetier_free(ft);
+	event_base_free(base);
+}
+END_TEST
+
+static void
+write_file(const char *path, const void *buf, size_t len)
+{
+	int	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, buf, len), (ssize_t)len);
+	close(fd);
+}
+
+START_TEST(test_scan_skips_and_removes_junk)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier_params	 p;
+	struct filetier		*ft = ft_open(base, NULL, NULL);
+	struct filetier_stats	 st;
+	char			 o[6][PATH_MAX], path[PATH_MAX + 32], cmd[3 * PATH_MAX];
+	uint64_t		 found;
+	int			 i;
+
+	for (i = 0; i < 3; i++)
+		ck_assert_int_eq(write_wait(base, ft, fp_a, (uint32_t)i, 5000), 0);
+	filetier_free(ft);
+	for (i = 0; i < 6; i++)
+		obj_path(NS_A, fp_a, (uint32_t)i, o[i], sizeof(o[i]));
+
+	/* In object 0's directory: a torn temp file, a stray file, a directory. */
+	snprintf(path, sizeof(path), "%.*s/.tmp-0123456789abcdef", (int)(strrchr(o[0], '/') - o[0]),
+	    o[0]);
+	write_file(path, "torn", 4);
+	snprintf(path, sizeof(path), "%.*s/README", (int)(strrchr(o[0], '/') - o[0]), o[0]);
+	write_file(path, "hi", 2);
+	snprintf(path, sizeof(path), "%.*s/sub", (int)(strrchr(o[0], '/') - o[0]), o[0]);
+	ck_assert_int_eq(mkdir(path, 0700), 0);
+	/* Object 1: a damaged header. Object 3: object 2's file under 3's name. */
+	flip_byte(o[1], 20);
+	snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\" && cp '%s' '%s'", o[3], o[2], o[3]);
+	ck_assert_int_eq(system(cmd), 0);
+	/* Object 4: object 2's file with a byte appended. Object 5: a symlink. */
+	snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\" && cp '%s' '%s' && printf x >> '%s'"
+	    " && mkdir -p \"$(dirname '%s')\" && ln -s '%s' '%s'", o[4], o[2], o[4], o[4], o[5],
+	    o[2], o[5]);
+	ck_assert_int_eq(system(cmd), 0);
+	/* Above the object directories: left alone. */
+	snprintf(path, sizeof(path), "%s/%s/notes.txt", troot, NS_A);
+	write_file(path, "keep", 4);
+	snprintf(path, sizeof(path), "%s/%s/01-0003/zz", troot, NS_A);
+	write_file(path, "keep", 4);
+	params_fast(&p);
+	ft = ft_open(base, &p, &found);
+	ck_assert_uint_eq(found, 2);
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 0), 0);
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 2), 0);
+	for (i = 1; i < 6; i++) {
+		if (i == 2)
+			continue;
+		ck_assert_int_eq(read_wait(base, ft, fp_a, (uint32_t)i), -ENOENT);
+		ck_assert_msg(!file_exists(o[i]), "object %d's file is still there", i);
+	}
+	filetier_stats(ft, &st);
+	ck_assert_uint_eq(st.scan_removed, 6);	/* temp, README, 1, 3, 4, 5 */
+	ck_assert_uint_eq(st.scan_skipped, 3);	/* sub, notes.txt, zz */
+	snprintf(path, sizeof(path), "%s/%s/notes.txt", troot, NS_A);
+	ck_assert(file_exists(path));
+	snprintf(path, sizeof(path), "%.*s/sub", (int)(strrchr(o[0], '/') - o[0]), o[0]);
+	ck_assert(file_exists(path));
+	filetier_free(ft);
+	event_base_free(base);
+}
+END_TEST
+
+START_TEST(test_restart_lru_order_follows_write_time)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier		*ft = ft_open(base, NULL, NULL);
+	struct timespec		 ts[2];
+	struct dram_key		 k;
+	char			 path[PATH_MAX];
+	uint32_t		 ids[8], id;
+	unsigned		 n;
+
+	for (n = 0; n < 5; n++)
+		ck_assert_int_eq(write_wait(base, ft, fp_a, n, 100), 0);
+	filetier_free(ft);
+	/* Object 4 is the oldest write, object 0 the newest. */
+	for (n = 0; n < 5; n++) {
+		obj_path(NS_A, fp_a, n, path, sizeof(path));
+		ts[0].tv_sec = ts[1].tv_sec = 1700000000 - (time_t)n * 60;
+		ts[0].tv_nsec = ts[1].tv_nsec = 0;
+		ck_assert_int_eq(utimensat(AT_FDCWD, path, ts, 0), 0);
+	}
+	ft = ft_open(base, NULL, NULL);
+	ck_assert_uint_eq(filetier_lru_order(ft, ids, 8), 5);
+	for (n = 0; n < 5; n++) {
+		key_of(&k, fp_a, 4 - n);
+		ck_assert_int_eq(filetier_lookup(ft, &k, &id, NULL), 0);
+		ck_assert_uint_eq(ids[n], id);
+	}
+	filetier_free(ft);
+	event_base_free(base);
+}
+END_TEST
+
+START_TEST(test_lookup_has_no_side_effects)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier		*ft = ft_open(base, NULL, NULL);
+	struct filetier_stats	 before, after;
+	struct dram_key		 k;
+	uint32_t		 o1[8], o2[8], id;
+	uint64_t		 len;
+	size_t			 n1, n2;
+	unsigned		 n;
+
+	for (n = 0; n < 4; n++)
+		ck_assert_int_eq(write_wait(base, ft, fp_a, n, 1000 + n), 0);
+	n1 = filetier_lru_order(ft, o1, 8);
+	filetier_stats(ft, &before);
+	for (n = 0; n < 4; n++) {
+		key_of(&k, fp_a, n);
+		ck_assert_int_eq(filetier_lookup(ft, &k, &id, &len), 0);
+		ck_assert_uint_eq(len, 1000 + n);
+	}
+	key_of(&k, fp_a, 77);
+	ck_assert_int_eq(filetier_lookup(ft, &k, &id, &len), -ENOENT);
+	n2 = filetier_lru_order(ft, o2, 8);
+	filetier_stats(ft, &after);
+	ck_assert_uint_eq(n1, n2);
+	ck_assert(memcmp(o1, o2, n1 * sizeof(*o1)) == 0);
+	ck_assert(memcmp(&before, &after, sizeof(before)) == 0);
+	filetier_free(ft);
+	event_base_free(base);
+}
+END_TEST
+
+START_TEST(test_bad_writes_and_reads_are_refused_with_nothing_changed)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier_params	 p;
+	struct filetier		*ft;
+	struct filetier_stats	 st;
+	struct result		 r[4];
+	struct dram_key		 k;
+	uint8_t			 data[100], *dst = abuf(8192);
+	int			 count = 0, tmp, obj, i;
+	uint8_t			 fp_c[16];
+
+	filetier_params_default(&p);
+	p.write_queue = 2;
+	ft = ft_open(base, &p, NULL);
+	fill(data, sizeof(data), 0);
+	for (i = 0; i < 4; i++)
+		r[i] = (struct result){ .count = &count };
+	/* The third write while two are queued: refused, not queued. */
+	for (i = 0; i < 3; i++) {
+		key_of(&k, fp_a, (uint32_t)i);
+		ck_assert_int_eq(filetier_write(ft, &k, data, sizeof(data),
+		    dram_checksum(data, sizeof(data)), on_done, &r[i]), i < 2 ? 0 : -EAGAIN);
+	}
+	/* A key being written or present is refused: one writer per key. */
+	key_of(&k, fp_a, 0);
+	ck_assert_int_eq(filetier_write(ft, &k, data, sizeof(data), 0, on_done, &r[3]), -EEXIST);
+	loop_until(base, &count, 2);
+	ck_assert_int_eq(filetier_write(ft, &k, data, sizeof(data), 0, on_done, &r[3]), -EEXIST);
+	/* Unscanned namespace, padding, sizes, arguments. */
+	memset(fp_c, 0xcc, sizeof(fp_c));
+	key_of(&k, fp_c, 0);
+	ck_assert_int_eq(filetier_write(ft, &k, data, sizeof(data), 0, on_done, &r[3]), -ESRCH);
+	key_of(&k, fp_a, 5);
+	k.pad = 1;
+	ck_assert_int_eq(filetier_write(ft, &k, data, sizeof(data), 0, on_done, &r[3]), -EINVAL);
+	k.pad = 0;
+	ck_assert_int_eq(filetier_write(ft, &k, data, 0, 0, on_done, &r[3]), -EINVAL);
+	ck_assert_int_eq(filetier_write(ft, &k, data, sizeof(data), 0, NULL, NULL), -EINVAL);
+	ck_assert_int_eq(filetier_write(ft, &k, data, FILETIER_OBJ_MAX + 1, 0, on_done, &r[3]),
+	    -EFBIG);
+	/* Bytes that do not match their checksum are never made durable. */
+	r[3] = (struct result){ .count = &count };
+	ck_assert_int_eq(filetier_write(ft, &k, data, sizeof(data), 12345, on_done, &r[3]), 0);
+	loop_until(base, &count, 3);
+	ck_assert_int_eq(r[3].status, -EBADMSG);
+	ck_assert_int_eq(filetier_lookup(ft, &k, NULL, NULL), -ENOENT);
+	/* Reads: a miss, a misaligned or short destination. */
+	ck_assert_int_eq(filetier_read(ft, &k, dst, 8192, on_done, &r[3], NULL), -ENOENT);
+	key_of(&k, fp_a, 0);
+	ck_assert_int_eq(filetier_read(ft, &k, dst + 512, 4096, on_done, &r[3], NULL), -EINVAL);
+	ck_assert_int_eq(filetier_read(ft, &k, dst, 99, on_done, &r[3], NULL), -EMSGSIZE);
+	ck_assert_int_eq(filetier_read(ft, &k, dst, 4096, NULL, NULL, NULL), -EINVAL);
+	walk(&tmp, &obj);
+	ck_assert_int_eq(tmp, 0);
+	ck_assert_int_eq(obj, 2);
+	filetier_stats(ft, &st);
+	ck_assert_uint_eq(st.visible, 2);
+	ck_assert_uint_eq(st.writes_refused, 1);
+	ck_assert_uint_eq(st.writes_present, 2);
+	ck_assert_uint_eq(st.write_failures, 1);
+	ck_assert_uint_eq(st.bytes_used, 2 * (FILETIER_HDR + sizeof(data)));
+	check_idle(ft);
+	free(dst);
+	filetier_free(ft);
+	event_base_free(base);
+}
+END_TEST
+
+START_TEST(test_namespace_names_are_checked_before_any_path_is_made)
+{
+	static const char *const bad[] = {
+		"", "decode", "decode/", "/test-model-0123456789abcdef1032547698badcfe",
+		"../test-model-0123456789abcdef1032547698badcfe",
+		"./test-model-0123456789abcdef1032547698badcfe",
+		"decode/../test-model-0123456789abcdef1032547698badcfe",
+		"decode/x/test-model-0123456789abcdef1032547698badcfe",
+		"decode/te st-0123456789abcdef1032547698badcfe",
+		"decode/test-model-0123456789ABCDEF1032547698BADCFE",
+		"decode/test-model-0123456789abcdef1032547698badcff",	/* another fingerprint */
+		"decode/test-model0123456789abcdef1032547698badcfe",
+		"decode/0123456789abcdef1032547698badcfe",
+	};
+	struct event_base	*base = event_base_new();
+	struct filetier_params	 p;
+	struct filetier		*ft = NULL;
+	struct stat		 st;
+	uint64_t		 n;
+	char			 err[256], path[PATH_MAX];
+	size_t			 i;
+	int			 entries = 0;
+	DIR			*d;
+
+	filetier_params_default(&p);
+	p.root = troot;
+	ck_assert_int_eq(filetier_new(base, &p, &ft, err, sizeof(err)), 0);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = '\0';
+		ck_assert_msg(filetier_scan(ft, bad[i], fp_a, &n, err, sizeof(err)) == -EINVAL,
+		    "accepted \"%s\"", bad[i]);
+		ck_assert_msg(strstr(err, "namespace") != NULL, "no reason for \"%s\"", bad[i]);
+	}
+	/* Nothing was made: the root is empty, and nothing appeared beside it. */
+	ck_assert_ptr_nonnull(d = opendir(troot));
+	while (readdir(d) != NULL)
+		entries++;
+	closedir(d);
+	ck_assert_int_eq(entries, 2);
+	snprintf(path, sizeof(path), "%s/test-model-0123456789abcdef1032547698badcfe", tdir);
+	ck_assert_int_ne(stat(path, &st), 0);
+	/* A good name scans; the same again answers from memory. */
+	ck_assert_int_eq(filetier_scan(ft, NS_A, fp_a, &n, err, sizeof(err)), 0);
+	ck_assert_int_eq(filetier_scan(ft, NS_A, fp_a, &n, err, sizeof(err)), 0);
+	filetier_free(ft);
+	event_base_free(base);
+}
+END_TEST
+
+#define MANY_N		300
+#define MANY_LEN	(36 * KIB)
+
+START_TEST(test_many_reads_in_flight_land_the_right_bytes)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier		*ft = ft_open(base, NULL, NULL);
+	struct result		*r = calloc(MANY_N, sizeof(*r));
+	struct dram_key		 k;
+	uint8_t			*data = malloc(MANY_LEN), *dst;
+	int			 count = 0;
+	unsigned		 i;
+
+	ck_assert_ptr_nonnull(r);
+	ck_assert_ptr_nonnull(data);
+	for (i = 0; i < MANY_N; i++) {
+		fill(data, MANY_LEN, i);
+		key_of(&k, fp_a, i);
+		r[i].count = &count;
+		ck_assert_int_eq(filetier_write(ft, &k, data, MANY_LEN, dram_checksum(data, MANY_LEN),
+		    on_done, &r[i]), 0);
+		/* The payload must stay put until its write is done. */
+		loop_until(base, &count, (int)i + 1);
+	}
+	dst = aligned_alloc(4096, (size_t)MANY_N * MANY_LEN);
+	ck_assert_ptr_nonnull(dst);
+	count = 0;
+	for (i = 0; i < MANY_N; i++) {
+		key_of(&k, fp_a, i);
+		ck_assert_int_eq(filetier_read(ft, &k, dst + (size_t)i * MANY_LEN, MANY_LEN, on_done,
+		    &r[i], NULL), 0);
+	}
+	loop_until(base, &count, MANY_N);
+	for (i = 0; i < MANY_N; i++) {
+		ck_assert_int_eq(r[i].status, 0);
+		ck_assert_msg(intact(dst + (size_t)i * MANY_LEN, MANY_LEN, i), "object %u", i);
+	}
+	check_idle(ft);
+	free(dst);
+	free(data);
+	free(r);
+	filetier_free(ft);
+	event_base_free(base);
+}
+END_TEST
+
+START_TEST(test_cancelled_reads_end_cancelled_and_unpinned)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier_params	 p;
+	struct filetier		*ft;
+	struct filetier_stats	 st;
+	struct filetier_job	*jobs[64];
+	struct result		 r[64];
+	struct dram_key		 k;
+	uint8_t			*dst = abuf(MIB);
+	int			 count = 0, cancelled = 0, i;
+
+	filetier_params_default(&p);
+	p.readers = 1;
+	p.read_depth = 1;
+	ft = ft_open(base, &p, NULL);
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 0, MIB), 0);
+	key_of(&k, fp_a, 0);
+	/* One reader, one read at a time: most of these are still queued. */
+	for (i = 0; i < 64; i++) {
+		r[i] = (struct result){ .count = &count };
+		ck_assert_int_eq(filetier_read(ft, &k, dst, MIB, on_done, &r[i], &jobs[i]), 0);
+	}
+	for (i = 0; i < 64; i++)
+		atomic_store(&jobs[i]->cancel, 1);
+	loop_until(base, &count, 64);
+	for (i = 0; i < 64; i++) {
+		ck_assert(r[i].status == 0 || r[i].status == -ECANCELED);
+		cancelled += r[i].status == -ECANCELED;
+	}
+	ck_assert_int_ge(cancelled, 60);
+	filetier_stats(ft, &st);
+	ck_assert_uint_eq(st.reads_cancelled, (uint64_t)cancelled);
+	ck_assert_uint_eq(st.visible, 1);
+	check_idle(ft);
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 0), 0);
+	free(dst);
+	filetier_free(ft);
+	event_base_free(base);
+}
+END_TEST
+
+START_TEST(test_free_with_jobs_in_flight_leaks_nothing)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier		*ft = ft_open(base, NULL, NULL);
+	struct result		 r[40];
+	struct dram_key		 k;
+	uint8_t			*dst = abuf(256 * KIB), *data = malloc(256 * KIB);
+	int			 count = 0, i;
+
+	ck_assert_ptr_nonnull(data);
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 0, 256 * KIB), 0);
+	key_of(&k, fp_a, 0);
+	for (i = 0; i < 20; i++) {
+		r[i] = (struct result){ .count = &count };
+		ck_assert_int_eq(filetier_read(ft, &k, dst, 256 * KIB, on_done, &r[i], NULL), 0);
+	}
+	fill(data, 256 * KIB, 0);
+	for (i = 20; i < 40; i++) {
+		r[i] = (struct result){ .count = &count };
+		key_of(&k, fp_a, (uint32_t)i);
+		ck_assert_int_eq(filetier_write(ft, &k, data, 256 * KIB,
+		    dram_checksum(data, 256 * KIB), on_done, &r[i]), 0);
+	}
+	/* No completion runs after free, and no thread touches dst after it returned. */
+	filetier_free(ft);
+	ck_assert_int_eq(count, 0);
+	free(dst);
+	free(data);
+	event_base_free(base);
+}
+END_TEST
+
+START_TEST(test_drop_takes_the_object_and_its_file_away)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier		*ft = ft_open(base, NULL, NULL);
+	struct filetier_stats	 st;
+	struct dram_key		 k;
+	char			 path[PATH_MAX];
+	uint32_t		 id;
+
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 0, 3000), 0);
+	key_of(&k, fp_a, 0);
+	ck_assert_int_eq(filetier_lookup(ft, &k, &id, NULL), 0);
+	ck_assert_int_eq(filetier_pin(ft, id), 0);
+	filetier_drop(ft, id);
+	filetier_drop(ft, id);		/* idempotent */
+	ck_assert_int_eq(filetier_lookup(ft, &k, NULL, NULL), -ENOENT);
+	/* Until its unlink ran, the key cannot be written again. */
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 0, 3000), -EBUSY);
+	loop_drain(base, ft);
+	obj_path(NS_A, fp_a, 0, path, sizeof(path));
+	ck_assert(!file_exists(path));
+	filetier_stats(ft, &st);
+	ck_assert_uint_eq(st.dead, 1);
+	ck_assert_uint_eq(st.drops, 1);
+	ck_assert_uint_eq(st.bytes_used, 0);
+	filetier_unpin(ft, id);
+	check_idle(ft);
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 0, 3000), 0);
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 0), 0);
+	filetier_free(ft);
+	event_base_free(base);
+}
+END_TEST
+
+Suite *
+suite_filetier(void)
+{
+	Suite	*s = suite_create("filetier");
+	TCase	*tc = tcase_create("filetier");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 20);
+	tcase_add_test(tc, test_write_then_read_returns_the_exact_bytes);
+	tcase_add_test(tc, test_preadv_buffered_readers_return_the_same_bytes);
+	tcase_add_test(tc, test_fresh_tier_on_a_used_directory_reads_earlier_objects);
+	tcase_add_test(tc, test_deleted_file_fails_the_read_and_leaves_the_tier);
+	tcase_add_test(tc, test_truncated_file_fails_the_read_and_is_removed);
+	tcase_add_test(tc, test_payload_byte_flip_fails_the_checksum_and_is_removed);
+	tcase_add_test(tc, test_header_byte_flip_fails_and_is_removed);
+	tcase_add_test(tc, test_symlink_in_place_of_an_object_is_refused_and_removed);
+	tcase_add_test(tc, test_pinned_object_found_corrupt_leaves_the_index_and_keeps_its_pin);
+	tcase_add_test(tc, test_foreign_fingerprint_file_is_refused_and_removed);
+	tcase_add_test(tc, test_writer_killed_mid_write_leaves_no_torn_object);
+	tcase_add_test(tc, test_enospc_fails_writes_cleanly_and_reads_go_on);
+	tcase_add_test(tc, test_two_tiers_writing_the_same_keys_are_harmless);
+	tcase_add_test(tc, test_capacity_evicts_lru_but_never_a_pinned_object);
+	tcase_add_test(tc, test_scan_skips_and_removes_junk);
+	tcase_add_test(tc, test_restart_lru_order_follows_write_time);
+	tcase_add_test(tc, test_lookup_has_no_side_effects);
+	tcase_add_test(tc, test_bad_writes_and_reads_are_refused_with_nothing_changed);
+	tcase_add_test(tc, test_namespace_names_are_checked_before_any_path_is_made);
+	tcase_add_test(tc, test_many_reads_in_flight_land_the_right_bytes);
+	tcase_add_test(tc, test_cancelled_reads_end_cancelled_and_unpinned);
+	tcase_add_test(tc, test_free_with_jobs_in_flight_leaks_nothing);
+	tcase_add_test(tc, test_drop_takes_the_object_and_its_file_away);
+	suite_add_tcase(s, tc);
+	return s;
+}
