@@ -49,7 +49,7 @@ main(int argc, char **argv)
 			check_only = 1;
 			break;
 		case 'V':
-			printf("l3kvd %s (protocol %u)\n", L3KV_VERSION, PROTO_VERSION);
+			printf("l3kvd %s (protocol %d)\n", L3KV_VERSION, PROTO_VERSION);
 			return 0;
 		default:
 			usage(2);

@@ -267,13 +267,13 @@ proto_layout_check(const struct proto_layout *l, char *err, size_t errlen)
 	if (!proto_string_ok(l->hash_scheme, sizeof(l->hash_scheme), 0))
 		ATTACH_ERR("layout.hash_scheme: empty, unterminated or not printable");
 	if (l->tp_size == 0 || l->tp_size > PROTO_RANK_MAX)
-		ATTACH_ERR("layout.tp_size: %u is out of range [1, %u]", l->tp_size, PROTO_RANK_MAX);
+		ATTACH_ERR("layout.tp_size: %u is out of range [1, %u]", l->tp_size, (unsigned)PROTO_RANK_MAX);
 	if (l->dcp_size == 0 || l->dcp_size > PROTO_RANK_MAX)
-		ATTACH_ERR("layout.dcp_size: %u is out of range [1, %u]", l->dcp_size, PROTO_RANK_MAX);
+		ATTACH_ERR("layout.dcp_size: %u is out of range [1, %u]", l->dcp_size, (unsigned)PROTO_RANK_MAX);
 	if (l->pp_size == 0 || l->pp_size > PROTO_RANK_MAX)
-		ATTACH_ERR("layout.pp_size: %u is out of range [1, %u]", l->pp_size, PROTO_RANK_MAX);
+		ATTACH_ERR("layout.pp_size: %u is out of range [1, %u]", l->pp_size, (unsigned)PROTO_RANK_MAX);
 	if (l->cp_size == 0 || l->cp_size > PROTO_RANK_MAX)
-		ATTACH_ERR("layout.cp_size: %u is out of range [1, %u]", l->cp_size, PROTO_RANK_MAX);
+		ATTACH_ERR("layout.cp_size: %u is out of range [1, %u]", l->cp_size, (unsigned)PROTO_RANK_MAX);
 	if (l->dcp_rank >= l->dcp_size)
 		ATTACH_ERR("layout.dcp_rank: %u is not below dcp_size %u", l->dcp_rank, l->dcp_size);
 	if (l->pp_rank >= l->pp_size)
@@ -283,9 +283,9 @@ proto_layout_check(const struct proto_layout *l, char *err, size_t errlen)
 	if (l->attention < PROTO_ATTN_MLA || l->attention > PROTO_ATTN_GQA)
 		ATTACH_ERR("layout.attention: %u is not an attention kind", l->attention);
 	if (l->hash_len == 0 || l->hash_len > PROTO_HASH_LEN)
-		ATTACH_ERR("layout.hash_len: %u is out of range [1, %u]", l->hash_len, PROTO_HASH_LEN);
+		ATTACH_ERR("layout.hash_len: %u is out of range [1, %u]", l->hash_len, (unsigned)PROTO_HASH_LEN);
 	if (l->npools == 0 || l->npools > PROTO_POOLS_MAX)
-		ATTACH_ERR("layout.npools: %u is out of range [1, %u]", l->npools, PROTO_POOLS_MAX);
+		ATTACH_ERR("layout.npools: %u is out of range [1, %u]", l->npools, (unsigned)PROTO_POOLS_MAX);
 	if (l->page_tokens == 0 || l->page_tokens > 65536)
 		ATTACH_ERR("layout.page_tokens: %u is out of range [1, 65536]", l->page_tokens);
 	if (l->logical_page_tokens == 0 || l->logical_page_tokens % l->page_tokens != 0)
@@ -360,7 +360,7 @@ proto_region_check(const struct proto_region *r, unsigned i, uint8_t npools,
 		ATTACH_ERR("regions[%u].layout: %u is not a layout", i, r->layout);
 	if (r->fd_index >= PROTO_FDS_MAX)
 		ATTACH_ERR("regions[%u].fd_index: %u is out of range [0, %u)", i, r->fd_index,
-		    PROTO_FDS_MAX);
+		    (unsigned)PROTO_FDS_MAX);
 	if (r->num_pages == 0 || r->layers == 0 || r->page_tokens == 0 || r->token_bytes == 0)
 		ATTACH_ERR("regions[%u]: num_pages, layers, page_tokens and token_bytes must be >= 1", i);
 	if (r->layout == PROTO_LAYOUT_SLOTS && (r->layers != 1 || r->page_tokens != 1))
@@ -394,14 +394,14 @@ proto_attach_decode(const void *payload, uint32_t length, struct proto_attach_vi
 	if ((s = proto_layout_check(&v->fixed.layout, err, errlen)) != 0)
 		return s;
 	if (v->fixed.nregions > PROTO_REGIONS_MAX)
-		ATTACH_ERR("nregions: %u is out of range [0, %u]", v->fixed.nregions, PROTO_REGIONS_MAX);
+		ATTACH_ERR("nregions: %u is out of range [0, %u]", v->fixed.nregions, (unsigned)PROTO_REGIONS_MAX);
 	if (v->fixed.nlive > PROTO_LIVE_MAX)
-		ATTACH_ERR("nlive: %u is out of range [0, %u]", v->fixed.nlive, PROTO_LIVE_MAX);
+		ATTACH_ERR("nlive: %u is out of range [0, %u]", v->fixed.nlive, (unsigned)PROTO_LIVE_MAX);
 	if (!proto_string_ok(v->fixed.group, sizeof(v->fixed.group), 0))
 		ATTACH_ERR("group: empty, unterminated or not printable");
 	if (v->fixed.group_size == 0 || v->fixed.group_size > PROTO_GROUP_SIZE_MAX)
 		ATTACH_ERR("group_size: %u is out of range [1, %u]", v->fixed.group_size,
-		    PROTO_GROUP_SIZE_MAX);
+		    (unsigned)PROTO_GROUP_SIZE_MAX);
 	if (v->fixed.group_rank >= v->fixed.group_size)
 		ATTACH_ERR("group_rank: %u is not below group_size %u", v->fixed.group_rank,
 		    v->fixed.group_size);
@@ -466,6 +466,8 @@ proto_dump(const struct proto_hdr *h, const void *payload, char *buf, size_t len
 	char				 s1[PROTO_MODEL_LEN + 1], s2[PROTO_ERRMSG_MAX + 1];
 	int				 n;
 
+	/* snprintf(NULL, 0, ...) is defined: it only counts. */
+	/* cppcheck-suppress ctunullpointer */
 	n = snprintf(buf, len, "%s%s seq=%llu len=%u flags=0x%x status=%s",
 	    proto_type_name(h->type), h->flags & PROTO_F_REPLY ? " reply" : "",
 	    (unsigned long long)h->seq, h->length, h->flags, proto_status_name(h->status));

@@ -342,6 +342,7 @@ admit_group(struct hrank *h, unsigned n, uint64_t req, uint32_t prefix, uint32_t
 	int				rc, i;
 
 	memset(&a, 0, sizeof(a));
+	memset(res, 0, sizeof(res));
 	a.request_id = req;
 	a.hashes = hs;
 	a.npages = pages;
