@@ -98,7 +98,7 @@ $(BUILD)/%.o: %.c
 # Tests build paths from mkdtemp names; truncation there fails the test, not the build.
 $(BUILD)/tests/%.o: CFLAGS += -Wno-format-truncation
 
-$(BUILD)/kernels/%.o: kernels/%.cu kernels/kernels.h
+$(BUILD)/kernels/%.o: kernels/%.cu kernels/kernels.h kernels/xxh3.h
 	$(call msg,NVCC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
@@ -142,6 +142,11 @@ $(BUILD)/bench_file: tests/bench/bench_file.c $(DAEMON_OBJS) $(PROTO_OBJS) $(KER
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -Wno-format-truncation -o $@ $^ $(LDLIBS_DEPS) \
 		$(KERNEL_LIBS) -lm
+
+# The GPU data-path benchmark, through kernels.h (tests/bench/gpu.sh runs it on a GPU host).
+$(BUILD)/bench_gpu: $(BUILD)/tests/bench/bench_gpu.o $(DAEMON_OBJS) $(PROTO_OBJS) $(KERNEL_OBJS)
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS_DEPS) $(KERNEL_LIBS) -lm
 
 # Benchmarks: numbers, never pass/fail. Results go to tests/bench/RESULTS.md by hand.
 bench: all $(BUILD)/bench_control $(BUILD)/bench_file

@@ -555,6 +555,7 @@ struct filetier_job {
 	TAILQ_ENTRY(filetier_job) entry;
 	struct filetier_ns	*ns;
 	uint32_t		 id;
+	uint16_t		 reader;
 };
 struct filetier_stats {
 	uint64_t	namespaces;

@@ -134,9 +134,7 @@ struct filetier {
 
 	/* Workers: the lock guards the queues, stop, and nothing else. */
 	pthread_mutex_t		 lock;
-	pthread_cond_t		 rcond;
 	pthread_cond_t		 wcond;
-	struct filetier_job_list reads;
 	struct filetier_job_list writes;
 	struct filetier_job_list deletes;
 	struct filetier_job_list done;
@@ -148,9 +146,21 @@ struct filetier {
 	struct filetier_reader	*readers;
 };
 
-/* A reader thread's ring and its in-flight slots. */
+/*
+ * A reader thread: its own queue (so that the loop can keep every ring
+ * full), its ring and the ring's in-flight slots. A reader with a ring
+ * sleeps only in the ring, on its reads and on a read of its kick eventfd,
+ * which the loop writes when it queues work for an idle reader: a reader
+ * waiting for one read never leaves new work waiting behind it.
+ */
 struct filetier_reader {
 	struct filetier		*ft;
+	struct filetier_job_list queue;		/* under ft->lock */
+	pthread_cond_t		 cond;		/* readers without a ring sleep here */
+	int			 kick_fd;	/* loop -> reader */
+	uint64_t		 kick_buf;
+	int			 kick_armed;
+	unsigned		 outstanding;	/* loop thread: queued and in flight */
 	struct io_uring		 ring;
 	int			 uring;		/* 0: the ring could not be set up, pread */
 	uint8_t			*hdrs;		/* read_depth aligned 4096-byte headers */
@@ -219,15 +229,22 @@ filetier_leaf_path(const struct dram_key *k, char *buf, size_t len)
 	snprintf(buf, len, "%02x-%04x/%02x", k->pool, k->shard, k->hash[0]);
 }
 
+/* "pp-ssss/hh/<64 hex>.obj", by hand: every read and write makes one. */
 static void
 filetier_obj_path(const struct dram_key *k, char *buf)
 {
-	char	hex[65];
+	uint8_t	ps[3] = { k->pool, (uint8_t)(k->shard >> 8), (uint8_t)k->shard };
 
-	filetier_hex(hex, k->hash, sizeof(k->hash));
-	snprintf(buf, FILETIER_OBJ_PATH, "%02x-%04x/%02x/%s.obj", k->pool, k->shard, k->hash[0],
-	    hex);
+	filetier_hex(buf, ps, 1);
+	buf[2] = '-';
+	filetier_hex(buf + 3, ps + 1, 2);
+	buf[7] = '/';
+	filetier_hex(buf + 8, k->hash, 1);
+	buf[10] = '/';
+	filetier_hex(buf + 11, k->hash, sizeof(k->hash));
+	memcpy(buf + 75, ".obj", 5);
 }
+_Static_assert(FILETIER_OBJ_PATH == 80, "pp-ssss/hh/ + 64 hex + .obj + NUL");
 
 static inline uint64_t
 filetier_file_bytes(uint64_t len)
@@ -541,15 +558,43 @@ filetier_ns_find(const struct filetier *ft, const uint8_t fp[16])
 
 /* Jobs: handed to the workers under the lock. */
 
+/*
+ * A read goes to the reader with the least outstanding work, which keeps
+ * the rings evenly full; a reader whose queue was empty may be asleep in
+ * its ring and is kicked. Writes and unlinks share the writers' queues.
+ */
+static void
+filetier_enqueue_read(struct filetier *ft, struct filetier_job *job)
+{
+	struct filetier_reader	*r = &ft->readers[0];
+	uint64_t		 one = 1;
+	unsigned		 i;
+	int			 was_empty;
+
+	for (i = 1; i < ft->p.readers; i++)
+		if (ft->readers[i].outstanding < r->outstanding)
+			r = &ft->readers[i];
+	r->outstanding++;
+	job->reader = (uint16_t)(r - ft->readers);
+	pthread_mutex_lock(&ft->lock);
+	was_empty = TAILQ_EMPTY(&r->queue);
+	TAILQ_INSERT_TAIL(&r->queue, job, entry);
+	if (!r->uring)
+		pthread_cond_signal(&r->cond);
+	pthread_mutex_unlock(&ft->lock);
+	if (r->uring && was_empty && write(r->kick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		abort();	/* an eventfd write cannot fail otherwise */
+}
+
 static void
 filetier_enqueue(struct filetier *ft, struct filetier_job *job)
 {
+	if (job->kind == FILETIER_JOB_READ) {
+		filetier_enqueue_read(ft, job);
+		return;
+	}
 	pthread_mutex_lock(&ft->lock);
 	switch (job->kind) {
-	case FILETIER_JOB_READ:
-		TAILQ_INSERT_TAIL(&ft->reads, job, entry);
-		pthread_cond_signal(&ft->rcond);
-		break;
 	case FILETIER_JOB_WRITE:
 		TAILQ_INSERT_TAIL(&ft->writes, job, entry);
 		pthread_cond_signal(&ft->wcond);
@@ -673,6 +718,7 @@ filetier_read_done(struct filetier *ft, struct filetier_job *job)
 	char			 path[FILETIER_OBJ_PATH];
 
 	ft->st.reads_inflight--;
+	ft->readers[job->reader].outstanding--;
 	if (job->status == 0) {
 		ft->st.reads++;
 		ft->st.bytes_read += job->len;
@@ -953,12 +999,11 @@ static unsigned
 filetier_reader_take(struct filetier_reader *r, struct filetier_job_list *take,
     struct filetier_job_list *batch, unsigned max)
 {
-	struct filetier		*ft = r->ft;
 	struct filetier_job	*job;
 	unsigned		 n = 0;
 
-	while (n < max && (job = TAILQ_FIRST(&ft->reads)) != NULL) {
-		TAILQ_REMOVE(&ft->reads, job, entry);
+	while (n < max && (job = TAILQ_FIRST(&r->queue)) != NULL) {
+		TAILQ_REMOVE(&r->queue, job, entry);
 		if (atomic_load_explicit(&job->cancel, memory_order_acquire)) {
 			job->status = -ECANCELED;
 			TAILQ_INSERT_TAIL(batch, job, entry);
@@ -970,6 +1015,59 @@ filetier_reader_take(struct filetier_reader *r, struct filetier_job_list *take,
 	return n;
 }
 
+#define FILETIER_UD_KICK	UINT64_MAX
+
+static void *
+filetier_reader_ring_main(struct filetier_reader *r)
+{
+	struct filetier		*ft = r->ft;
+	struct filetier_job_list take, batch;
+	struct filetier_job	*job;
+	struct io_uring_cqe	*cqe;
+	struct io_uring_sqe	*sqe;
+	unsigned		 busy = 0, head, n;
+	int			 stop, rc;
+
+	TAILQ_INIT(&take);
+	TAILQ_INIT(&batch);
+	for (;;) {
+		pthread_mutex_lock(&ft->lock);
+		/* Stopping: what is in flight lands (it writes caller memory), nothing new starts. */
+		if (!(stop = ft->stop))
+			filetier_reader_take(r, &take, &batch, r->nfree);
+		pthread_mutex_unlock(&ft->lock);
+		if (stop && busy == 0)
+			return NULL;
+		while ((job = TAILQ_FIRST(&take)) != NULL) {
+			TAILQ_REMOVE(&take, job, entry);
+			filetier_reader_prep(r, r->free_slots[--r->nfree], job);
+			busy++;
+		}
+		filetier_post(ft, &batch);
+		if (!r->kick_armed && !stop) {
+			sqe = io_uring_get_sqe(&r->ring);
+			io_uring_prep_read(sqe, r->kick_fd, &r->kick_buf, sizeof(r->kick_buf), 0);
+			io_uring_sqe_set_data64(sqe, FILETIER_UD_KICK);
+			r->kick_armed = 1;
+		}
+		/* Submits what was queued and sleeps until a read or a kick completes. */
+		rc = io_uring_submit_and_wait(&r->ring, 1);
+		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
+			fatalx("filetier", "io_uring_submit_and_wait: %s", strerror(-rc));
+		n = 0;
+		io_uring_for_each_cqe(&r->ring, head, cqe) {
+			if (cqe->user_data == FILETIER_UD_KICK)
+				r->kick_armed = 0;
+			else
+				filetier_reader_cqe(r, cqe->user_data, cqe->res, &batch);
+			n++;
+		}
+		io_uring_cq_advance(&r->ring, n);
+		busy = ft->p.read_depth - r->nfree;
+		filetier_post(ft, &batch);
+	}
+}
+
 static void *
 filetier_reader_main(void *arg)
 {
@@ -977,53 +1075,26 @@ filetier_reader_main(void *arg)
 	struct filetier		*ft = r->ft;
 	struct filetier_job_list take, batch;
 	struct filetier_job	*job;
-	struct io_uring_cqe	*cqe;
-	unsigned		 busy = 0, head, n;
-	int			 rc;
 
+	if (r->uring)
+		return filetier_reader_ring_main(r);
 	TAILQ_INIT(&take);
 	TAILQ_INIT(&batch);
 	for (;;) {
 		pthread_mutex_lock(&ft->lock);
-		while (!ft->stop && busy == 0 && TAILQ_EMPTY(&ft->reads))
-			pthread_cond_wait(&ft->rcond, &ft->lock);
-		if (ft->stop && busy == 0) {
+		while (!ft->stop && TAILQ_EMPTY(&r->queue))
+			pthread_cond_wait(&r->cond, &ft->lock);
+		if (ft->stop) {
 			pthread_mutex_unlock(&ft->lock);
 			return NULL;
 		}
-		/* Stopping: what is in flight lands (it writes caller memory), nothing new starts. */
-		if (!ft->stop)
-			filetier_reader_take(r, &take, &batch, r->uring ? r->nfree : 1);
+		filetier_reader_take(r, &take, &batch, 1);
 		pthread_mutex_unlock(&ft->lock);
-
-		if (!r->uring) {
-			if ((job = TAILQ_FIRST(&take)) != NULL) {
-				TAILQ_REMOVE(&take, job, entry);
-				filetier_reader_sync_one(r, job);
-				TAILQ_INSERT_TAIL(&batch, job, entry);
-			}
-			filetier_post(ft, &batch);
-			continue;
-		}
-		while ((job = TAILQ_FIRST(&take)) != NULL) {
+		if ((job = TAILQ_FIRST(&take)) != NULL) {
 			TAILQ_REMOVE(&take, job, entry);
-			filetier_reader_prep(r, r->free_slots[--r->nfree], job);
-			busy++;
+			filetier_reader_sync_one(r, job);
+			TAILQ_INSERT_TAIL(&batch, job, entry);
 		}
-		filetier_post(ft, &batch);
-		if (busy == 0)
-			continue;
-		/* Submits what was queued and sleeps until at least one CQE. */
-		rc = io_uring_submit_and_wait(&r->ring, 1);
-		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
-			fatalx("filetier", "io_uring_submit_and_wait: %s", strerror(-rc));
-		n = 0;
-		io_uring_for_each_cqe(&r->ring, head, cqe) {
-			filetier_reader_cqe(r, cqe->user_data, cqe->res, &batch);
-			n++;
-		}
-		io_uring_cq_advance(&r->ring, n);
-		busy = ft->p.read_depth - r->nfree;
 		filetier_post(ft, &batch);
 	}
 }
@@ -1497,7 +1568,8 @@ filetier_scan_insert(struct filetier *ft, struct filetier_scan_part *parts, unsi
 	int			 rc;
 
 	for (i = 0; i < nparts; i++)
-		qsort(parts[i].found, parts[i].n, sizeof(*parts[i].found), filetier_found_cmp);
+		if (parts[i].n > 1)
+			qsort(parts[i].found, parts[i].n, sizeof(*parts[i].found), filetier_found_cmp);
 	for (;;) {
 		best = nparts;
 		for (i = 0; i < nparts; i++)
@@ -1755,6 +1827,17 @@ filetier_params_default(struct filetier_params *p)
 	p->io_uring = 1;
 }
 
+static void
+filetier_jobs_free(struct filetier_job_list *l)
+{
+	struct filetier_job	*job;
+
+	while ((job = TAILQ_FIRST(l)) != NULL) {
+		TAILQ_REMOVE(l, job, entry);
+		free(job);
+	}
+}
+
 static int
 filetier_reader_init(struct filetier_reader *r, struct filetier *ft)
 {
@@ -1762,6 +1845,10 @@ filetier_reader_init(struct filetier_reader *r, struct filetier *ft)
 	int		rc;
 
 	r->ft = ft;
+	TAILQ_INIT(&r->queue);
+	pthread_cond_init(&r->cond, NULL);
+	if ((r->kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+		return -errno;
 	r->hdrs = aligned_alloc(FILETIER_HDR, (size_t)depth * FILETIER_HDR);
 	r->slots = calloc(depth, sizeof(*r->slots));
 	r->free_slots = calloc(depth, sizeof(*r->free_slots));
@@ -1772,8 +1859,8 @@ filetier_reader_init(struct filetier_reader *r, struct filetier *ft)
 	r->nfree = depth;
 	if (!ft->p.io_uring)
 		return 0;
-	/* Three SQEs a read: open, read, close. */
-	if ((rc = io_uring_queue_init(depth * 3, &r->ring, 0)) != 0) {
+	/* Three SQEs a read (open, read, close) and the kick. */
+	if ((rc = io_uring_queue_init(depth * 3 + 1, &r->ring, 0)) != 0) {
 		log_warn("filetier", "io_uring_queue_init: %s; reads use pread", strerror(-rc));
 		return 0;
 	}
@@ -1790,9 +1877,16 @@ filetier_reader_init(struct filetier_reader *r, struct filetier *ft)
 static void
 filetier_reader_fini(struct filetier_reader *r)
 {
+	if (r->ft == NULL)
+		return;		/* never initialised */
+	filetier_jobs_free(&r->queue);
 	if (r->uring)
 		io_uring_queue_exit(&r->ring);
 	r->uring = 0;
+	if (r->kick_fd >= 0)
+		close(r->kick_fd);
+	r->kick_fd = -1;
+	pthread_cond_destroy(&r->cond);
 	free(r->hdrs);
 	free(r->slots);
 	free(r->free_slots);
@@ -1830,9 +1924,7 @@ filetier_new(struct event_base *base, const struct filetier_params *p, struct fi
 	ft->rootfd = ft->efd = -1;
 	ft->rec_free = ft->lru_head = ft->lru_tail = FILETIER_NONE;
 	pthread_mutex_init(&ft->lock, NULL);
-	pthread_cond_init(&ft->rcond, NULL);
 	pthread_cond_init(&ft->wcond, NULL);
-	TAILQ_INIT(&ft->reads);
 	TAILQ_INIT(&ft->writes);
 	TAILQ_INIT(&ft->deletes);
 	TAILQ_INIT(&ft->done);
@@ -1862,9 +1954,13 @@ filetier_new(struct event_base *base, const struct filetier_params *p, struct fi
 	if (ft->ev == NULL || ft->readers == NULL || ft->threads == NULL ||
 	    event_add(ft->ev, NULL) != 0)
 		goto nomem;
-	for (i = 0; i < p->readers; i++)
-		if (filetier_reader_init(&ft->readers[i], ft) != 0)
-			goto nomem;
+	for (i = 0; i < p->readers; i++) {
+		ft->readers[i].kick_fd = -1;
+		if ((rc = filetier_reader_init(&ft->readers[i], ft)) != 0) {
+			snprintf(err, errlen, "file tier: reader set-up: %s", strerror(-rc));
+			goto fail;
+		}
+	}
 	for (i = 0, n = p->readers + p->writers; i < n; i++) {
 		rc = pthread_create(&ft->threads[i], NULL,
 		    i < p->readers ? filetier_reader_main : filetier_writer_main,
@@ -1888,17 +1984,6 @@ fail:
 	return rc;
 }
 
-static void
-filetier_jobs_free(struct filetier_job_list *l)
-{
-	struct filetier_job	*job;
-
-	while ((job = TAILQ_FIRST(l)) != NULL) {
-		TAILQ_REMOVE(l, job, entry);
-		free(job);
-	}
-}
-
 /*
  * Stops the threads: reads and writes already started finish (a read
  * lands in caller memory, so it must not be abandoned halfway), queued
@@ -1914,12 +1999,20 @@ filetier_free(struct filetier *ft)
 		return;
 	pthread_mutex_lock(&ft->lock);
 	ft->stop = 1;
-	pthread_cond_broadcast(&ft->rcond);
 	pthread_cond_broadcast(&ft->wcond);
+	for (i = 0; ft->readers != NULL && i < ft->p.readers; i++)
+		if (ft->readers[i].ft != NULL)
+			pthread_cond_broadcast(&ft->readers[i].cond);
 	pthread_mutex_unlock(&ft->lock);
+	for (i = 0; ft->readers != NULL && i < ft->p.readers; i++) {
+		uint64_t one = 1;
+
+		if (ft->readers[i].ft != NULL && ft->readers[i].kick_fd >= 0 &&
+		    write(ft->readers[i].kick_fd, &one, sizeof(one)) < 0)
+			log_warn("filetier", "kick: %s", strerror(errno));
+	}
 	for (i = 0; i < ft->nthreads; i++)
 		pthread_join(ft->threads[i], NULL);
-	filetier_jobs_free(&ft->reads);
 	filetier_jobs_free(&ft->writes);
 	filetier_jobs_free(&ft->deletes);
 	filetier_jobs_free(&ft->done);
@@ -1944,7 +2037,6 @@ filetier_free(struct filetier *ft)
 	free(ft->blocks);
 	free(ft->buckets);
 	pthread_cond_destroy(&ft->wcond);
-	pthread_cond_destroy(&ft->rcond);
 	pthread_mutex_destroy(&ft->lock);
 	free(ft);
 }

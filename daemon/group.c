@@ -131,17 +131,30 @@ group_leave(struct server *s, struct session *sess)
 	free(g);
 }
 
-/* Whether any rank of the group has an admission or a lease: then policies stay. */
+/*
+ * Whether the group has a restore under way: an admission still waiting
+ * for its ranks, or a lease admitted and not yet restored, restoring, or
+ * waiting for the rest of its group. A policy change must not move under
+ * those; ended leases (ready, failed, cancelled, expired) do not count.
+ */
 static int
 group_busy(const struct rank_group *g)
 {
-	unsigned	r;
+	const struct admission	*a;
+	const struct lease	*l;
+	unsigned		 r;
 
-	if (!TAILQ_EMPTY(&g->admissions))
-		return 1;
-	for (r = 0; r < g->size; r++)
-		if (g->members[r] != NULL && !TAILQ_EMPTY(&g->members[r]->leases))
+	TAILQ_FOREACH(a, &g->admissions, entry)
+		if (!a->answered)
 			return 1;
+	for (r = 0; r < g->size; r++) {
+		if (g->members[r] == NULL)
+			continue;
+		TAILQ_FOREACH(l, &g->members[r]->leases, entry)
+			if (l->state == LEASE_ADMITTED || l->state == LEASE_RESTORING ||
+			    l->state == LEASE_COPIED)
+				return 1;
+	}
 	return 0;
 }
 

@@ -95,6 +95,10 @@ publish_check(struct session *sess, const struct proto_publish *p,
 		}
 		if (cache_hashes_ok(sess, pages[i].hash, 1, err, errlen) != 0)
 			return PROTO_S_INVALID;
+		if (pages[i].pad != 0) {
+			snprintf(err, errlen, "page %u: padding must be zero", i);
+			return PROTO_S_INVALID;
+		}
 	}
 	return PROTO_S_OK;
 }

@@ -266,12 +266,25 @@ restore_check(struct session *sess, struct lease *l, const struct proto_restore 
 			return sess->slot_held[p->state_slot] ? PROTO_S_SLOT : PROTO_S_INVALID;
 		}
 	}
+	if (p->pad != 0) {
+		snprintf(err, errlen, "padding must be zero");
+		return PROTO_S_INVALID;
+	}
+	/* Sidecars go to the same page slots in their own region: bound those too. */
 	for (i = 0; i < l->nobjs; i++) {
-		int reg = cache_region_of_pool(sess, l->objs[i].pool);
+		const struct lease_obj	*o = &l->objs[i];
+		int			 reg;
 
-		if (reg < 0) {
-			snprintf(err, errlen, "no region registered for pool %u", l->objs[i].pool);
+		if (o->pool == l->adm->pool || sess->ns->pools[o->pool].kind == PROTO_POOL_STATE)
+			continue;
+		if ((reg = cache_region_of_pool(sess, o->pool)) < 0) {
+			snprintf(err, errlen, "no region registered for pool %u", o->pool);
 			return PROTO_S_INVALID;
+		}
+		if (dst[o->page] >= sess->regions[reg].desc.num_pages) {
+			snprintf(err, errlen, "destination %u is page %u, outside pool %u's %u-page "
+			    "region", o->page, dst[o->page], o->pool, sess->regions[reg].desc.num_pages);
+			return PROTO_S_OUT_OF_BOUNDS;
 		}
 	}
 	for (i = 0; i < p->npages; i++) {
@@ -365,7 +378,8 @@ restore_request(struct conn *c, struct proto_frame *f)
 	for (i = 0; i < l->nobjs; i++) {
 		struct copy_page	*pg = &job->pages[i];
 		const struct lease_obj	*o = &l->objs[i];
-		int			 reg = cache_region_of_pool(sess, o->pool);
+		int			 reg = o->pool == l->adm->pool ? p.region :
+					     cache_region_of_pool(sess, o->pool);
 
 		pg->id = o->id;
 		pg->obj = (uint8_t *)(uintptr_t)dram_data(s->dram, pg->id, &pg->len, &pg->checksum);
@@ -373,19 +387,8 @@ restore_request(struct conn *c, struct proto_frame *f)
 		pg->base = sess->regions[reg].base;
 		if (sess->ns->pools[o->pool].kind == PROTO_POOL_STATE)
 			pg->region_page = p.state_slot;
-		else {
-			/* Sidecars go to the same page slots in their own region. */
-			pg->region_page = dst[o->page];
-			if (reg != p.region && dst[o->page] >= pg->geom->num_pages) {
-				conn_reply_error(c, &f->hdr, PROTO_S_OUT_OF_BOUNDS, "RESTORE: "
-				    "destination page %u is outside pool %u's region", dst[o->page],
-				    o->pool);
-				free(job->pages);
-				free(job);
-				free(dst);
-				return;
-			}
-		}
+		else
+			pg->region_page = dst[o->page];	/* restore_check() bounded it */
 		dram_touch(s->dram, pg->id);
 	}
 	free(dst);

@@ -50,6 +50,11 @@
 #define ENGINE_FIN_SKIP		1	/* no checksum: ok */
 #define ENGINE_FIN_COMPUTE	2	/* checksum only (publish) */
 
+/* A launch; a host build of this file (an emulation harness) may define its own. */
+#ifndef ENGINE_KERNEL
+#define ENGINE_KERNEL(k, grid, block, stream)	k<<<(grid), (block), 0, (stream)>>>
+#endif
+
 /* Descriptors the kernels read from mapped host memory. */
 struct engine_item {
 	uint64_t	off;		/* in the slot's staging */
@@ -799,6 +804,13 @@ engine_in_alloc(const void *p, uint64_t n, const char *what, char *err, size_t l
 	if ((rc = kernels_dev_range(p, &base, &size)) == -ENOTSUP)
 		return 0;	/* an old driver: the geometry's own size bounds it */
 	if (rc != 0) {
+		cudaPointerAttributes	a;
+
+		/* device memory the range query does not cover: its size is the caller's word */
+		if (cudaPointerGetAttributes(&a, p) == cudaSuccess &&
+		    a.type == cudaMemoryTypeDevice)
+			return 0;
+		(void)cudaGetLastError();
 		snprintf(err, len, "%s %p is not device memory", what, p);
 		return -EFAULT;
 	}
@@ -957,6 +969,13 @@ engine_break(struct kernels_engine *e, const char *err)
 	}
 }
 
+/* Blocks for one warp per item. */
+static unsigned
+engine_warps(uint32_t n)
+{
+	return (n * 32 + ENGINE_THREADS - 1) / ENGINE_THREADS;
+}
+
 /* Grid width for moving up to maxb bytes per blockIdx.y, ~16 KiB per block. */
 static unsigned
 engine_bx(uint64_t maxb, unsigned cap)
@@ -1085,35 +1104,35 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 	if (!op->publish) {
 		/* the DMA runs were issued above, ahead of this gather */
 		if (ns > 0)
-			ENGINE_LAUNCH("the host gather kernel", engine_copy_kernel<<<dim3(engine_bx(maxs,
-			    256), ns), ENGINE_THREADS, 0, s>>>(sl->dsegs));
+			ENGINE_LAUNCH("the host gather kernel", ENGINE_KERNEL(engine_copy_kernel,
+			    dim3(engine_bx(maxs, 256), ns), ENGINE_THREADS, s)(sl->dsegs));
 		if (verify && nu > 0)
-			ENGINE_LAUNCH("the checksum kernel", engine_csum_kernel<<<(nu * 32 +
-			    ENGINE_THREADS - 1) / ENGINE_THREADS, ENGINE_THREADS, 0, s>>>(sl->dunits, nu,
-			    sl->stage, sl->dig));
-		ENGINE_LAUNCH("the verify kernel", engine_finish_kernel<<<(ni * 32 + ENGINE_THREADS -
-		    1) / ENGINE_THREADS, ENGINE_THREADS, 0, s>>>(sl->ditems, ni, sl->dig, sl->dres,
-		    sl->ok, verify ? ENGINE_FIN_VERIFY : ENGINE_FIN_SKIP));
+			ENGINE_LAUNCH("the checksum kernel", ENGINE_KERNEL(engine_csum_kernel,
+			    engine_warps(nu), ENGINE_THREADS, s)(sl->dunits, nu, sl->stage, sl->dig));
+		ENGINE_LAUNCH("the verify kernel", ENGINE_KERNEL(engine_finish_kernel,
+		    engine_warps(ni), ENGINE_THREADS, s)(sl->ditems, ni, sl->dig, sl->dres, sl->ok,
+		    verify ? ENGINE_FIN_VERIFY : ENGINE_FIN_SKIP));
 		if (op->wait != NULL && ce == cudaSuccess) {
 			what = "cudaStreamWaitEvent";
 			ce = cudaStreamWaitEvent(s, op->wait, 0);
 		}
-		ENGINE_LAUNCH("the scatter kernel", engine_scatter_kernel<<<dim3(engine_bx(maxb, 128),
-		    ni), ENGINE_THREADS, 0, s>>>(sl->ditems, sl->stage, op->dregs, sl->ok, 1));
+		ENGINE_LAUNCH("the scatter kernel", ENGINE_KERNEL(engine_scatter_kernel,
+		    dim3(engine_bx(maxb, 128), ni), ENGINE_THREADS, s)(sl->ditems, sl->stage,
+		    op->dregs, sl->ok, 1));
 	} else {
 		if (op->wait != NULL) {
 			what = "cudaStreamWaitEvent";
 			ce = cudaStreamWaitEvent(s, op->wait, 0);
 		}
-		ENGINE_LAUNCH("the gather kernel", engine_scatter_kernel<<<dim3(engine_bx(maxb, 128),
-		    ni), ENGINE_THREADS, 0, s>>>(sl->ditems, sl->stage, op->dregs, sl->ok, 0));
+		ENGINE_LAUNCH("the gather kernel", ENGINE_KERNEL(engine_scatter_kernel,
+		    dim3(engine_bx(maxb, 128), ni), ENGINE_THREADS, s)(sl->ditems, sl->stage,
+		    op->dregs, sl->ok, 0));
 		if (nu > 0)
-			ENGINE_LAUNCH("the checksum kernel", engine_csum_kernel<<<(nu * 32 +
-			    ENGINE_THREADS - 1) / ENGINE_THREADS, ENGINE_THREADS, 0, s>>>(sl->dunits, nu,
-			    sl->stage, sl->dig));
-		ENGINE_LAUNCH("the checksum kernel (objects)", engine_finish_kernel<<<(ni * 32 +
-		    ENGINE_THREADS - 1) / ENGINE_THREADS, ENGINE_THREADS, 0, s>>>(sl->ditems, ni,
-		    sl->dig, sl->dres, sl->ok, ENGINE_FIN_COMPUTE));
+			ENGINE_LAUNCH("the checksum kernel", ENGINE_KERNEL(engine_csum_kernel,
+			    engine_warps(nu), ENGINE_THREADS, s)(sl->dunits, nu, sl->stage, sl->dig));
+		ENGINE_LAUNCH("the checksum kernel (objects)", ENGINE_KERNEL(engine_finish_kernel,
+		    engine_warps(ni), ENGINE_THREADS, s)(sl->ditems, ni, sl->dig, sl->dres, sl->ok,
+		    ENGINE_FIN_COMPUTE));
 		/* the DMA runs go after the kernels, in the same stream */
 		for (k = 0; k < nr && ce == cudaSuccess; k++) {
 			run = &sl->runs[k];
@@ -1124,8 +1143,8 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 			}
 		}
 		if (ns > 0)
-			ENGINE_LAUNCH("the host scatter kernel", engine_copy_kernel<<<dim3(
-			    engine_bx(maxs, 256), ns), ENGINE_THREADS, 0, s>>>(sl->dsegs));
+			ENGINE_LAUNCH("the host scatter kernel", ENGINE_KERNEL(engine_copy_kernel,
+			    dim3(engine_bx(maxs, 256), ns), ENGINE_THREADS, s)(sl->dsegs));
 	}
 #undef ENGINE_LAUNCH
 record:
@@ -1507,12 +1526,12 @@ kernels_checksum_device(const void *dptr, size_t len, uint64_t *out, char *err, 
 		goto out;
 	what = "the checksum kernel";
 	if (nu > 0) {
-		engine_csum_kernel<<<(nu * 32 + ENGINE_THREADS - 1) / ENGINE_THREADS, ENGINE_THREADS>>>(
-		    du, nu, (const uint8_t *)dptr, dig);
+		ENGINE_KERNEL(engine_csum_kernel, engine_warps(nu), ENGINE_THREADS, 0)(du, nu,
+		    (const uint8_t *)dptr, dig);
 		if ((ce = cudaGetLastError()) != cudaSuccess)
 			goto out;
 	}
-	engine_finish_kernel<<<1, 32>>>(di, 1, dig, dr, ok, ENGINE_FIN_COMPUTE);
+	ENGINE_KERNEL(engine_finish_kernel, 1, 32, 0)(di, 1, dig, dr, ok, ENGINE_FIN_COMPUTE);
 	if ((ce = cudaGetLastError()) != cudaSuccess ||
 	    (ce = cudaMemcpy(&hr, dr, sizeof(hr), cudaMemcpyDeviceToHost)) != cudaSuccess)
 		goto out;

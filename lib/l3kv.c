@@ -1707,10 +1707,14 @@ l3kv_probe_result(const struct l3kv_completion *c, uint32_t *hit_pages)
 	if (hit_pages == NULL)
 		return -EINVAL;
 	*hit_pages = 0;
-	p = l3kv_completion_reply(c, PROTO_T_PROBE, sizeof(r));
-	if (p == NULL)
+	/* A hybrid layout's reply carries its stop points after the fixed part. */
+	if (c == NULL || c->op != PROTO_T_PROBE || c->status != 0 || c->payload == NULL ||
+	    c->len < sizeof(r))
 		return -EINVAL;
+	p = c->payload;
 	memcpy(&r, p, sizeof(r));
+	if ((uint64_t)c->len != sizeof(r) + (uint64_t)r.nstops * sizeof(uint32_t))
+		return -EINVAL;
 	*hit_pages = r.hit_pages;
 	return 0;
 }

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -700,12 +701,16 @@ START_TEST(test_enospc_fails_writes_cleanly_and_reads_go_on)
 	int			 mounted, tmp, obj, want;
 
 	/*
-	 * A 1 MiB tmpfs gives a real ENOSPC. Without the right to mount, a
-	 * 1 MiB RLIMIT_FSIZE makes writes fail with EFBIG instead: the same
-	 * path through the module, another errno.
+	 * A 1 MiB tmpfs gives a real ENOSPC. It is mounted in a mount
+	 * namespace of this test's own, so a failed test cannot leave it
+	 * behind. Without the right to mount, a 1 MiB RLIMIT_FSIZE makes
+	 * writes fail with EFBIG instead: the same path through the module,
+	 * another errno.
 	 */
 	ck_assert_int_eq(mkdir(troot, 0700), 0);
-	mounted = mount("tmpfs", troot, "tmpfs", 0, "size=1m") == 0;
+	mounted = unshare(CLONE_NEWNS) == 0 &&
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+	    mount("tmpfs", troot, "tmpfs", 0, "size=1m") == 0;
 	if (!mounted) {
 		fprintf(stderr, "filetier ENOSPC test: mount: %s; using RLIMIT_FSIZE\n",
 		    strerror(errno));

@@ -7,11 +7,14 @@
  *
  * L3KV_SUITE=name runs one suite; CK_RUN_CASE/CK_RUN_SUITE also work.
  */
+#include <sys/wait.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels.h"
 #include "tests.h"
 
 struct runner_suite {
@@ -31,8 +34,54 @@ static const struct runner_suite runner_suites[] = {
 	{ "hybrid",	suite_hybrid,	NULL },
 	{ "filetier",	suite_filetier,	NULL },
 	{ "service",	suite_service,	NULL },
+	{ "python",	suite_python,	NULL },
+	{ "gpu_host",	suite_gpu_host,	NULL },
 	{ "root",	suite_root,	"root" },
+	{ "gpu",	suite_gpu,	"gpu" },
 };
+
+/*
+ * Whether a GPU is usable, asked once, in a child: CUDA does not survive
+ * fork(), and check forks every test from this process, which must
+ * therefore never touch CUDA itself. NULL when one is, else why not.
+ */
+static const char *
+runner_gpu_reason(void)
+{
+	static char	why[256];
+	static int	asked;
+	char		desc[200] = "";
+	int		p[2], st = 0, n = -1;
+	ssize_t		r;
+	pid_t		pid;
+
+	if (asked)
+		return why[0] != '\0' ? why : NULL;
+	asked = 1;
+	snprintf(why, sizeof(why), "GPU probe failed");
+	if (pipe(p) != 0 || (pid = fork()) < 0)
+		return why;
+	if (pid == 0) {
+		close(p[0]);
+		n = kernels_device_count(desc, sizeof(desc));
+		if (write(p[1], &n, sizeof(n)) != sizeof(n) || write(p[1], desc, sizeof(desc)) < 0)
+			_exit(1);
+		_exit(0);
+	}
+	close(p[1]);
+	r = read(p[0], &n, sizeof(n));
+	if (r == sizeof(n) && read(p[0], desc, sizeof(desc) - 1) < 0)
+		desc[0] = '\0';
+	close(p[0]);
+	waitpid(pid, &st, 0);
+	if (r != sizeof(n))
+		snprintf(why, sizeof(why), "GPU probe died (status %#x)", st);
+	else if (n <= 0)
+		snprintf(why, sizeof(why), "no GPU on this machine: %s", desc);
+	else
+		why[0] = '\0';
+	return why[0] != '\0' ? why : NULL;
+}
 
 /* Why a tagged suite cannot run here, or NULL when it can. */
 static const char *
@@ -45,7 +94,7 @@ runner_skip_reason(const char *tag)
 	if (strcmp(tag, "root") == 0)
 		return geteuid() == 0 ? NULL : "needs root to connect as a foreign uid";
 	if (strcmp(tag, "gpu") == 0)
-		return "no GPU on this machine";
+		return runner_gpu_reason();
 	if (strcmp(tag, "rdma") == 0)
 		return "no RDMA provider on this machine";
 	return "unknown tag";

@@ -20,8 +20,11 @@ Suite	*suite_root(void);
 Suite	*suite_attach(void);
 Suite	*suite_dram(void);
 Suite	*suite_cache(void);
+Suite	*suite_gpu(void);
+Suite	*suite_gpu_host(void);
 Suite	*suite_hybrid(void);
 Suite	*suite_filetier(void);
+Suite	*suite_python(void);
 
 /* A real l3kvd started from $L3KV_BUILD/l3kvd in a mkdtemp directory. */
 struct test_daemon {

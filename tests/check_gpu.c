@@ -1,0 +1,1388 @@
+/*
+ * The cuda copy engine (kernels/engine.cu) checked byte for byte against
+ * the host engine's own reference, copy_page_scatter() and
+ * dram_checksum().
+ *
+ * Suite gpu (tag gpu: runs only where kernels_device_count() finds a
+ * GPU): restores of several geometries (MLA layer_first, page_first and
+ * per-layer buffers; MHA K and V as two regions; geometries that allow
+ * only 8-, 4- or 1-byte accesses) from objects placed in runs and
+ * scattered in a registered arena, by DMA, by the zero-copy gather and
+ * by the automatic choice; a corrupt object reported and its page left
+ * as it was; the GPU checksum equal to dram_checksum for 1 B .. 9 MiB at
+ * any alignment; publish and back; cancel; the notify eventfd; input
+ * rejected before anything moves; restores while a busy kernel holds the
+ * GPU; memory opened from a second process (legacy IPC with an IPC
+ * event, and cuMem POSIX fds). CUDA does not survive fork(), and check
+ * forks every test: each test does its own CUDA set-up, and the tests
+ * with a second process fork it before touching CUDA at all.
+ *
+ * Suite gpu_host (no tag, runs everywhere, CI included): the XXH3 code
+ * the kernels run (kernels/xxh3.h), compiled as host code here, equal to
+ * libxxhash for every length to 4 KiB and around every path boundary,
+ * the warp decomposition's host model too; the chunked checksum equal to
+ * dram_checksum; kernels_init failing cleanly where there is no GPU.
+ *
+ * Every run draws new random bytes (never zeros); a failure prints the
+ * seed, and L3KV_SEED=N repeats a run.
+ */
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "daemon.h"
+#include "kernels.h"
+#include "tests.h"
+#include "xxh3.h"
+
+#define GPU_MIB		(1ULL << 20)
+#define GPU_MAX_LAYERS	128
+
+static unsigned long long	gpu_seed;
+static uint64_t			gpu_rng;
+
+/* check's ck_assert_* cost a system call per success: these check quietly. */
+#define CHECK(e, ...) do {						\
+	if (!(e)) {							\
+		char _m[512];						\
+		snprintf(_m, sizeof(_m), __VA_ARGS__);			\
+		ck_abort_msg("%s (seed %llu)", _m, gpu_seed);		\
+	}								\
+} while (0)
+#define EQ(a, b) do {							\
+	long long _a = (long long)(a), _b = (long long)(b);		\
+	CHECK(_a == _b, "%s == %s: %lld != %lld", #a, #b, _a, _b);	\
+} while (0)
+
+static void
+gpu_rnd_init(void)
+{
+	const char	*s = getenv("L3KV_SEED");
+	struct timespec	 ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gpu_seed = s != NULL ? strtoull(s, NULL, 0) :
+	    (unsigned long long)ts.tv_nsec ^ (unsigned long long)ts.tv_sec << 20 ^
+	    (unsigned long long)getpid() << 40;
+	gpu_rng = gpu_seed * 0x9e3779b97f4a7c15ULL + 1;
+}
+
+static uint64_t
+gpu_rnd(void)
+{
+	gpu_rng ^= gpu_rng >> 12;
+	gpu_rng ^= gpu_rng << 25;
+	gpu_rng ^= gpu_rng >> 27;
+	return gpu_rng * 0x2545F4914F6CDD1DULL;
+}
+
+static void
+gpu_rnd_fill(void *buf, size_t n)
+{
+	uint8_t		*p = buf;
+	uint64_t	 v;
+
+	for (; n >= 8; n -= 8, p += 8) {
+		v = gpu_rnd();
+		memcpy(p, &v, 8);
+	}
+	for (v = gpu_rnd(); n > 0; n--, v >>= 8)
+		*p++ = (uint8_t)v;
+}
+
+static void
+gpu_cuda_init(void)
+{
+	char	err[256] = "";
+	int	rc;
+
+	rc = kernels_init(0, err, sizeof(err));
+	CHECK(rc == 0, "kernels_init: %d %s", rc, err);
+}
+
+static void
+gpu_init(void)
+{
+	gpu_rnd_init();
+	gpu_cuda_init();
+}
+
+static struct kernels_engine *
+gpu_engine(size_t slot_bytes, unsigned slots, unsigned streams, int notify_fd)
+{
+	struct kernels_engine	*e = NULL;
+	struct kernels_conf	 c;
+	char			 err[256] = "";
+	int			 rc;
+
+	kernels_conf_default(&c);
+	if (slot_bytes != 0)
+		c.slot_bytes = slot_bytes;
+	if (slots != 0)
+		c.slots = slots;
+	if (streams != 0)
+		c.streams = streams;
+	c.notify_fd = notify_fd;
+	rc = kernels_engine_new(&c, &e, err, sizeof(err));
+	CHECK(rc == 0, "kernels_engine_new: %d %s", rc, err);
+	return e;
+}
+
+static void *
+gpu_dev(size_t n)
+{
+	void	*d = NULL;
+	char	 err[256] = "";
+	int	 rc;
+
+	rc = kernels_dev_alloc(n, &d, err, sizeof(err));
+	CHECK(rc == 0, "kernels_dev_alloc(%zu): %d %s", n, rc, err);
+	return d;
+}
+
+static void
+gpu_copy(void *dst, const void *src, size_t n)
+{
+	char	err[256] = "";
+	int	rc;
+
+	rc = kernels_copy(dst, src, n, err, sizeof(err));
+	CHECK(rc == 0, "kernels_copy(%zu): %d %s", n, rc, err);
+}
+
+/* Host memory, random, whole pages; registered with CUDA when reg. */
+static uint8_t *
+gpu_host(size_t n, int reg)
+{
+	uint8_t	*p;
+	char	 err[256] = "";
+	int	 rc;
+
+	n = (n + 4095) & ~(size_t)4095;
+	p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(p != MAP_FAILED, "mmap %zu: %s", n, strerror(errno));
+	gpu_rnd_fill(p, n);
+	if (reg) {
+		rc = kernels_host_register(p, n, err, sizeof(err));
+		CHECK(rc == 0, "kernels_host_register: %d %s", rc, err);
+	}
+	return p;
+}
+
+static void
+gpu_host_free(uint8_t *p, size_t n, int reg)
+{
+	char	err[256] = "";
+
+	if (reg)
+		EQ(kernels_host_unregister(p, err, sizeof(err)), 0);
+	munmap(p, (n + 4095) & ~(size_t)4095);
+}
+
+/* The first differing byte of two buffers, or -1. */
+static long long
+gpu_diff(const uint8_t *a, const uint8_t *b, size_t n)
+{
+	size_t	i;
+
+	if (memcmp(a, b, n) == 0)
+		return -1;
+	for (i = 0; i < n && a[i] == b[i]; i++)
+		;
+	return (long long)i;
+}
+
+/*
+ * A test destination: device memory in one of three layouts, a host
+ * mirror of what it must hold (random at first: the sentinel), and the
+ * same geometry as a proto_region for copy_page_scatter().
+ */
+enum { GPU_LAYER_FIRST, GPU_PAGE_FIRST, GPU_LAYER_TABLE };
+
+struct gpu_reg {
+	int			 layout;
+	struct kernels_geom	 g;
+	struct proto_region	 pr;
+	struct kernels_region	*kr;
+	size_t			 bytes;		/* of each allocation */
+	unsigned		 nalloc;	/* 1, or layers with a layer table */
+	void			*dev[GPU_MAX_LAYERS];
+	uint8_t			*mirror[GPU_MAX_LAYERS];
+	uint64_t		 obj;
+};
+
+/* Fills the geometry of r (not its memory) for a layout and padding. */
+static void
+gpu_reg_geom(struct gpu_reg *r, int layout, uint32_t pages, uint32_t tokens, uint32_t layers,
+    uint32_t tbytes, uint64_t pad)
+{
+	struct kernels_geom	*g = &r->g;
+
+	memset(r, 0, sizeof(*r));
+	CHECK(layers <= GPU_MAX_LAYERS, "too many layers");
+	r->layout = layout;
+	r->obj = (uint64_t)tokens * layers * tbytes;
+	g->num_pages = pages;
+	g->page_tokens = tokens;
+	g->layers = layers;
+	g->token_bytes = tbytes;
+	switch (layout) {
+	case GPU_LAYER_FIRST:
+		g->token_stride = tbytes;
+		g->page_stride = (uint64_t)tokens * tbytes + pad;
+		g->layer_stride = pages * g->page_stride + pad;
+		r->bytes = layers * g->layer_stride;
+		r->nalloc = 1;
+		break;
+	case GPU_PAGE_FIRST:
+		g->token_stride = (uint64_t)layers * tbytes;
+		g->layer_stride = tbytes;
+		g->page_stride = r->obj + pad;
+		r->bytes = pages * g->page_stride;
+		r->nalloc = 1;
+		break;
+	default:
+		g->token_stride = tbytes;
+		g->page_stride = (uint64_t)tokens * tbytes + pad;
+		r->bytes = pages * g->page_stride;
+		r->nalloc = layers;
+		g->layer_size = r->bytes;
+		break;
+	}
+	g->size = r->bytes;
+	r->pr.layout = layout == GPU_PAGE_FIRST ? PROTO_LAYOUT_PAGE_FIRST : PROTO_LAYOUT_LAYER_FIRST;
+	r->pr.num_pages = pages;
+	r->pr.page_tokens = tokens;
+	r->pr.layers = layers;
+	r->pr.token_bytes = tbytes;
+	r->pr.page_stride = g->page_stride;
+	r->pr.layer_stride = g->layer_stride;
+	r->pr.token_stride = g->token_stride;
+	r->pr.size = r->bytes;
+}
+
+/* Device memory for the geometry (or dev, given), its random sentinel, the kernels region. */
+static void
+gpu_reg_make(struct gpu_reg *r, struct kernels_engine *e, void *dev)
+{
+	char		err[256] = "";
+	unsigned	i;
+	int		rc;
+
+	for (i = 0; i < r->nalloc; i++) {
+		r->dev[i] = dev != NULL ? dev : gpu_dev(r->bytes);
+		r->mirror[i] = malloc(r->bytes);
+		CHECK(r->mirror[i] != NULL, "malloc %zu", r->bytes);
+		gpu_rnd_fill(r->mirror[i], r->bytes);
+		gpu_copy(r->dev[i], r->mirror[i], r->bytes);
+	}
+	r->g.base = r->dev[0];
+	if (r->layout == GPU_LAYER_TABLE)
+		r->g.layer_bases = r->dev;
+	rc = kernels_region_new(e, &r->g, &r->kr, err, sizeof(err));
+	CHECK(rc == 0, "kernels_region_new: %d %s", rc, err);
+	EQ(kernels_region_obj_bytes(r->kr), r->obj);
+}
+
+static void
+gpu_reg_free(struct gpu_reg *r, int own_dev)
+{
+	unsigned	i;
+
+	kernels_region_free(r->kr);
+	for (i = 0; i < r->nalloc; i++) {
+		if (own_dev)
+			kernels_dev_free(r->dev[i]);
+		free(r->mirror[i]);
+	}
+}
+
+/* What a page's bytes must become: the host engine's scatter, into the mirror. */
+static void
+gpu_reg_apply(struct gpu_reg *r, uint32_t page, uint8_t *obj, int to_region)
+{
+	const struct kernels_geom	*g = &r->g;
+	uint32_t			 t, l;
+
+	if (r->layout != GPU_LAYER_TABLE) {
+		copy_page_scatter(&r->pr, r->mirror[0], page, obj, to_region);
+		return;
+	}
+	for (t = 0; t < g->page_tokens; t++) {
+		for (l = 0; l < g->layers; l++) {
+			uint8_t *d = r->mirror[l] + page * g->page_stride + t * g->token_stride;
+			uint8_t *o = obj + ((uint64_t)t * g->layers + l) * g->token_bytes;
+
+			if (to_region)
+				memcpy(d, o, g->token_bytes);
+			else
+				memcpy(o, d, g->token_bytes);
+		}
+	}
+}
+
+/* The device memory equals the mirror, every byte. */
+static void
+gpu_reg_compare(struct gpu_reg *r, const char *what)
+{
+	uint8_t		*back = malloc(r->bytes);
+	long long	 d;
+	unsigned	 i;
+
+	CHECK(back != NULL, "malloc");
+	for (i = 0; i < r->nalloc; i++) {
+		gpu_copy(back, r->dev[i], r->bytes);
+		d = gpu_diff(back, r->mirror[i], r->bytes);
+		CHECK(d < 0, "%s: allocation %u differs at byte %lld of %zu: %02x, want %02x", what, i,
+		    d, r->bytes, d < 0 ? 0 : back[d], d < 0 ? 0 : r->mirror[i][d]);
+	}
+	free(back);
+}
+
+/* n distinct random page indices below npages. */
+static void
+gpu_pick_pages(uint32_t *out, uint32_t n, uint32_t npages)
+{
+	uint32_t	*all = malloc(npages * sizeof(*all)), i, j, t;
+
+	CHECK(all != NULL && n <= npages, "pick %u of %u", n, npages);
+	for (i = 0; i < npages; i++)
+		all[i] = i;
+	for (i = 0; i < n; i++) {
+		j = i + (uint32_t)(gpu_rnd() % (npages - i));
+		t = all[i];
+		all[i] = all[j];
+		all[j] = t;
+		out[i] = all[i];
+	}
+	free(all);
+}
+
+enum { GPU_MIXED, GPU_CONTIG, GPU_SCATTERED };
+
+/*
+ * Places n objects of obj bytes in an arena of 2n + 1 slots (plus shift,
+ * to misalign them): contiguous runs, scattered objects, or a mix.
+ */
+static void
+gpu_place(uint8_t **objs, uint32_t n, uint64_t obj, uint8_t *arena, int how, size_t shift)
+{
+	uint32_t	 nslots = 2 * n + 1, i, s, cur = 0;
+	uint8_t		*used = calloc(nslots, 1);
+
+	CHECK(used != NULL, "calloc");
+	for (i = 0; i < n; i++) {
+		if (how == GPU_CONTIG)
+			s = i;
+		else if (i > 0 && how == GPU_MIXED && gpu_rnd() % 3 != 0 && cur + 1 < nslots &&
+		    !used[cur + 1])
+			s = cur + 1;
+		else
+			do
+				s = (uint32_t)(gpu_rnd() % nslots);
+			while (used[s]);
+		used[s] = 1;
+		cur = s;
+		objs[i] = arena + shift + (uint64_t)s * obj;
+	}
+	free(used);
+}
+
+static size_t
+gpu_arena_bytes(uint32_t n, uint64_t obj)
+{
+	return (size_t)(2 * n + 1) * obj + 64;
+}
+
+/* Submits, waits, and checks the op's status; returns the result. */
+static void
+gpu_run(struct kernels_engine *e, int publish, struct kernels_region *const *regs,
+    unsigned nregs, const struct kernels_page *pg, uint32_t n, const struct kernels_event *wait,
+    unsigned flags, int want, struct kernels_result *res, uint8_t *pstat, uint64_t *csums)
+{
+	struct kernels_op	*op = NULL;
+	char			 err[256] = "";
+	int			 rc;
+
+	rc = (publish ? kernels_publish_submit : kernels_restore_submit)(e, regs, nregs, pg, n,
+	    wait, flags, &op, err, sizeof(err));
+	CHECK(rc == 0, "%s submit: %d %s", publish ? "publish" : "restore", rc, err);
+	rc = kernels_op_wait(op);
+	EQ(kernels_op_poll(op), 1);
+	EQ(kernels_op_result(op, res, pstat, csums), 0);
+	CHECK(rc == want && res->status == want, "%s flags %#x: status %d (%s), want %d",
+	    publish ? "publish" : "restore", flags, rc, res->err, want);
+	EQ(res->pages, n);
+	kernels_op_free(op);
+}
+
+/*
+ * Restores n objects placed `how` into random pages of the regions
+ * (object i goes to region i % nregs), with flags, and compares every
+ * byte of every region with the host engine's result.
+ */
+static void
+gpu_restore_case(struct kernels_engine *e, struct gpu_reg *regs, unsigned nregs, uint32_t n,
+    int how, size_t shift, unsigned flags)
+{
+	struct kernels_region	*kr[KERNELS_REGIONS_MAX];
+	struct kernels_page	*pg = calloc(n, sizeof(*pg));
+	struct kernels_result	 res;
+	uint8_t			**objs = calloc(n, sizeof(*objs)), *arena, *st = calloc(n, 1);
+	uint32_t		*pages[KERNELS_REGIONS_MAX], per = (n + nregs - 1) / nregs, i;
+	uint64_t		 obj = regs[0].obj;
+	size_t			 alen = gpu_arena_bytes(n, obj);
+	unsigned		 r;
+	char			 what[128];
+
+	CHECK(pg != NULL && objs != NULL && st != NULL, "calloc");
+	for (r = 1; r < nregs; r++)
+		EQ(regs[r].obj, obj);
+	arena = gpu_host(alen, 1);
+	gpu_place(objs, n, obj, arena, how, shift);
+	for (r = 0; r < nregs; r++) {
+		kr[r] = regs[r].kr;
+		pages[r] = calloc(per, sizeof(uint32_t));
+		CHECK(pages[r] != NULL, "calloc");
+		gpu_pick_pages(pages[r], per, regs[r].g.num_pages);
+	}
+	for (i = 0; i < n; i++) {
+		pg[i].host = objs[i];
+		pg[i].checksum = dram_checksum(objs[i], obj);
+		pg[i].region = i % nregs;
+		pg[i].page = pages[i % nregs][i / nregs];
+	}
+	gpu_run(e, 0, kr, nregs, pg, n, NULL, flags, 0, &res, st, NULL);
+	EQ(res.launched, n);
+	EQ(res.done, n);
+	EQ(res.nbad, 0);
+	for (i = 0; i < n; i++) {
+		EQ(st[i], KERNELS_PAGE_DONE);
+		gpu_reg_apply(&regs[pg[i].region], pg[i].page, objs[i], 1);
+	}
+	for (r = 0; r < nregs; r++) {
+		snprintf(what, sizeof(what), "region %u, objects %s, shift %zu, flags %#x", r,
+		    how == GPU_CONTIG ? "contiguous" : how == GPU_SCATTERED ? "scattered" : "mixed",
+		    shift, flags);
+		gpu_reg_compare(&regs[r], what);
+		free(pages[r]);
+	}
+	gpu_host_free(arena, alen, 1);
+	free(pg);
+	free(objs);
+	free(st);
+}
+
+START_TEST(test_gpu_restore_mla_layer_first)
+{
+	struct kernels_engine	*e;
+	struct gpu_reg		 r;
+
+	gpu_init();
+	/* 5 MiB slots: two 2.25 MB objects a chunk, many more chunks than slots */
+	e = gpu_engine(5 * GPU_MIB, 0, 0, -1);
+	gpu_reg_geom(&r, GPU_LAYER_FIRST, 40, 64, 61, 576, 0);
+	gpu_reg_make(&r, e, NULL);
+	gpu_restore_case(e, &r, 1, 24, GPU_MIXED, 0, 0);
+	gpu_restore_case(e, &r, 1, 12, GPU_SCATTERED, 0, KERNELS_F_ZEROCOPY);
+	gpu_reg_free(&r, 1);
+	kernels_engine_free(e);
+	/* the default engine: a 32 MiB slot takes 14 objects */
+	e = gpu_engine(0, 0, 0, -1);
+	gpu_reg_geom(&r, GPU_LAYER_FIRST, 40, 64, 61, 576, 0);
+	gpu_reg_make(&r, e, NULL);
+	gpu_restore_case(e, &r, 1, 32, GPU_MIXED, 0, 0);
+	gpu_reg_free(&r, 1);
+	kernels_engine_free(e);
+}
+END_TEST
+
+START_TEST(test_gpu_restore_mla_page_first)
+{
+	struct kernels_engine	*e;
+	struct gpu_reg		 r;
+
+	gpu_init();
+	e = gpu_engine(0, 3, 3, -1);
+	gpu_reg_geom(&r, GPU_PAGE_FIRST, 32, 64, 61, 576, 0);
+	gpu_reg_make(&r, e, NULL);
+	gpu_restore_case(e, &r, 1, 24, GPU_CONTIG, 0, 0);
+	gpu_restore_case(e, &r, 1, 8, GPU_SCATTERED, 0, KERNELS_F_DMA);
+	gpu_reg_free(&r, 1);
+	kernels_engine_free(e);
+}
+END_TEST
+
+START_TEST(test_gpu_restore_per_layer_buffers)
+{
+	struct kernels_engine	*e;
+	struct gpu_reg		 r;
+
+	gpu_init();
+	e = gpu_engine(0, 0, 0, -1);
+	/* 61 separate per-layer buffers, SGLang's layer_first device pool; padded pages */
+	gpu_reg_geom(&r, GPU_LAYER_TABLE, 24, 64, 61, 576, 256);
+	gpu_reg_make(&r, e, NULL);
+	gpu_restore_case(e, &r, 1, 16, GPU_MIXED, 0, 0);
+	gpu_reg_free(&r, 1);
+	kernels_engine_free(e);
+}
+END_TEST
+
+START_TEST(test_gpu_restore_mha_k_and_v)
+{
+	static const unsigned	 flags[] = { 0, KERNELS_F_DMA, KERNELS_F_ZEROCOPY };
+	struct kernels_engine	*e;
+	struct gpu_reg		 kv[2];
+	unsigned		 f;
+
+	gpu_init();
+	e = gpu_engine(256 << 10, 0, 0, -1);
+	for (f = 0; f < 3; f++) {
+		/* 16 tokens x 4 layers x 256 bytes (2 heads of 128 FP8): 16 KiB objects */
+		gpu_reg_geom(&kv[0], GPU_LAYER_FIRST, 96, 16, 4, 256, 0);
+		gpu_reg_geom(&kv[1], GPU_LAYER_FIRST, 96, 16, 4, 256, 0);
+		gpu_reg_make(&kv[0], e, NULL);
+		gpu_reg_make(&kv[1], e, NULL);
+		gpu_restore_case(e, kv, 2, 128, GPU_MIXED, 0, flags[f]);
+		gpu_reg_free(&kv[0], 1);
+		gpu_reg_free(&kv[1], 1);
+	}
+	kernels_engine_free(e);
+}
+END_TEST
+
+START_TEST(test_gpu_restore_narrow_geometries)
+{
+	static const unsigned	 flags[] = { 0, KERNELS_F_DMA, KERNELS_F_ZEROCOPY };
+	static const struct {
+		int		layout;
+		uint32_t	tokens, layers, tbytes;
+		uint64_t	pad;
+		size_t		shift;
+	} cases[] = {
+		{ GPU_LAYER_FIRST, 8, 5, 36, 4, 0 },	/* 4-byte accesses */
+		{ GPU_PAGE_FIRST, 16, 3, 24, 8, 8 },	/* 8-byte */
+		{ GPU_PAGE_FIRST, 16, 3, 7, 3, 1 },	/* bytes; objects at odd addresses */
+		{ GPU_LAYER_FIRST, 9, 2, 7, 1, 3 },
+		{ GPU_LAYER_TABLE, 4, 3, 20, 12, 4 },
+		/* a 100-byte last checksum unit (the scalar path), 24-byte digest input */
+		{ GPU_PAGE_FIRST, 1, 1, 65636, 0, 4 },
+	};
+	struct kernels_engine	*e;
+	struct gpu_reg		 r;
+	unsigned		 c, f;
+
+	gpu_init();
+	e = gpu_engine(256 << 10, 0, 0, -1);
+	for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		for (f = 0; f < 3; f++) {
+			gpu_reg_geom(&r, cases[c].layout, 48, cases[c].tokens, cases[c].layers,
+			    cases[c].tbytes, cases[c].pad);
+			gpu_reg_make(&r, e, NULL);
+			gpu_restore_case(e, &r, 1, 20, GPU_CONTIG, cases[c].shift, flags[f]);
+			gpu_restore_case(e, &r, 1, 20, GPU_MIXED, cases[c].shift, flags[f]);
+			gpu_reg_free(&r, 1);
+		}
+	}
+	kernels_engine_free(e);
+}
+END_TEST
+
+START_TEST(test_gpu_corrupt_object_reported_and_not_written)
+{
+	struct kernels_engine	*e;
+	struct kernels_region	*kr;
+	struct kernels_result	 res;
+	struct kernels_page	 pg[12];
+	struct gpu_reg		 r;
+	uint8_t			*objs[12], *arena, st[12];
+	uint32_t		 pages[12], bad[2], i;
+	uint64_t		 cs[12];
+	size_t			 alen;
+
+	gpu_init();
+	e = gpu_engine(2 * GPU_MIB, 0, 0, -1);
+	/* 64 tokens x 4 layers x 576: 144 KiB objects, three checksum units */
+	gpu_reg_geom(&r, GPU_LAYER_FIRST, 16, 64, 4, 576, 0);
+	gpu_reg_make(&r, e, NULL);
+	kr = r.kr;
+	alen = gpu_arena_bytes(12, r.obj);
+	arena = gpu_host(alen, 1);
+	gpu_place(objs, 12, r.obj, arena, GPU_MIXED, 0);
+	gpu_pick_pages(pages, 12, 16);
+	for (i = 0; i < 12; i++) {
+		pg[i].host = objs[i];
+		pg[i].checksum = dram_checksum(objs[i], r.obj);
+		pg[i].page = pages[i];
+		pg[i].region = 0;
+	}
+	/* a flipped byte after the checksum was taken, in two objects */
+	bad[0] = 3 + (uint32_t)(gpu_rnd() % 3);
+	bad[1] = 9 + (uint32_t)(gpu_rnd() % 3);
+	objs[bad[0]][gpu_rnd() % r.obj] ^= 0x5a;
+	objs[bad[1]][r.obj - 1] ^= 0x01;	/* the last byte of the last unit */
+	gpu_run(e, 0, &kr, 1, pg, 12, NULL, 0, -EBADMSG, &res, st, cs);
+	EQ(res.nbad, 2);
+	EQ(res.first_bad, bad[0]);
+	EQ(res.done, 10);
+	EQ(res.launched, 12);
+	for (i = 0; i < 12; i++) {
+		if (i == bad[0] || i == bad[1]) {
+			EQ(st[i], KERNELS_PAGE_BAD);
+			EQ(cs[i], dram_checksum(objs[i], r.obj));	/* what the GPU saw */
+			continue;	/* the mirror keeps the sentinel */
+		}
+		EQ(st[i], KERNELS_PAGE_DONE);
+		EQ(cs[i], pg[i].checksum);
+		gpu_reg_apply(&r, pg[i].page, objs[i], 1);
+	}
+	gpu_reg_compare(&r, "corrupt objects left out");
+	gpu_host_free(arena, alen, 1);
+	gpu_reg_free(&r, 1);
+	kernels_engine_free(e);
+}
+END_TEST
+
+START_TEST(test_gpu_checksum_kernel_equals_dram_checksum)
+{
+	static const size_t	 lens[] = { 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64,
+	    65, 96, 97, 127, 128, 129, 200, 239, 240, 241, 255, 256, 257, 511, 1023, 1024, 1025,
+	    1087, 1088, 2047, 2048, 2049, 4096, 65535, 65536, 65537, 65536 + 240, 65536 + 241,
+	    131071, 131072, 131073, 2248704, 9 * GPU_MIB - 1, 9 * GPU_MIB };
+	size_t			 max = 9 * GPU_MIB + 64, len, off;
+	uint8_t			*h;
+	void			*d;
+	uint64_t		 got;
+	unsigned		 i, k;
+	char			 err[256] = "";
+	int			 rc;
+
+	gpu_init();
+	h = malloc(max);
+	CHECK(h != NULL, "malloc");
+	gpu_rnd_fill(h, max);
+	d = gpu_dev(max);
+	gpu_copy(d, h, max);
+	for (i = 0; i < sizeof(lens) / sizeof(lens[0]) + 24; i++) {
+		len = i < sizeof(lens) / sizeof(lens[0]) ? lens[i] : 1 + gpu_rnd() % (9 * GPU_MIB);
+		for (k = 0; k < 3; k++) {
+			/* aligned, 8-aligned, and anywhere */
+			off = k == 0 ? 0 : k == 1 ? 8 : 1 + gpu_rnd() % 15;
+			rc = kernels_checksum_device((uint8_t *)d + off, len, &got, err, sizeof(err));
+			CHECK(rc == 0, "kernels_checksum_device: %d %s", rc, err);
+			CHECK(got == dram_checksum(h + off, len),
+			    "checksum of %zu bytes at +%zu: %016llx, want %016llx", len, off,
+			    (unsigned long long)got, (unsigned long long)dram_checksum(h + off, len));
+		}
+	}
+	kernels_dev_free(d);
+	free(h);
+}
+END_TEST
+
+/* Publishes n pages of a random region into host objects, checks them, and restores them back. */
+static void
+gpu_publish_case(struct kernels_engine *e, int layout, uint32_t tokens, uint32_t layers,
+    uint32_t tbytes, uint32_t n, unsigned flags)
+{
+	struct kernels_region	*kr;
+	struct kernels_result	 res;
+	struct kernels_page	*pg = calloc(n, sizeof(*pg));
+	struct gpu_reg		 src, dst;
+	uint8_t			**objs = calloc(n, sizeof(*objs)), *arena, *want, *st = calloc(n, 1);
+	uint64_t		*cs = calloc(n, sizeof(*cs));
+	uint32_t		*pages = calloc(n, sizeof(*pages)), i;
+	size_t			 alen;
+	long long		 d;
+
+	CHECK(pg != NULL && objs != NULL && st != NULL && cs != NULL && pages != NULL, "calloc");
+	gpu_reg_geom(&src, layout, n + 8, tokens, layers, tbytes, 0);
+	gpu_reg_make(&src, e, NULL);
+	alen = gpu_arena_bytes(n, src.obj);
+	arena = gpu_host(alen, 1);
+	want = malloc(alen);
+	CHECK(want != NULL, "malloc");
+	memcpy(want, arena, alen);
+	gpu_place(objs, n, src.obj, arena, GPU_MIXED, 0);
+	gpu_pick_pages(pages, n, src.g.num_pages);
+	for (i = 0; i < n; i++) {
+		pg[i].host = objs[i];
+		pg[i].page = pages[i];
+		pg[i].region = 0;
+		gpu_reg_apply(&src, pages[i], want + (objs[i] - arena), 0);
+	}
+	kr = src.kr;
+	gpu_run(e, 1, &kr, 1, pg, n, NULL, flags, 0, &res, st, cs);
+	EQ(res.done, n);
+	d = gpu_diff(arena, want, alen);
+	CHECK(d < 0, "published arena (flags %#x) differs at byte %lld", flags, d);
+	for (i = 0; i < n; i++) {
+		EQ(st[i], KERNELS_PAGE_DONE);
+		CHECK(cs[i] == dram_checksum(objs[i], src.obj), "page %u: GPU checksum %016llx",
+		    i, (unsigned long long)cs[i]);
+		pg[i].checksum = cs[i];
+	}
+	/* and back, into other pages of another region */
+	gpu_reg_geom(&dst, layout, n + 8, tokens, layers, tbytes, 0);
+	gpu_reg_make(&dst, e, NULL);
+	gpu_pick_pages(pages, n, dst.g.num_pages);
+	for (i = 0; i < n; i++) {
+		pg[i].page = pages[i];
+		gpu_reg_apply(&dst, pages[i], objs[i], 1);
+	}
+	kr = dst.kr;
+	gpu_run(e, 0, &kr, 1, pg, n, NULL, flags, 0, &res, st, NULL);
+	gpu_reg_compare(&dst, "published and restored");
+	gpu_reg_compare(&src, "publish source untouched");
+	gpu_reg_free(&dst, 1);
+	gpu_reg_free(&src, 1);
+	gpu_host_free(arena, alen, 1);
+	free(want);
+	free(pg);
+	free(objs);
+	free(st);
+	free(cs);
+	free(pages);
+}
+
+START_TEST(test_gpu_publish_round_trip)
+{
+	struct kernels_engine	*e;
+
+	gpu_init();
+	e = gpu_engine(5 * GPU_MIB, 0, 0, -1);
+	gpu_publish_case(e, GPU_LAYER_FIRST, 64, 61, 576, 16, 0);
+	gpu_publish_case(e, GPU_PAGE_FIRST, 64, 61, 576, 6, KERNELS_F_ZEROCOPY);
+	gpu_publish_case(e, GPU_LAYER_TABLE, 16, 4, 256, 40, 0);
+	gpu_publish_case(e, GPU_LAYER_FIRST, 16, 4, 256, 40, KERNELS_F_DMA);
+	gpu_publish_case(e, GPU_PAGE_FIRST, 9, 2, 7, 40, 0);
+	kernels_engine_free(e);
+}
+END_TEST
+
+START_TEST(test_gpu_cancel_leaves_later_pages_untouched)
+{
+	struct kernels_engine	*e;
+	struct kernels_region	*kr;
+	struct kernels_result	 res;
+	struct kernels_op	*op = NULL;
+	struct kernels_page	*pg;
+	struct gpu_reg		 r;
+	uint8_t			*objs[64], *arena, st[64];
+	uint32_t		 pages[64], i, n = 64;
+	size_t			 alen;
+	char			 err[256] = "";
+	int			 rc;
+
+	gpu_init();
+	/* two slots of two 2.25 MB objects: the first four pages are issued at submit */
+	e = gpu_engine(5 * GPU_MIB, 2, 2, -1);
+	gpu_reg_geom(&r, GPU_LAYER_FIRST, 80, 64, 61, 576, 0);
+	gpu_reg_make(&r, e, NULL);
+	kr = r.kr;
+	alen = gpu_arena_bytes(n, r.obj);
+	arena = gpu_host(alen, 1);
+	gpu_place(objs, n, r.obj, arena, GPU_MIXED, 0);
+	gpu_pick_pages(pages, n, r.g.num_pages);
+	pg = calloc(n, sizeof(*pg));
+	CHECK(pg != NULL, "calloc");
+	for (i = 0; i < n; i++) {
+		pg[i].host = objs[i];
+		pg[i].checksum = dram_checksum(objs[i], r.obj);
+		pg[i].page = pages[i];
+	}
+	rc = kernels_restore_submit(e, &kr, 1, pg, n, NULL, 0, &op, err, sizeof(err));
+	CHECK(rc == 0, "submit: %d %s", rc, err);
+	kernels_op_cancel(op);
+	/* done means: every issued chunk completed; nothing of the op can land any more */
+	rc = kernels_op_wait(op);
+	EQ(rc, -ECANCELED);
+	EQ(kernels_op_result(op, &res, st, NULL), 0);
+	EQ(res.status, -ECANCELED);
+	EQ(res.launched, 4);
+	EQ(res.done, 4);
+	kernels_op_free(op);
+	for (i = 0; i < n; i++) {
+		EQ(st[i], i < res.launched ? KERNELS_PAGE_DONE : KERNELS_PAGE_SKIPPED);
+		if (i < res.launched)
+			gpu_reg_apply(&r, pg[i].page, objs[i], 1);
+	}
+	gpu_reg_compare(&r, "cancelled restore");
+	/* the engine is still usable, and an op freed in flight is waited for */
+	rc = kernels_restore_submit(e, &kr, 1, pg + res.launched, 8, NULL, 0, &op, err,
+	    sizeof(err));
+	CHECK(rc == 0, "submit: %d %s", rc, err);
+	kernels_op_free(op);
+	gpu_reg_free(&r, 1);
+	gpu_host_free(arena, alen, 1);
+	free(pg);
+	kernels_engine_free(e);
+}
+END_TEST
+
+START_TEST(test_gpu_notify_eventfd_drives_completion)
+{
+	struct kernels_engine	*e;
+	struct kernels_region	*kr;
+	struct kernels_result	 res;
+	struct kernels_op	*op = NULL;
+	struct kernels_page	 pg[16];
+	struct gpu_reg		 r;
+	struct pollfd		 pfd;
+	uint8_t			*objs[16], *arena;
+	uint32_t		 pages[16], i, wakeups = 0;
+	uint64_t		 v;
+	size_t			 alen;
+	char			 err[256] = "";
+	int			 efd, rc;
+
+	gpu_init();
+	efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	CHECK(efd >= 0, "eventfd: %s", strerror(errno));
+	e = gpu_engine(5 * GPU_MIB, 2, 2, efd);
+	gpu_reg_geom(&r, GPU_LAYER_FIRST, 16, 64, 61, 576, 0);
+	gpu_reg_make(&r, e, NULL);
+	kr = r.kr;
+	alen = gpu_arena_bytes(16, r.obj);
+	arena = gpu_host(alen, 1);
+	gpu_place(objs, 16, r.obj, arena, GPU_SCATTERED, 0);
+	gpu_pick_pages(pages, 16, 16);
+	for (i = 0; i < 16; i++) {
+		pg[i].host = objs[i];
+		pg[i].checksum = dram_checksum(objs[i], r.obj);
+		pg[i].page = pages[i];
+		pg[i].region = 0;
+	}
+	rc = kernels_restore_submit(e, &kr, 1, pg, 16, NULL, 0, &op, err, sizeof(err));
+	CHECK(rc == 0, "submit: %d %s", rc, err);
+	/* the daemon's loop: sleep on the eventfd, then progress; 8 chunks in 2 slots */
+	for (;;) {
+		pfd.fd = efd;
+		pfd.events = POLLIN;
+		pfd.revents = 0;
+		rc = poll(&pfd, 1, 10000);
+		CHECK(rc == 1, "the notify eventfd never turned readable (%u wakeups)", wakeups);
+		CHECK(read(efd, &v, sizeof(v)) == sizeof(v), "eventfd read: %s", strerror(errno));
+		wakeups++;
+		CHECK(kernels_engine_progress(e) >= 0, "progress");
+		if (kernels_op_poll(op))
+			break;
+	}
+	EQ(kernels_op_result(op, &res, NULL, NULL), 0);
+	EQ(res.status, 0);
+	EQ(res.done, 16);
+	kernels_op_free(op);
+	for (i = 0; i < 16; i++)
+		gpu_reg_apply(&r, pg[i].page, objs[i], 1);
+	gpu_reg_compare(&r, "restore driven by the eventfd");
+	gpu_reg_free(&r, 1);
+	gpu_host_free(arena, alen, 1);
+	kernels_engine_free(e);
+	close(efd);
+}
+END_TEST
+
+START_TEST(test_gpu_submit_rejects_bad_input)
+{
+	struct kernels_engine	*e;
+	struct kernels_region	*kr, *big = NULL, *none = NULL;
+	struct kernels_op	*op = NULL;
+	struct kernels_page	 pg[4];
+	struct kernels_geom	 g;
+	struct kernels_result	 res;
+	struct gpu_reg		 r, rb;
+	uint8_t			*arena, *loose;
+	size_t			 alen;
+	uint32_t		 i;
+	char			 err[256];
+	int			 rc;
+
+	gpu_init();
+	e = gpu_engine(GPU_MIB, 0, 0, -1);
+	gpu_reg_geom(&r, GPU_LAYER_FIRST, 8, 16, 4, 256, 0);	/* 16 KiB objects */
+	gpu_reg_make(&r, e, NULL);
+	kr = r.kr;
+	alen = gpu_arena_bytes(4, r.obj);
+	arena = gpu_host(alen, 1);
+	loose = gpu_host(r.obj, 0);
+	for (i = 0; i < 4; i++) {
+		pg[i].host = arena + i * r.obj;
+		pg[i].checksum = dram_checksum(pg[i].host, r.obj);
+		pg[i].page = i;
+		pg[i].region = 0;
+	}
+#define REJECT(want, needle, ...) do {					\
+	err[0] = '\0';							\
+	op = NULL;							\
+	rc = kernels_restore_submit(__VA_ARGS__, &op, err, sizeof(err));	\
+	CHECK(rc == (want) && op == NULL && strstr(err, needle) != NULL,	\
+	    "line %d: rc %d, want %d; err \"%s\", want \"%s\"", __LINE__, rc, want, err, needle); \
+} while (0)
+	pg[3].page = 8;
+	REJECT(-EINVAL, "destination 8 of a 8-page region", e, &kr, 1, pg, 4, NULL, 0);
+	pg[3].page = 1;
+	REJECT(-EINVAL, "named twice", e, &kr, 1, pg, 4, NULL, 0);
+	pg[3].page = 3;
+	pg[2].region = 1;
+	REJECT(-EINVAL, "region 1 of 1", e, &kr, 1, pg, 4, NULL, 0);
+	pg[2].region = 0;
+	pg[1].host = loose;
+	REJECT(-EINVAL, "not in registered host memory", e, &kr, 1, pg, 4, NULL, 0);
+	pg[1].host = arena + alen - r.obj / 2;	/* straddles the registration's end */
+	REJECT(-EINVAL, "not in registered host memory", e, &kr, 1, pg, 4, NULL, 0);
+	pg[1].host = arena + r.obj;
+	REJECT(-EINVAL, "0 regions", e, &kr, 0, pg, 4, NULL, 0);
+	REJECT(-EINVAL, "not this engine's", e, &none, 1, pg, 4, NULL, 0);
+	/* a 2 MiB object does not fit a 1 MiB staging slot */
+	gpu_reg_geom(&rb, GPU_PAGE_FIRST, 1, 64, 32, 1024, 0);
+	gpu_reg_make(&rb, e, NULL);
+	big = rb.kr;
+	REJECT(-E2BIG, "exceeds the", e, &big, 1, pg, 1, NULL, 0);
+	/* geometries that overrun their memory */
+	g = r.g;
+	g.size = r.bytes - 1;
+	rc = kernels_region_new(e, &g, &none, err, sizeof(err));
+	CHECK(rc == -ERANGE && strstr(err, "overruns its memory"), "size - 1: %d %s", rc, err);
+	g = r.g;
+	g.num_pages = 8192;	/* far past the allocation, whatever its rounding */
+	g.size = UINT64_MAX;	/* and claims the memory is there */
+	rc = kernels_region_new(e, &g, &none, err, sizeof(err));
+	CHECK(rc == -ERANGE && strstr(err, "overruns its allocation"), "oversize: %d %s", rc, err);
+	g = r.g;
+	g.base = loose;
+	rc = kernels_region_new(e, &g, &none, err, sizeof(err));
+	CHECK(rc == -EFAULT && strstr(err, "not device memory"), "host base: %d %s", rc, err);
+	g = r.g;
+	g.layers = 0;
+	rc = kernels_region_new(e, &g, &none, err, sizeof(err));
+	CHECK(rc == -EINVAL, "no layers: %d %s", rc, err);
+	/* nothing moved, and the engine still works */
+	gpu_reg_compare(&r, "rejected submits");
+	gpu_run(e, 0, &kr, 1, pg, 4, NULL, 0, 0, &res, NULL, NULL);
+	for (i = 0; i < 4; i++)
+		gpu_reg_apply(&r, pg[i].page, pg[i].host, 1);
+	gpu_reg_compare(&r, "after the rejected submits");
+#undef REJECT
+	gpu_reg_free(&rb, 1);
+	gpu_reg_free(&r, 1);
+	gpu_host_free(arena, alen, 1);
+	gpu_host_free(loose, r.obj, 0);
+	kernels_engine_free(e);
+}
+END_TEST
+
+START_TEST(test_gpu_restore_while_a_busy_kernel_holds_the_gpu)
+{
+	struct kernels_engine	*e;
+	struct kernels_region	*kr;
+	struct kernels_result	 res;
+	struct kernels_page	 pg[24];
+	struct gpu_reg		 r;
+	struct timespec		 t0, t1;
+	uint8_t			*objs[24], *arena;
+	uint32_t		 pages[24], i;
+	size_t			 alen;
+	char			 err[256] = "";
+	int			 rc;
+
+	gpu_init();
+	/* everything that allocates or frees (and so may synchronize) happens outside the busy time */
+	e = gpu_engine(0, 0, 0, -1);
+	gpu_reg_geom(&r, GPU_LAYER_FIRST, 32, 64, 61, 576, 0);
+	gpu_reg_make(&r, e, NULL);
+	kr = r.kr;
+	alen = gpu_arena_bytes(24, r.obj);
+	arena = gpu_host(alen, 1);
+	gpu_place(objs, 24, r.obj, arena, GPU_MIXED, 0);
+	gpu_pick_pages(pages, 24, 32);
+	for (i = 0; i < 24; i++) {
+		pg[i].host = objs[i];
+		pg[i].checksum = dram_checksum(objs[i], r.obj);
+		pg[i].page = pages[i];
+		pg[i].region = 0;
+	}
+	rc = kernels_busy_start(err, sizeof(err));
+	CHECK(rc == 0, "kernels_busy_start: %d %s", rc, err);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	gpu_run(e, 0, &kr, 1, pg, 24, NULL, 0, 0, &res, NULL, NULL);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	rc = kernels_busy_stop(err, sizeof(err));
+	CHECK(rc == 0, "kernels_busy_stop: %d %s", rc, err);
+	/* high-priority streams get SMs between the busy blocks: not seconds */
+	CHECK((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 < 5000,
+	    "the restore waited for the busy kernel");
+	for (i = 0; i < 24; i++)
+		gpu_reg_apply(&r, pg[i].page, objs[i], 1);
+	gpu_reg_compare(&r, "restore beside a busy kernel");
+	gpu_reg_free(&r, 1);
+	gpu_host_free(arena, alen, 1);
+	kernels_engine_free(e);
+}
+END_TEST
+
+/* What the engine process and the test share (MAP_SHARED, set up before the fork). */
+struct gpu_share {
+	uint8_t		mem[KERNELS_IPC_HANDLE_LEN];
+	uint8_t		ev[KERNELS_IPC_HANDLE_LEN];
+	uint64_t	alloc_size;
+	char		err[256];
+};
+
+/* One byte, with fd as SCM_RIGHTS when fd >= 0. */
+static int
+gpu_send(int sock, char c, int fd)
+{
+	union {
+		struct cmsghdr	h;
+		char		b[CMSG_SPACE(sizeof(int))];
+	}		 u;
+	struct iovec	 iov = { &c, 1 };
+	struct msghdr	 m;
+
+	memset(&m, 0, sizeof(m));
+	memset(&u, 0, sizeof(u));
+	m.msg_iov = &iov;
+	m.msg_iovlen = 1;
+	if (fd >= 0) {
+		m.msg_control = u.b;
+		m.msg_controllen = sizeof(u.b);
+		CMSG_FIRSTHDR(&m)->cmsg_level = SOL_SOCKET;
+		CMSG_FIRSTHDR(&m)->cmsg_type = SCM_RIGHTS;
+		CMSG_FIRSTHDR(&m)->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(CMSG_FIRSTHDR(&m)), &fd, sizeof(int));
+	}
+	return sendmsg(sock, &m, MSG_NOSIGNAL) == 1 ? 0 : -1;
+}
+
+static int
+gpu_recv(int sock, char *c, int *fd)
+{
+	union {
+		struct cmsghdr	h;
+		char		b[CMSG_SPACE(sizeof(int))];
+	}		 u;
+	struct iovec	 iov = { c, 1 };
+	struct msghdr	 m;
+	struct cmsghdr	*h;
+
+	memset(&m, 0, sizeof(m));
+	m.msg_iov = &iov;
+	m.msg_iovlen = 1;
+	m.msg_control = u.b;
+	m.msg_controllen = sizeof(u.b);
+	*fd = -1;
+	if (recvmsg(sock, &m, 0) != 1)
+		return -1;
+	if ((h = CMSG_FIRSTHDR(&m)) != NULL && h->cmsg_type == SCM_RIGHTS)
+		memcpy(fd, CMSG_DATA(h), sizeof(int));
+	return 0;
+}
+
+/*
+ * The engine's side, in the second process: allocates device memory
+ * (cudaMalloc + IPC handle, or a cuMem allocation exported as a POSIX fd),
+ * fills it with the sentinel in `want`, records an IPC event, says ready;
+ * then, told the test is done, checks that its memory equals `want`
+ * (which the test has updated). Returns the exit status: 0 when it does.
+ */
+static int
+gpu_engine_process(int sock, struct gpu_share *sh, uint8_t *want, size_t bytes, int cumem)
+{
+	struct kernels_event	*ev = NULL;
+	uint8_t			*back = NULL;
+	void			*d = NULL;
+	size_t			 asize = 0;
+	int			 fd = -1, rc;
+	char			 c;
+
+	if (kernels_init(0, sh->err, sizeof(sh->err)) != 0)
+		return 10;
+	if (cumem) {
+		if (kernels_cumem_alloc(bytes, &d, &asize, &fd, sh->err, sizeof(sh->err)) != 0)
+			return 11;
+		sh->alloc_size = asize;
+	} else if (kernels_dev_alloc(bytes, &d, sh->err, sizeof(sh->err)) != 0 ||
+	    kernels_ipc_export(d, sh->mem, sh->err, sizeof(sh->err)) != 0) {
+		return 12;
+	}
+	if (kernels_copy(d, want, bytes, sh->err, sizeof(sh->err)) != 0)
+		return 13;
+	if (!cumem && (kernels_event_new(1, &ev, sh->err, sizeof(sh->err)) != 0 ||
+	    kernels_event_record(ev, sh->err, sizeof(sh->err)) != 0 ||
+	    kernels_event_export(ev, sh->ev, sh->err, sizeof(sh->err)) != 0))
+		return 14;
+	if (gpu_send(sock, 'R', fd) != 0)
+		return 15;
+	if (read(sock, &c, 1) != 1 || c != 'D')
+		return 16;	/* the test failed and went away */
+	if ((back = malloc(bytes)) == NULL ||
+	    kernels_copy(back, d, bytes, sh->err, sizeof(sh->err)) != 0)
+		return 17;
+	rc = memcmp(back, want, bytes) == 0 ? 0 : 18;
+	if (rc != 0)
+		snprintf(sh->err, sizeof(sh->err), "the engine process sees other bytes");
+	free(back);
+	kernels_event_free(ev);
+	if (cumem) {
+		kernels_cumem_free(d, asize, sh->err, sizeof(sh->err));
+		close(fd);
+	} else {
+		kernels_dev_free(d);
+	}
+	return rc;
+}
+
+/* A restore into memory another process owns and exported. */
+static void
+gpu_second_process_case(int cumem)
+{
+	struct kernels_engine	*e;
+	struct kernels_region	*kr;
+	struct kernels_event	*ev = NULL;
+	struct kernels_result	 res;
+	struct kernels_page	 pg[20];
+	struct gpu_share	*sh;
+	struct gpu_reg		 r;
+	struct pollfd		 pfd;
+	uint8_t			*want, *objs[20], *arena;
+	uint32_t		 pages[20], i;
+	size_t			 alen, size = 0;
+	void			*d = NULL;
+	pid_t			 pid;
+	char			 err[256] = "", c = 0;
+	int			 sv[2], fd = -1, st = 0, rc;
+
+	gpu_rnd_init();
+	/* 64 tokens x 8 layers x 576: 288 KiB objects; 32 pages */
+	gpu_reg_geom(&r, GPU_LAYER_FIRST, 32, 64, 8, 576, 0);
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	want = mmap(NULL, r.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	CHECK(sh != MAP_FAILED && want != MAP_FAILED, "mmap: %s", strerror(errno));
+	gpu_rnd_fill(want, r.bytes);
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair: %s", strerror(errno));
+	/* before any CUDA call in this process: CUDA does not survive fork() */
+	pid = fork();
+	CHECK(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		close(sv[0]);
+		_exit(gpu_engine_process(sv[1], sh, want, r.bytes, cumem));
+	}
+	close(sv[1]);
+	pfd.fd = sv[0];
+	pfd.events = POLLIN;
+	rc = poll(&pfd, 1, 60000);
+	if (rc != 1 || gpu_recv(sv[0], &c, &fd) != 0 || c != 'R') {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+		CHECK(0, "the engine process never got ready: status %#x: %s", st, sh->err);
+	}
+	gpu_cuda_init();
+	if (cumem) {
+		CHECK(fd >= 0, "no fd came with the ready message");
+		rc = kernels_cumem_import(fd, sh->alloc_size, &d, err, sizeof(err));
+		CHECK(rc == 0, "kernels_cumem_import: %d %s", rc, err);
+	} else {
+		rc = kernels_ipc_open(sh->mem, &d, &size, err, sizeof(err));
+		CHECK(rc == 0, "kernels_ipc_open: %d %s", rc, err);
+		/* 0: the driver could not say */
+		CHECK(size == 0 || size >= r.bytes, "the IPC mapping is %zu bytes, want >= %zu",
+		    size, r.bytes);
+		rc = kernels_event_open_ipc(sh->ev, &ev, err, sizeof(err));
+		CHECK(rc == 0, "kernels_event_open_ipc: %d %s", rc, err);
+	}
+	e = gpu_engine(0, 0, 0, -1);
+	gpu_reg_make(&r, e, d);	/* a new sentinel, written from this process */
+	kr = r.kr;
+	alen = gpu_arena_bytes(20, r.obj);
+	arena = gpu_host(alen, 1);
+	gpu_place(objs, 20, r.obj, arena, GPU_MIXED, 0);
+	gpu_pick_pages(pages, 20, 32);
+	for (i = 0; i < 20; i++) {
+		pg[i].host = objs[i];
+		pg[i].checksum = dram_checksum(objs[i], r.obj);
+		pg[i].page = pages[i];
+		pg[i].region = 0;
+	}
+	gpu_run(e, 0, &kr, 1, pg, 20, ev, 0, 0, &res, NULL, NULL);
+	for (i = 0; i < 20; i++)
+		gpu_reg_apply(&r, pg[i].page, objs[i], 1);
+	gpu_reg_compare(&r, cumem ? "cuMem fd import" : "legacy IPC");
+	memcpy(want, r.mirror[0], r.bytes);
+	gpu_reg_free(&r, 0);
+	kernels_engine_free(e);
+	kernels_event_free(ev);
+	if (cumem) {
+		rc = kernels_cumem_unmap(d, sh->alloc_size, err, sizeof(err));
+		close(fd);
+	} else {
+		rc = kernels_ipc_close(d, err, sizeof(err));
+	}
+	CHECK(rc == 0, "closing the mapping: %d %s", rc, err);
+	/* the engine process now checks, from its side, what landed */
+	CHECK(gpu_send(sv[0], 'D', -1) == 0, "send: %s", strerror(errno));
+	CHECK(waitpid(pid, &st, 0) == pid, "waitpid: %s", strerror(errno));
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "engine process status %#x: %s", st, sh->err);
+	close(sv[0]);
+	gpu_host_free(arena, alen, 1);
+	munmap(want, r.bytes);
+	munmap(sh, sizeof(*sh));
+}
+
+START_TEST(test_gpu_ipc_memory_from_a_second_process)
+{
+	gpu_second_process_case(0);
+}
+END_TEST
+
+START_TEST(test_gpu_cumem_fd_from_a_second_process)
+{
+	gpu_second_process_case(1);
+}
+END_TEST
+
+Suite *
+suite_gpu(void)
+{
+	Suite	*s = suite_create("gpu");
+	TCase	*tc = tcase_create("gpu");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_gpu_restore_mla_layer_first);
+	tcase_add_test(tc, test_gpu_restore_mla_page_first);
+	tcase_add_test(tc, test_gpu_restore_per_layer_buffers);
+	tcase_add_test(tc, test_gpu_restore_mha_k_and_v);
+	tcase_add_test(tc, test_gpu_restore_narrow_geometries);
+	tcase_add_test(tc, test_gpu_corrupt_object_reported_and_not_written);
+	tcase_add_test(tc, test_gpu_checksum_kernel_equals_dram_checksum);
+	tcase_add_test(tc, test_gpu_publish_round_trip);
+	tcase_add_test(tc, test_gpu_cancel_leaves_later_pages_untouched);
+	tcase_add_test(tc, test_gpu_notify_eventfd_drives_completion);
+	tcase_add_test(tc, test_gpu_submit_rejects_bad_input);
+	tcase_add_test(tc, test_gpu_restore_while_a_busy_kernel_holds_the_gpu);
+	tcase_add_test(tc, test_gpu_ipc_memory_from_a_second_process);
+	tcase_add_test(tc, test_gpu_cumem_fd_from_a_second_process);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+/* ---- gpu_host: the kernels' XXH3 as host code, everywhere ---------------- */
+
+START_TEST(test_xxh3_equals_libxxhash_at_every_length_to_4k)
+{
+	size_t		 len, off;
+	uint8_t		*b = malloc(4096 + 8);
+	uint64_t	 want;
+
+	gpu_rnd_init();
+	CHECK(b != NULL, "malloc");
+	gpu_rnd_fill(b, 4096 + 8);
+	for (len = 0; len <= 4096; len++) {
+		for (off = 0; off < 4; off++) {
+			want = XXH3_64bits(b + off, len);
+			CHECK(xxh3g_64(b + off, len) == want, "scalar, %zu bytes at +%zu", len, off);
+			CHECK(len <= XXH3G_MIDSIZE_MAX || xxh3g_long_emul(b + off, len) == want,
+			    "warp model, %zu bytes at +%zu", len, off);
+		}
+	}
+	free(b);
+}
+END_TEST
+
+START_TEST(test_xxh3_equals_libxxhash_at_block_and_chunk_edges)
+{
+	size_t		 max = 300000, lens[400], n = 0, i, k;
+	uint8_t		*b = malloc(max);
+	uint64_t	 want;
+
+	gpu_rnd_init();
+	CHECK(b != NULL, "malloc");
+	gpu_rnd_fill(b, max);
+	/* around every block (1024) to 70 blocks, and the 64 KiB chunk */
+	for (k = 1; k <= 70; k++) {
+		lens[n++] = k * XXH3G_BLOCK - 1;
+		lens[n++] = k * XXH3G_BLOCK;
+		lens[n++] = k * XXH3G_BLOCK + 1;
+		lens[n++] = k * XXH3G_BLOCK + 64;
+	}
+	lens[n++] = XXH3G_CHUNK - 1;
+	lens[n++] = XXH3G_CHUNK;
+	lens[n++] = XXH3G_CHUNK + 1;
+	lens[n++] = XXH3G_CHUNK + 240;
+	lens[n++] = XXH3G_CHUNK + 241;
+	while (n < sizeof(lens) / sizeof(lens[0]))
+		lens[n++] = 241 + gpu_rnd() % (max - 241 - 8);
+	for (i = 0; i < n; i++) {
+		size_t off = gpu_rnd() % 8;
+
+		want = XXH3_64bits(b + off, lens[i]);
+		CHECK(xxh3g_64(b + off, lens[i]) == want, "scalar, %zu bytes", lens[i]);
+		CHECK(xxh3g_long_emul(b + off, lens[i]) == want, "warp model, %zu bytes", lens[i]);
+	}
+	free(b);
+}
+END_TEST
+
+START_TEST(test_xxh3_checksum_equals_dram_checksum)
+{
+	size_t		 max = 9 * GPU_MIB + 1, lens[] = { 0, 1, 240, 241, 65535, 65536, 65537,
+	    2248704, 4 * GPU_MIB, 9 * GPU_MIB, 0, 0, 0, 0 }, i;
+	uint8_t		*b = malloc(max);
+
+	gpu_rnd_init();
+	CHECK(b != NULL, "malloc");
+	gpu_rnd_fill(b, max);
+	for (i = 10; i < sizeof(lens) / sizeof(lens[0]); i++)
+		lens[i] = 1 + gpu_rnd() % (max - 1);
+	for (i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+		CHECK(xxh3g_checksum(b, lens[i]) == dram_checksum(b, lens[i]), "%zu bytes", lens[i]);
+	free(b);
+}
+END_TEST
+
+START_TEST(test_kernels_init_fails_cleanly_without_a_gpu)
+{
+	char	desc[256] = "", err[256] = "";
+	int	n, rc;
+
+	gpu_rnd_init();
+	n = kernels_device_count(desc, sizeof(desc));
+	CHECK(n >= 0, "kernels_device_count: %d %s", n, desc);
+	rc = kernels_init(0, err, sizeof(err));
+	if (n > 0) {
+		CHECK(rc == 0, "%s, but kernels_init: %d %s", desc, rc, err);
+		return;
+	}
+	CHECK(rc == -ENODEV || rc == -ENOSYS, "no GPU (%s), kernels_init: %d %s", desc, rc, err);
+	CHECK(err[0] != '\0', "kernels_init failed without saying why");
+	CHECK(kernels_built_with_cuda() || rc == -ENOSYS, "the stub answered %d", rc);
+}
+END_TEST
+
+Suite *
+suite_gpu_host(void)
+{
+	Suite	*s = suite_create("gpu_host");
+	TCase	*tc = tcase_create("xxh3");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_xxh3_equals_libxxhash_at_every_length_to_4k);
+	tcase_add_test(tc, test_xxh3_equals_libxxhash_at_block_and_chunk_edges);
+	tcase_add_test(tc, test_xxh3_checksum_equals_dram_checksum);
+	tcase_add_test(tc, test_kernels_init_fails_cleanly_without_a_gpu);
+	suite_add_tcase(s, tc);
+	return s;
+}
