@@ -113,6 +113,7 @@ struct engine_slot {
 	uint32_t		 first;		/* the op's pages [first, first + n) */
 	uint32_t		 n;
 	uint64_t		 seq;		/* issue order, for waits */
+	int			 bad_issue;	/* something of this chunk failed to issue */
 	cudaEvent_t		 done;
 	int			 have_done;
 	uint8_t			*stage;		/* device */
@@ -1065,6 +1066,7 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 	sl->first = op->next;
 	sl->n = ni;
 	sl->seq = e->seq++;
+	sl->bad_issue = 0;
 	op->next = i;
 	op->inflight++;
 
@@ -1153,6 +1155,7 @@ record:
 		    (int)ce);
 		(void)cudaGetLastError();
 		engine_fail(op, -EIO, msg);
+		sl->bad_issue = 1;
 	}
 	if ((ce = cudaEventRecord(sl->done, s)) != cudaSuccess) {
 		/* untrackable: wait here, so that nothing of it can land later */
@@ -1200,7 +1203,8 @@ engine_reap(struct kernels_engine *e, struct engine_slot *sl, cudaError_t q)
 		(void)cudaGetLastError();
 		engine_fail(op, -EIO, msg);
 		engine_break(e, msg);
-	} else if (!op->failed) {
+	} else if (!sl->bad_issue) {
+		/* a whole chunk ran: its pages' results hold even if another chunk failed */
 		for (k = 0; k < sl->n; k++) {
 			op->status[sl->first + k] = (uint8_t)sl->res[k].status;
 			op->csum[sl->first + k] = sl->res[k].csum;

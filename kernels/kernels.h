@@ -138,9 +138,10 @@ int	kernels_engine_new(const struct kernels_conf *, struct kernels_engine **out,
 /* Waits for everything in flight; every op must have been freed. */
 void	kernels_engine_free(struct kernels_engine *);
 /*
- * Reaps completed chunks and issues the next ones. Returns the number of
- * ops that turned done in this call, or -errno. The daemon calls it when
- * the notify fd is readable (after reading the fd).
+ * Reaps completed chunks and issues the next ones; returns how many ops
+ * turned done in this call (submit and poll progress too, so the caller
+ * then checks its ops with kernels_op_poll()). The daemon calls it when
+ * the notify fd is readable, after reading the fd.
  */
 int	kernels_engine_progress(struct kernels_engine *);
 

@@ -306,7 +306,7 @@ bench_once(const struct bench_call *c)
 static double
 bench_measure(uint64_t bytes, const struct bench_call *c)
 {
-	double	v[BENCH_RUNS_MAX];
+	double	v[BENCH_RUNS_MAX] = { 0 };
 	int	i;
 
 	(void)bench_once(c);

@@ -31,9 +31,9 @@ export LD_LIBRARY_PATH="$PWD/$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 status=0
 echo "== suite gpu_host"
-L3KV_SUITE=gpu_host timeout 120 "$RUN" 2>&1 | tee "$OUT/test_gpu_host.log" || status=1
+L3KV_SUITE=gpu_host timeout 60 "$RUN" 2>&1 | tee "$OUT/test_gpu_host.log" || status=1
 echo "== suite gpu"
-L3KV_SUITE=gpu timeout 300 "$RUN" 2>&1 | tee "$OUT/test_gpu.log" || status=1
+L3KV_SUITE=gpu timeout 240 "$RUN" 2>&1 | tee "$OUT/test_gpu.log" || status=1
 
 echo "== bench_gpu"
 # shellcheck disable=SC2086
