@@ -6,7 +6,8 @@
  *
  * The request is checked whole first (region, pool, every source index,
  * hash padding). A checkpoint is published from a state-slot region: its
- * "page" is the slot, its hash the hash of the page it ends on. Then each page gets a DRAM object in the WRITING state,
+ * "page" is the slot, its hash the hash of the page it ends on. Then each
+ * page gets a DRAM object in the WRITING state,
  * invisible and never evicted, placed after the previous page of the
  * request so that a prefix lands contiguously; a key that is already
  * there, or being written by another publisher, is acknowledged as

@@ -27,7 +27,8 @@ static const struct proto_status_info proto_statuses[PROTO_S__MAX] = {
 	[PROTO_S_BAD_LENGTH] = { "bad_length", "payload length wrong for its type", EBADMSG },
 	[PROTO_S_SHORT_HEADER] = { "short_header", "stream ended inside a frame header", EPROTO },
 	[PROTO_S_TRUNCATED] = { "truncated", "stream ended inside a frame payload", EPROTO },
-	[PROTO_S_UNEXPECTED_FDS] = { "unexpected_fds", "file descriptors on a frame that takes none", EBADMSG },
+	[PROTO_S_UNEXPECTED_FDS] = { "unexpected_fds", "file descriptors on a frame that takes none",
+	    EBADMSG },
 	[PROTO_S_DENIED] = { "denied", "peer credentials not allowed", EACCES },
 	[PROTO_S_LIMIT] = { "limit", "connection limit reached", EUSERS },
 	[PROTO_S_INVALID] = { "invalid", "invalid field value", EINVAL },
@@ -267,13 +268,17 @@ proto_layout_check(const struct proto_layout *l, char *err, size_t errlen)
 	if (!proto_string_ok(l->hash_scheme, sizeof(l->hash_scheme), 0))
 		ATTACH_ERR("layout.hash_scheme: empty, unterminated or not printable");
 	if (l->tp_size == 0 || l->tp_size > PROTO_RANK_MAX)
-		ATTACH_ERR("layout.tp_size: %u is out of range [1, %u]", l->tp_size, (unsigned)PROTO_RANK_MAX);
+		ATTACH_ERR("layout.tp_size: %u is out of range [1, %u]", l->tp_size,
+		    (unsigned)PROTO_RANK_MAX);
 	if (l->dcp_size == 0 || l->dcp_size > PROTO_RANK_MAX)
-		ATTACH_ERR("layout.dcp_size: %u is out of range [1, %u]", l->dcp_size, (unsigned)PROTO_RANK_MAX);
+		ATTACH_ERR("layout.dcp_size: %u is out of range [1, %u]", l->dcp_size,
+		    (unsigned)PROTO_RANK_MAX);
 	if (l->pp_size == 0 || l->pp_size > PROTO_RANK_MAX)
-		ATTACH_ERR("layout.pp_size: %u is out of range [1, %u]", l->pp_size, (unsigned)PROTO_RANK_MAX);
+		ATTACH_ERR("layout.pp_size: %u is out of range [1, %u]", l->pp_size,
+		    (unsigned)PROTO_RANK_MAX);
 	if (l->cp_size == 0 || l->cp_size > PROTO_RANK_MAX)
-		ATTACH_ERR("layout.cp_size: %u is out of range [1, %u]", l->cp_size, (unsigned)PROTO_RANK_MAX);
+		ATTACH_ERR("layout.cp_size: %u is out of range [1, %u]", l->cp_size,
+		    (unsigned)PROTO_RANK_MAX);
 	if (l->dcp_rank >= l->dcp_size)
 		ATTACH_ERR("layout.dcp_rank: %u is not below dcp_size %u", l->dcp_rank, l->dcp_size);
 	if (l->pp_rank >= l->pp_size)
@@ -283,9 +288,11 @@ proto_layout_check(const struct proto_layout *l, char *err, size_t errlen)
 	if (l->attention < PROTO_ATTN_MLA || l->attention > PROTO_ATTN_GQA)
 		ATTACH_ERR("layout.attention: %u is not an attention kind", l->attention);
 	if (l->hash_len == 0 || l->hash_len > PROTO_HASH_LEN)
-		ATTACH_ERR("layout.hash_len: %u is out of range [1, %u]", l->hash_len, (unsigned)PROTO_HASH_LEN);
+		ATTACH_ERR("layout.hash_len: %u is out of range [1, %u]", l->hash_len,
+		    (unsigned)PROTO_HASH_LEN);
 	if (l->npools == 0 || l->npools > PROTO_POOLS_MAX)
-		ATTACH_ERR("layout.npools: %u is out of range [1, %u]", l->npools, (unsigned)PROTO_POOLS_MAX);
+		ATTACH_ERR("layout.npools: %u is out of range [1, %u]", l->npools,
+		    (unsigned)PROTO_POOLS_MAX);
 	if (l->page_tokens == 0 || l->page_tokens > 65536)
 		ATTACH_ERR("layout.page_tokens: %u is out of range [1, 65536]", l->page_tokens);
 	if (l->logical_page_tokens == 0 || l->logical_page_tokens % l->page_tokens != 0)
@@ -394,9 +401,11 @@ proto_attach_decode(const void *payload, uint32_t length, struct proto_attach_vi
 	if ((s = proto_layout_check(&v->fixed.layout, err, errlen)) != 0)
 		return s;
 	if (v->fixed.nregions > PROTO_REGIONS_MAX)
-		ATTACH_ERR("nregions: %u is out of range [0, %u]", v->fixed.nregions, (unsigned)PROTO_REGIONS_MAX);
+		ATTACH_ERR("nregions: %u is out of range [0, %u]", v->fixed.nregions,
+		    (unsigned)PROTO_REGIONS_MAX);
 	if (v->fixed.nlive > PROTO_LIVE_MAX)
-		ATTACH_ERR("nlive: %u is out of range [0, %u]", v->fixed.nlive, (unsigned)PROTO_LIVE_MAX);
+		ATTACH_ERR("nlive: %u is out of range [0, %u]", v->fixed.nlive,
+		    (unsigned)PROTO_LIVE_MAX);
 	if (!proto_string_ok(v->fixed.group, sizeof(v->fixed.group), 0))
 		ATTACH_ERR("group: empty, unterminated or not printable");
 	if (v->fixed.group_size == 0 || v->fixed.group_size > PROTO_GROUP_SIZE_MAX)
