@@ -227,6 +227,7 @@ install: all
 	install -m 0644 lib/l3kv.h $(DESTDIR)$(INCLUDEDIR)/l3kv.h
 	install -m 0644 $(BUILD)/l3kv.pc $(DESTDIR)$(LIBDIR)/pkgconfig/l3kv.pc
 	install -m 0644 config/l3kvd.json $(DESTDIR)$(SYSCONFDIR)/l3kv/l3kvd.json
+	install -m 0644 config/README.md $(DESTDIR)$(SYSCONFDIR)/l3kv/README.md
 	sed 's|@SBINDIR@|$(SBINDIR)|g; s|@SYSCONFDIR@|$(SYSCONFDIR)|g' config/l3kvd.service \
 		> $(DESTDIR)$(UNITDIR)/l3kvd.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/l3kvd.service
