@@ -254,6 +254,18 @@ copy_submit(struct copy_engine *ce, struct copy_job *job)
 	pthread_mutex_unlock(&ce->lock);
 }
 
+/*
+ * Asks a job to stop at its next page (host) or chunk (GPU); its done()
+ * still runs, once nothing of it can land.
+ */
+void
+copy_cancel(struct copy_job *job)
+{
+	atomic_store_explicit(&job->cancel, 1, memory_order_release);
+	if (job->cuda != NULL)
+		cuda_cancel(job);
+}
+
 unsigned
 copy_inflight(const struct copy_engine *ce)
 {

@@ -137,11 +137,18 @@ char	*metrics_stats_json(struct server *);
 char	*metrics_health_json(struct server *);
 
 /* region.c: engine memory registered at ATTACH */
+struct kernels_region;
 struct region {
 	struct proto_region	 desc;
-	void			*map;		/* the whole mapping */
+	void			*map;		/* memfd: the whole mapping */
 	size_t			 map_len;
-	uint8_t			*base;		/* map + (offset - aligned offset) */
+	uint8_t			*base;		/* memfd: map + (offset - aligned offset);
+						   GPU: dev + offset, a device address */
+	/* GPU memory (cuda.c); kreg != NULL marks a GPU region. */
+	void			*dev;		/* the IPC or cuMem mapping */
+	size_t			 dev_len;	/* its length, 0 where the driver cannot say */
+	int			 dev_owner;	/* opened it; other regions may share it */
+	struct kernels_region	*kreg;
 };
 int	 region_map(struct region *, const struct proto_region *, int fd,
 	    char *err, size_t errlen);
@@ -396,11 +403,14 @@ struct server {
 	int		 gpu_present;
 	struct dram	*dram;
 	struct copy_engine *copy;
+	struct cuda_engine *cuda;	/* NULL without a usable GPU */
+	const char	*cuda_none;	/* why s->cuda is NULL, for ATTACH's refusal */
 	uint64_t	 next_lease;
 	uint64_t	 started_ms;
 	int		 exit_code;
 };
-int	 server_init(struct server *, struct config *, char *err, size_t errlen);
+int	 server_init(struct server *, struct config *, int ngpu, char *err, size_t errlen);
+unsigned server_copies_inflight(const struct server *);
 int	 server_run(struct server *);
 void	 server_free(struct server *);
 void	 server_conn_closed(struct server *, struct conn *);
@@ -481,6 +491,7 @@ struct copy_page {
 	uint32_t	 id;		/* the DRAM object */
 	const struct proto_region *geom;	/* this page's region, or NULL: the job's */
 	uint8_t		*base;
+	const struct region *region;	/* the same region (cuda.c), or NULL: the job's */
 };
 struct copy_job;
 TAILQ_HEAD(copy_job_list, copy_job);
@@ -489,23 +500,44 @@ struct copy_job {
 	int			 kind;		/* COPY_* */
 	const struct proto_region *geom;	/* region geometry */
 	uint8_t			*base;		/* region memory */
+	const struct region	*region;	/* the same region (cuda.c) */
 	struct copy_page	*pages;
 	uint32_t		 npages;
 	_Atomic int		 cancel;	/* set by the loop, read between pages */
 	_Atomic uint32_t	 done_pages;	/* pages fully moved (and verified) */
 	int			 status;	/* PROTO_S_*, valid in done() */
 	uint32_t		 bad_page;	/* with PROTO_S_LOST */
+	char			 why[160];	/* with PROTO_S_INTERNAL: what failed */
 	void			(*done)(struct copy_job *);	/* on the loop thread */
 	void			*arg;
+	struct cuda_job		*cuda;		/* cuda.c's, while on the GPU */
 };
 struct copy_engine;
 int	 copy_engine_new(struct event_base *, int nthreads, unsigned delay_ms,
 	    struct copy_engine **, char *err, size_t errlen);
 void	 copy_engine_free(struct copy_engine *);
 void	 copy_submit(struct copy_engine *, struct copy_job *);
+void	 copy_cancel(struct copy_job *);
 unsigned copy_inflight(const struct copy_engine *);
 void	 copy_page_scatter(const struct proto_region *, uint8_t *base, uint32_t page,
 	    uint8_t *obj, int to_region);
+
+/*
+ * cuda.c: the cuda copy engine's daemon side (kernels/ through kernels.h):
+ * GPU regions (CUDA IPC handles, cuMem fds) and copy jobs on them, with
+ * completions reported to the loop through the engine's notify eventfd.
+ */
+struct cuda_engine;
+struct cuda_job;
+int	 cuda_engine_new(struct event_base *, struct dram *, struct cuda_engine **,
+	    char *err, size_t errlen);
+void	 cuda_engine_free(struct cuda_engine *);
+unsigned cuda_inflight(const struct cuda_engine *);
+void	 cuda_submit(struct cuda_engine *, struct copy_job *);
+void	 cuda_cancel(struct copy_job *);
+int	 cuda_region_open(struct cuda_engine *, const char *none_why, struct region *regions,
+	    unsigned i, const struct proto_region *, int fd, char *err, size_t errlen);
+void	 cuda_region_close(struct region *);
 
 /*
  * filetier.c: the file tier, one directory of object files that daemons

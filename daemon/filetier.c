@@ -21,13 +21,14 @@
  * hash of 80-byte records named by 32-bit ids, as in dram.c), one LRU list
  * of the evictable ones, and pins. Worker threads do all file I/O and
  * report through one eventfd watched by the loop, as copy.c does:
- * - reader threads each drive an io_uring ring; one object is a linked
- *   chain openat(direct descriptor) -> readv(header, payload) -> close, so
- *   a read costs no system call of its own and several are in flight.
- *   The header is validated against the key asked for and the payload
- *   checksummed before the read reports success; a file found missing,
- *   truncated, damaged or foreign fails its read with its own errno, is
- *   unlinked, and leaves the index;
+ * - reader threads each drive an io_uring ring, read_depth objects in
+ *   flight: an openat into a direct descriptor, then one readv of header
+ *   and payload, the reads of a batch submitted together so that the block
+ *   layer merges neighbours; no system call per object. The loop gives
+ *   each read to the least busy reader. The header is validated against
+ *   the key asked for and the payload checksummed before the read reports
+ *   success; a file found missing, truncated, damaged or foreign fails
+ *   its read with its own errno, is unlinked, and leaves the index;
  * - writer threads write, rename and unlink (eviction) with plain system
  *   calls, deletions first.
  * A namespace enters the index by a scan of its directory (headers only,
@@ -43,6 +44,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -77,8 +79,8 @@ _Static_assert(FILETIER_OBJ_MAX + FILETIER_HDR <= 0x7ffff000, "a read's size fit
  * One object. Entry states: WRITING (indexed so a second write of the
  * key is refused, invisible, never evicted), VISIBLE, DELETING (indexed
  * until its unlink ran, so a write cannot race it; invisible) and DEAD
- * (out of the index, its file gone, kept for its pins until the last
- * unpin). The LRU list holds exactly the VISIBLE entries without pins,
+ * (out of the index, its file gone or disowned, kept for its pins until
+ * the last unpin). The LRU list holds exactly the VISIBLE entries without pins,
  * so eviction takes its tail and can never reach a pinned one.
  */
 struct filetier_ent {
@@ -171,7 +173,6 @@ struct filetier_reader {
 		int			 direct;
 		int			 open_res;
 		int			 read_res;
-		int			 ncqe;
 	}			*slots;
 	unsigned		*free_slots;
 	unsigned		 nfree;
@@ -652,9 +653,10 @@ filetier_ent_retire(struct filetier *ft, uint32_t id, int file_gone)
 		return;
 	}
 	/*
-	 * Out of memory for the unlink job: the file stays on disk, out of
-	 * the index, and the next scan finds it again. Nothing is wrong,
-	 * only the disk is fuller than the capacity says.
+	 * The file is gone, or disowned after a device error, or there was
+	 * no memory for its unlink: then it stays on disk, out of the index,
+	 * and the next scan judges it again. Nothing is wrong, only the disk
+	 * may be fuller than the capacity says.
 	 */
 	filetier_index_remove(ft, id);
 	if (e->pins > 0) {
@@ -767,6 +769,11 @@ filetier_write_done(struct filetier *ft, struct filetier_job *job)
 	ft->st.write_failures++;
 	if (job->status == -ENOSPC || job->status == -EDQUOT)
 		ft->st.write_nospace++;
+	/* A full disk fails every write: say so at the 1st, 2nd, 4th, 8th... */
+	if ((ft->st.write_failures & (ft->st.write_failures - 1)) == 0)
+		log_warn("filetier", "%s/%s: write failed: %s; nothing of it is visible "
+		    "(%llu failed writes so far)", ft->root, job->ns->name,
+		    filetier_strerror(job->status), (unsigned long long)ft->st.write_failures);
 	ft->st.bytes_used -= filetier_file_bytes(e->len);
 	filetier_index_remove(ft, job->id);
 	filetier_rec_free(ft, job->id);
@@ -856,19 +863,41 @@ filetier_read_sync(struct filetier_job *job, const char *path, uint8_t *hdr, int
     ssize_t *res)
 {
 	struct iovec	iov[2];
-	int		fd;
+	uint64_t	off = 0, total = FILETIER_HDR + FILETIER_READ_SIZE(job->len);
+	ssize_t		n;
+	int		fd, i;
 
 	fd = openat(job->ns->dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | (direct ? O_DIRECT : 0));
 	if (fd < 0)
 		return -errno;
-	iov[0].iov_base = hdr;
-	iov[0].iov_len = FILETIER_HDR;
-	iov[1].iov_base = job->buf;
-	iov[1].iov_len = FILETIER_READ_SIZE(job->len);
-	/* One preadv: at EOF a regular file returns short, never splits a read. */
-	*res = preadv(fd, iov, 2, 0);
-	if (*res < 0)
-		*res = -errno;
+	/*
+	 * Until EOF: a network filesystem may return a read short of EOF,
+	 * and a short read must never be taken for a truncated file (that
+	 * would unlink a good one). Offsets stay 4096-aligned for O_DIRECT
+	 * except at EOF, where the loop ends.
+	 */
+	while (off < total) {
+		i = 0;
+		if (off < FILETIER_HDR) {
+			iov[i].iov_base = hdr + off;
+			iov[i++].iov_len = FILETIER_HDR - off;
+		}
+		iov[i].iov_base = (uint8_t *)job->buf + (off > FILETIER_HDR ? off - FILETIER_HDR : 0);
+		iov[i].iov_len = total - (off > FILETIER_HDR ? off : FILETIER_HDR);
+		i++;
+		if ((n = preadv(fd, iov, i, (off_t)off)) < 0) {
+			if (errno == EINTR)
+				continue;
+			off = 0;
+			*res = -errno;
+			close(fd);
+			return 0;
+		}
+		if (n == 0)
+			break;
+		off += (uint64_t)n;
+	}
+	*res = (ssize_t)off;
 	close(fd);
 	return 0;
 }
@@ -924,20 +953,23 @@ filetier_reader_sync_one(struct filetier_reader *r, struct filetier_job *job)
 }
 
 /*
- * Queues one object's chain on the ring: openat into the slot's direct
- * descriptor, readv of the header and payload through it, close. The
- * read is hard-linked to the close so that a failed read still closes;
- * a failed open cancels both.
+ * A read on the ring is two steps. First openat into the slot's direct
+ * descriptor (it replaces whatever file the slot held, so there is no
+ * close to wait for; the slot keeps its last file open until reused).
+ * Then, when the open completed, readv of the header and payload. The
+ * reads made ready by one batch of completions go to the kernel in one
+ * submission, which the block layer plugs: reads of files that lie next
+ * to each other on disk (a prefix published in order) merge into large
+ * requests. A linked open -> read chain would issue each read alone from
+ * the open's completion and lose that (measured: 0.7x on 36 KiB objects).
  */
 static void
-filetier_reader_prep(struct filetier_reader *r, unsigned s, struct filetier_job *job)
+filetier_reader_open(struct filetier_reader *r, unsigned s, struct filetier_job *job)
 {
 	struct filetier_slot	*sl = &r->slots[s];
 	struct io_uring_sqe	*sqe;
-	uint64_t		 ud = (uint64_t)s << 2;
 
 	sl->job = job;
-	sl->ncqe = 0;
 	sl->open_res = sl->read_res = 0;
 	sl->direct = atomic_load(&job->ns->direct);
 	filetier_obj_path(&job->key, sl->path);
@@ -945,53 +977,63 @@ filetier_reader_prep(struct filetier_reader *r, unsigned s, struct filetier_job 
 	sl->iov[0].iov_len = FILETIER_HDR;
 	sl->iov[1].iov_base = job->buf;
 	sl->iov[1].iov_len = FILETIER_READ_SIZE(job->len);
-
 	/* Direct descriptors take no O_CLOEXEC: they are not in the fd table. */
 	sqe = io_uring_get_sqe(&r->ring);
 	io_uring_prep_openat_direct(sqe, job->ns->dirfd, sl->path,
 	    O_RDONLY | O_NOFOLLOW | (sl->direct ? O_DIRECT : 0), 0, s);
-	sqe->flags |= IOSQE_IO_LINK;
-	io_uring_sqe_set_data64(sqe, ud | 0);
-	sqe = io_uring_get_sqe(&r->ring);
-	io_uring_prep_readv(sqe, (int)s, sl->iov, 2, 0);
-	sqe->flags |= IOSQE_FIXED_FILE | IOSQE_IO_HARDLINK;
-	io_uring_sqe_set_data64(sqe, ud | 1);
-	sqe = io_uring_get_sqe(&r->ring);
-	io_uring_prep_close_direct(sqe, s);
-	io_uring_sqe_set_data64(sqe, ud | 2);
+	io_uring_sqe_set_data64(sqe, (uint64_t)s << 1);
 }
 
-/* One CQE; a slot whose three CQEs are in is finished onto batch. */
+/* Ends a slot's read: the job goes onto batch, the slot is free. */
 static void
-filetier_reader_cqe(struct filetier_reader *r, uint64_t ud, int res,
-    struct filetier_job_list *batch)
+filetier_reader_end(struct filetier_reader *r, unsigned s, struct filetier_job_list *batch)
 {
-	unsigned		 s = (unsigned)(ud >> 2);
 	struct filetier_slot	*sl = &r->slots[s];
 	struct filetier_job	*job = sl->job;
-	ssize_t			 sres = 0;
+	ssize_t			 res = 0;
 	int			 open_res;
 
-	switch (ud & 3) {
-	case 0:
-		sl->open_res = res < 0 ? res : 0;
-		break;
-	case 1:
-		sl->read_res = res;
-		break;
-	}
-	if (++sl->ncqe < 3)
-		return;
 	if (filetier_direct_refused(job, sl->direct, sl->open_res,
 	    sl->open_res == 0 ? sl->read_res : 0)) {
-		open_res = filetier_read_sync(job, sl->path, sl->iov[0].iov_base, 0, &sres);
-		filetier_read_finish(job, sl->path, sl->iov[0].iov_base, open_res, sres);
+		open_res = filetier_read_sync(job, sl->path, sl->iov[0].iov_base, 0, &res);
+		filetier_read_finish(job, sl->path, sl->iov[0].iov_base, open_res, res);
+	} else if (sl->open_res == 0 && sl->read_res >= 0 &&
+	    (uint64_t)sl->read_res < FILETIER_HDR + job->len) {
+		/* Short: truncated, or a filesystem that reads short. Only EOF tells. */
+		open_res = filetier_read_sync(job, sl->path, sl->iov[0].iov_base, sl->direct, &res);
+		filetier_read_finish(job, sl->path, sl->iov[0].iov_base, open_res, res);
 	} else
 		filetier_read_finish(job, sl->path, sl->iov[0].iov_base, sl->open_res,
 		    sl->open_res == 0 ? sl->read_res : 0);
 	sl->job = NULL;
 	r->free_slots[r->nfree++] = s;
 	TAILQ_INSERT_TAIL(batch, job, entry);
+}
+
+/* One CQE: an open queues its read (submitted with the batch), a read ends its slot. */
+static void
+filetier_reader_cqe(struct filetier_reader *r, uint64_t ud, int res,
+    struct filetier_job_list *batch)
+{
+	unsigned		 s = (unsigned)(ud >> 1);
+	struct filetier_slot	*sl = &r->slots[s];
+	struct io_uring_sqe	*sqe;
+
+	if ((ud & 1) == 0) {
+		if (res < 0) {
+			sl->open_res = res;
+			filetier_reader_end(r, s, batch);
+			return;
+		}
+		/* One SQE per slot at a time, and the ring has a slot's worth each. */
+		sqe = io_uring_get_sqe(&r->ring);
+		io_uring_prep_readv(sqe, (int)s, sl->iov, 2, 0);
+		sqe->flags |= IOSQE_FIXED_FILE;
+		io_uring_sqe_set_data64(sqe, (uint64_t)s << 1 | 1);
+		return;
+	}
+	sl->read_res = res;
+	filetier_reader_end(r, s, batch);
 }
 
 /* Takes queued reads for free slots; returns how many. Called locked. */
@@ -1040,7 +1082,7 @@ filetier_reader_ring_main(struct filetier_reader *r)
 			return NULL;
 		while ((job = TAILQ_FIRST(&take)) != NULL) {
 			TAILQ_REMOVE(&take, job, entry);
-			filetier_reader_prep(r, r->free_slots[--r->nfree], job);
+			filetier_reader_open(r, r->free_slots[--r->nfree], job);
 			busy++;
 		}
 		filetier_post(ft, &batch);
@@ -1806,6 +1848,8 @@ out:
 			free(parts[i].found);
 	free(parts);
 	free(sc.leaves);
+	/* The scan threads' arenas held the found lists: give them back now. */
+	malloc_trim(0);
 	return rc;
 }
 
@@ -1820,7 +1864,8 @@ filetier_params_default(struct filetier_params *p)
 	p->writers = 2;
 	p->read_depth = 32;
 	p->write_queue = 1024;
-	p->scan_threads = 8;
+	/* A cold scan waits on one small read per file: depth is what makes it fast. */
+	p->scan_threads = 32;
 	/* Far longer than one object's write, even with fsync on a slow NFS. */
 	p->tmp_stale_s = 300;
 	p->direct = 1;
@@ -1859,8 +1904,8 @@ filetier_reader_init(struct filetier_reader *r, struct filetier *ft)
 	r->nfree = depth;
 	if (!ft->p.io_uring)
 		return 0;
-	/* Three SQEs a read (open, read, close) and the kick. */
-	if ((rc = io_uring_queue_init(depth * 3 + 1, &r->ring, 0)) != 0) {
+	/* One SQE in flight per slot (its open, then its read), and the kick. */
+	if ((rc = io_uring_queue_init(depth + 1, &r->ring, 0)) != 0) {
 		log_warn("filetier", "io_uring_queue_init: %s; reads use pread", strerror(-rc));
 		return 0;
 	}
@@ -1880,8 +1925,15 @@ filetier_reader_fini(struct filetier_reader *r)
 	if (r->ft == NULL)
 		return;		/* never initialised */
 	filetier_jobs_free(&r->queue);
-	if (r->uring)
+	if (r->uring) {
+		/*
+		 * Slots keep their last file open. Unregistering closes them
+		 * now; the ring's own teardown would close them later, in a
+		 * kernel worker, and a filesystem could not be unmounted yet.
+		 */
+		io_uring_unregister_files(&r->ring);
 		io_uring_queue_exit(&r->ring);
+	}
 	r->uring = 0;
 	if (r->kick_fd >= 0)
 		close(r->kick_fd);

@@ -131,7 +131,7 @@ lease_ttl_cb(evutil_socket_t fd, short ev, void *arg)
 	if (l->state == LEASE_RESTORING) {
 		/* The restore deadline of best_effort / timeout: stop at a page boundary. */
 		l->deadline_hit = 1;
-		atomic_store(&l->job->cancel, 1);
+		copy_cancel(l->job);
 		return;
 	}
 	if (l->state == LEASE_ADMITTED || l->state == LEASE_READY || l->state == LEASE_COPIED) {

@@ -85,12 +85,11 @@ main(int argc, char **argv)
 	if (cfg.copy_engine != CONFIG_COPY_HOST)
 		log_info("main", "gpu: %s", gpu);
 
-	if ((rc = server_init(&server, &cfg, err, sizeof(err))) != 0) {
+	if ((rc = server_init(&server, &cfg, ngpu, err, sizeof(err))) != 0) {
 		log_error("main", "%s", err);
 		server_free(&server);
 		return 1;
 	}
-	server.gpu_present = ngpu > 0;
 	rc = server_run(&server);
 	server_free(&server);
 	return rc == 0 ? 0 : 1;

@@ -51,7 +51,8 @@ publish_job_done(struct copy_job *job)
 		publish_abort_all(s, job);
 		metrics.publishes_failed++;
 		session_reply_error(sess, &op->req, (unsigned)job->status,
-		    "PUBLISH: copy stopped; nothing was stored");
+		    "PUBLISH: copy stopped%s%s; nothing was stored", job->why[0] != '\0' ? ": " : "",
+		    job->why);
 	} else {
 		memset(&r, 0, sizeof(r));
 		for (i = 0; i < job->npages; i++) {
@@ -177,13 +178,17 @@ publish_request(struct conn *c, struct proto_frame *f)
 	job->kind = COPY_PUBLISH;
 	job->geom = &rg->desc;
 	job->base = rg->base;
+	job->region = rg;
 	job->done = publish_job_done;
 	job->arg = op;
 	op->sess = sess;
 	op->req = f->hdr;
 	session_ref(sess);
 	sess->jobs++;
-	copy_submit(s->copy, job);
+	if (rg->kreg != NULL)
+		cuda_submit(s->cuda, job);	/* GPU memory: ATTACH made s->cuda exist */
+	else
+		copy_submit(s->copy, job);
 	return;
 
 fail:

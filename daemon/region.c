@@ -1,7 +1,9 @@
 /*
  * Engine memory registered at ATTACH. For the host copy engine a region
  * is a memfd (or another shmem file) mapped shared; the daemon writes
- * restored pages into it and reads published pages out of it.
+ * restored pages into it and reads published pages out of it. GPU memory
+ * (CUDA IPC handles, cuMem fds) is opened by cuda.c instead; unmapping
+ * goes there too.
  *
  * The daemon must never fault on client memory (contract item 11), and a
  * mapped file that shrinks turns writes past its end into SIGBUS. So a
@@ -102,6 +104,10 @@ region_map(struct region *r, const struct proto_region *desc, int fd, char *err,
 void
 region_unmap(struct region *r)
 {
+	if (r->kreg != NULL || r->dev != NULL) {
+		cuda_region_close(r);
+		return;
+	}
 	if (r->map == NULL)
 		return;
 	munmap(r->map, r->map_len);

@@ -89,7 +89,7 @@ restore_fail_group(struct server *s, struct admission *a, unsigned status, const
 		if ((l = a->ranks[r].lease) == NULL)
 			continue;
 		if (l->state == LEASE_RESTORING) {
-			atomic_store(&l->job->cancel, 1);
+			copy_cancel(l->job);
 			continue;
 		}
 		if (l->state == LEASE_ADMITTED || l->state == LEASE_COPIED) {
@@ -171,6 +171,14 @@ restore_job_done(struct copy_job *job)
 		    job->bad_page, l->rank);
 		l->state = LEASE_FAILED;
 		restore_fail_group(s, a, PROTO_S_LOST, why);
+	} else if (st == PROTO_S_INTERNAL) {
+		/* The copy engine itself failed (the GPU's): the group fails with its reason. */
+		log_warn("restore", "session %u: lease %llu: %s", sess->id,
+		    (unsigned long long)l->id, job->why);
+		snprintf(why, sizeof(why), "rank %u: %.140s", l->rank,
+		    job->why[0] != '\0' ? job->why : "the copy failed");
+		l->state = LEASE_FAILED;
+		restore_fail_group(s, a, PROTO_S_INTERNAL, why);
 	} else if (st != PROTO_S_OK) {
 		l->state = a->failed ? LEASE_FAILED : LEASE_CANCELLED;
 		if (!a->failed)
@@ -372,6 +380,7 @@ restore_request(struct conn *c, struct proto_frame *f)
 	job->kind = COPY_RESTORE;
 	job->geom = &sess->regions[p.region].desc;
 	job->base = sess->regions[p.region].base;
+	job->region = &sess->regions[p.region];
 	job->npages = l->nobjs;
 	job->done = restore_job_done;
 	job->arg = l;
@@ -385,6 +394,7 @@ restore_request(struct conn *c, struct proto_frame *f)
 		pg->obj = (uint8_t *)(uintptr_t)dram_data(s->dram, pg->id, &pg->len, &pg->checksum);
 		pg->geom = &sess->regions[reg].desc;
 		pg->base = sess->regions[reg].base;
+		pg->region = &sess->regions[reg];
 		if (sess->ns->pools[o->pool].kind == PROTO_POOL_STATE)
 			pg->region_page = p.state_slot;
 		else
@@ -409,7 +419,10 @@ restore_request(struct conn *c, struct proto_frame *f)
 	}
 	session_ref(sess);
 	sess->jobs++;
-	copy_submit(s->copy, job);
+	if (job->region->kreg != NULL)
+		cuda_submit(s->cuda, job);	/* GPU memory: ATTACH made s->cuda exist */
+	else
+		copy_submit(s->copy, job);
 }
 
 void

@@ -314,11 +314,18 @@ server_finish(struct server *s)
 	event_base_loopexit(s->base, NULL);
 }
 
+/* Copy jobs in flight on both engines. */
+unsigned
+server_copies_inflight(const struct server *s)
+{
+	return (s->copy != NULL ? copy_inflight(s->copy) : 0) + cuda_inflight(s->cuda);
+}
+
 /* Ends a drain once the last connection and the last copy are gone. */
 void
 server_maybe_finish(struct server *s)
 {
-	if (s->stopping && s->nconns == 0 && (s->copy == NULL || copy_inflight(s->copy) == 0))
+	if (s->stopping && s->nconns == 0 && server_copies_inflight(s) == 0)
 		server_finish(s);
 }
 
@@ -365,7 +372,7 @@ server_signal_cb(evutil_socket_t sig, short ev, void *arg)
 	close(s->listen_fd);
 	s->listen_fd = -1;
 	unlink(s->cfg->socket_path);
-	if (s->nconns == 0 && copy_inflight(s->copy) == 0) {
+	if (s->nconns == 0 && server_copies_inflight(s) == 0) {
 		server_finish(s);
 		return;
 	}
@@ -384,8 +391,14 @@ server_signal_cb(evutil_socket_t sig, short ev, void *arg)
 	}
 }
 
+/*
+ * Makes the server: the DRAM tier, the host copy engine, the cuda copy
+ * engine where ngpu GPUs were found (copy_engine auto or cuda), the
+ * socket and the signals. 0 or -errno with err filled; server_free
+ * undoes any part.
+ */
 int
-server_init(struct server *s, struct config *cfg, char *err, size_t errlen)
+server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t errlen)
 {
 	int	rc;
 
@@ -407,6 +420,18 @@ server_init(struct server *s, struct config *cfg, char *err, size_t errlen)
 	    err, errlen);
 	if (rc != 0)
 		return rc;
+	s->cuda_none = cfg->copy_engine == CONFIG_COPY_HOST ? "copy_engine is host" : "no GPU";
+	if (ngpu > 0 && cfg->copy_engine != CONFIG_COPY_HOST) {
+		rc = cuda_engine_new(s->base, s->dram, &s->cuda, err, errlen);
+		if (rc != 0 && cfg->copy_engine == CONFIG_COPY_CUDA)
+			return rc;
+		if (rc != 0) {
+			log_warn("server", "%s; copy_engine auto: GPU memory will be refused", err);
+			s->cuda_none = "the GPU could not be set up: see the daemon's log";
+			err[0] = '\0';
+		}
+	}
+	s->gpu_present = s->cuda != NULL;
 	if ((rc = server_listen(s, err, errlen)) != 0)
 		return rc;
 	s->ev_listen = event_new(s->base, s->listen_fd, EV_READ | EV_PERSIST, server_accept_cb, s);
@@ -442,6 +467,12 @@ server_free(struct server *s)
 	/* Workers first: nothing may still write into engine memory or the arena. */
 	copy_engine_free(s->copy);
 	s->copy = NULL;
+	/*
+	 * GPU ops cancelled and waited for; regions of sessions still held by
+	 * a dropped completion stay open until exit.
+	 */
+	cuda_engine_free(s->cuda);
+	s->cuda = NULL;
 	while ((c = TAILQ_FIRST(&s->conns)) != NULL)
 		conn_free(c);
 	dram_free(s->dram);

@@ -111,18 +111,28 @@ session_check_geometry(const struct proto_attach_view *v, char *err, size_t errl
 	return 0;
 }
 
-/* Maps every region; fds are the frame's, borrowed. */
+/*
+ * Maps every region; fds are the frame's, borrowed. memfds are mapped
+ * here for the host engine, GPU memory is opened by cuda.c; one session's
+ * regions are all of one kind, since a copy job runs on one engine.
+ */
 static int
 session_map_regions(struct session *sess, const struct proto_attach_view *v,
     const struct proto_frame *f, char *err, size_t errlen)
 {
-	char		why[256];
-	unsigned	i;
-	int		rc, fd;
+	struct server	*s = sess->server;
+	char		 why[256];
+	unsigned	 i;
+	int		 rc, fd;
 
 	for (i = 0; i < v->fixed.nregions; i++) {
 		const struct proto_region *d = &v->regions[i];
 
+		if (i > 0 && (d->kind == PROTO_MEM_MEMFD) != (v->regions[0].kind == PROTO_MEM_MEMFD)) {
+			snprintf(err, errlen, "regions[%u]: host (memfd) and GPU memory cannot be mixed "
+			    "in one session", i);
+			return -EINVAL;
+		}
 		fd = -1;
 		if (d->kind != PROTO_MEM_CUDA_IPC) {
 			if (d->fd_index >= f->nfds) {
@@ -132,7 +142,12 @@ session_map_regions(struct session *sess, const struct proto_attach_view *v,
 			}
 			fd = f->fds[d->fd_index];
 		}
-		if ((rc = region_map(&sess->regions[i], d, fd, why, sizeof(why))) != 0) {
+		if (d->kind == PROTO_MEM_MEMFD)
+			rc = region_map(&sess->regions[i], d, fd, why, sizeof(why));
+		else
+			rc = cuda_region_open(s->cuda, s->cuda_none, sess->regions, i, d, fd, why,
+			    sizeof(why));
+		if (rc != 0) {
 			snprintf(err, errlen, "regions[%u]: %s", i, why);
 			return rc;
 		}

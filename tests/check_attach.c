@@ -400,6 +400,64 @@ START_TEST(test_bad_registrations_are_refused_with_nothing_mapped)
 }
 END_TEST
 
+/*
+ * GPU memory (CUDA IPC handles, cuMem fds) needs the cuda copy engine: a
+ * daemon without a GPU refuses it as a bad region, saying so, with
+ * nothing mapped; and no session mixes host and GPU memory.
+ */
+START_TEST(test_gpu_memory_is_refused_cleanly_without_a_gpu)
+{
+	struct l3kv_server_info	 si;
+	struct engine		 e;
+	struct l3kv		*k = client();
+	char			*before, *after;
+	int			 gpu;
+
+	engine_init(&e, "g-gpu", 1, 0);
+	ck_assert_int_eq(l3kv_server_info(k, &si), 0);
+	gpu = (si.caps & L3KV_CAP_CUDA_COPY) != 0;
+	before = state_of_daemon();
+
+	e.regions[0].kind = L3KV_MEM_CUDA_IPC;
+	e.regions[1].kind = L3KV_MEM_CUDA_IPC;
+	memset(e.regions[0].handle, 0x5a, sizeof(e.regions[0].handle));
+	memset(e.regions[1].handle, 0xa5, sizeof(e.regions[1].handle));
+	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
+	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BAD_REGION);
+	ck_assert_ptr_nonnull(strstr(l3kv_last_error(k), "regions[0]"));
+	if (!gpu)
+		ck_assert_msg(strstr(l3kv_last_error(k), "cuda_ipc memory needs the cuda copy engine, "
+		    "and this daemon has none (no GPU)") != NULL, "%s", l3kv_last_error(k));
+
+	/* A cuMem fd (here a memfd: no GPU could import it either). */
+	e.regions[0].kind = L3KV_MEM_CUMEM_FD;
+	e.regions[1].kind = L3KV_MEM_CUMEM_FD;
+	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
+	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BAD_REGION);
+	if (!gpu)
+		ck_assert_msg(strstr(l3kv_last_error(k), "regions[0]: cumem_fd memory needs the cuda "
+		    "copy engine") != NULL, "%s", l3kv_last_error(k));
+
+	/* Host and GPU memory in one session. */
+	e.regions[0].kind = L3KV_MEM_MEMFD;
+	e.regions[1].kind = L3KV_MEM_CUDA_IPC;
+	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
+	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BAD_REGION);
+	ck_assert_msg(strstr(l3kv_last_error(k), "regions[1]: host (memfd) and GPU memory cannot be "
+	    "mixed") != NULL, "%s", l3kv_last_error(k));
+
+	after = state_of_daemon();
+	ck_assert_str_eq(before, after);
+	/* The memfd registration is accepted on the same connection. */
+	e.regions[1].kind = L3KV_MEM_MEMFD;
+	ck_assert_int_eq(l3kv_attach(k, &e.args, NULL), 0);
+	free(before);
+	free(after);
+	l3kv_close(k);
+	engine_fini(&e);
+}
+END_TEST
+
 START_TEST(test_configured_model_refuses_other_models)
 {
 	struct engine	 e;
@@ -516,6 +574,7 @@ suite_attach(void)
 	tcase_add_test(tc, test_fingerprint_is_stable_and_changes_with_the_layout);
 	tcase_add_test(tc, test_group_ranks_must_agree);
 	tcase_add_test(tc, test_bad_registrations_are_refused_with_nothing_mapped);
+	tcase_add_test(tc, test_gpu_memory_is_refused_cleanly_without_a_gpu);
 	tcase_add_test(tc, test_configured_model_refuses_other_models);
 	tcase_add_test(tc, test_killed_engine_releases_its_session);
 	tcase_add_test(tc, test_200_concurrent_clients_are_served);

@@ -429,10 +429,11 @@ END_TEST
 
 /* Damages object 0's file after it was indexed; the read must fail with want. */
 static void
-damaged(void (*damage)(const char *path), int want, int pinned)
+damaged_with(const struct filetier_params *p, void (*damage)(const char *path), int want,
+    int pinned)
 {
 	struct event_base	*base = event_base_new();
-	struct filetier		*ft = ft_open(base, NULL, NULL);
+	struct filetier		*ft = ft_open(base, p, NULL);
 	struct filetier_stats	 st, before;
 	struct dram_key		 k;
 	char			 path[PATH_MAX];
@@ -474,6 +475,12 @@ damaged(void (*damage)(const char *path), int want, int pinned)
 	ck_assert_int_eq(read_wait(base, ft, fp_a, 0), 0);
 	filetier_free(ft);
 	event_base_free(base);
+}
+
+static void
+damaged(void (*damage)(const char *path), int want, int pinned)
+{
+	damaged_with(NULL, damage, want, pinned);
 }
 
 static void
@@ -531,6 +538,19 @@ END_TEST
 START_TEST(test_truncated_file_fails_the_read_and_is_removed)
 {
 	damaged(do_truncate, -ENODATA, 0);
+}
+END_TEST
+
+START_TEST(test_preadv_readers_catch_truncated_and_corrupt_files_too)
+{
+	struct filetier_params	p;
+
+	filetier_params_default(&p);
+	p.io_uring = 0;
+	damaged_with(&p, do_truncate, -ENODATA, 0);
+	test_rmtree(tdir);
+	ck_assert_int_eq(mkdir(tdir, 0700), 0);
+	damaged_with(&p, do_flip_payload, -EBADMSG, 1);
 }
 END_TEST
 
@@ -1299,6 +1319,7 @@ suite_filetier(void)
 	tcase_add_test(tc, test_fresh_tier_on_a_used_directory_reads_earlier_objects);
 	tcase_add_test(tc, test_deleted_file_fails_the_read_and_leaves_the_tier);
 	tcase_add_test(tc, test_truncated_file_fails_the_read_and_is_removed);
+	tcase_add_test(tc, test_preadv_readers_catch_truncated_and_corrupt_files_too);
 	tcase_add_test(tc, test_payload_byte_flip_fails_the_checksum_and_is_removed);
 	tcase_add_test(tc, test_header_byte_flip_fails_and_is_removed);
 	tcase_add_test(tc, test_symlink_in_place_of_an_object_is_refused_and_removed);

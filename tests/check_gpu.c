@@ -28,6 +28,7 @@
  */
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -41,10 +42,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
 #include <xxhash.h>
 
 #include "daemon.h"
 #include "kernels.h"
+#include "l3kv.h"
 #include "tests.h"
 #include "xxh3.h"
 
@@ -1254,6 +1257,513 @@ START_TEST(test_gpu_cumem_fd_from_a_second_process)
 }
 END_TEST
 
+/*
+ * The daemon's cuda copy engine, end to end: a real l3kvd (exec'd, with
+ * copy_engine cuda) and an engine process that keeps its KV in device
+ * memory, exports it with a legacy IPC handle and drives the daemon
+ * through libl3kv. The test process itself never touches CUDA: it starts
+ * the daemon, forks the engine, and reads the daemon's counters.
+ *
+ * The engine's region is layer_first (per layer: pages x tokens x bytes)
+ * with 1 MiB objects (64 tokens x 16 layers x 1 KiB), so every restore
+ * scatters and every publish gathers on the GPU.
+ */
+#define GD_TOKENS	64
+#define GD_LAYERS	16
+#define GD_TOKEN_BYTES	1024
+#define GD_OBJ		((size_t)GD_TOKENS * GD_LAYERS * GD_TOKEN_BYTES)
+#define GD_BLOCK	((size_t)GD_TOKENS * GD_TOKEN_BYTES)	/* one page of one layer */
+
+enum gd_mode {
+	GD_ROUND_TRIP = 1,	/* publish, admit, restore, check every byte */
+	GD_CANCEL,		/* a large restore cancelled at once */
+	GD_KILLED,		/* a large restore, then the engine is killed */
+	GD_CORRUPT,		/* page 5's object corrupted (DEBUG) before the restore */
+};
+
+/* What the engine process and the test share (MAP_SHARED, set up before the fork). */
+struct gd_share {
+	char		err[512];
+	uint32_t	landed;		/* GD_CANCEL: CANCEL's pages_landed */
+	int		restore_rc;	/* GD_CANCEL: the RESTORE's completion status */
+};
+
+#define GD_FAIL(code, ...) do {						\
+	snprintf(sh->err, sizeof(sh->err), __VA_ARGS__);		\
+	return (code);							\
+} while (0)
+
+/* Page p's hash, for prefix `prefix`: deterministic, never zero. */
+static void
+gd_hash(uint32_t prefix, uint32_t p, uint8_t *h)
+{
+	uint32_t	j, x = prefix * 2654435761U + p * 40503U + 1;
+
+	for (j = 0; j < L3KV_HASH_LEN; j++) {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		h[j] = (uint8_t)x;
+	}
+}
+
+/* 1 if region page q in `now` holds region page p of `was`, layer by layer. */
+static int
+gd_page_is(const uint8_t *now, uint32_t q, const uint8_t *was, uint32_t p, uint32_t pages)
+{
+	size_t	ls = (size_t)pages * GD_BLOCK;
+	int	l;
+
+	for (l = 0; l < GD_LAYERS; l++)
+		if (memcmp(now + l * ls + q * GD_BLOCK, was + l * ls + p * GD_BLOCK, GD_BLOCK) != 0)
+			return 0;
+	return 1;
+}
+
+/*
+ * One source page published under two hashes in one PUBLISH (the GPU
+ * reads it once), both restored into the last two region pages.
+ */
+static int
+gd_same_source(struct gd_share *sh, struct l3kv *k, void *d, size_t bytes, const uint8_t *src,
+    uint32_t n, uint32_t prefix)
+{
+	struct l3kv_restore_result	 res;
+	struct l3kv_publish_result	 pr;
+	struct l3kv_publish_page	 pg[2];
+	struct l3kv_admit_result	 ar;
+	struct l3kv_admit_args		 aa;
+	uint8_t				 h[2 * L3KV_HASH_LEN], *now;
+	uint32_t			 dst[2] = { 2 * n - 1, 2 * n - 2 }, i;
+	char				 err[256] = "";
+	int				 rc;
+
+	for (i = 0; i < 2; i++) {
+		gd_hash(prefix + 1000, i, pg[i].hash);
+		memcpy(h + i * L3KV_HASH_LEN, pg[i].hash, L3KV_HASH_LEN);
+		pg[i].src_page = 1;
+	}
+	if ((rc = l3kv_publish(k, 0, pg, 2, &pr)) != 0 || pr.stored != 2)
+		GD_FAIL(30, "engine: PUBLISH of one page under two hashes: %d %s, stored %u", rc,
+		    l3kv_last_error(k), pr.stored);
+	memset(&aa, 0, sizeof(aa));
+	aa.request_id = prefix + 1000;
+	aa.hashes = h;
+	aa.npages = 2;
+	aa.reserved_pages = 2;
+	aa.state_slot = L3KV_SLOT_NONE;
+	if ((rc = l3kv_admit(k, &aa, &ar)) != 0 || ar.admitted_pages != 2)
+		GD_FAIL(31, "engine: ADMIT of the two: %d, %u admitted", rc, ar.admitted_pages);
+	if ((rc = l3kv_restore(k, ar.lease, 0, dst, 2, 60000, &res)) != 0 || res.pages != 2)
+		GD_FAIL(32, "engine: RESTORE of the two: %d %s", rc, l3kv_last_error(k));
+	if ((now = malloc(bytes)) == NULL)
+		GD_FAIL(2, "engine: out of memory");
+	if ((rc = kernels_copy(now, d, bytes, err, sizeof(err))) != 0)
+		GD_FAIL(17, "engine: kernels_copy back: %d %s", rc, err);
+	for (i = 0; i < 2; i++)
+		if (!gd_page_is(now, dst[i], src, 1, 2 * n))
+			GD_FAIL(33, "engine: object %u published from page 1 differs", i);
+	free(now);
+	if ((rc = l3kv_release(k, ar.lease)) != 0)
+		GD_FAIL(24, "engine: RELEASE: %d %s", rc, l3kv_last_error(k));
+	return 0;
+}
+
+/*
+ * The engine: n source pages published from device memory, then restored
+ * into n other device pages of the same region (in reverse order). The
+ * region holds 2n pages. Returns the exit status, 0 when all is well.
+ */
+static int
+gd_engine(const char *sock, struct gd_share *sh, int mode, uint32_t n, uint32_t prefix, int wfd)
+{
+	struct l3kv_restore_result	 res;
+	struct l3kv_publish_result	 pr;
+	struct l3kv_admit_result	 ar;
+	struct l3kv_admit_args		 aa;
+	struct l3kv_completion		 c;
+	struct l3kv_attach_args		 args;
+	struct l3kv_publish_page	*pg;
+	struct l3kv_region		 reg;
+	struct l3kv_pool		 pool;
+	struct l3kv			*k = NULL;
+	struct pollfd			 pfd;
+	uint8_t				*before, *after, *again, *hashes;
+	uint32_t			*dst, pages = 2 * n, i, landed = 0;
+	uint64_t			 ticket;
+	size_t				 bytes = (size_t)pages * GD_OBJ;
+	void				*d = NULL;
+	char				 err[256] = "";
+	int				 rc, tries;
+
+	gpu_rnd_init();
+	before = malloc(bytes);
+	after = malloc(bytes);
+	again = malloc(bytes);
+	pg = calloc(n, sizeof(*pg));
+	hashes = malloc((size_t)n * L3KV_HASH_LEN);
+	dst = calloc(n, sizeof(*dst));
+	if (before == NULL || after == NULL || again == NULL || pg == NULL || hashes == NULL ||
+	    dst == NULL)
+		GD_FAIL(2, "engine: out of memory");
+	if ((rc = kernels_init(0, err, sizeof(err))) != 0)
+		GD_FAIL(3, "engine: kernels_init: %d %s", rc, err);
+	if ((rc = kernels_dev_alloc(bytes, &d, err, sizeof(err))) != 0)
+		GD_FAIL(4, "engine: kernels_dev_alloc(%zu): %d %s", bytes, rc, err);
+	gpu_rnd_fill(before, bytes);
+	if ((rc = kernels_copy(d, before, bytes, err, sizeof(err))) != 0)
+		GD_FAIL(5, "engine: kernels_copy to the device: %d %s", rc, err);
+
+	pool = (struct l3kv_pool){ "kv", L3KV_POOL_KV, L3KV_HIT_ALL_PAGES, 0, GD_LAYERS, GD_OBJ,
+	    "latent:1024:fp8_e4m3" };
+	memset(&reg, 0, sizeof(reg));
+	reg.pool = 0;
+	reg.kind = L3KV_MEM_CUDA_IPC;
+	reg.layout = L3KV_LAYOUT_LAYER_FIRST;
+	reg.fd = -1;
+	reg.size = bytes;
+	reg.num_pages = pages;
+	reg.page_tokens = GD_TOKENS;
+	reg.layers = GD_LAYERS;
+	reg.token_bytes = GD_TOKEN_BYTES;
+	reg.page_stride = GD_BLOCK;
+	reg.layer_stride = (uint64_t)pages * GD_BLOCK;
+	reg.token_stride = GD_TOKEN_BYTES;
+	if ((rc = kernels_ipc_export(d, reg.handle, err, sizeof(err))) != 0)
+		GD_FAIL(6, "engine: kernels_ipc_export: %d %s", rc, err);
+	memset(&args, 0, sizeof(args));
+	args.layout = (struct l3kv_layout){ .model = "gpu-test", .kv_dtype = "fp8_e4m3",
+	    .hash_scheme = "sha256", .hash_len = 32, .tp_size = 1, .dcp_size = 1, .pp_size = 1,
+	    .cp_size = 1, .host_layout = L3KV_LAYOUT_PAGE_FIRST, .attention = L3KV_ATTN_MLA,
+	    .page_tokens = GD_TOKENS, .logical_page_tokens = GD_TOKENS };
+	args.pools = &pool;
+	args.npools = 1;
+	args.regions = &reg;
+	args.nregions = 1;
+	args.group = "gpu";
+	args.group_size = 1;
+	args.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
+	args.write = L3KV_WRITE_THROUGH;
+	if ((rc = l3kv_connect(sock, 10000, &k)) != 0)
+		GD_FAIL(7, "engine: connect: %d", rc);
+	l3kv_set_timeout(k, 60000);
+	if ((rc = l3kv_attach(k, &args, NULL)) != 0)
+		GD_FAIL(8, "engine: ATTACH with a CUDA IPC region: %d %s", rc, l3kv_last_error(k));
+
+	for (i = 0; i < n; i++) {
+		gd_hash(prefix, i, pg[i].hash);
+		memcpy(hashes + (size_t)i * L3KV_HASH_LEN, pg[i].hash, L3KV_HASH_LEN);
+		pg[i].src_page = i;
+		dst[i] = pages - 1 - i;
+	}
+	if ((rc = l3kv_publish(k, 0, pg, n, &pr)) != 0)
+		GD_FAIL(9, "engine: PUBLISH from device memory: %d %s", rc, l3kv_last_error(k));
+	if (pr.stored != n || pr.present != 0 || pr.bytes != (uint64_t)n * GD_OBJ)
+		GD_FAIL(10, "engine: PUBLISH stored %u, present %u, %llu bytes; want %u new",
+		    pr.stored, pr.present, (unsigned long long)pr.bytes, n);
+	memset(&aa, 0, sizeof(aa));
+	aa.request_id = prefix;
+	aa.hashes = hashes;
+	aa.npages = n;
+	aa.reserved_pages = n;
+	aa.state_slot = L3KV_SLOT_NONE;
+	if ((rc = l3kv_admit(k, &aa, &ar)) != 0 || ar.admitted_pages != n)
+		GD_FAIL(11, "engine: ADMIT: %d, %u of %u pages admitted (decline %d)", rc,
+		    ar.admitted_pages, n, ar.decline);
+
+	if (mode == GD_CORRUPT) {
+		if ((rc = l3kv_debug(k, L3KV_DEBUG_CORRUPT, 0, pg[5].hash)) != 0)
+			GD_FAIL(26, "engine: DEBUG corrupt: %d %s", rc, l3kv_last_error(k));
+		if ((rc = l3kv_restore(k, ar.lease, 0, dst, n, 60000, &res)) != -ENODATA ||
+		    l3kv_last_status(k) != PROTO_S_LOST)
+			GD_FAIL(27, "engine: RESTORE of a corrupt object: %d %s, want lost", rc,
+			    l3kv_last_error(k));
+		if ((rc = kernels_copy(after, d, bytes, err, sizeof(err))) != 0)
+			GD_FAIL(17, "engine: kernels_copy back: %d %s", rc, err);
+		/* The GPU verifies before it writes: the corrupt page never lands. */
+		if (!gd_page_is(after, dst[5], before, dst[5], pages))
+			GD_FAIL(28, "engine: the corrupt object was written to region page %u",
+			    dst[5]);
+		/* The bad object is gone from the index. */
+		if ((rc = l3kv_probe(k, hashes, n, &i)) != 0 || i != 5)
+			GD_FAIL(29, "engine: PROBE after the loss: %d, hit %u, want 5", rc, i);
+		l3kv_close(k);
+		kernels_dev_free(d);
+		return 0;
+	}
+	if (mode == GD_ROUND_TRIP) {
+		if ((rc = l3kv_restore(k, ar.lease, 0, dst, n, 60000, &res)) != 0)
+			GD_FAIL(12, "engine: RESTORE into device memory: %d %s", rc,
+			    l3kv_last_error(k));
+		if (res.pages != n || res.partial || res.bytes != (uint64_t)n * GD_OBJ)
+			GD_FAIL(13, "engine: RESTORE READY with %u pages (partial %d), want %u",
+			    res.pages, res.partial, n);
+		landed = n;
+	} else {
+		if ((rc = l3kv_submit_restore(k, ar.lease, 0, dst, n, &ticket)) != 0)
+			GD_FAIL(14, "engine: submitting RESTORE: %d", rc);
+		if (mode == GD_KILLED) {
+			/* Told to the test, which kills this process while the copy runs. */
+			if (write(wfd, "S", 1) != 1)
+				GD_FAIL(15, "engine: write: %s", strerror(errno));
+			for (;;)
+				pause();
+		}
+		if ((rc = l3kv_cancel(k, ar.lease, &landed)) != 0)
+			GD_FAIL(16, "engine: CANCEL: %d %s", rc, l3kv_last_error(k));
+		sh->landed = landed;
+		/* Answered once nothing can land: the memory must not change any more. */
+		if ((rc = kernels_copy(after, d, bytes, err, sizeof(err))) != 0)
+			GD_FAIL(17, "engine: kernels_copy back: %d %s", rc, err);
+		usleep(300000);
+		if ((rc = kernels_copy(again, d, bytes, err, sizeof(err))) != 0)
+			GD_FAIL(17, "engine: kernels_copy back: %d %s", rc, err);
+		if (memcmp(after, again, bytes) != 0)
+			GD_FAIL(18, "engine: device memory changed after CANCEL was answered "
+			    "(%u pages landed)", landed);
+		pfd.fd = l3kv_fd(k);
+		pfd.events = POLLIN;
+		for (tries = 0; (rc = l3kv_poll_completion(k, &c)) == -EAGAIN && tries < 3000;
+		    tries++)
+			poll(&pfd, 1, 20);
+		if (rc != 0 || c.ticket != ticket)
+			GD_FAIL(19, "engine: no RESTORE completion after the CANCEL (%d)", rc);
+		sh->restore_rc = c.status;
+		if (c.status != -ECANCELED && !(c.status == 0 && landed == n))
+			GD_FAIL(20, "engine: RESTORE answered %d after CANCEL with %u of %u landed",
+			    c.status, landed, n);
+		l3kv_completion_release(&c);
+	}
+	if ((rc = kernels_copy(after, d, bytes, err, sizeof(err))) != 0)
+		GD_FAIL(17, "engine: kernels_copy back: %d %s", rc, err);
+	for (i = 0; i < n; i++) {
+		if (!gd_page_is(after, i, before, i, pages))
+			GD_FAIL(21, "engine: source page %u changed", i);
+		if (i < landed && !gd_page_is(after, dst[i], before, i, pages))
+			GD_FAIL(22, "engine: restored page %u (region page %u) differs from the "
+			    "published one", i, dst[i]);
+		if (i >= landed && !gd_page_is(after, dst[i], before, dst[i], pages))
+			GD_FAIL(23, "engine: page %u (region page %u) written though only %u landed",
+			    i, dst[i], landed);
+	}
+	if ((rc = l3kv_release(k, ar.lease)) != 0)
+		GD_FAIL(24, "engine: RELEASE: %d %s", rc, l3kv_last_error(k));
+	/* Everything published is there: publishing again stores nothing. */
+	if ((rc = l3kv_publish(k, 0, pg, n, &pr)) != 0 || pr.stored != 0 || pr.present != n)
+		GD_FAIL(25, "engine: PUBLISH again: %d, stored %u, present %u", rc, pr.stored,
+		    pr.present);
+	if (mode == GD_ROUND_TRIP && (rc = gd_same_source(sh, k, d, bytes, before, n, prefix)) != 0)
+		return rc;
+	l3kv_close(k);
+	kernels_dev_free(d);
+	free(before);
+	free(after);
+	free(again);
+	free(pg);
+	free(hashes);
+	free(dst);
+	return 0;
+}
+
+/* A counter of the daemon's STATS. */
+static long long
+gd_stat(const char *sock, const char *section, const char *key)
+{
+	struct l3kv	*k = NULL;
+	json_error_t	 jerr;
+	json_t		*j, *v;
+	char		*text = NULL;
+	long long	 n;
+
+	CHECK(l3kv_connect(sock, 5000, &k) == 0, "connect for STATS");
+	CHECK(l3kv_stats(k, &text) == 0, "STATS");
+	j = json_loads(text, 0, &jerr);
+	CHECK(j != NULL, "STATS is not JSON: %s", jerr.text);
+	v = json_object_get(json_object_get(j, section), key);
+	CHECK(json_is_integer(v), "STATS %s.%s missing", section, key);
+	n = json_integer_value(v);
+	json_decref(j);
+	l3kv_free(text);
+	l3kv_close(k);
+	return n;
+}
+
+/* Waits (bounded) for a counter to reach want; returns its last value. */
+static long long
+gd_stat_wait(const char *sock, const char *section, const char *key, long long want)
+{
+	long long	v = -1;
+	int		i;
+
+	for (i = 0; i < 500; i++) {
+		if ((v = gd_stat(sock, section, key)) == want)
+			break;
+		usleep(10000);
+	}
+	return v;
+}
+
+/* Forks an engine process; wfd (or -1) is its end of the test's pipe. */
+static pid_t
+gd_fork_engine(const struct test_daemon *td, struct gd_share *sh, int mode, uint32_t n,
+    uint32_t prefix, int rfd, int wfd)
+{
+	pid_t	pid;
+
+	memset(sh, 0, sizeof(*sh));
+	pid = fork();
+	CHECK(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);	/* gone with a failed test */
+		if (rfd >= 0)
+			close(rfd);
+		_exit(gd_engine(td->sock, sh, mode, n, prefix, wfd));
+	}
+	return pid;
+}
+
+static void
+gd_wait_engine(pid_t pid, struct gd_share *sh, const char *what)
+{
+	int	st = 0;
+
+	CHECK(waitpid(pid, &st, 0) == pid, "waitpid: %s", strerror(errno));
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: engine process status %#x: %s", what,
+	    st, sh->err);
+}
+
+/* Nothing held once the engines are gone, then a clean SIGTERM. */
+static void
+gd_daemon_done(struct test_daemon *td)
+{
+	int	st = 0;
+
+	EQ(gd_stat_wait(td->sock, "cache", "leases_open", 0), 0);
+	EQ(gd_stat_wait(td->sock, "dram", "pins", 0), 0);
+	EQ(gd_stat(td->sock, "dram", "pinned_objects"), 0);
+	EQ(gd_stat(td->sock, "dram", "writing"), 0);
+	/* The IPC mapping closed once the session's copies drained. */
+	EQ(gd_stat_wait(td->sock, "memory", "regions_mapped", 0), 0);
+	test_daemon_stop(td, SIGTERM, &st);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "l3kvd exit status %#x", st);
+}
+
+/* The last bytes of the daemon's log, for a failure message (static buffer). */
+static const char *
+gd_log_tail(const struct test_daemon *td)
+{
+	static char	buf[400];
+	FILE		*f;
+	size_t		 n = 0;
+
+	buf[0] = '\0';
+	if ((f = fopen(td->log, "r")) != NULL) {
+		if (fseek(f, -(long)(sizeof(buf) - 1), SEEK_END) != 0)
+			rewind(f);
+		n = fread(buf, 1, sizeof(buf) - 1, f);
+		buf[n] = '\0';
+		fclose(f);
+	}
+	return buf;
+}
+
+static struct gd_share *
+gd_start(struct test_daemon *td, const char *dram)
+{
+	struct gd_share	*sh;
+	char		 cfg[256], bin[PATH_MAX];
+	int		 rc;
+
+	gpu_rnd_init();
+	snprintf(cfg, sizeof(cfg), "{\"copy_engine\": \"cuda\", \"testing\": {\"debug_ops\": "
+	    "true}, \"tiers\": {\"dram\": {\"size\": \"%s\"}}}", dram);
+	rc = test_daemon_start(td, cfg);
+	CHECK(rc == 0, "starting %s with copy_engine cuda: %d; log ends: %s",
+	    test_path("l3kvd", bin, sizeof(bin)), rc, gd_log_tail(td));
+	CHECK(test_daemon_log_has(td, "cuda copy engine on GPU 0"), "l3kvd did not start the "
+	    "cuda copy engine; log ends: %s", gd_log_tail(td));
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	CHECK(sh != MAP_FAILED, "mmap: %s", strerror(errno));
+	return sh;
+}
+
+START_TEST(test_gpu_daemon_publishes_and_restores_device_memory)
+{
+	struct test_daemon	 td;
+	struct gd_share		*sh = gd_start(&td, "256 MiB");
+
+	/*
+	 * 48 pages of 1 MiB each way, and one page under two hashes (50 in
+	 * all); then again from a second engine process.
+	 */
+	gd_wait_engine(gd_fork_engine(&td, sh, GD_ROUND_TRIP, 48, 1, -1, -1), sh, "first engine");
+	EQ(gd_stat(td.sock, "cache", "pages_restored"), 50);
+	EQ(gd_stat(td.sock, "cache", "pages_published"), 50);
+	gd_wait_engine(gd_fork_engine(&td, sh, GD_ROUND_TRIP, 48, 2, -1, -1), sh, "second engine");
+	EQ(gd_stat(td.sock, "cache", "pages_restored"), 100);
+	/* A corrupt object: the restore fails as lost, its page untouched. */
+	gd_wait_engine(gd_fork_engine(&td, sh, GD_CORRUPT, 16, 6, -1, -1), sh, "corrupt");
+	EQ(gd_stat(td.sock, "cache", "objects_lost"), 1);
+	EQ(gd_stat(td.sock, "cache", "pages_restored"), 100);
+	gd_daemon_done(&td);
+	munmap(sh, sizeof(*sh));
+}
+END_TEST
+
+START_TEST(test_gpu_daemon_cancel_is_answered_after_the_copies)
+{
+	struct test_daemon	 td;
+	struct gd_share		*sh = gd_start(&td, "512 MiB");
+
+	/*
+	 * 256 MiB to restore, 8 chunks of 32 MiB: the CANCEL right behind it
+	 * finds chunks still to issue (if it does not, all landed, and the
+	 * engine checks that instead).
+	 */
+	gd_wait_engine(gd_fork_engine(&td, sh, GD_CANCEL, 256, 3, -1, -1), sh, "engine");
+	fprintf(stderr, "gpu: CANCEL behind a 256-page restore: %u pages landed, restore %d\n",
+	    sh->landed, sh->restore_rc);
+	EQ(gd_stat(td.sock, "cache", "pages_restored"), sh->restore_rc == 0 ? 256 : 0);
+	gd_daemon_done(&td);
+	munmap(sh, sizeof(*sh));
+}
+END_TEST
+
+START_TEST(test_gpu_daemon_survives_an_engine_killed_mid_restore)
+{
+	struct test_daemon	 td;
+	struct gd_share		*sh = gd_start(&td, "512 MiB");
+	struct pollfd		 pfd;
+	pid_t			 pid;
+	char			 c = 0;
+	int			 p[2], st = 0;
+
+	CHECK(pipe(p) == 0, "pipe: %s", strerror(errno));
+	pid = gd_fork_engine(&td, sh, GD_KILLED, 256, 4, p[0], p[1]);
+	close(p[1]);
+	pfd.fd = p[0];
+	pfd.events = POLLIN;
+	if (poll(&pfd, 1, 60000) != 1 || read(p[0], &c, 1) != 1 || c != 'S') {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+		CHECK(0, "the engine never submitted its restore: status %#x: %s", st, sh->err);
+	}
+	kill(pid, SIGKILL);
+	CHECK(waitpid(pid, &st, 0) == pid, "waitpid: %s", strerror(errno));
+	close(p[0]);
+	/* The session drains: no lease, no pin, no mapping left. */
+	EQ(gd_stat_wait(td.sock, "cache", "leases_open", 0), 0);
+	EQ(gd_stat_wait(td.sock, "dram", "pins", 0), 0);
+	EQ(gd_stat_wait(td.sock, "memory", "regions_mapped", 0), 0);
+	/* And the daemon still serves a GPU engine, byte for byte. */
+	gd_wait_engine(gd_fork_engine(&td, sh, GD_ROUND_TRIP, 32, 5, -1, -1), sh,
+	    "engine after the kill");
+	gd_daemon_done(&td);
+	munmap(sh, sizeof(*sh));
+}
+END_TEST
+
+
 Suite *
 suite_gpu(void)
 {
@@ -1275,6 +1785,9 @@ suite_gpu(void)
 	tcase_add_test(tc, test_gpu_restore_while_a_busy_kernel_holds_the_gpu);
 	tcase_add_test(tc, test_gpu_ipc_memory_from_a_second_process);
 	tcase_add_test(tc, test_gpu_cumem_fd_from_a_second_process);
+	tcase_add_test(tc, test_gpu_daemon_publishes_and_restores_device_memory);
+	tcase_add_test(tc, test_gpu_daemon_cancel_is_answered_after_the_copies);
+	tcase_add_test(tc, test_gpu_daemon_survives_an_engine_killed_mid_restore);
 	suite_add_tcase(s, tc);
 	return s;
 }

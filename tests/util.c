@@ -2,6 +2,7 @@
  * Test helpers: temporary directories, a real l3kvd started on a
  * temporary socket with a generated config, fd accounting.
  */
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -130,13 +131,15 @@ test_write_config(struct test_daemon *d, const char *extra_json)
 
 /*
  * Starts build/l3kvd on dir/l3kvd.sock with the base test config plus
- * extra_json merged over it; waits until it accepts.
+ * extra_json merged over it; waits until it accepts (up to 30 s: a
+ * daemon with the cuda copy engine creates a CUDA context and pins its
+ * arena first), or fails at once with -ECHILD if it exited.
  */
 int
 test_daemon_start_in(struct test_daemon *d, const char *dir, const char *extra_json)
 {
 	char	bin[PATH_MAX];
-	int	fd, rc;
+	int	fd, rc, waited;
 
 	memset(d, 0, sizeof(*d));
 	snprintf(d->dir, sizeof(d->dir), "%s", dir);
@@ -150,15 +153,28 @@ test_daemon_start_in(struct test_daemon *d, const char *dir, const char *extra_j
 	if (d->pid < 0)
 		return -errno;
 	if (d->pid == 0) {
+		/*
+		 * A test that fails leaves no daemon behind (one holding a GPU,
+		 * or the runner's output pipe, would outlive the run).
+		 */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
 		if (fd >= 0) {
+			dup2(fd, 1);
 			dup2(fd, 2);
 			close(fd);
 		}
 		execl(bin, "l3kvd", "-f", d->config, (char *)NULL);
 		_exit(127);
 	}
-	if ((rc = test_wait_socket(d->sock, 5000)) != 0) {
+	for (waited = 0; (rc = test_wait_socket(d->sock, 100)) == -ETIMEDOUT && waited < 30000;
+	    waited += 100) {
+		if (waitpid(d->pid, NULL, WNOHANG) == d->pid) {
+			d->pid = 0;
+			return -ECHILD;
+		}
+	}
+	if (rc != 0) {
 		kill(d->pid, SIGKILL);
 		waitpid(d->pid, NULL, 0);
 		d->pid = 0;

@@ -11,7 +11,7 @@
  * time and its memory.
  *
  *   bench_file -d DIR [-s SIZES] [-t MIB] [-r RUNS] [-R READERS] [-q DEPTH] [-b]
- *   bench_file -d DIR -S OBJECTS [-l LEN]
+ *   bench_file -d DIR -S OBJECTS [-l LEN] [-T SCAN_THREADS]
  *
  * -s sizes in KiB, comma separated (default 2304,256,36: MLA FP8 pages of
  * 61 layers, mid-size pages, 64-token MLA pages); -t MiB of payload per
@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +127,8 @@ bench_status_kib(const char *field)
 	return v;
 }
 
+static unsigned	bench_scan_threads;	/* 0: the default */
+
 static struct filetier *
 bench_tier(struct event_base *base, const char *root, unsigned readers, unsigned depth,
     int direct, uint64_t *found)
@@ -141,6 +144,8 @@ bench_tier(struct event_base *base, const char *root, unsigned readers, unsigned
 	p.read_depth = depth;
 	p.writers = 4;
 	p.direct = direct;
+	if (bench_scan_threads > 0)
+		p.scan_threads = bench_scan_threads;
 	if (filetier_new(base, &p, &ft, err, sizeof(err)) != 0 ||
 	    filetier_scan(ft, NS_NAME, bench_fp, &n, err, sizeof(err)) != 0) {
 		fprintf(stderr, "bench_file: %s\n", err);
@@ -411,7 +416,7 @@ bench_reads(const char *dir, const char *sizes, uint64_t total, int runs, unsign
 	uint8_t			*bufs;
 	double			 tier[16], raw[16], rawo[16], tw, gb;
 	int			 can_drop, mode, run;
-	unsigned		 pool = 0, inflight = readers * depth;
+	unsigned		 pool = 0, inflight = readers * depth, i;
 
 	snprintf(root, sizeof(root), "%s/root", dir);
 	can_drop = bench_drop_caches() == 0;
@@ -445,15 +450,31 @@ bench_reads(const char *dir, const char *sizes, uint64_t total, int runs, unsign
 				bench_raw_read(root, pool, 0, n, len, bufs, inflight, NULL, 0);
 			}
 			for (run = 0; run < runs; run++) {
-				if (mode == B_COLD)
-					bench_drop_caches();
-				tier[run] = gb / bench_tier_read(base, ftb, pool, n, len, bufs, depth * readers);
-				if (mode == B_COLD)
-					bench_drop_caches();
-				rawo[run] = gb / bench_raw_read(root, pool, 0, n, len, bufs, inflight, NULL,
-				    direct);
-				raw[run] = gb / bench_raw_preopened(root, pool, n, len, bufs, inflight, direct,
-				    mode == B_COLD);
+				/*
+				 * The three loops take turns at going first: on a virtual
+				 * disk the host's cache and the disk's burst credits
+				 * favour whichever comes at a given place.
+				 */
+				for (i = 0; i < 3; i++) {
+					switch ((i + (unsigned)run) % 3) {
+					case 0:
+						if (mode == B_COLD)
+							bench_drop_caches();
+						tier[run] = gb / bench_tier_read(base, ftb, pool, n,
+						    len, bufs, inflight);
+						break;
+					case 1:
+						if (mode == B_COLD)
+							bench_drop_caches();
+						rawo[run] = gb / bench_raw_read(root, pool, 0, n, len, bufs,
+						    inflight, NULL, direct);
+						break;
+					default:
+						raw[run] = gb / bench_raw_preopened(root, pool, n, len, bufs,
+						    inflight, direct, mode == B_COLD);
+						break;
+					}
+				}
 			}
 			if (ftb != ft)
 				filetier_free(ftb);
@@ -473,17 +494,52 @@ bench_reads(const char *dir, const char *sizes, uint64_t total, int runs, unsign
 	event_base_free(base);
 }
 
+/*
+ * One scan in a fresh process (bench_file -M), so that the memory figures
+ * are the scan's alone: VmHWM is the peak (the scan's transient lists
+ * included), VmRSS after the scan is what the index keeps.
+ */
+static void
+bench_scan_measure(const char *dir, const char *what)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier		*ft;
+	struct filetier_stats	 st;
+	struct mallinfo2	 mi;
+	char			 root[PATH_MAX];
+	uint64_t		 found;
+	double			 t0, t;
+	long			 rss0, rss1, hwm;
+
+	snprintf(root, sizeof(root), "%s/root", dir);
+	rss0 = bench_status_kib("VmRSS:");
+	t0 = bench_now();
+	ft = bench_tier(base, root, 2, 32, 1, &found);
+	t = bench_now() - t0;
+	rss1 = bench_status_kib("VmRSS:");
+	hwm = bench_status_kib("VmHWM:");
+	filetier_stats(ft, &st);
+	mi = mallinfo2();
+	printf("scan %s: %llu objects in %.2f s (%.0f objects/s); index %.1f MiB (%.1f bytes/object);"
+	    " malloc in use %.1f MiB; RSS +%.1f MiB after, peak +%.1f MiB; removed %llu\n", what,
+	    (unsigned long long)found, t, (double)found / t, (double)st.meta_bytes / MIB,
+	    st.meta_bytes_per_object, (double)(mi.uordblks + mi.hblkhd) / MIB,
+	    (double)(rss1 - rss0) / 1024, (double)(hwm - rss0) / 1024,
+	    (unsigned long long)st.scan_removed);
+	filetier_free(ft);
+	event_base_free(base);
+}
+
 /* The startup scan: objects of len bytes, written once, then scanned cold and warm. */
 static void
 bench_scan(const char *dir, uint64_t objects, uint64_t len)
 {
 	struct event_base	*base = event_base_new();
 	struct filetier		*ft;
-	struct filetier_stats	 st;
-	char			 root[PATH_MAX];
+	char			 root[PATH_MAX], threads[16];
 	uint64_t		 found;
-	double			 t0, t;
-	long			 rss0, rss1, hwm;
+	double			 t;
+	pid_t			 pid;
 	int			 pass;
 
 	snprintf(root, sizeof(root), "%s/root", dir);
@@ -494,38 +550,21 @@ bench_scan(const char *dir, uint64_t objects, uint64_t len)
 		    (unsigned long long)objects, (unsigned long long)len, t, (double)objects / t);
 	}
 	filetier_free(ft);
+	event_base_free(base);
+	snprintf(threads, sizeof(threads), "%u", bench_scan_threads);
 	for (pass = 0; pass < 2; pass++) {
 		if (pass == 0 && bench_drop_caches() != 0) {
 			printf("scan: cannot drop the page cache; cold pass skipped\n");
 			continue;
 		}
-		/*
-		 * In a child, so that the memory figures are this scan's alone:
-		 * VmHWM is the peak (transient scan arrays included), VmRSS after
-		 * the scan is what the index keeps.
-		 */
 		fflush(stdout);
-		if (fork() == 0) {
-			base = event_base_new();
-			rss0 = bench_status_kib("VmRSS:");
-			t0 = bench_now();
-			ft = bench_tier(base, root, 2, 32, 1, &found);
-			t = bench_now() - t0;
-			rss1 = bench_status_kib("VmRSS:");
-			hwm = bench_status_kib("VmHWM:");
-			filetier_stats(ft, &st);
-			printf("scan %s: %llu objects in %.2f s (%.0f objects/s); index %.1f MiB "
-			    "(%.1f bytes/object); RSS +%.1f MiB after, peak +%.1f MiB; removed %llu\n",
-			    pass == 0 ? "cold" : "warm", (unsigned long long)found, t,
-			    (double)found / t, (double)st.meta_bytes / MIB, st.meta_bytes_per_object,
-			    (double)(rss1 - rss0) / 1024, (double)(hwm - rss0) / 1024,
-			    (unsigned long long)st.scan_removed);
-			fflush(stdout);
-			_exit(0);
+		if ((pid = fork()) == 0) {
+			execl("/proc/self/exe", "bench_file", "-d", dir, "-M", pass == 0 ? "cold" : "warm",
+			    "-T", threads, (char *)NULL);
+			_exit(127);
 		}
-		wait(NULL);
+		waitpid(pid, NULL, 0);
 	}
-	event_base_free(base);
 }
 
 int
@@ -535,10 +574,11 @@ main(int argc, char **argv)
 	uint64_t	 total = 1024 * MIB, objects = 0, len = 4096;
 	struct rlimit	 rl = { 1 << 20, 1 << 20 };
 	unsigned	 readers = 2, depth = 32;
+	const char	*measure = NULL;	/* -M: one scan, in this fresh process */
 	int		 runs = 3, buffered = 0, c;
 	char		 cmd[PATH_MAX + 16];
 
-	while ((c = getopt(argc, argv, "d:s:t:r:R:q:bS:l:")) != -1) {
+	while ((c = getopt(argc, argv, "d:s:t:r:R:q:bS:l:T:M:")) != -1) {
 		switch (c) {
 		case 'd': dir = optarg; break;
 		case 's': sizes = optarg; break;
@@ -549,9 +589,11 @@ main(int argc, char **argv)
 		case 'b': buffered = 1; break;
 		case 'S': objects = strtoull(optarg, NULL, 0); break;
 		case 'l': len = strtoull(optarg, NULL, 0); break;
+		case 'T': bench_scan_threads = (unsigned)atoi(optarg); break;
+		case 'M': measure = optarg; break;
 		default:
 			fprintf(stderr, "usage: bench_file -d DIR [-s KIB,..] [-t MIB] [-r RUNS] "
-			    "[-R READERS] [-q DEPTH] [-b] | -d DIR -S OBJECTS [-l LEN]\n");
+			    "[-R READERS] [-q DEPTH] [-b] | -d DIR -S OBJECTS [-l LEN] [-T THREADS]\n");
 			return 2;
 		}
 	}
@@ -566,6 +608,10 @@ main(int argc, char **argv)
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
 	log_init(LOG_LEVEL_WARN);
+	if (measure != NULL) {
+		bench_scan_measure(dir, measure);
+		return 0;
+	}
 	if (objects > 0)
 		bench_scan(dir, objects, len);
 	else

@@ -2,8 +2,9 @@
 # One call on the GPU host, from the repository root: the gpu and gpu_host
 # test suites, then the GPU benchmark. Builds nothing: the binaries are
 # built on the build machine and carried (tests/bench/GPU_NOTES.md).
-#   BIN    where run and bench_gpu are (default .carry/bin; else build,
-#          with build/tests/run)
+#   BIN    where run, l3kvd and bench_gpu are (default .carry/bin; else
+#          build, with build/tests/run); the daemon-level gpu tests start
+#          $BIN/l3kvd (L3KV_BUILD=$BIN)
 #   LIBS   extra shared libraries (default .carry/lib)
 #   OUT    logs go there when set
 #   BENCH_ARGS  options for bench_gpu (default -r 5)
@@ -14,6 +15,7 @@ BIN=${BIN:-.carry/bin}
 RUN=$BIN/run
 [ -x "$RUN" ] || RUN=$BIN/tests/run
 LIBS=${LIBS:-.carry/lib}
+export L3KV_BUILD=${L3KV_BUILD:-$BIN}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/l3kv-gpu-XXXXXX")}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -25,8 +27,9 @@ export LD_LIBRARY_PATH="$PWD/$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 	nvidia-smi --query-gpu=driver_version,pcie.link.gen.current,pcie.link.width.current \
 		--format=csv || true
 	echo "== binaries ($BIN), libraries ($LIBS)"
-	ls -la "$RUN" "$BIN/bench_gpu"
-	ldd "$RUN" "$BIN/bench_gpu" | grep -E 'not found' && echo "MISSING LIBRARIES: see above"
+	ls -la "$RUN" "$L3KV_BUILD/l3kvd" "$BIN/bench_gpu"
+	ldd "$RUN" "$L3KV_BUILD/l3kvd" "$BIN/bench_gpu" | grep -E 'not found' &&
+		echo "MISSING LIBRARIES: see above"
 } 2>&1 | tee "$OUT/host.log"
 
 status=0

@@ -1,0 +1,547 @@
+/*
+ * The cuda copy engine's daemon side: engine memory on the GPU (CUDA IPC
+ * handles and cuMem fds opened at ATTACH) and RESTORE/PUBLISH copy jobs
+ * run by kernels/ (kernels.h) instead of the host engine's workers.
+ *
+ * At start-up with a GPU: kernels_init, the DRAM arena registered pinned
+ * (objects are read and written there by DMA and zero-copy kernels), one
+ * kernels_engine whose notify fd is an eventfd the loop watches. A CUDA
+ * host callback writes it after every chunk; the loop callback reads it,
+ * lets the engine issue its next chunks, polls the ops in flight and runs
+ * the completions of those done. Nothing here blocks the loop: a cancel
+ * is kernels_op_cancel(), and the job's completion (which answers CANCEL)
+ * runs only once every chunk already issued has finished.
+ *
+ * A copy job keeps the host engine's struct copy_job and its contract:
+ * done() runs later on the loop thread with status, done_pages and
+ * bad_page filled as copy.c fills them, so restore.c and publish.c tell
+ * the engines apart only where they submit. A job the engine refuses
+ * (submit failed) completes the same way, with PROTO_S_INTERNAL and why.
+ *
+ * Regions: one mapping per allocation and session (regions of a session
+ * naming the same IPC handle or the same cuMem fd share the first one's
+ * mapping, which that region closes last), one kernels_region per region.
+ * The session's reference counting keeps both until its jobs drained.
+ */
+#include <sys/eventfd.h>
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "daemon.h"
+#include "kernels.h"
+
+/*
+ * cuMem mappings must cover whole granules, and the exporter's size is
+ * not on the wire: 2 MiB is the allocation granularity of device memory
+ * on every NVIDIA GPU with VMM, and an exporter's allocation is a
+ * multiple of it, so offset + size rounded up to it lies inside.
+ */
+#define CUDA_CUMEM_GRAN		(2ULL << 20)
+
+struct cuda_engine {
+	struct kernels_engine	*eng;
+	int			 efd;		/* the engine's notify fd */
+	struct event		*ev;
+	void			*arena;		/* registered pinned, or NULL */
+	size_t			 slot_bytes;	/* the largest object a job may move */
+	struct copy_job_list	 running;	/* submitted to the engine */
+	struct copy_job_list	 refused;	/* completed at the next callback */
+	unsigned		 inflight;
+};
+
+/*
+ * The engine's state of one job. The engine takes each region page once
+ * per op; a PUBLISH may name one source page for several objects, so the
+ * GPU reads it once and the loop copies the object for the others.
+ */
+struct cuda_job {
+	struct kernels_op	*op;		/* NULL when refused */
+	uint32_t		 nsub;		/* pages submitted */
+	uint32_t		*sub;		/* the job page of each submitted page */
+	uint32_t		*first;		/* publish: the job page read for this one */
+	uint8_t			*page_status;	/* nsub, KERNELS_PAGE_* */
+	uint64_t		*checksums;	/* nsub */
+};
+
+static const char *
+cuda_kind_name(unsigned kind)
+{
+	return kind == PROTO_MEM_CUDA_IPC ? "cuda_ipc" : kind == PROTO_MEM_CUMEM_FD ? "cumem_fd" :
+	    "memfd";
+}
+
+/* Fills in the results of a done op: status, done_pages, bad_page, checksums. */
+static void
+cuda_job_result(struct copy_job *job)
+{
+	struct cuda_job		*cj = job->cuda;
+	struct kernels_result	 res;
+	uint32_t		 i, n = 0;
+	int			 rc;
+
+	memset(&res, 0, sizeof(res));
+	rc = kernels_op_result(cj->op, &res, cj->page_status, cj->checksums);
+	if (rc != 0) {
+		job->status = PROTO_S_INTERNAL;
+		snprintf(job->why, sizeof(job->why), "the cuda engine lost the op's result (%d)", rc);
+		return;
+	}
+	/* Whole pages in place, in order: what a cancel or a deadline reports. */
+	while (n < cj->nsub && cj->sub[n] == n && cj->page_status[n] == KERNELS_PAGE_DONE)
+		n++;
+	atomic_store(&job->done_pages, n);
+	if (res.status == 0) {
+		job->status = PROTO_S_OK;
+		if (job->kind != COPY_PUBLISH)
+			return;
+		for (i = 0; i < cj->nsub; i++)
+			job->pages[cj->sub[i]].checksum = cj->checksums[i];
+		for (i = 0; i < job->npages; i++) {
+			struct copy_page *pg = &job->pages[i], *f = &job->pages[cj->first[i]];
+
+			if (f != pg) {
+				memcpy(pg->obj, f->obj, pg->len);
+				pg->checksum = f->checksum;
+			}
+		}
+	} else if (res.status == -EBADMSG) {
+		/* The corrupt page was not written; the others may have been. */
+		job->status = PROTO_S_LOST;
+		job->bad_page = res.first_bad < cj->nsub ? cj->sub[res.first_bad] : 0;
+	} else if (res.status == -ECANCELED) {
+		job->status = PROTO_S_CANCELLED;
+	} else {
+		job->status = PROTO_S_INTERNAL;
+		snprintf(job->why, sizeof(job->why), "GPU copy failed: %.140s", res.err);
+		log_error("cuda", "%s %u pages: %s", job->kind == COPY_RESTORE ? "restore" : "publish",
+		    job->npages, res.err);
+	}
+}
+
+static void
+cuda_job_free(struct copy_job *job)
+{
+	struct cuda_job	*cj = job->cuda;
+
+	if (cj == NULL)
+		return;
+	kernels_op_free(cj->op);	/* a done op: nothing to wait for */
+	free(cj->sub);
+	free(cj->first);
+	free(cj->page_status);
+	free(cj->checksums);
+	free(cj);
+	job->cuda = NULL;
+}
+
+static int
+cuda_cmp_u64(const void *a, const void *b)
+{
+	uint64_t	x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Which job pages go to the engine: all of a restore's (the engine
+ * refuses a destination named twice), and for a publish the first page
+ * reading each source page; first[] says which one each page copies.
+ */
+static int
+cuda_job_pages(struct copy_job *job, struct cuda_job *cj)
+{
+	uint64_t	*key;
+	uint32_t	 i, page, idx;
+
+	cj->nsub = 0;
+	if (job->kind != COPY_PUBLISH) {
+		for (i = 0; i < job->npages; i++)
+			cj->sub[cj->nsub++] = i;
+		return 0;
+	}
+	if ((cj->first = calloc(job->npages, sizeof(*cj->first))) == NULL ||
+	    (key = calloc(job->npages, sizeof(*key))) == NULL)
+		return -ENOMEM;
+	/* A publish reads one region: sort by (page, job index) to find repeats. */
+	for (i = 0; i < job->npages; i++)
+		key[i] = (uint64_t)job->pages[i].region_page << 32 | i;
+	qsort(key, job->npages, sizeof(*key), cuda_cmp_u64);
+	for (i = 0; i < job->npages; i++) {
+		page = (uint32_t)(key[i] >> 32);
+		idx = (uint32_t)key[i];
+		if (i > 0 && (uint32_t)(key[i - 1] >> 32) == page) {
+			cj->first[idx] = cj->first[(uint32_t)key[i - 1]];
+			continue;
+		}
+		cj->first[idx] = idx;
+	}
+	free(key);
+	for (i = 0; i < job->npages; i++)
+		if (cj->first[i] == i)
+			cj->sub[cj->nsub++] = i;
+	return 0;
+}
+
+/* The notify fd is readable: issue more chunks, complete the done jobs. */
+static void
+cuda_notify_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct cuda_engine	*ce = arg;
+	struct copy_job_list	 done;
+	struct copy_job		*job, *next;
+	uint64_t		 n;
+
+	(void)ev;
+	if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+		log_warn("cuda", "eventfd read: %s", strerror(errno));
+	kernels_engine_progress(ce->eng);
+	TAILQ_INIT(&done);
+	TAILQ_CONCAT(&done, &ce->refused, entry);
+	for (job = TAILQ_FIRST(&ce->running); job != NULL; job = next) {
+		next = TAILQ_NEXT(job, entry);
+		if (!kernels_op_poll(job->cuda->op))
+			continue;
+		TAILQ_REMOVE(&ce->running, job, entry);
+		cuda_job_result(job);
+		TAILQ_INSERT_TAIL(&done, job, entry);
+	}
+	/* Completions may submit or cancel other jobs: the lists are consistent now. */
+	while ((job = TAILQ_FIRST(&done)) != NULL) {
+		TAILQ_REMOVE(&done, job, entry);
+		cuda_job_free(job);
+		ce->inflight--;
+		job->done(job);
+	}
+}
+
+/*
+ * Starts the engine on GPU 0 over the DRAM arena. 0 or -errno with err
+ * filled; *out is owned by the caller (cuda_engine_free).
+ */
+int
+cuda_engine_new(struct event_base *base, struct dram *dram, struct cuda_engine **out,
+    char *err, size_t errlen)
+{
+	struct cuda_engine	*ce;
+	struct kernels_conf	 conf;
+	char			 why[256] = "";
+	size_t			 alen;
+	void			*arena;
+	int			 rc;
+
+	*out = NULL;
+	if ((ce = calloc(1, sizeof(*ce))) == NULL) {
+		snprintf(err, errlen, "out of memory for the cuda copy engine");
+		return -ENOMEM;
+	}
+	ce->efd = -1;
+	TAILQ_INIT(&ce->running);
+	TAILQ_INIT(&ce->refused);
+	if ((rc = kernels_init(0, why, sizeof(why))) != 0) {
+		snprintf(err, errlen, "cuda: %s", why);
+		goto fail;
+	}
+	arena = dram_arena(dram, &alen);
+	if ((rc = kernels_host_register(arena, alen, why, sizeof(why))) != 0) {
+		snprintf(err, errlen, "cuda: registering the %zu-byte DRAM arena: %s", alen, why);
+		goto fail;
+	}
+	ce->arena = arena;
+	if ((ce->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "eventfd: %s", strerror(-rc));
+		goto fail;
+	}
+	kernels_conf_default(&conf);
+	conf.notify_fd = ce->efd;
+	ce->slot_bytes = conf.slot_bytes;
+	if ((rc = kernels_engine_new(&conf, &ce->eng, why, sizeof(why))) != 0) {
+		snprintf(err, errlen, "cuda: %s", why);
+		goto fail;
+	}
+	ce->ev = event_new(base, ce->efd, EV_READ | EV_PERSIST, cuda_notify_cb, ce);
+	if (ce->ev == NULL || event_add(ce->ev, NULL) != 0) {
+		snprintf(err, errlen, "out of memory for the cuda copy engine");
+		rc = -ENOMEM;
+		goto fail;
+	}
+	log_info("cuda", "cuda copy engine on GPU 0: %zu-byte DRAM arena pinned, %u slots of "
+	    "%zu bytes, %u streams", alen, conf.slots, conf.slot_bytes, conf.streams);
+	*out = ce;
+	return 0;
+
+fail:
+	cuda_engine_free(ce);
+	return rc;
+}
+
+/*
+ * Stops the engine: ops still in flight are cancelled and waited for,
+ * their completions dropped (the loop is gone). Idempotent on NULL.
+ */
+void
+cuda_engine_free(struct cuda_engine *ce)
+{
+	struct copy_job	*job;
+	char		 why[256];
+
+	if (ce == NULL)
+		return;
+	while ((job = TAILQ_FIRST(&ce->running)) != NULL) {
+		TAILQ_REMOVE(&ce->running, job, entry);
+		cuda_job_free(job);	/* kernels_op_free cancels and waits */
+	}
+	while ((job = TAILQ_FIRST(&ce->refused)) != NULL) {
+		TAILQ_REMOVE(&ce->refused, job, entry);
+		cuda_job_free(job);
+	}
+	kernels_engine_free(ce->eng);
+	if (ce->ev != NULL)
+		event_free(ce->ev);
+	if (ce->efd >= 0)
+		close(ce->efd);
+	if (ce->arena != NULL && kernels_host_unregister(ce->arena, why, sizeof(why)) != 0)
+		log_warn("cuda", "unregistering the DRAM arena: %s", why);
+	free(ce);
+}
+
+unsigned
+cuda_inflight(const struct cuda_engine *ce)
+{
+	return ce == NULL ? 0 : ce->inflight;
+}
+
+/* Completes a job at the next loop callback, with status and why as set. */
+static void
+cuda_refuse(struct cuda_engine *ce, struct copy_job *job)
+{
+	TAILQ_INSERT_TAIL(&ce->refused, job, entry);
+	event_active(ce->ev, EV_READ, 0);
+}
+
+/*
+ * Hands a job whose regions are GPU memory to the engine; its done() runs
+ * later on the loop thread, as copy_submit's do. Every page names its
+ * region (copy_page.region, else the job's).
+ */
+void
+cuda_submit(struct cuda_engine *ce, struct copy_job *job)
+{
+	struct kernels_region	*kregs[KERNELS_REGIONS_MAX];
+	struct kernels_page	*kp = NULL;
+	struct cuda_job		*cj;
+	unsigned		 nk = 0, k;
+	uint32_t		 i;
+	char			 why[256] = "";
+	int			 rc;
+
+	atomic_store(&job->done_pages, 0);
+	job->status = PROTO_S_INTERNAL;
+	job->why[0] = '\0';
+	ce->inflight++;
+	if (job->npages == 0) {
+		job->status = PROTO_S_OK;
+		cuda_refuse(ce, job);
+		return;
+	}
+	cj = calloc(1, sizeof(*cj));
+	kp = calloc(job->npages, sizeof(*kp));
+	if (cj == NULL || kp == NULL ||
+	    (cj->sub = calloc(job->npages, sizeof(*cj->sub))) == NULL ||
+	    (cj->page_status = calloc(job->npages, 1)) == NULL ||
+	    (cj->checksums = calloc(job->npages, sizeof(*cj->checksums))) == NULL ||
+	    cuda_job_pages(job, cj) != 0) {
+		snprintf(job->why, sizeof(job->why), "out of memory for a GPU copy");
+		goto refuse;
+	}
+	for (i = 0; i < cj->nsub; i++) {
+		const struct copy_page	*pg = &job->pages[cj->sub[i]];
+		const struct region	*rg = pg->region != NULL ? pg->region : job->region;
+
+		if (rg == NULL || rg->kreg == NULL) {
+			snprintf(job->why, sizeof(job->why), "page %u is not in GPU memory", i);
+			goto refuse;
+		}
+		for (k = 0; k < nk && kregs[k] != rg->kreg; k++)
+			;
+		if (k == nk) {
+			if (nk == KERNELS_REGIONS_MAX) {
+				snprintf(job->why, sizeof(job->why), "one copy may touch at most %u "
+				    "GPU regions", (unsigned)KERNELS_REGIONS_MAX);
+				goto refuse;
+			}
+			kregs[nk++] = rg->kreg;
+		}
+		kp[i].host = pg->obj;
+		kp[i].checksum = pg->checksum;
+		kp[i].page = pg->region_page;
+		kp[i].region = k;
+	}
+	if (job->kind == COPY_RESTORE)
+		rc = kernels_restore_submit(ce->eng, kregs, nk, kp, cj->nsub, NULL, 0, &cj->op,
+		    why, sizeof(why));
+	else
+		rc = kernels_publish_submit(ce->eng, kregs, nk, kp, cj->nsub, NULL, 0, &cj->op,
+		    why, sizeof(why));
+	if (rc != 0) {
+		log_error("cuda", "%s of %u pages refused: %s", job->kind == COPY_RESTORE ?
+		    "restore" : "publish", job->npages, why);
+		snprintf(job->why, sizeof(job->why), "the GPU copy was refused: %.130s", why);
+		goto refuse;
+	}
+	free(kp);
+	job->cuda = cj;
+	TAILQ_INSERT_TAIL(&ce->running, job, entry);
+	return;
+
+refuse:
+	free(kp);
+	if (cj != NULL) {
+		free(cj->sub);
+		free(cj->first);
+		free(cj->page_status);
+		free(cj->checksums);
+		free(cj);
+	}
+	job->cuda = NULL;
+	cuda_refuse(ce, job);
+}
+
+/*
+ * Stops issuing a job's chunks; its done() runs once those issued have
+ * finished, with PROTO_S_CANCELLED unless everything had landed.
+ */
+void
+cuda_cancel(struct copy_job *job)
+{
+	if (job->cuda != NULL && job->cuda->op != NULL)
+		kernels_op_cancel(job->cuda->op);
+}
+
+/*
+ * Opens regions[i], a GPU region, for a session: maps its allocation (or
+ * shares the mapping of an earlier region of the same allocation) and
+ * checks its geometry against it. fd is the frame's, borrowed (cuMem).
+ * Without an engine (ce NULL) it is refused, saying none_why.
+ * 0 or -errno with err filled; nothing is left open on failure.
+ */
+int
+cuda_region_open(struct cuda_engine *ce, const char *none_why, struct region *regions, unsigned i,
+    const struct proto_region *d, int fd, char *err, size_t errlen)
+{
+	struct region		*r = &regions[i];
+	struct kernels_geom	 g;
+	char			 why[256] = "";
+	size_t			 asize = 0;
+	unsigned		 j;
+	int			 rc;
+
+	memset(r, 0, sizeof(*r));
+	if (ce == NULL) {
+		snprintf(err, errlen, "%s memory needs the cuda copy engine, and this daemon has "
+		    "none (%s)", cuda_kind_name(d->kind), none_why != NULL ? none_why : "no GPU");
+		return -ENODEV;
+	}
+	for (j = 0; j < i; j++) {
+		const struct region *o = &regions[j];
+
+		if (o->dev_owner && o->desc.kind == d->kind &&
+		    (d->kind == PROTO_MEM_CUDA_IPC ?
+		    memcmp(o->desc.handle, d->handle, sizeof(d->handle)) == 0 :
+		    o->desc.fd_index == d->fd_index))
+			break;
+	}
+	if (j < i) {
+		r->dev = regions[j].dev;
+		r->dev_len = regions[j].dev_len;
+	} else if (d->kind == PROTO_MEM_CUDA_IPC) {
+		if ((rc = kernels_ipc_open(d->handle, &r->dev, &asize, why, sizeof(why))) != 0) {
+			snprintf(err, errlen, "opening the CUDA IPC handle: %s", why);
+			return rc;
+		}
+		r->dev_owner = 1;
+		r->dev_len = asize;
+	} else {
+		r->dev_len = (size_t)((d->offset + d->size + CUDA_CUMEM_GRAN - 1) &
+		    ~(CUDA_CUMEM_GRAN - 1));
+		rc = kernels_cumem_import(fd, r->dev_len, &r->dev, why, sizeof(why));
+		if (rc != 0) {
+			snprintf(err, errlen, "importing the cuMem fd (%zu bytes): %s", r->dev_len,
+			    why);
+			return rc;
+		}
+		r->dev_owner = 1;
+	}
+	r->desc = *d;
+	if (r->dev_len != 0 && d->offset + d->size > r->dev_len) {
+		snprintf(err, errlen, "offset %llu + size %llu is past the allocation's %zu bytes",
+		    (unsigned long long)d->offset, (unsigned long long)d->size, r->dev_len);
+		rc = -ERANGE;
+		goto fail;
+	}
+	memset(&g, 0, sizeof(g));
+	g.base = (uint8_t *)r->dev + d->offset;
+	g.size = d->size;
+	g.num_pages = d->num_pages;
+	g.page_tokens = d->page_tokens;
+	g.layers = d->layers;
+	g.token_bytes = d->token_bytes;
+	g.page_stride = d->page_stride;
+	g.layer_stride = d->layer_stride;
+	g.token_stride = d->token_stride;
+	if ((rc = kernels_region_new(ce->eng, &g, &r->kreg, why, sizeof(why))) != 0) {
+		snprintf(err, errlen, "%s", why);
+		goto fail;
+	}
+	if (kernels_region_obj_bytes(r->kreg) > ce->slot_bytes) {
+		snprintf(err, errlen, "a page of %llu bytes is larger than the cuda engine's "
+		    "%zu-byte staging slot", (unsigned long long)kernels_region_obj_bytes(r->kreg),
+		    ce->slot_bytes);
+		kernels_region_free(r->kreg);
+		r->kreg = NULL;
+		rc = -E2BIG;
+		goto fail;
+	}
+	r->base = g.base;
+	metrics.regions_mapped++;
+	metrics.region_bytes_mapped += d->size;
+	return 0;
+
+fail:
+	cuda_region_close(r);
+	memset(r, 0, sizeof(*r));
+	return rc;
+}
+
+/* Idempotent. Only once no job names the region (the session's last reference). */
+void
+cuda_region_close(struct region *r)
+{
+	char	why[256] = "";
+	int	rc = 0;
+
+	if (r->kreg != NULL) {
+		kernels_region_free(r->kreg);
+		r->kreg = NULL;
+		metrics.regions_mapped--;
+		metrics.region_bytes_mapped -= r->desc.size;
+	}
+	if (r->dev != NULL && r->dev_owner) {
+		if (r->desc.kind == PROTO_MEM_CUDA_IPC)
+			rc = kernels_ipc_close(r->dev, why, sizeof(why));
+		else
+			rc = kernels_cumem_unmap(r->dev, r->dev_len, why, sizeof(why));
+		if (rc != 0)
+			log_warn("cuda", "closing %s memory: %s", cuda_kind_name(r->desc.kind), why);
+	}
+	r->dev = NULL;
+	r->dev_owner = 0;
+	r->base = NULL;
+}
