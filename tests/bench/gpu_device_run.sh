@@ -42,6 +42,7 @@ echo "== bench_gpu"
 # shellcheck disable=SC2086
 timeout 240 tests/bench/gpu.sh "$BIN" ${BENCH_ARGS:--r 5} >"$OUT/bench_gpu.md" \
 	2>"$OUT/bench_gpu.log" || { status=1; tail -20 "$OUT/bench_gpu.log"; }
+echo "== bench_e2e"; timeout 90 "$BIN/bench_e2e" 2>&1 | tee -a "$OUT/bench_e2e.md" || status=1
 
 echo "== summary"
 grep -hE '^[0-9]+ passed|^SKIPPED|Failed|Error|:[0-9]+:[EF]:' "$OUT"/test_gpu*.log | head -40
