@@ -98,7 +98,7 @@ $(BUILD)/%.o: %.c
 # Tests build paths from mkdtemp names; truncation there fails the test, not the build.
 $(BUILD)/tests/%.o: CFLAGS += -Wno-format-truncation
 
-$(BUILD)/kernels/%.o: kernels/%.cu kernels/kernels.h kernels/xxh3.h
+$(BUILD)/kernels/%.o: kernels/%.cu kernels/kernels.h kernels/xxh3.h kernels/cuda_err.h
 	$(call msg,NVCC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@

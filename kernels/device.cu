@@ -17,34 +17,9 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "cuda_err.h"
 #include "kernels.h"
 
-/* Formats CUDA's error into err and maps it to -errno; clears a non-sticky error. */
-static int
-device_err(cudaError_t e, const char *what, char *err, size_t len)
-{
-	if (err != NULL && len > 0)
-		snprintf(err, len, "%s: %s (CUDA error %d)", what, cudaGetErrorString(e), (int)e);
-	(void)cudaGetLastError();
-	switch (e) {
-	case cudaErrorInsufficientDriver:
-	case cudaErrorNoDevice:
-	case cudaErrorInvalidDevice:
-		return -ENODEV;
-	case cudaErrorMemoryAllocation:
-		return -ENOMEM;
-	case cudaErrorInvalidValue:
-		return -EINVAL;
-	default:
-		return -EIO;
-	}
-}
-
-#define DEVICE_TRY(call, what) do {					\
-	cudaError_t _e = (call);					\
-	if (_e != cudaSuccess)						\
-		return device_err(_e, what, err, len);			\
-} while (0)
 
 extern "C" int
 kernels_built_with_cuda(void)
@@ -82,14 +57,14 @@ kernels_init(int device, char *err, size_t len)
 	cudaDeviceProp	prop;
 	int		n = 0;
 
-	DEVICE_TRY(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
+	KERNELS_TRY(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
 	if (device < 0 || device >= n) {
 		snprintf(err, len, "no CUDA device %d (%d present)", device, n);
 		return -ENODEV;
 	}
-	DEVICE_TRY(cudaSetDevice(device), "cudaSetDevice");
-	DEVICE_TRY(cudaFree(0), "creating the primary context");
-	DEVICE_TRY(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+	KERNELS_TRY(cudaSetDevice(device), "cudaSetDevice");
+	KERNELS_TRY(cudaFree(0), "creating the primary context");
+	KERNELS_TRY(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
 	/* Zero-copy gathers read the arena through its device mapping. */
 	if (!prop.canMapHostMemory || !prop.unifiedAddressing) {
 		snprintf(err, len, "device %d (%s) cannot map host memory", device, prop.name);
@@ -241,7 +216,7 @@ kernels_ipc_open(const void *handle, void **dptr, size_t *size, char *err, size_
 	void			*p = NULL;
 
 	memcpy(&h, handle, sizeof(h));
-	DEVICE_TRY(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess),
+	KERNELS_TRY(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess),
 	    "cudaIpcOpenMemHandle");
 	*dptr = p;
 	if (size != NULL)
@@ -252,7 +227,7 @@ kernels_ipc_open(const void *handle, void **dptr, size_t *size, char *err, size_
 extern "C" int
 kernels_ipc_close(void *dptr, char *err, size_t len)
 {
-	DEVICE_TRY(cudaIpcCloseMemHandle(dptr), "cudaIpcCloseMemHandle");
+	KERNELS_TRY(cudaIpcCloseMemHandle(dptr), "cudaIpcCloseMemHandle");
 	return 0;
 }
 
@@ -261,7 +236,7 @@ kernels_ipc_export(void *dptr, void *handle, char *err, size_t len)
 {
 	cudaIpcMemHandle_t	h;
 
-	DEVICE_TRY(cudaIpcGetMemHandle(&h, dptr), "cudaIpcGetMemHandle");
+	KERNELS_TRY(cudaIpcGetMemHandle(&h, dptr), "cudaIpcGetMemHandle");
 	memcpy(handle, &h, sizeof(h));
 	return 0;
 }
@@ -269,7 +244,7 @@ kernels_ipc_export(void *dptr, void *handle, char *err, size_t len)
 static int
 device_current(int *dev, char *err, size_t len)
 {
-	DEVICE_TRY(cudaGetDevice(dev), "cudaGetDevice");
+	KERNELS_TRY(cudaGetDevice(dev), "cudaGetDevice");
 	return 0;
 }
 
@@ -377,7 +352,7 @@ kernels_cumem_free(void *dptr, size_t alloc_size, char *err, size_t len)
 extern "C" int
 kernels_dev_alloc(size_t size, void **dptr, char *err, size_t len)
 {
-	DEVICE_TRY(cudaMalloc(dptr, size), "cudaMalloc");
+	KERNELS_TRY(cudaMalloc(dptr, size), "cudaMalloc");
 	return 0;
 }
 
@@ -391,15 +366,15 @@ kernels_dev_free(void *dptr)
 extern "C" int
 kernels_copy(void *dst, const void *src, size_t size, char *err, size_t len)
 {
-	DEVICE_TRY(cudaMemcpy(dst, src, size, cudaMemcpyDefault), "cudaMemcpy");
+	KERNELS_TRY(cudaMemcpy(dst, src, size, cudaMemcpyDefault), "cudaMemcpy");
 	return 0;
 }
 
 extern "C" int
 kernels_memset(void *dptr, int c, size_t size, char *err, size_t len)
 {
-	DEVICE_TRY(cudaMemset(dptr, c, size), "cudaMemset");
-	DEVICE_TRY(cudaDeviceSynchronize(), "cudaMemset (synchronize)");
+	KERNELS_TRY(cudaMemset(dptr, c, size), "cudaMemset");
+	KERNELS_TRY(cudaDeviceSynchronize(), "cudaMemset (synchronize)");
 	return 0;
 }
 
@@ -428,7 +403,7 @@ kernels_bench_copy(int how, const struct kernels_geom *g, const struct kernels_p
 		snprintf(err, len, "one copy per page needs a page_first geometry");
 		return -EINVAL;
 	}
-	DEVICE_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+	KERNELS_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
 	for (i = 0; i < n && e == cudaSuccess; i++) {
 		if (how == KERNELS_BENCH_PER_PAGE) {
 			e = cudaMemcpyAsync(device_geom_at(g, pages[i].page, 0), pages[i].host, obj,
@@ -444,7 +419,7 @@ kernels_bench_copy(int how, const struct kernels_geom *g, const struct kernels_p
 		e = cudaStreamSynchronize(s);
 	(void)cudaStreamDestroy(s);
 	if (e != cudaSuccess)
-		return device_err(e, how == KERNELS_BENCH_PER_PAGE ? "cudaMemcpyAsync per page" :
+		return kernels_cuda_err(e, how == KERNELS_BENCH_PER_PAGE ? "cudaMemcpyAsync per page" :
 		    "cudaMemcpy2DAsync per (page, layer)", err, len);
 	return 0;
 }
@@ -495,21 +470,21 @@ kernels_busy_start(char *err, size_t len)
 		snprintf(err, len, "the busy kernel is already running");
 		return -EBUSY;
 	}
-	DEVICE_TRY(cudaDeviceGetStreamPriorityRange(&lo, &hi), "cudaDeviceGetStreamPriorityRange");
+	KERNELS_TRY(cudaDeviceGetStreamPriorityRange(&lo, &hi), "cudaDeviceGetStreamPriorityRange");
 	if (device_busy.stop == NULL) {
-		DEVICE_TRY(cudaHostAlloc((void **)&device_busy.stop, sizeof(int),
+		KERNELS_TRY(cudaHostAlloc((void **)&device_busy.stop, sizeof(int),
 		    cudaHostAllocMapped), "cudaHostAlloc");
-		DEVICE_TRY(cudaHostGetDevicePointer((void **)&device_busy.dstop, device_busy.stop, 0),
+		KERNELS_TRY(cudaHostGetDevicePointer((void **)&device_busy.dstop, device_busy.stop, 0),
 		    "cudaHostGetDevicePointer");
-		DEVICE_TRY(cudaMalloc((void **)&device_busy.sink, 1024 * sizeof(float)), "cudaMalloc");
+		KERNELS_TRY(cudaMalloc((void **)&device_busy.sink, 1024 * sizeof(float)), "cudaMalloc");
 	}
 	*(volatile int *)device_busy.stop = 0;
 	/* lo is the least priority (the larger number) */
-	DEVICE_TRY(cudaStreamCreateWithPriority(&device_busy.stream, cudaStreamNonBlocking, lo),
+	KERNELS_TRY(cudaStreamCreateWithPriority(&device_busy.stream, cudaStreamNonBlocking, lo),
 	    "cudaStreamCreateWithPriority");
 	device_busy_kernel<<<DEVICE_BUSY_BLOCKS, 256, 0, device_busy.stream>>>(device_busy.dstop,
 	    device_busy.sink);
-	DEVICE_TRY(cudaGetLastError(), "launching the busy kernel");
+	KERNELS_TRY(cudaGetLastError(), "launching the busy kernel");
 	return 0;
 }
 
@@ -525,6 +500,6 @@ kernels_busy_stop(char *err, size_t len)
 	(void)cudaStreamDestroy(device_busy.stream);
 	device_busy.stream = NULL;
 	if (e != cudaSuccess)
-		return device_err(e, "the busy kernel", err, len);
+		return kernels_cuda_err(e, "the busy kernel", err, len);
 	return 0;
 }

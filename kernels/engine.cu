@@ -39,6 +39,7 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda_err.h"
 #include "kernels.h"
 #include "xxh3.h"
 
@@ -193,31 +194,6 @@ struct kernels_event {
 	cudaEvent_t	ev;
 };
 
-static int
-engine_err(cudaError_t e, const char *what, char *err, size_t len)
-{
-	if (err != NULL && len > 0)
-		snprintf(err, len, "%s: %s (CUDA error %d)", what, cudaGetErrorString(e), (int)e);
-	(void)cudaGetLastError();
-	switch (e) {
-	case cudaErrorInsufficientDriver:
-	case cudaErrorNoDevice:
-	case cudaErrorInvalidDevice:
-		return -ENODEV;
-	case cudaErrorMemoryAllocation:
-		return -ENOMEM;
-	case cudaErrorInvalidValue:
-		return -EINVAL;
-	default:
-		return -EIO;
-	}
-}
-
-#define ENGINE_TRY(call, what) do {					\
-	cudaError_t _e = (call);					\
-	if (_e != cudaSuccess)						\
-		return engine_err(_e, what, err, len);			\
-} while (0)
 
 /* ---- pinned host memory ------------------------------------------------ */
 
@@ -241,10 +217,10 @@ kernels_host_register(void *p, size_t len, char *err, size_t errlen)
 	}
 	e = cudaHostRegister(p, len, cudaHostRegisterMapped | cudaHostRegisterPortable);
 	if (e != cudaSuccess)
-		return engine_err(e, "cudaHostRegister", err, errlen);
+		return kernels_cuda_err(e, "cudaHostRegister", err, errlen);
 	if ((e = cudaHostGetDevicePointer(&d, p, 0)) != cudaSuccess) {
 		(void)cudaHostUnregister(p);
-		return engine_err(e, "cudaHostGetDevicePointer", err, errlen);
+		return kernels_cuda_err(e, "cudaHostGetDevicePointer", err, errlen);
 	}
 	r = &engine_hregs[engine_nhregs++];
 	r->host = (uint8_t *)p;
@@ -268,7 +244,7 @@ kernels_host_unregister(void *p, char *err, size_t errlen)
 	}
 	engine_hregs[i] = engine_hregs[--engine_nhregs];
 	if ((e = cudaHostUnregister(p)) != cudaSuccess)
-		return engine_err(e, "cudaHostUnregister", err, errlen);
+		return kernels_cuda_err(e, "cudaHostUnregister", err, errlen);
 	return 0;
 }
 
@@ -301,7 +277,7 @@ kernels_event_open_ipc(const void *handle, struct kernels_event **out, char *err
 	memcpy(&h, handle, sizeof(h));
 	if ((e = cudaIpcOpenEventHandle(&ev->ev, h)) != cudaSuccess) {
 		free(ev);
-		return engine_err(e, "cudaIpcOpenEventHandle", err, len);
+		return kernels_cuda_err(e, "cudaIpcOpenEventHandle", err, len);
 	}
 	*out = ev;
 	return 0;
@@ -319,7 +295,7 @@ kernels_event_new(int interprocess, struct kernels_event **out, char *err, size_
 	    (interprocess ? cudaEventInterprocess : 0));
 	if (e != cudaSuccess) {
 		free(ev);
-		return engine_err(e, "cudaEventCreateWithFlags", err, len);
+		return kernels_cuda_err(e, "cudaEventCreateWithFlags", err, len);
 	}
 	*out = ev;
 	return 0;
@@ -328,7 +304,7 @@ kernels_event_new(int interprocess, struct kernels_event **out, char *err, size_
 extern "C" int
 kernels_event_record(struct kernels_event *ev, char *err, size_t len)
 {
-	ENGINE_TRY(cudaEventRecord(ev->ev, 0), "cudaEventRecord");
+	KERNELS_TRY(cudaEventRecord(ev->ev, 0), "cudaEventRecord");
 	return 0;
 }
 
@@ -337,7 +313,7 @@ kernels_event_export(struct kernels_event *ev, void *handle, char *err, size_t l
 {
 	cudaIpcEventHandle_t	h;
 
-	ENGINE_TRY(cudaIpcGetEventHandle(&h, ev->ev), "cudaIpcGetEventHandle");
+	KERNELS_TRY(cudaIpcGetEventHandle(&h, ev->ev), "cudaIpcGetEventHandle");
 	memcpy(handle, &h, sizeof(h));
 	return 0;
 }
@@ -724,7 +700,7 @@ kernels_engine_new(const struct kernels_conf *c, struct kernels_engine **out, ch
 	e->dig_cap = e->units_cap + c->max_items;
 #define ENGINE_FAIL(call, what) do {					\
 	if ((ce = (call)) != cudaSuccess) {				\
-		rc = engine_err(ce, what, err, len);			\
+		rc = kernels_cuda_err(ce, what, err, len);			\
 		goto fail;						\
 	}								\
 } while (0)
@@ -894,7 +870,7 @@ kernels_region_new(struct kernels_engine *e, const struct kernels_geom *g,
 		if ((ce = cudaMalloc((void **)&r->layer_tab, (size_t)g->layers * 8)) != cudaSuccess ||
 		    (ce = cudaMemcpy(r->layer_tab, g->layer_bases, (size_t)g->layers * 8,
 		    cudaMemcpyHostToDevice)) != cudaSuccess) {
-			rc = engine_err(ce, "uploading the layer table", err, len);
+			rc = kernels_cuda_err(ce, "uploading the layer table", err, len);
 			kernels_region_free(r);
 			return rc;
 		}
@@ -1542,7 +1518,7 @@ kernels_checksum_device(const void *dptr, size_t len, uint64_t *out, char *err, 
 	*out = hr.csum;
 out:
 	if (ce != cudaSuccess)
-		rc = engine_err(ce, what, err, errlen);
+		rc = kernels_cuda_err(ce, what, err, errlen);
 	(void)cudaFree(du);
 	(void)cudaFree(di);
 	(void)cudaFree(dr);
