@@ -5,8 +5,8 @@
  *
  * An object's key is (the rank's namespace fingerprint, pool, shard, page
  * hash): the fingerprint carries the layout, so another layout is a miss
- * by construction (contract item 1). PROBE only calls dram_lookup(),
- * which moves nothing, not even the LRU (contract item 2).
+ * by construction (contract item 1). PROBE only calls dram_lookup() and
+ * filetier_lookup(), which move nothing, not even an LRU (contract item 2).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -175,9 +175,48 @@ cache_hashes_ok(const struct session *sess, const uint8_t *hashes, uint32_t n, c
 /*
  * The longest contiguous prefix of visible objects one rank holds. Keys
  * go to the index in batches so that their cache misses overlap; a batch
- * with a miss ends the prefix.
+ * with a miss ends the DRAM prefix, which the file tier may continue.
  */
 #define CACHE_BATCH	64
+
+/*
+ * Whether the session's objects may come from the file tier: kv-only
+ * layouts (one KV pool) whose objects are whole 4 KiB blocks, so that a
+ * DRAM object can take an O_DIRECT read (dram.c aligns those). Hybrid
+ * layouts stay DRAM-only: their stop points would need every sidecar and
+ * checkpoint staged too (not done yet).
+ */
+int
+cache_file_ok(const struct server *s, const struct session *sess)
+{
+	const struct proto_pool	*p = &sess->ns->pools[0];
+
+	return s->file != NULL && sess->ns->layout.npools == 1 && p->kind == PROTO_POOL_KV &&
+	    p->object_bytes > 0 && p->object_bytes % 4096 == 0 &&
+	    p->object_bytes <= FILETIER_OBJ_MAX;
+}
+
+/* Pages from `from` on held in DRAM or, where allowed, in the file tier; no side effects. */
+static uint32_t
+cache_rank_hits_file(struct server *s, const struct session *sess, unsigned pool,
+    const uint8_t *hashes, uint32_t from, uint32_t n)
+{
+	struct dram_key	k;
+	uint64_t	len;
+	uint32_t	id, p;
+
+	if (!cache_file_ok(s, sess))
+		return from;
+	for (p = from; p < n; p++) {
+		cache_key(sess, pool, hashes + (size_t)p * PROTO_HASH_LEN, &k);
+		if (dram_lookup(s->dram, &k, &id) == 0)
+			continue;
+		if (filetier_lookup(s->file, &k, &id, &len) != 0 ||
+		    len != sess->ns->pools[pool].object_bytes)
+			break;
+	}
+	return p;
+}
 
 uint32_t
 cache_rank_hits(struct server *s, const struct session *sess, unsigned pool,
@@ -196,7 +235,7 @@ cache_rank_hits(struct server *s, const struct session *sess, unsigned pool,
 		}
 		for (i = 0; i < m && ids[i] != DRAM_NONE; i++)
 			;
-		return done + i;
+		return cache_rank_hits_file(s, sess, pool, hashes, done + i, n);
 	}
 	return n;
 }

@@ -104,6 +104,7 @@ static const struct config_unit {
 	const char	*name;
 	unsigned	 shift;
 } config_units[] = {
+	{ "PiB",	50 },
 	{ "TiB",	40 },
 	{ "GiB",	30 },
 	{ "MiB",	20 },
@@ -150,6 +151,10 @@ static const struct config_key config_keys[] = {
 	CONFIG_STRING("model", model, 0, PROTO_MODEL_LEN - 1, "", CONFIG_F_ASCII),
 	CONFIG_INT("namespace.seed", namespace_seed, 0, INT64_MAX, 0),
 	CONFIG_SIZE("tiers.dram.size", dram_size, 1ULL << 20, 1ULL << 40, 256ULL << 20),
+	/* The file tier is off until a directory is named. */
+	CONFIG_STRING("tiers.file.path", file_path, 0, 255, "", 0),
+	CONFIG_SIZE("tiers.file.capacity", file_capacity, 1ULL << 20, 1ULL << 50, 64ULL << 30),
+	CONFIG_BOOL("tiers.file.fsync", file_fsync, 0),
 	CONFIG_ENUM("copy_engine", copy_engine, config_copy_engines, "auto"),
 	CONFIG_INT("copy_workers", copy_workers, 1, 64, 2),
 	CONFIG_INT("limits.max_connections", max_connections, 1, 65536, 1024),
@@ -203,6 +208,11 @@ static const char config_default_text[] =
     "  \"tiers\": {\n"
     "    \"dram\": {\n"
     "      \"size\": \"256 MiB\"\n"
+    "    },\n"
+    "    \"file\": {\n"
+    "      \"path\": \"\",\n"
+    "      \"capacity\": \"64 GiB\",\n"
+    "      \"fsync\": false\n"
     "    }\n"
     "  },\n"
     "  \"copy_engine\": \"auto\",\n"
@@ -554,7 +564,7 @@ config_set_int(struct config_ctx *ctx, struct config *cfg, const struct config_k
 
 /*
  * A size is an integer number of bytes or a string: digits, at most one
- * space, and one of B, KiB, MiB, GiB, TiB ("1048576", "64 MiB", "1GiB").
+ * space, and one of B, KiB, MiB, GiB, TiB, PiB ("1048576", "64 MiB", "1GiB").
  * Decimal units (MB) are refused rather than guessed at.
  */
 static int
@@ -596,7 +606,7 @@ config_set_size(struct config_ctx *ctx, struct config *cfg, const struct config_
 				u = &config_units[i];
 	}
 	if (u == NULL) {
-		config_error(ctx, "%s: unknown unit %s in %s (use B, KiB, MiB, GiB or TiB)",
+		config_error(ctx, "%s: unknown unit %s in %s (use B, KiB, MiB, GiB, TiB or PiB)",
 		    k->name, config_quote(p, uq, sizeof(uq)), config_quote(s, q, sizeof(q)));
 		return -EINVAL;
 	}

@@ -67,6 +67,9 @@ struct config {
 	char		model[128];		/* "" accepts any model at ATTACH */
 	uint64_t	namespace_seed;
 	uint64_t	dram_size;		/* bytes */
+	char		file_path[256];		/* the file tier's root; "" disables it */
+	uint64_t	file_capacity;		/* bytes of object files */
+	int		file_fsync;		/* fdatasync objects, fsync directories */
 	int		copy_engine;		/* CONFIG_COPY_* */
 	uint32_t	copy_workers;		/* host copy engine threads */
 	uint32_t	max_connections;
@@ -130,6 +133,10 @@ struct metrics {
 	uint64_t	lease_expiries;
 	uint64_t	leases_open;
 	uint64_t	objects_lost;
+	/* Write-through to the file tier (publish.c). */
+	uint64_t	file_writes;		/* queued */
+	uint64_t	file_writes_failed;	/* refused at queueing or failed after */
+	uint64_t	file_writes_present;	/* -EEXIST: the file was there already */
 };
 extern struct metrics metrics;
 struct server;
@@ -255,6 +262,7 @@ uint32_t cache_group_hits(struct server *, const struct session *, unsigned pool
 	    const uint8_t *hashes, uint32_t n);
 int	 cache_pool_of(const struct session *, unsigned kind);
 int	 cache_is_hybrid(const struct session *);
+int	 cache_file_ok(const struct server *, const struct session *);
 int	 cache_region_of_pool(const struct session *, unsigned pool);
 uint32_t cache_group_stops(struct server *, struct session *const *ranks, unsigned nranks,
 	    const uint8_t *hashes, uint32_t n, uint8_t *legal);
@@ -295,12 +303,19 @@ enum lease_state {
 	LEASE_CANCELLED,
 	LEASE_EXPIRED,
 };
-/* One pinned object of a lease: which pool, which page of the prefix. */
+/*
+ * One pinned object of a lease: which pool, which page of the prefix.
+ * An object staged from the file tier is a WRITING DRAM object, not yet
+ * pinned, while read != NULL; pinned once its read committed it; and
+ * DRAM_NONE once its read failed.
+ */
+struct lease_read;
 struct lease_obj {
 	uint32_t		 id;		/* the DRAM object */
 	uint16_t		 pool;
 	uint16_t		 pad;
 	uint32_t		 page;		/* index in the admitted hashes */
+	struct lease_read	*read;		/* a file tier read in flight */
 };
 struct lease {
 	uint64_t		 id;
@@ -322,6 +337,12 @@ struct lease {
 	struct proto_hdr	 restore_req;
 	int			 cancel_waiting;
 	struct proto_hdr	 cancel_req;
+	/* File tier reads (kv-only layouts): RESTORE waits for them. */
+	uint32_t		 reads;		/* in flight */
+	int			 read_failed;
+	uint32_t		 read_bad_page;
+	int			 read_wait;	/* a RESTORE is parked until reads == 0 */
+	struct proto_restore	*parked;	/* its request and destinations (malloc) */
 	TAILQ_ENTRY(lease)	 entry;		/* in the session's list */
 };
 void	 admit_request(struct conn *, struct proto_frame *);
@@ -341,6 +362,7 @@ void	 cancel_request(struct conn *, struct proto_frame *);
 void	 restore_session_closing(struct session *);
 void	 restore_fail_group(struct server *, struct admission *, unsigned status,
 	    const char *why);
+void	 restore_reads_done(struct server *, struct lease *);
 
 /* publish.c */
 void	 publish_request(struct conn *, struct proto_frame *);
@@ -404,6 +426,7 @@ struct server {
 	struct dram	*dram;
 	struct copy_engine *copy;
 	struct cuda_engine *cuda;	/* NULL without a usable GPU */
+	struct filetier	*file;		/* NULL unless tiers.file.path is set */
 	const char	*cuda_none;	/* why s->cuda is NULL, for ATTACH's refusal */
 	uint64_t	 next_lease;
 	uint64_t	 started_ms;

@@ -162,6 +162,74 @@ lease_arm_ttl(struct server *s, struct lease *l)
 	evtimer_add(l->timer, &tv);
 }
 
+/*
+ * A file tier read staging one object of a lease. It owns the WRITING
+ * DRAM object and a pin on the file entry until its completion, which
+ * commits the object (a promotion to DRAM, useful even to nobody) or
+ * aborts it. lease is NULL once the lease let go of it.
+ */
+struct lease_read {
+	struct server		*server;
+	struct lease		*lease;
+	uint32_t		 obj;		/* index in lease->objs */
+	uint32_t		 dram_id;
+	uint32_t		 file_id;
+	struct filetier_job	*job;		/* until done() */
+};
+
+static void
+lease_read_done(struct filetier_job *fj)
+{
+	struct lease_read	*rd = fj->arg;
+	struct server		*s = rd->server;
+	struct lease		*l = rd->lease;
+	struct lease_obj	*o = l != NULL ? &l->objs[rd->obj] : NULL;
+
+	rd->job = NULL;
+	filetier_unpin(s->file, rd->file_id);
+	if (fj->status == 0) {
+		dram_commit(s->dram, rd->dram_id, fj->checksum);
+		if (o != NULL)
+			dram_pin(s->dram, rd->dram_id);
+	} else {
+		/* The file tier dropped a faulty file itself; the staging goes too. */
+		dram_abort(s->dram, rd->dram_id);
+		if (fj->status != -ECANCELED) {
+			metrics.objects_lost++;
+			log_warn("lease", "file tier read failed: %s; object dropped",
+			    filetier_strerror(fj->status));
+		}
+		if (o != NULL) {
+			o->id = DRAM_NONE;
+			if (!l->read_failed || o->page < l->read_bad_page)
+				l->read_bad_page = o->page;
+			l->read_failed = 1;
+		}
+	}
+	free(rd);
+	if (o != NULL) {
+		o->read = NULL;
+		l->reads--;
+		restore_reads_done(s, l);
+	}
+	server_maybe_finish(s);
+}
+
+/* Lets go of one object: its pin, or its read in flight (cancelled). */
+static void
+lease_obj_release(struct server *s, struct lease *l, struct lease_obj *o)
+{
+	if (o->read != NULL) {
+		o->read->lease = NULL;
+		if (o->read->job != NULL)
+			atomic_store(&o->read->job->cancel, 1);
+		o->read = NULL;
+		l->reads--;
+	} else if (o->id != DRAM_NONE)
+		dram_unpin(s->dram, o->id);
+	o->id = DRAM_NONE;
+}
+
 /* Drops the lease's pins. Idempotent. */
 void
 lease_unpin(struct server *s, struct lease *l)
@@ -172,8 +240,28 @@ lease_unpin(struct server *s, struct lease *l)
 	if (!l->pinned)
 		return;
 	for (i = 0; i < l->nobjs; i++)
-		dram_unpin(s->dram, l->objs[i].id);
+		lease_obj_release(s, l, &l->objs[i]);
 	l->pinned = 0;
+}
+
+/* Cuts a kv-only lease's promise to its first n pages. */
+static void
+lease_trim(struct server *s, struct lease *l, uint32_t n)
+{
+	uint32_t	i, j = 0;
+
+	for (i = 0; i < l->nobjs; i++) {
+		if (l->objs[i].page >= n) {
+			lease_obj_release(s, l, &l->objs[i]);
+			continue;
+		}
+		l->objs[j] = l->objs[i];
+		if (l->objs[j].read != NULL)
+			l->objs[j].read->obj = j;
+		j++;
+	}
+	l->nobjs = j;
+	l->npages = n;
 }
 
 /* The canonical slot stops being outstanding. Idempotent. */
@@ -206,6 +294,7 @@ lease_free(struct server *s, struct lease *l)
 	}
 	metrics.leases_open--;
 	session_unref(l->sess);
+	free(l->parked);
 	free(l->objs);
 	free(l);
 }
@@ -221,21 +310,91 @@ lease_find(const struct session *sess, uint64_t id)
 	return NULL;
 }
 
-/* Pins the object of (pool, page) into the lease's next entry. */
-static void
+/*
+ * Stages (pool, page) from the file tier: pins the file, reserves a
+ * WRITING DRAM object for it (the staging memory, reserved now so that
+ * the promise never depends on memory found later) and starts the read.
+ * 0, or -errno and nothing held: the promise must stop before this page.
+ */
+static int
+lease_stage_one(struct server *s, struct lease *l, const struct dram_key *k,
+    struct lease_obj *o)
+{
+	struct lease_read	*rd;
+	uint64_t		 len;
+	uint32_t		 fid, did;
+	uint8_t			*buf;
+	int			 rc;
+
+	if (!cache_file_ok(s, l->sess))
+		return -ENOENT;
+	if (filetier_lookup(s->file, k, &fid, &len) != 0 ||
+	    len != l->sess->ns->pools[o->pool].object_bytes)
+		return -ENOENT;
+	if ((rd = calloc(1, sizeof(*rd))) == NULL)
+		return -ENOMEM;
+	if ((rc = filetier_pin(s->file, fid)) != 0)
+		goto fail;
+	/*
+	 * -EEXIST: someone else is writing the key into DRAM (a publisher, or
+	 * another rank staging the same shared object): not promised here.
+	 */
+	if ((rc = dram_alloc(s->dram, k, len, DRAM_NONE, &did, &buf)) != 0)
+		goto unpin;
+	/* O_DIRECT: dram.c aligns objects of 4 KiB multiples; check, never assume. */
+	if (((uintptr_t)buf & 4095) != 0) {
+		rc = -EINVAL;
+		goto abort;
+	}
+	rd->server = s;
+	rd->lease = l;
+	rd->obj = l->nobjs;
+	rd->dram_id = did;
+	rd->file_id = fid;
+	if ((rc = filetier_read(s->file, k, buf, FILETIER_READ_SIZE(len), lease_read_done, rd,
+	    &rd->job)) != 0)
+		goto abort;
+	o->id = did;
+	o->read = rd;
+	l->reads++;
+	return 0;
+
+abort:
+	dram_abort(s->dram, did);
+unpin:
+	filetier_unpin(s->file, fid);
+fail:
+	free(rd);
+	return rc;
+}
+
+/*
+ * Pins the object of (pool, page) into the lease's next entry, from DRAM
+ * or staged from the file tier; -errno where neither can promise it.
+ */
+static int
 lease_pin_one(struct server *s, struct lease *l, const struct admission *a, unsigned pool,
     uint32_t page)
 {
-	struct lease_obj	*o = &l->objs[l->nobjs++];
+	struct lease_obj	*o = &l->objs[l->nobjs];
 	struct dram_key		 k;
 
 	cache_key(l->sess, pool, a->hashes + (size_t)page * PROTO_HASH_LEN, &k);
-	/* admit_answer() just found these on this same loop turn. */
-	if (dram_lookup(s->dram, &k, &o->id) != 0)
-		fatalx("lease", "admitted object vanished before its pin");
-	dram_pin(s->dram, o->id);
 	o->pool = (uint16_t)pool;
 	o->page = page;
+	o->read = NULL;
+	/* admit_answer() just found these on this same loop turn. */
+	if (dram_lookup(s->dram, &k, &o->id) == 0) {
+		dram_pin(s->dram, o->id);
+		l->nobjs++;
+		return 0;
+	}
+	if (!cache_file_ok(s, l->sess))
+		fatalx("lease", "admitted object vanished before its pin");
+	if (lease_stage_one(s, l, &k, o) != 0)
+		return -ENOENT;
+	l->nobjs++;
+	return 0;
 }
 
 /*
@@ -272,7 +431,10 @@ lease_new(struct server *s, struct admission *a, uint16_t r, uint32_t n)
 		from = pl->kind == PROTO_POOL_SIDECAR && pl->hit_policy == PROTO_HIT_TRAILING &&
 		    n > pl->trailing ? n - pl->trailing : 0;
 		for (i = from; i < n; i++)
-			lease_pin_one(s, l, a, p, i);
+			if (lease_pin_one(s, l, a, p, i) != 0)
+				break;		/* kv-only with a file tier: the promise stops here */
+		if (i < n)
+			n = i;
 	}
 	l->slot = PROTO_SLOT_NONE;
 	if (sess->slot_region >= 0 && cache_pool_of(sess, PROTO_POOL_STATE) >= 0) {
@@ -344,11 +506,34 @@ admit_answer(struct server *s, struct admission *a, unsigned decline)
 				if (a->ranks[r].lease == NULL)
 					break;
 			}
-			if (r < a->size) {
-				/* Out of memory: take back what was made; promise nothing. */
+			/*
+			 * Staging from the file tier may have cut a rank's lease
+			 * short (DRAM full, a file gone): every rank gets the
+			 * shortest, and none at all means no reservation.
+			 */
+			if (r == a->size) {
+				for (r = 0; r < a->size; r++)
+					if (a->ranks[r].lease->npages < n)
+						n = a->ranks[r].lease->npages;
+				for (r = 0; n > 0 && r < a->size; r++)
+					if (a->ranks[r].lease->npages > n)
+						lease_trim(s, a->ranks[r].lease, n);
+				r = a->size;
+			}
+			if (r < a->size || n == 0) {
+				/*
+				 * Out of memory or nothing stageable: take back what
+				 * was made. Each lease lets go of the admission first:
+				 * lease_free would unlink an answered admission from
+				 * its group with its last lease, and free it under us.
+				 */
 				while (r-- > 0) {
-					lease_free(s, a->ranks[r].lease);
+					struct lease *l = a->ranks[r].lease;
+
 					a->ranks[r].lease = NULL;
+					l->adm = NULL;
+					a->refs--;
+					lease_free(s, l);
 				}
 				decline = PROTO_DECLINE_NO_RESERVATION;
 			} else

@@ -140,6 +140,42 @@ metrics_dram(struct server *s)
 	    "hugetlb", st.hugetlb);
 }
 
+/*
+ * The file tier: null when tiers.file.path is unset. "write_through"
+ * counts publish.c's side: writes queued, failed (refused at queueing,
+ * or failed after; never visible) and found present.
+ */
+static json_t *
+metrics_file(struct server *s)
+{
+	struct filetier_stats	st;
+	json_t			*o;
+
+	if (s->file == NULL)
+		return json_null();
+	filetier_stats(s->file, &st);
+	o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I,"
+	    " s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+	    "namespaces", I(st.namespaces), "objects", I(st.visible), "writing", I(st.writing),
+	    "deleting", I(st.deleting), "pinned_objects", I(st.pinned_objects),
+	    "pins", I(st.pins), "bytes_used", I(st.bytes_used),
+	    "bytes_capacity", I(st.bytes_capacity), "reads", I(st.reads),
+	    "read_failures", I(st.read_failures), "reads_inflight", I(st.reads_inflight),
+	    "bytes_read", I(st.bytes_read), "writes", I(st.writes),
+	    "write_failures", I(st.write_failures), "write_nospace", I(st.write_nospace),
+	    "writes_refused", I(st.writes_refused), "writes_present", I(st.writes_present),
+	    "writes_inflight", I(st.writes_inflight), "bytes_written", I(st.bytes_written),
+	    "evictions", I(st.evictions), "drops", I(st.drops),
+	    "scan_objects", I(st.scan_objects), "scan_removed", I(st.scan_removed),
+	    "scan_ms", I(st.scan_ms));
+	if (o == NULL)
+		return json_null();
+	json_object_set_new(o, "write_through", json_pack("{s:I, s:I, s:I}",
+	    "queued", I(metrics.file_writes), "failed", I(metrics.file_writes_failed),
+	    "present", I(metrics.file_writes_present)));
+	return o;
+}
+
 /* The STATS document; returns a new string (free) or NULL. */
 char *
 metrics_stats_json(struct server *s)
@@ -172,6 +208,7 @@ metrics_stats_json(struct server *s)
 		return NULL;
 	json_object_set_new(j, "cache", metrics_cache());
 	json_object_set_new(j, "dram", metrics_dram(s));
+	json_object_set_new(j, "file", metrics_file(s));
 	json_object_set_new(j, "namespaces", metrics_namespaces(s));
 	json_object_set_new(j, "groups", metrics_groups(s));
 	out = json_dumps(j, JSON_COMPACT);

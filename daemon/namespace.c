@@ -106,6 +106,35 @@ ns_make_name(struct ns *ns, const char *role)
 		    ns->fingerprint[i]);
 }
 
+/*
+ * Indexes the namespace's directory in the file tier, once per daemon
+ * (filetier_scan remembers it, so a namespace that comes back after its
+ * last session left is not scanned twice). The scan blocks the loop:
+ * the first ATTACH of a namespace waits for it, and so does every other
+ * client meanwhile; acceptable while scans are short, to move to the
+ * tier's threads with a completion later. A failed scan leaves the tier
+ * unusable for this namespace (writes fail with -ESRCH and are counted),
+ * never the ATTACH.
+ */
+static void
+ns_scan(struct server *s, const struct ns *ns)
+{
+	uint64_t	objects = 0;
+	char		err[256];
+	int		rc;
+
+	if (s->file == NULL)
+		return;
+	err[0] = '\0';
+	if ((rc = filetier_scan(s->file, ns->name, ns->fingerprint, &objects, err,
+	    sizeof(err))) != 0) {
+		log_warn("ns", "file tier scan of %s: %s", ns->name,
+		    err[0] != '\0' ? err : strerror(-rc));
+		return;
+	}
+	log_info("ns", "file tier: %s holds %llu objects", ns->name, (unsigned long long)objects);
+}
+
 /* Finds or creates the namespace of a layout; returns a new reference. */
 struct ns *
 ns_ref(struct server *s, const struct proto_layout *l, const struct proto_pool *pools)
@@ -129,6 +158,7 @@ ns_ref(struct server *s, const struct proto_layout *l, const struct proto_pool *
 	ns->refs = 1;
 	TAILQ_INSERT_TAIL(&s->namespaces, ns, entry);
 	log_info("ns", "namespace %s created", ns->name);
+	ns_scan(s, ns);
 	return ns;
 }
 

@@ -15,6 +15,12 @@
  * even after eviction, every object of the request is aborted and the
  * answer is no_space. The copy engine copies and checksums; its
  * completion commits every page at once, or aborts them all.
+ *
+ * With a file tier, each committed object is then written through to it:
+ * after the reply, because the DRAM tier already keeps the promise; a
+ * file that fails to appear is counted and never visible, and the object
+ * stays pinned in DRAM until its write finished, so the writer reads
+ * bytes that eviction cannot reuse.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -27,7 +33,67 @@ struct publish_op {
 	struct session		*sess;		/* a reference, through the job */
 	struct proto_hdr	 req;
 	uint32_t		 present;
+	struct dram_key		*keys;		/* of job->pages, with a file tier */
 };
+
+/* One write-through: the DRAM object it reads, pinned until done. */
+struct publish_file {
+	struct server		*server;
+	uint32_t		 id;
+};
+
+static void
+publish_file_done(struct filetier_job *fj)
+{
+	struct publish_file	*pf = fj->arg;
+	struct server		*s = pf->server;
+
+	if (fj->status == -EEXIST)
+		metrics.file_writes_present++;
+	else if (fj->status != 0) {
+		metrics.file_writes_failed++;
+		log_debug("publish", "file tier write: %s", strerror(-fj->status));
+	}
+	dram_unpin(s->dram, pf->id);
+	free(pf);
+	server_maybe_finish(s);
+}
+
+/* Queues a committed DRAM object's write to the file tier; failures are counted. */
+static void
+publish_write_through(struct server *s, const struct dram_key *k, uint32_t id)
+{
+	struct publish_file	*pf;
+	const uint8_t		*data;
+	uint64_t		 len, csum;
+	int			 rc;
+
+	if ((pf = malloc(sizeof(*pf))) == NULL) {
+		metrics.file_writes_failed++;
+		return;
+	}
+	pf->server = s;
+	pf->id = id;
+	if ((data = dram_data(s->dram, id, &len, &csum)) == NULL) {
+		metrics.file_writes_failed++;
+		free(pf);
+		return;
+	}
+	dram_pin(s->dram, id);
+	rc = filetier_write(s->file, k, data, len, csum, publish_file_done, pf);
+	if (rc == 0) {
+		metrics.file_writes++;
+		return;
+	}
+	if (rc == -EEXIST)
+		metrics.file_writes_present++;
+	else {
+		metrics.file_writes_failed++;
+		log_debug("publish", "file tier write refused: %s", strerror(-rc));
+	}
+	dram_unpin(s->dram, id);
+	free(pf);
+}
 
 static void
 publish_abort_all(struct server *s, struct copy_job *job)
@@ -59,6 +125,8 @@ publish_job_done(struct copy_job *job)
 			dram_commit(s->dram, job->pages[i].id, job->pages[i].checksum);
 			r.bytes += job->pages[i].len;
 		}
+		for (i = 0; s->file != NULL && op->keys != NULL && i < job->npages; i++)
+			publish_write_through(s, &op->keys[i], job->pages[i].id);
 		r.stored = job->npages;
 		r.present = op->present;
 		metrics.pages_published += r.stored;
@@ -68,6 +136,7 @@ publish_job_done(struct copy_job *job)
 	}
 	free(job->pages);
 	free(job);
+	free(op->keys);
 	free(op);
 	session_job_done(sess);
 }
@@ -130,7 +199,8 @@ publish_request(struct conn *c, struct proto_frame *f)
 	op = calloc(1, sizeof(*op));
 	job = calloc(1, sizeof(*job));
 	if (pages == NULL || op == NULL || job == NULL ||
-	    (job->pages = calloc(p.npages + 1, sizeof(*job->pages))) == NULL) {
+	    (job->pages = calloc(p.npages + 1, sizeof(*job->pages))) == NULL ||
+	    (s->file != NULL && (op->keys = calloc(p.npages + 1, sizeof(*op->keys))) == NULL)) {
 		conn_reply_error(c, &f->hdr, PROTO_S_NO_MEMORY, "PUBLISH: out of memory");
 		goto fail;
 	}
@@ -157,6 +227,8 @@ publish_request(struct conn *c, struct proto_frame *f)
 			    rc == -ENOSPC ? "no space in the DRAM tier after eviction" : strerror(-rc));
 			goto fail;
 		}
+		if (op->keys != NULL)
+			op->keys[job->npages] = k;
 		job->pages[job->npages].id = id;
 		job->pages[job->npages].obj = buf;
 		job->pages[job->npages].len = len;
@@ -172,6 +244,7 @@ publish_request(struct conn *c, struct proto_frame *f)
 		conn_reply(c, &f->hdr, PROTO_S_OK, &r, sizeof(r));
 		free(job->pages);
 		free(job);
+		free(op->keys);
 		free(op);
 		return;
 	}
@@ -196,5 +269,7 @@ fail:
 	if (job != NULL)
 		free(job->pages);
 	free(job);
+	if (op != NULL)
+		free(op->keys);
 	free(op);
 }

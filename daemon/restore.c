@@ -216,6 +216,10 @@ restore_check(struct session *sess, struct lease *l, const struct proto_restore 
 
 	switch (l->state) {
 	case LEASE_ADMITTED:
+		if (l->read_wait) {
+			snprintf(err, errlen, "lease %llu is being restored", (unsigned long long)l->id);
+			return PROTO_S_STATE;
+		}
 		break;
 	case LEASE_EXPIRED:
 		snprintf(err, errlen, "lease %llu expired", (unsigned long long)l->id);
@@ -326,55 +330,49 @@ restore_first_dropped(struct server *s, struct lease *l)
 	return UINT32_MAX;
 }
 
-void
-restore_request(struct conn *c, struct proto_frame *f)
+/* Fails a restore whose lease lost an object (page i) before the copy. */
+static void
+restore_lost(struct server *s, struct lease *l, uint32_t i, const char *where, int count)
 {
-	struct proto_restore	 p;
-	struct session		*sess = c->session;
-	struct server		*s = c->server;
-	struct copy_job		*job;
-	struct lease		*l;
-	struct timeval		 tv;
-	uint32_t		*dst, i;
-	char			 err[160];
-	unsigned		 st;
+	char	err[160];
 
-	memcpy(&p, f->payload, sizeof(p));
-	if ((l = lease_find(sess, p.lease)) == NULL) {
-		conn_reply_error(c, &f->hdr, PROTO_S_NOT_FOUND, "RESTORE: no lease %llu",
-		    (unsigned long long)p.lease);
-		return;
-	}
-	if ((dst = malloc((size_t)p.npages * sizeof(*dst) + 1)) == NULL) {
-		conn_reply_error(c, &f->hdr, PROTO_S_NO_MEMORY, "RESTORE: out of memory");
-		return;
-	}
-	memcpy(dst, f->payload + sizeof(p), (size_t)p.npages * sizeof(*dst));
-	if ((st = restore_check(sess, l, &p, dst, err, sizeof(err))) != PROTO_S_OK) {
-		metrics.restores_failed[st]++;
-		conn_reply_error(c, &f->hdr, st, "RESTORE: %s", err);
-		free(dst);
+	metrics.objects_lost += count != 0;
+	snprintf(err, sizeof(err), "page %u of rank %u was lost from the %s", i, l->rank, where);
+	log_warn("restore", "session %u: lease %llu: %s; restore failed", l->sess->id,
+	    (unsigned long long)l->id, err);
+	l->state = LEASE_FAILED;
+	restore_fail_group(s, l->adm, PROTO_S_LOST, err);
+	lease_unpin(s, l);
+	restore_answer(l, PROTO_S_LOST, err, 0, 0);
+}
+
+/*
+ * Starts the copy of a checked RESTORE (restore_waiting and restore_req
+ * set); dst stays the caller's. Its objects are all in DRAM by now.
+ */
+static void
+restore_start(struct server *s, struct lease *l, const struct proto_restore *pp,
+    uint32_t *dst)
+{
+	struct proto_restore	 p = *pp;
+	struct session		*sess = l->sess;
+	struct copy_job		*job;
+	struct timeval		 tv;
+	uint32_t		 i;
+
+	if (l->read_failed) {
+		/* The file tier's read counted the loss already. */
+		restore_lost(s, l, l->read_bad_page, "file tier", 0);
 		return;
 	}
 	if ((i = restore_first_dropped(s, l)) != UINT32_MAX) {
-		free(dst);
-		metrics.objects_lost++;
-		snprintf(err, sizeof(err), "page %u of rank %u was lost from the tier", i, l->rank);
-		log_warn("restore", "session %u: lease %llu: %s; restore failed", sess->id,
-		    (unsigned long long)l->id, err);
-		l->state = LEASE_FAILED;
-		l->restore_waiting = 1;
-		l->restore_req = f->hdr;
-		restore_fail_group(s, l->adm, PROTO_S_LOST, err);
-		lease_unpin(s, l);
-		restore_answer(l, PROTO_S_LOST, err, 0, 0);
+		restore_lost(s, l, i, "tier", 1);
 		return;
 	}
 	job = calloc(1, sizeof(*job));
 	if (job == NULL || (job->pages = calloc(l->nobjs, sizeof(*job->pages))) == NULL) {
 		free(job);
-		free(dst);
-		conn_reply_error(c, &f->hdr, PROTO_S_NO_MEMORY, "RESTORE: out of memory");
+		restore_answer(l, PROTO_S_NO_MEMORY, "out of memory", 0, 0);
 		return;
 	}
 	job->kind = COPY_RESTORE;
@@ -401,11 +399,8 @@ restore_request(struct conn *c, struct proto_frame *f)
 			pg->region_page = dst[o->page];	/* restore_check() bounded it */
 		dram_touch(s->dram, pg->id);
 	}
-	free(dst);
 	l->state = LEASE_RESTORING;
 	l->job = job;
-	l->restore_waiting = 1;
-	l->restore_req = f->hdr;
 	evtimer_del(l->timer);
 	/*
 	 * best_effort / timeout stop at their deadline with whole KV pages; a
@@ -423,6 +418,81 @@ restore_request(struct conn *c, struct proto_frame *f)
 		cuda_submit(s->cuda, job);	/* GPU memory: ATTACH made s->cuda exist */
 	else
 		copy_submit(s->copy, job);
+}
+
+/*
+ * A lease's file tier reads all finished (or one failed): a parked
+ * RESTORE goes on, or fails as lost. Called by lease.c's read completion.
+ */
+void
+restore_reads_done(struct server *s, struct lease *l)
+{
+	struct proto_restore	*p = l->parked;
+
+	if (!l->read_wait || (l->reads > 0 && !l->read_failed))
+		return;
+	l->read_wait = 0;
+	l->parked = NULL;
+	if (l->state != LEASE_ADMITTED || !l->restore_waiting) {
+		/* The group failed meanwhile, and that answered the RESTORE. */
+		free(p);
+		return;
+	}
+	restore_start(s, l, p, (uint32_t *)(p + 1));
+	free(p);
+}
+
+void
+restore_request(struct conn *c, struct proto_frame *f)
+{
+	struct proto_restore	 p;
+	struct session		*sess = c->session;
+	struct server		*s = c->server;
+	struct lease		*l;
+	uint32_t		*dst;
+	char			 err[160];
+	unsigned		 st;
+
+	memcpy(&p, f->payload, sizeof(p));
+	if ((l = lease_find(sess, p.lease)) == NULL) {
+		conn_reply_error(c, &f->hdr, PROTO_S_NOT_FOUND, "RESTORE: no lease %llu",
+		    (unsigned long long)p.lease);
+		return;
+	}
+	if ((dst = malloc((size_t)p.npages * sizeof(*dst) + 1)) == NULL) {
+		conn_reply_error(c, &f->hdr, PROTO_S_NO_MEMORY, "RESTORE: out of memory");
+		return;
+	}
+	memcpy(dst, f->payload + sizeof(p), (size_t)p.npages * sizeof(*dst));
+	if ((st = restore_check(sess, l, &p, dst, err, sizeof(err))) != PROTO_S_OK) {
+		metrics.restores_failed[st]++;
+		conn_reply_error(c, &f->hdr, st, "RESTORE: %s", err);
+		free(dst);
+		return;
+	}
+	l->restore_waiting = 1;
+	l->restore_req = f->hdr;
+	if (l->reads > 0 && !l->read_failed) {
+		/*
+		 * Objects still coming from the file tier: park the request
+		 * (the lease stays ADMITTED, its TTL stopped) until they are
+		 * all in DRAM; a failed one fails it as lost, never shorter.
+		 */
+		l->parked = malloc(sizeof(p) + (size_t)p.npages * sizeof(*dst));
+		if (l->parked == NULL) {
+			free(dst);
+			restore_answer(l, PROTO_S_NO_MEMORY, "out of memory", 0, 0);
+			return;
+		}
+		memcpy(l->parked, &p, sizeof(p));
+		memcpy(l->parked + 1, dst, (size_t)p.npages * sizeof(*dst));
+		free(dst);
+		l->read_wait = 1;
+		evtimer_del(l->timer);
+		return;
+	}
+	restore_start(s, l, &p, dst);
+	free(dst);
 }
 
 void

@@ -314,11 +314,12 @@ server_finish(struct server *s)
 	event_base_loopexit(s->base, NULL);
 }
 
-/* Copy jobs in flight on both engines. */
+/* Copy jobs in flight on both engines, and file tier I/O. */
 unsigned
 server_copies_inflight(const struct server *s)
 {
-	return (s->copy != NULL ? copy_inflight(s->copy) : 0) + cuda_inflight(s->cuda);
+	return (s->copy != NULL ? copy_inflight(s->copy) : 0) + cuda_inflight(s->cuda) +
+	    (s->file != NULL ? filetier_inflight(s->file) : 0);
 }
 
 /* Ends a drain once the last connection and the last copy are gone. */
@@ -392,7 +393,8 @@ server_signal_cb(evutil_socket_t sig, short ev, void *arg)
 }
 
 /*
- * Makes the server: the DRAM tier, the host copy engine, the cuda copy
+ * Makes the server: the DRAM tier, the file tier where tiers.file.path is
+ * set, the host copy engine, the cuda copy
  * engine where ngpu GPUs were found (copy_engine auto or cuda), the
  * socket and the signals. 0 or -errno with err filled; server_free
  * undoes any part.
@@ -416,6 +418,18 @@ server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t er
 	}
 	if ((rc = dram_new(&s->dram, cfg->dram_size, err, errlen)) != 0)
 		return rc;
+	if (cfg->file_path[0] != '\0') {
+		struct filetier_params	fp;
+
+		filetier_params_default(&fp);
+		fp.root = cfg->file_path;
+		fp.capacity = cfg->file_capacity;
+		fp.fsync = cfg->file_fsync;
+		if ((rc = filetier_new(s->base, &fp, &s->file, err, errlen)) != 0)
+			return rc;
+		log_info("server", "file tier at %s, capacity %llu bytes%s", cfg->file_path,
+		    (unsigned long long)cfg->file_capacity, cfg->file_fsync ? ", fsync" : "");
+	}
 	rc = copy_engine_new(s->base, (int)cfg->copy_workers, cfg->test_copy_delay_ms, &s->copy,
 	    err, errlen);
 	if (rc != 0)
@@ -475,6 +489,13 @@ server_free(struct server *s)
 	s->cuda = NULL;
 	while ((c = TAILQ_FIRST(&s->conns)) != NULL)
 		conn_free(c);
+	/*
+	 * After the leases (they unpin file objects) and before the arena
+	 * (writers read object bytes from it): joins the file tier's threads;
+	 * writes still queued are dropped and never become visible.
+	 */
+	filetier_free(s->file);
+	s->file = NULL;
 	dram_free(s->dram);
 	s->dram = NULL;
 	if (s->ev_drain != NULL)

@@ -64,6 +64,10 @@ static const struct {
 	    ": testing.debug_ops: expected true or false, got string \"yes\"", NULL },
 	{ "bad-debug-ops-integer.json",
 	    ": testing.debug_ops: expected true or false, got integer 1", NULL },
+	{ "bad-file-capacity-range.json",
+	    ": tiers.file.capacity: \"512 KiB\" is out of range [1 MiB, 1 PiB]", NULL },
+	{ "bad-file-fsync-string.json",
+	    ": tiers.file.fsync: expected true or false, got string \"always\"", NULL },
 	{ "bad-mode-digits.json", ": socket.mode: \"0968\" is not an octal mode", NULL },
 	{ "bad-mode-integer.json",
 	    ": socket.mode: expected an octal string like \"0660\", got integer 660", NULL },
@@ -152,6 +156,9 @@ assert_config_equal(const struct config *a, const struct config *b, const char *
 	ck_assert_msg(strcmp(a->model, b->model) == 0, "%s: model", what);
 	ck_assert_msg(a->namespace_seed == b->namespace_seed, "%s: namespace_seed", what);
 	ck_assert_msg(a->dram_size == b->dram_size, "%s: dram_size", what);
+	ck_assert_msg(strcmp(a->file_path, b->file_path) == 0, "%s: file_path", what);
+	ck_assert_msg(a->file_capacity == b->file_capacity, "%s: file_capacity", what);
+	ck_assert_msg(a->file_fsync == b->file_fsync, "%s: file_fsync", what);
 	ck_assert_msg(a->copy_engine == b->copy_engine, "%s: copy_engine", what);
 	ck_assert_msg(a->copy_workers == b->copy_workers, "%s: copy_workers", what);
 	ck_assert_msg(a->max_connections == b->max_connections, "%s: max_connections", what);
@@ -299,6 +306,9 @@ START_TEST(test_full_fixture_sets_every_field)
 	ck_assert_str_eq(cfg.model, "deepseek-ai/DeepSeek-V3");
 	ck_assert_uint_eq(cfg.namespace_seed, 42);
 	ck_assert_uint_eq(cfg.dram_size, 1ULL << 30);
+	ck_assert_str_eq(cfg.file_path, "/var/cache/l3kv");
+	ck_assert_uint_eq(cfg.file_capacity, 2ULL << 40);
+	ck_assert_int_eq(cfg.file_fsync, 1);
 	ck_assert_int_eq(cfg.copy_engine, CONFIG_COPY_HOST);
 	ck_assert_uint_eq(cfg.copy_workers, 8);
 	ck_assert_uint_eq(cfg.max_connections, 64);
@@ -328,6 +338,9 @@ START_TEST(test_defaults_are_the_documented_values)
 	ck_assert_str_eq(cfg.model, "");
 	ck_assert_uint_eq(cfg.namespace_seed, 0);
 	ck_assert_uint_eq(cfg.dram_size, 256ULL << 20);
+	ck_assert_str_eq(cfg.file_path, "");
+	ck_assert_uint_eq(cfg.file_capacity, 64ULL << 30);
+	ck_assert_int_eq(cfg.file_fsync, 0);
 	ck_assert_int_eq(cfg.copy_engine, CONFIG_COPY_AUTO);
 	ck_assert_uint_eq(cfg.copy_workers, 2);
 	ck_assert_uint_eq(cfg.max_connections, 1024);
@@ -538,6 +551,8 @@ START_TEST(test_bounds_are_inclusive)
 #define F(f)	offsetof(struct config, f), sizeof(((struct config *)0)->f)
 		{ "namespace.seed", F(namespace_seed), 0, INT64_MAX, "[0, 9223372036854775807]" },
 		{ "tiers.dram.size", F(dram_size), 1ULL << 20, 1ULL << 40, "[1 MiB, 1 TiB]" },
+		{ "tiers.file.capacity", F(file_capacity), 1ULL << 20, 1ULL << 50,
+		    "[1 MiB, 1 PiB]" },
 		{ "copy_workers", F(copy_workers), 1, 64, "[1, 64]" },
 		{ "limits.max_connections", F(max_connections), 1, 65536, "[1, 65536]" },
 		{ "limits.max_connections_per_uid", F(max_connections_per_uid), 1, 65536,

@@ -33,6 +33,7 @@ static const struct runner_suite runner_suites[] = {
 	{ "cache",	suite_cache,	NULL },
 	{ "hybrid",	suite_hybrid,	NULL },
 	{ "filetier",	suite_filetier,	NULL },
+	{ "filetier_daemon", suite_filetier_daemon, NULL },
 	{ "service",	suite_service,	NULL },
 	{ "python",	suite_python,	NULL },
 	{ "gpu_host",	suite_gpu_host,	NULL },

@@ -24,6 +24,7 @@ Suite	*suite_gpu(void);
 Suite	*suite_gpu_host(void);
 Suite	*suite_hybrid(void);
 Suite	*suite_filetier(void);
+Suite	*suite_filetier_daemon(void);
 Suite	*suite_python(void);
 
 /* A real l3kvd started from $L3KV_BUILD/l3kvd in a mkdtemp directory. */

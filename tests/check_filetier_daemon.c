@@ -1,0 +1,736 @@
+/*
+ * The file tier wired into a real l3kvd: write-through at PUBLISH, the
+ * startup scan, and kv-only restores staged from files at ADMIT. Engines
+ * are memfds (the host copy engine); pages are 4 KiB so that DRAM objects
+ * take O_DIRECT reads. Every test asserts statuses and destination bytes,
+ * and the teardown that no lease or pin (DRAM or file) is left.
+ */
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "l3kv.h"
+#include "proto.h"
+#include "tests.h"
+
+#define PAGES		64
+#define LAYERS		4
+#define PAGE_TOKENS	8
+#define TOKEN_BYTES	128
+#define PAGE_BYTES	(PAGE_TOKENS * LAYERS * TOKEN_BYTES)	/* 4096 */
+#define KV_REGION	0
+#define HDR_BYTES	4096		/* FILETIER_HDR: the payload follows */
+
+static struct test_daemon	td;
+static char			root[PATH_MAX];	/* the file tier's directory */
+static int			fds_before;
+
+struct rank {
+	struct l3kv		*k;
+	int			 fd;
+	uint8_t			*mem;
+	struct l3kv_pool	 pool;
+	struct l3kv_region	 region;
+	struct l3kv_attach_args	 args;
+};
+
+static void
+start_daemon_dram(const char *dram)
+{
+	char	extra[PATH_MAX + 128];
+
+	snprintf(extra, sizeof(extra),
+	    "{\"tiers\": {\"dram\": {\"size\": \"%s\"}, \"file\": {\"path\": \"%s\"}}}",
+	    dram, root);
+	ck_assert_int_eq(test_daemon_start(&td, extra), 0);
+}
+
+static void
+start_daemon(void)
+{
+	start_daemon_dram("8 MiB");
+}
+
+static void
+setup(void)
+{
+	fds_before = test_fd_count();
+	ck_assert_ptr_nonnull(test_mkdtemp(root, sizeof(root)));
+	start_daemon();
+}
+
+static json_t *
+stats(void)
+{
+	struct l3kv	*k = NULL;
+	json_error_t	 jerr;
+	json_t		*j;
+	char		*text = NULL;
+
+	ck_assert_int_eq(l3kv_connect(td.sock, 5000, &k), 0);
+	ck_assert_int_eq(l3kv_stats(k, &text), 0);
+	j = json_loads(text, 0, &jerr);
+	ck_assert_ptr_nonnull(j);
+	l3kv_free(text);
+	l3kv_close(k);
+	return j;
+}
+
+static long long
+stat_of(const char *section, const char *key)
+{
+	json_t		*j = stats();
+	json_t		*v = json_object_get(json_object_get(j, section), key);
+	long long	 n;
+
+	ck_assert_msg(json_is_integer(v), "stats %s.%s missing", section, key);
+	n = json_integer_value(v);
+	json_decref(j);
+	return n;
+}
+
+static long long
+stat_wait(const char *section, const char *key, long long want)
+{
+	long long	v = -1;
+	int		i;
+
+	for (i = 0; i < 500; i++) {
+		if ((v = stat_of(section, key)) == want)
+			break;
+		usleep(10000);
+	}
+	return v;
+}
+
+/* Nothing held: leases, DRAM pins, file pins, I/O in flight. */
+static void
+assert_idle(void)
+{
+	ck_assert_int_eq(stat_wait("cache", "leases_open", 0), 0);
+	ck_assert_int_eq(stat_wait("dram", "pins", 0), 0);
+	ck_assert_int_eq(stat_of("dram", "writing"), 0);
+	ck_assert_int_eq(stat_wait("file", "pins", 0), 0);
+	ck_assert_int_eq(stat_wait("file", "writes_inflight", 0), 0);
+	ck_assert_int_eq(stat_of("file", "reads_inflight"), 0);
+}
+
+static void
+stop_daemon(void)
+{
+	int	st;
+
+	ck_assert_int_eq(test_daemon_stop(&td, SIGTERM, &st), 0);
+	ck_assert(WIFEXITED(st));
+	ck_assert_int_eq(WEXITSTATUS(st), 0);
+}
+
+static void
+teardown(void)
+{
+	assert_idle();
+	stop_daemon();
+	test_rmtree(root);
+	ck_assert_int_eq(test_fd_count(), fds_before);
+}
+
+static void
+rank_init(struct rank *r, const char *model)
+{
+	memset(r, 0, sizeof(*r));
+	r->fd = memfd_create("l3kv-engine", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	ck_assert_int_ge(r->fd, 0);
+	ck_assert_int_eq(ftruncate(r->fd, (off_t)PAGES * PAGE_BYTES), 0);
+	r->mem = mmap(NULL, (size_t)PAGES * PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+	ck_assert(r->mem != MAP_FAILED);
+	r->pool = (struct l3kv_pool){ "kv", L3KV_POOL_KV, L3KV_HIT_ALL_PAGES, 0, LAYERS, PAGE_BYTES,
+	    "latent:128:fp8_e4m3" };
+	r->region = (struct l3kv_region){ .pool = 0, .kind = L3KV_MEM_MEMFD,
+	    .layout = L3KV_LAYOUT_PAGE_FIRST, .fd = r->fd, .size = (uint64_t)PAGES * PAGE_BYTES,
+	    .num_pages = PAGES, .page_tokens = PAGE_TOKENS, .layers = LAYERS,
+	    .token_bytes = TOKEN_BYTES, .page_stride = PAGE_BYTES, .layer_stride = TOKEN_BYTES,
+	    .token_stride = LAYERS * TOKEN_BYTES };
+	r->args.layout = (struct l3kv_layout){ .model = model, .kv_dtype = "fp8_e4m3",
+	    .hash_scheme = "sha256", .hash_len = 32, .tp_size = 1, .dcp_size = 1,
+	    .pp_size = 1, .cp_size = 1, .host_layout = L3KV_LAYOUT_PAGE_FIRST,
+	    .attention = L3KV_ATTN_MLA, .page_tokens = PAGE_TOKENS,
+	    .logical_page_tokens = PAGE_TOKENS };
+	r->args.pools = &r->pool;
+	r->args.npools = 1;
+	r->args.regions = &r->region;
+	r->args.nregions = 1;
+	r->args.group = model;
+	r->args.group_size = 1;
+	r->args.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
+	r->args.write = L3KV_WRITE_THROUGH;
+}
+
+static void
+rank_attach(struct rank *r)
+{
+	ck_assert_int_eq(l3kv_connect(td.sock, 5000, &r->k), 0);
+	ck_assert_int_eq(l3kv_attach(r->k, &r->args, NULL), 0);
+}
+
+static void
+rank_fini(struct rank *r)
+{
+	l3kv_close(r->k);
+	r->k = NULL;
+	munmap(r->mem, (size_t)PAGES * PAGE_BYTES);
+	close(r->fd);
+}
+
+static void
+page_hash(uint32_t prefix, uint32_t i, uint8_t *h)
+{
+	uint32_t	j, x = prefix * 2654435761U + i * 40503U + 1;
+
+	for (j = 0; j < L3KV_HASH_LEN; j++) {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		h[j] = (uint8_t)x;
+	}
+}
+
+static uint8_t *
+hashes_of(uint32_t prefix, uint32_t n)
+{
+	uint8_t		*h = malloc((size_t)n * L3KV_HASH_LEN);
+	uint32_t	 i;
+
+	ck_assert_ptr_nonnull(h);
+	for (i = 0; i < n; i++)
+		page_hash(prefix, i, h + (size_t)i * L3KV_HASH_LEN);
+	return h;
+}
+
+static void
+page_bytes(uint32_t prefix, uint32_t i, uint8_t *p)
+{
+	uint32_t	j, x = prefix * 7919U + i * 104729U + 17;
+
+	for (j = 0; j < PAGE_BYTES; j++) {
+		x = x * 1103515245U + 12345U;
+		p[j] = (uint8_t)(x >> 16);
+	}
+}
+
+static int
+page_is(struct rank *r, uint32_t slot, uint32_t prefix, uint32_t i)
+{
+	uint8_t	want[PAGE_BYTES];
+
+	page_bytes(prefix, i, want);
+	return memcmp(r->mem + (size_t)slot * PAGE_BYTES, want, PAGE_BYTES) == 0;
+}
+
+/* Publishes pages [from, from+n) of a prefix from engine slots [first, first+n). */
+static void
+publish_range(struct rank *r, uint32_t prefix, uint32_t from, uint32_t n, uint32_t first)
+{
+	struct l3kv_publish_result	 res;
+	struct l3kv_publish_page	*pg = calloc(n, sizeof(*pg));
+	uint32_t			 i;
+
+	ck_assert_ptr_nonnull(pg);
+	for (i = 0; i < n; i++) {
+		page_bytes(prefix, from + i, r->mem + (size_t)(first + i) * PAGE_BYTES);
+		page_hash(prefix, from + i, pg[i].hash);
+		pg[i].src_page = first + i;
+	}
+	ck_assert_int_eq(l3kv_publish(r->k, KV_REGION, pg, n, &res), 0);
+	ck_assert_uint_eq(res.stored + res.present, n);
+	free(pg);
+}
+
+static void
+publish_prefix(struct rank *r, uint32_t prefix, uint32_t n, uint32_t first)
+{
+	publish_range(r, prefix, 0, n, first);
+}
+
+static uint32_t
+probe(struct rank *r, uint32_t prefix, uint32_t n)
+{
+	uint8_t		*h = hashes_of(prefix, n);
+	uint32_t	 hit = UINT32_MAX;
+
+	ck_assert_int_eq(l3kv_probe(r->k, h, n, &hit), 0);
+	free(h);
+	return hit;
+}
+
+static struct l3kv_admit_result
+admit(struct rank *r, uint64_t req, uint32_t prefix, uint32_t n)
+{
+	struct l3kv_admit_result	res;
+	struct l3kv_admit_args		a;
+	uint8_t				*h = hashes_of(prefix, n);
+
+	memset(&a, 0, sizeof(a));
+	a.request_id = req;
+	a.hashes = h;
+	a.npages = n;
+	a.reserved_pages = n;
+	a.state_slot = L3KV_SLOT_NONE;
+	ck_assert_int_eq(l3kv_admit(r->k, &a, &res), 0);
+	free(h);
+	return res;
+}
+
+static int
+restore_into(struct rank *r, uint64_t lease, uint32_t first, uint32_t n,
+    struct l3kv_restore_result *res)
+{
+	uint32_t	*dst = malloc(n * sizeof(*dst) + 1), i;
+	int		 rc;
+
+	ck_assert_ptr_nonnull(dst);
+	for (i = 0; i < n; i++)
+		dst[i] = first + i;
+	rc = l3kv_restore(r->k, lease, KV_REGION, dst, n, 10000, res);
+	free(dst);
+	return rc;
+}
+
+/* Object files under the root, and the one whose name is a given hash. */
+static unsigned	walk_count;
+static char	walk_want[80];
+static char	walk_found[PATH_MAX];
+
+static int
+walk_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	const char	*base = path + ftw->base;
+	size_t		 n = strlen(base);
+
+	(void)st;
+	if (flag != FTW_F || n < 4 || strcmp(base + n - 4, ".obj") != 0)
+		return 0;
+	walk_count++;
+	if (walk_want[0] != '\0' && strcmp(base, walk_want) == 0)
+		snprintf(walk_found, sizeof(walk_found), "%s", path);
+	return 0;
+}
+
+static unsigned
+count_objs(const char *dir)
+{
+	walk_count = 0;
+	walk_want[0] = '\0';
+	ck_assert_int_eq(nftw(dir, walk_cb, 16, FTW_PHYS), 0);
+	return walk_count;
+}
+
+/* The path of page i of a prefix's object file under dir. */
+static void
+obj_path(const char *dir, uint32_t prefix, uint32_t i, char *out, size_t len)
+{
+	uint8_t		h[L3KV_HASH_LEN];
+	unsigned	j;
+
+	page_hash(prefix, i, h);
+	for (j = 0; j < L3KV_HASH_LEN; j++)
+		snprintf(walk_want + 2 * j, 3, "%02x", h[j]);
+	strcat(walk_want, ".obj");
+	walk_found[0] = '\0';
+	walk_count = 0;
+	ck_assert_int_eq(nftw(dir, walk_cb, 16, FTW_PHYS), 0);
+	ck_assert_msg(walk_found[0] != '\0', "no file %s", walk_want);
+	snprintf(out, len, "%s", walk_found);
+}
+
+/* Publishes a prefix from a first daemon, waits for its files, stops it. */
+static void
+publish_and_restart(const char *model, uint32_t prefix, uint32_t n)
+{
+	struct rank	r;
+
+	rank_init(&r, model);
+	rank_attach(&r);
+	publish_prefix(&r, prefix, n, 0);
+	ck_assert_int_eq(stat_wait("file", "objects", n), n);
+	rank_fini(&r);
+	assert_idle();
+	stop_daemon();
+	start_daemon();
+}
+
+START_TEST(test_publish_writes_each_object_to_a_file)
+{
+	struct rank	r;
+
+	rank_init(&r, "ft-a");
+	rank_attach(&r);
+	publish_prefix(&r, 1, 8, 0);
+	ck_assert_int_eq(stat_wait("file", "objects", 8), 8);
+	ck_assert_uint_eq(count_objs(root), 8);
+	ck_assert_int_eq(stat_of("file", "bytes_used"), 8LL * (HDR_BYTES + PAGE_BYTES));
+	/* Publishing the same pages again writes nothing twice. */
+	publish_prefix(&r, 1, 8, 8);
+	ck_assert_uint_eq(count_objs(root), 8);
+	ck_assert_int_eq(stat_of("file", "write_failures"), 0);
+	rank_fini(&r);
+}
+END_TEST
+
+START_TEST(test_fresh_daemon_restores_earlier_publishes_byte_for_byte)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a;
+	struct rank			r;
+	uint32_t			i;
+
+	publish_and_restart("ft-a", 2, 12);
+	ck_assert_int_eq(stat_of("dram", "objects"), 0);
+	rank_init(&r, "ft-a");
+	rank_attach(&r);
+	ck_assert_int_eq(stat_of("file", "objects"), 12);
+	ck_assert_uint_eq(probe(&r, 2, 16), 12);	/* PROBE sees the files, DRAM is empty */
+	ck_assert_int_eq(stat_of("file", "reads"), 0);	/* and PROBE read nothing */
+	a = admit(&r, 1, 2, 16);
+	ck_assert_int_eq(a.decline, L3KV_DECLINE_NONE);
+	ck_assert_uint_eq(a.admitted_pages, 12);
+	memset(r.mem + 32 * PAGE_BYTES, 0xee, 16 * PAGE_BYTES);
+	ck_assert_int_eq(restore_into(&r, a.lease, 32, 12, &res), 0);
+	ck_assert_uint_eq(res.pages, 12);
+	ck_assert_int_eq(res.partial, 0);
+	for (i = 0; i < 12; i++)
+		ck_assert_msg(page_is(&r, 32 + i, 2, i), "page %u", i);
+	ck_assert_int_eq(stat_of("file", "reads"), 12);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	/* The objects were promoted to DRAM: a second restore reads no file. */
+	ck_assert_int_eq(stat_of("dram", "objects"), 12);
+	a = admit(&r, 2, 2, 12);
+	ck_assert_uint_eq(a.admitted_pages, 12);
+	ck_assert_int_eq(restore_into(&r, a.lease, 0, 12, &res), 0);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	ck_assert_int_eq(stat_of("file", "reads"), 12);
+	rank_fini(&r);
+}
+END_TEST
+
+/*
+ * A file that disappears after the daemon indexed it: ADMIT still
+ * promises it (the index says visible), the read finds it gone, and
+ * RESTORE fails lost, never shorter; the object leaves the tier. (Reads
+ * start at ADMIT, so the file goes between the scan and the ADMIT: a
+ * file removed after its read finished is already safe in DRAM.)
+ */
+START_TEST(test_file_deleted_after_scan_fails_the_restore_as_lost)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a;
+	struct rank			r;
+	char				path[PATH_MAX];
+
+	publish_and_restart("ft-a", 3, 8);
+	rank_init(&r, "ft-a");
+	rank_attach(&r);
+	ck_assert_uint_eq(probe(&r, 3, 8), 8);
+	obj_path(root, 3, 5, path, sizeof(path));
+	ck_assert_int_eq(unlink(path), 0);
+	a = admit(&r, 1, 3, 8);
+	ck_assert_uint_eq(a.admitted_pages, 8);
+	ck_assert_int_eq(restore_into(&r, a.lease, 0, 8, &res), -ENODATA);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	ck_assert_int_eq(stat_of("file", "read_failures"), 1);
+	ck_assert_uint_eq(probe(&r, 3, 8), 5);
+	ck_assert_int_ge(stat_of("cache", "objects_lost"), 1);
+	rank_fini(&r);
+}
+END_TEST
+
+START_TEST(test_corrupted_file_fails_the_restore_as_lost)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a;
+	struct rank			r;
+	char				path[PATH_MAX];
+	uint8_t				b;
+	int				fd;
+
+	publish_and_restart("ft-a", 4, 8);
+	rank_init(&r, "ft-a");
+	rank_attach(&r);
+	obj_path(root, 4, 2, path, sizeof(path));
+	fd = open(path, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pread(fd, &b, 1, HDR_BYTES + 100), 1);
+	b ^= 0x01;
+	ck_assert_int_eq(pwrite(fd, &b, 1, HDR_BYTES + 100), 1);
+	close(fd);
+	a = admit(&r, 1, 4, 8);
+	ck_assert_uint_eq(a.admitted_pages, 8);
+	ck_assert_int_eq(restore_into(&r, a.lease, 0, 8, &res), -ENODATA);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	ck_assert_int_eq(stat_of("file", "read_failures"), 1);
+	ck_assert_uint_eq(probe(&r, 4, 8), 2);
+	ck_assert_int_eq(access(path, F_OK), -1);	/* the damaged file is gone */
+	rank_fini(&r);
+}
+END_TEST
+
+START_TEST(test_truncated_file_fails_the_restore_as_lost)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a;
+	struct rank			r;
+	char				path[PATH_MAX];
+
+	publish_and_restart("ft-a", 7, 8);
+	rank_init(&r, "ft-a");
+	rank_attach(&r);
+	obj_path(root, 7, 0, path, sizeof(path));
+	ck_assert_int_eq(truncate(path, HDR_BYTES + PAGE_BYTES / 2), 0);
+	a = admit(&r, 1, 7, 8);
+	ck_assert_uint_eq(a.admitted_pages, 8);
+	ck_assert_int_eq(restore_into(&r, a.lease, 0, 8, &res), -ENODATA);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	ck_assert_int_eq(stat_of("file", "read_failures"), 1);
+	ck_assert_uint_eq(probe(&r, 7, 8), 0);
+	ck_assert_uint_eq(admit(&r, 2, 7, 8).decline, L3KV_DECLINE_NO_HIT);
+	rank_fini(&r);
+}
+END_TEST
+
+/*
+ * ADMIT reserves a DRAM object for each page it promises from a file:
+ * where DRAM cannot hold them all, the promise stops at the last page
+ * it could reserve, and what it reserved restores byte for byte.
+ */
+START_TEST(test_admit_promises_only_what_dram_can_stage)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a;
+	struct rank			r;
+	uint32_t			i, n = 1024;
+
+	rank_init(&r, "ft-a");
+	rank_attach(&r);
+	for (i = 0; i < n; i += 64)
+		publish_range(&r, 8, i, 64, 0);
+	ck_assert_int_eq(stat_wait("file", "objects", n), n);
+	rank_fini(&r);
+	assert_idle();
+	stop_daemon();
+	start_daemon_dram("1 MiB");	/* far fewer than 1024 objects of 4 KiB */
+	rank_init(&r, "ft-a");
+	rank_attach(&r);
+	ck_assert_uint_eq(probe(&r, 8, n), n);
+	a = admit(&r, 1, 8, n);
+	ck_assert_int_eq(a.decline, L3KV_DECLINE_NONE);
+	ck_assert_uint_eq(a.group_hit, n);
+	ck_assert_uint_gt(a.admitted_pages, 0);
+	ck_assert_uint_lt(a.admitted_pages, n);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	/*
+	 * Reads of a released lease still own their staging until they end:
+	 * a page being read is not promised again meanwhile, and an ADMIT
+	 * left with nothing to stage declines cleanly (it once freed its
+	 * admission twice).
+	 */
+	a = admit(&r, 3, 8, 48);
+	if (a.admitted_pages == 0)
+		ck_assert_int_eq(a.decline, L3KV_DECLINE_NO_RESERVATION);
+	else
+		ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	ck_assert_int_eq(stat_wait("file", "reads_inflight", 0), 0);
+	ck_assert_int_eq(stat_wait("dram", "writing", 0), 0);
+	a = admit(&r, 2, 8, 48);
+	ck_assert_uint_eq(a.admitted_pages, 48);
+	memset(r.mem, 0xee, 48 * PAGE_BYTES);
+	ck_assert_int_eq(restore_into(&r, a.lease, 0, 48, &res), 0);
+	for (i = 0; i < 48; i++)
+		ck_assert_msg(page_is(&r, i, 8, i), "page %u", i);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	rank_fini(&r);
+}
+END_TEST
+
+/* The namespace directory (root/role/model-fp) a file sits in. */
+static void
+ns_dir_of(const char *file, char *out, size_t len)
+{
+	char	*p;
+	int	 i;
+
+	snprintf(out, len, "%s", file);
+	for (i = 0; i < 3; i++) {	/* .../<ns>/<pp-ssss>/<hh>/<hash>.obj */
+		p = strrchr(out, '/');
+		ck_assert_ptr_nonnull(p);
+		*p = '\0';
+	}
+}
+
+static void
+copy_file(const char *from, const char *to)
+{
+	char	buf[HDR_BYTES + PAGE_BYTES], dir[PATH_MAX], *p;
+	ssize_t	n;
+	int	in, out;
+
+	snprintf(dir, sizeof(dir), "%s", to);
+	for (p = dir + strlen(root) + 1; (p = strchr(p, '/')) != NULL; p++) {
+		*p = '\0';
+		(void)mkdir(dir, 0750);
+		*p = '/';
+	}
+	in = open(from, O_RDONLY);
+	ck_assert_int_ge(in, 0);
+	out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0640);
+	ck_assert_int_ge(out, 0);
+	n = read(in, buf, sizeof(buf));
+	ck_assert_int_eq(n, (ssize_t)sizeof(buf));
+	ck_assert_int_eq(write(out, buf, (size_t)n), n);
+	close(in);
+	close(out);
+}
+
+START_TEST(test_file_with_another_fingerprint_is_a_miss)
+{
+	struct rank	a, b;
+	char		fa[PATH_MAX], fb[PATH_MAX], da[PATH_MAX], db[PATH_MAX + 512];
+	uint32_t	i;
+
+	/* Both namespaces exist; only ft-a has pages. */
+	rank_init(&a, "ft-a");
+	rank_attach(&a);
+	rank_init(&b, "ft-b");
+	rank_attach(&b);
+	publish_prefix(&a, 5, 4, 0);
+	publish_prefix(&b, 6, 1, 0);
+	ck_assert_int_eq(stat_wait("file", "objects", 5), 5);
+	obj_path(root, 5, 0, fa, sizeof(fa));
+	ns_dir_of(fa, da, sizeof(da));
+	obj_path(root, 6, 0, fb, sizeof(fb));
+	ns_dir_of(fb, db, sizeof(db));
+	ck_assert_str_ne(da, db);
+	rank_fini(&a);
+	rank_fini(&b);
+	assert_idle();
+	stop_daemon();
+	/* ft-a's files planted, at the right paths, in ft-b's directory. */
+	for (i = 0; i < 4; i++) {
+		obj_path(root, 5, i, fa, sizeof(fa));
+		snprintf(fb, sizeof(fb), "%s%s", db, fa + strlen(da));
+		copy_file(fa, fb);
+	}
+	ck_assert_uint_eq(count_objs(root), 9);
+	start_daemon();
+	rank_init(&b, "ft-b");
+	rank_attach(&b);
+	ck_assert_uint_eq(probe(&b, 5, 4), 0);
+	ck_assert_uint_eq(admit(&b, 1, 5, 4).decline, L3KV_DECLINE_NO_HIT);
+	ck_assert_uint_eq(probe(&b, 6, 1), 1);
+	rank_init(&a, "ft-a");
+	rank_attach(&a);
+	ck_assert_uint_eq(probe(&a, 5, 4), 4);
+	rank_fini(&a);
+	rank_fini(&b);
+}
+END_TEST
+
+/*
+ * SIGKILL with write-through in flight: the restarted daemon serves
+ * every object it finds whole and byte for byte, and no torn one.
+ */
+START_TEST(test_sigkill_while_publishing_serves_no_torn_object)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a;
+	struct rank			r;
+	uint32_t			p, i, hit, total = 0;
+	int				st;
+
+	rank_init(&r, "ft-a");
+	rank_attach(&r);
+	for (p = 0; p < 24; p++)
+		publish_prefix(&r, 100 + p, 8, (p % 4) * 8);
+	ck_assert_int_eq(test_daemon_stop(&td, SIGKILL, &st), 0);
+	ck_assert(WIFSIGNALED(st));
+	rank_fini(&r);
+	start_daemon();
+	rank_init(&r, "ft-a");
+	rank_attach(&r);
+	for (p = 0; p < 24; p++) {
+		hit = probe(&r, 100 + p, 8);
+		total += hit;
+		if (hit == 0)
+			continue;
+		a = admit(&r, p + 1, 100 + p, 8);
+		ck_assert_uint_eq(a.admitted_pages, hit);
+		memset(r.mem, 0xee, 8 * PAGE_BYTES);
+		ck_assert_int_eq(restore_into(&r, a.lease, 0, hit, &res), 0);
+		ck_assert_uint_eq(res.pages, hit);
+		for (i = 0; i < hit; i++)
+			ck_assert_msg(page_is(&r, i, 100 + p, i), "prefix %u page %u", p, i);
+		ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	}
+	ck_assert_int_eq(stat_of("file", "read_failures"), 0);
+	ck_assert_uint_le(total, 24 * 8);
+	rank_fini(&r);
+}
+END_TEST
+
+START_TEST(test_no_path_means_no_file_tier)
+{
+	struct test_daemon	d;
+	struct l3kv		*k = NULL;
+	json_error_t		 jerr;
+	json_t			*j;
+	char			*text = NULL;
+	int			 st;
+
+	ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
+	ck_assert_int_eq(l3kv_connect(d.sock, 5000, &k), 0);
+	ck_assert_int_eq(l3kv_stats(k, &text), 0);
+	j = json_loads(text, 0, &jerr);
+	ck_assert_ptr_nonnull(j);
+	ck_assert(json_is_null(json_object_get(j, "file")));
+	json_decref(j);
+	l3kv_free(text);
+	l3kv_close(k);
+	ck_assert_int_eq(test_daemon_stop(&d, SIGTERM, &st), 0);
+	ck_assert(WIFEXITED(st));
+}
+END_TEST
+
+Suite *
+suite_filetier_daemon(void)
+{
+	Suite	*s = suite_create("filetier_daemon");
+	TCase	*tc = tcase_create("file tier in the daemon");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_publish_writes_each_object_to_a_file);
+	tcase_add_test(tc, test_fresh_daemon_restores_earlier_publishes_byte_for_byte);
+	tcase_add_test(tc, test_file_deleted_after_scan_fails_the_restore_as_lost);
+	tcase_add_test(tc, test_corrupted_file_fails_the_restore_as_lost);
+	tcase_add_test(tc, test_truncated_file_fails_the_restore_as_lost);
+	tcase_add_test(tc, test_file_with_another_fingerprint_is_a_miss);
+	tcase_add_test(tc, test_sigkill_while_publishing_serves_no_torn_object);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("staging");
+	tcase_set_timeout(tc, 60);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_admit_promises_only_what_dram_can_stage);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("off");
+	tcase_add_test(tc, test_no_path_means_no_file_tier);
+	suite_add_tcase(s, tc);
+	return s;
+}
