@@ -1583,31 +1583,23 @@ l3kv_completion_reply(const struct l3kv_completion *c, unsigned type, size_t len
 int
 l3kv_probe(struct l3kv *k, const uint8_t *hashes, uint32_t npages, uint32_t *hit_pages)
 {
-	struct proto_probe_reply	 r;
-	struct l3kv_wire		 w;
-	char				*reply;
-	uint32_t			 len;
-	int				 rc;
+	uint32_t	nstops;
 
-	if (k == NULL || hit_pages == NULL)
-		return -EINVAL;
-	*hit_pages = 0;
-	l3kv_clear_last(k);
+	/* The stop points, if any, are checked for length and not kept. */
+	return l3kv_probe_stops(k, hashes, npages, hit_pages, NULL, 0, &nstops);
+}
+
+static int
+l3kv_encode_probe(struct l3kv *k, const uint8_t *hashes, uint32_t npages, struct l3kv_wire *w)
+{
+	int	rc;
+
 	if ((rc = l3kv_check_pages(k, PROTO_T_PROBE, hashes, npages, "hashes")) != 0)
 		return rc;
-	l3kv_wire_init(&w, sizeof(w.u.probe));
-	w.u.probe.npages = npages;
-	w.u.probe.pool = k->kv_pool;
-	l3kv_wire_array(&w, hashes, npages, PROTO_HASH_LEN);
-	if ((rc = l3kv_wire_call(k, PROTO_T_PROBE, &w, L3KV_TIMEOUT_DEFAULT, &reply, &len)) != 0)
-		return rc;
-	memcpy(&r, reply, sizeof(r));
-	free(reply);
-	/* Stop points are not handed out yet; their count must still match. */
-	if ((uint64_t)len != sizeof(r) + (uint64_t)r.nstops * sizeof(uint32_t))
-		return l3kv_bad_reply(k, "libl3kv: PROBE reply of %u bytes with %u stop points",
-		    len, r.nstops);
-	*hit_pages = r.hit_pages;
+	l3kv_wire_init(w, sizeof(w->u.probe));
+	w->u.probe.npages = npages;
+	w->u.probe.pool = k->kv_pool;
+	l3kv_wire_array(w, hashes, npages, PROTO_HASH_LEN);
 	return 0;
 }
 
@@ -1631,12 +1623,8 @@ l3kv_probe_stops(struct l3kv *k, const uint8_t *hashes, uint32_t npages, uint32_
 	*hit_pages = 0;
 	*nstops = 0;
 	l3kv_clear_last(k);
-	if ((rc = l3kv_check_pages(k, PROTO_T_PROBE, hashes, npages, "hashes")) != 0)
+	if ((rc = l3kv_encode_probe(k, hashes, npages, &w)) != 0)
 		return rc;
-	l3kv_wire_init(&w, sizeof(w.u.probe));
-	w.u.probe.npages = npages;
-	w.u.probe.pool = k->kv_pool;
-	l3kv_wire_array(&w, hashes, npages, PROTO_HASH_LEN);
 	if ((rc = l3kv_wire_call(k, PROTO_T_PROBE, &w, L3KV_TIMEOUT_DEFAULT, &reply, &len)) != 0)
 		return rc;
 	memcpy(&r, reply, sizeof(r));
@@ -1689,12 +1677,8 @@ l3kv_submit_probe(struct l3kv *k, const uint8_t *hashes, uint32_t npages, uint64
 	if (k == NULL || ticket == NULL)
 		return -EINVAL;
 	l3kv_clear_last(k);
-	if ((rc = l3kv_check_pages(k, PROTO_T_PROBE, hashes, npages, "hashes")) != 0)
+	if ((rc = l3kv_encode_probe(k, hashes, npages, &w)) != 0)
 		return rc;
-	l3kv_wire_init(&w, sizeof(w.u.probe));
-	w.u.probe.npages = npages;
-	w.u.probe.pool = k->kv_pool;
-	l3kv_wire_array(&w, hashes, npages, PROTO_HASH_LEN);
 	return l3kv_wire_submit(k, PROTO_T_PROBE, &w, ticket);
 }
 

@@ -129,17 +129,7 @@ client(void)
 static json_t *
 stats(void)
 {
-	struct l3kv	*k = client();
-	json_error_t	 jerr;
-	json_t		*j;
-	char		*text = NULL;
-
-	ck_assert_int_eq(l3kv_stats(k, &text), 0);
-	j = json_loads(text, 0, &jerr);
-	ck_assert_ptr_nonnull(j);
-	l3kv_free(text);
-	l3kv_close(k);
-	return j;
+	return test_stats(td.sock);
 }
 
 static json_int_t

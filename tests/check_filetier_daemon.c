@@ -69,48 +69,16 @@ setup(void)
 	start_daemon();
 }
 
-static json_t *
-stats(void)
-{
-	struct l3kv	*k = NULL;
-	json_error_t	 jerr;
-	json_t		*j;
-	char		*text = NULL;
-
-	ck_assert_int_eq(l3kv_connect(td.sock, 5000, &k), 0);
-	ck_assert_int_eq(l3kv_stats(k, &text), 0);
-	j = json_loads(text, 0, &jerr);
-	ck_assert_ptr_nonnull(j);
-	l3kv_free(text);
-	l3kv_close(k);
-	return j;
-}
-
 static long long
 stat_of(const char *section, const char *key)
 {
-	json_t		*j = stats();
-	json_t		*v = json_object_get(json_object_get(j, section), key);
-	long long	 n;
-
-	ck_assert_msg(json_is_integer(v), "stats %s.%s missing", section, key);
-	n = json_integer_value(v);
-	json_decref(j);
-	return n;
+	return test_stat(td.sock, section, key);
 }
 
 static long long
 stat_wait(const char *section, const char *key, long long want)
 {
-	long long	v = -1;
-	int		i;
-
-	for (i = 0; i < 500; i++) {
-		if ((v = stat_of(section, key)) == want)
-			break;
-		usleep(10000);
-	}
-	return v;
+	return test_stat_wait(td.sock, section, key, want);
 }
 
 /* Nothing held: leases, DRAM pins, file pins, I/O in flight. */

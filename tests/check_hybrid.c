@@ -52,28 +52,13 @@ struct hrank {
 static json_t *
 stats(void)
 {
-	struct l3kv	*k = NULL;
-	json_error_t	 jerr;
-	json_t		*j;
-	char		*text = NULL;
-
-	ck_assert_int_eq(l3kv_connect(td.sock, 5000, &k), 0);
-	ck_assert_int_eq(l3kv_stats(k, &text), 0);
-	j = json_loads(text, 0, &jerr);
-	ck_assert_ptr_nonnull(j);
-	l3kv_free(text);
-	l3kv_close(k);
-	return j;
+	return test_stats(td.sock);
 }
 
 static long long
 stat_of(const char *section, const char *key)
 {
-	json_t		*j = stats();
-	long long	 n = json_integer_value(json_object_get(json_object_get(j, section), key));
-
-	json_decref(j);
-	return n;
+	return test_stat(td.sock, section, key);
 }
 
 static void

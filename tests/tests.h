@@ -47,4 +47,11 @@ int	 test_fd_count(void);
 int	 test_rmtree(const char *dir);
 char	*test_mkdtemp(char *buf, size_t len);
 
+/* STATS of the daemon on a socket (tests/util.c). */
+#include <jansson.h>
+json_t	*test_stats(const char *sock);
+long long test_stat(const char *sock, const char *section, const char *key);
+long long test_stat_wait(const char *sock, const char *section, const char *key,
+	    long long want);
+
 #endif

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "l3kv.h"
 #include "tests.h"
 
 const char *
@@ -240,4 +241,51 @@ test_daemon_log_has(const struct test_daemon *d, const char *needle)
 		found = strstr(line, needle) != NULL;
 	fclose(f);
 	return found;
+}
+
+/* The STATS document of the daemon on sock, parsed (json_decref it). */
+json_t *
+test_stats(const char *sock)
+{
+	struct l3kv	*k = NULL;
+	json_error_t	 jerr;
+	json_t		*j;
+	char		*text = NULL;
+
+	ck_assert_int_eq(l3kv_connect(sock, 5000, &k), 0);
+	ck_assert_int_eq(l3kv_stats(k, &text), 0);
+	j = json_loads(text, 0, &jerr);
+	ck_assert_msg(j != NULL, "STATS is not JSON: %s", jerr.text);
+	l3kv_free(text);
+	l3kv_close(k);
+	return j;
+}
+
+/* One counter of STATS: section.key, which must be an integer. */
+long long
+test_stat(const char *sock, const char *section, const char *key)
+{
+	json_t		*j = test_stats(sock);
+	json_t		*v = json_object_get(json_object_get(j, section), key);
+	long long	 n;
+
+	ck_assert_msg(json_is_integer(v), "stats %s.%s missing", section, key);
+	n = json_integer_value(v);
+	json_decref(j);
+	return n;
+}
+
+/* Waits (at most 5 s) until a counter reaches want; returns its last value. */
+long long
+test_stat_wait(const char *sock, const char *section, const char *key, long long want)
+{
+	long long	v = -1;
+	int		i;
+
+	for (i = 0; i < 500; i++) {
+		if ((v = test_stat(sock, section, key)) == want)
+			break;
+		usleep(10000);
+	}
+	return v;
 }
