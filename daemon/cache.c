@@ -50,7 +50,7 @@ cache_region_of_pool(const struct session *sess, unsigned pool)
 	unsigned	i;
 
 	for (i = 0; i < sess->nregions; i++)
-		if (sess->regions[i].desc.pool == pool)
+		if (region_is_memory(&sess->regions[i].desc) && sess->regions[i].desc.pool == pool)
 			return (int)i;
 	return -1;
 }

@@ -385,8 +385,8 @@ cuda_submit(struct cuda_engine *ce, struct copy_job *job)
 		kp[i].region = k;
 	}
 	if (job->kind == COPY_RESTORE)
-		rc = kernels_restore_submit(ce->eng, kregs, nk, kp, cj->nsub, NULL, 0, &cj->op,
-		    why, sizeof(why));
+		rc = kernels_restore_submit(ce->eng, kregs, nk, kp, cj->nsub,
+		    job->wait != NULL ? job->wait->kev : NULL, 0, &cj->op, why, sizeof(why));
 	else
 		rc = kernels_publish_submit(ce->eng, kregs, nk, kp, cj->nsub, NULL, 0, &cj->op,
 		    why, sizeof(why));
@@ -520,12 +520,45 @@ fail:
 	return rc;
 }
 
+/*
+ * Opens an event registration: the engine's interprocess CUDA event, which
+ * a RESTORE may name so that its writes wait (on the GPU) for the engine's
+ * last record of it. Closed with the session's regions.
+ */
+int
+cuda_event_open(struct cuda_engine *ce, const char *none_why, struct region *r,
+    const struct proto_region *d, char *err, size_t errlen)
+{
+	char	why[256] = "";
+	int	rc;
+
+	memset(r, 0, sizeof(*r));
+	if (ce == NULL) {
+		snprintf(err, errlen, "a CUDA IPC event needs the cuda copy engine, and this "
+		    "daemon has none (%s)", none_why != NULL ? none_why : "no GPU");
+		return -ENODEV;
+	}
+	if ((rc = kernels_event_open_ipc(d->handle, &r->kev, why, sizeof(why))) != 0) {
+		snprintf(err, errlen, "opening the CUDA IPC event: %s", why);
+		return rc;
+	}
+	r->desc = *d;
+	metrics.events_open++;
+	return 0;
+}
+
 /* Idempotent. Only once no job names the region (the session's last reference). */
 void
 cuda_region_close(struct region *r)
 {
 	char	why[256] = "";
 	int	rc = 0;
+
+	if (r->kev != NULL) {
+		kernels_event_free(r->kev);
+		r->kev = NULL;
+		metrics.events_open--;
+	}
 
 	if (r->kreg != NULL) {
 		kernels_region_free(r->kreg);

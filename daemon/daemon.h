@@ -111,6 +111,7 @@ struct metrics {
 	uint64_t	stats_requests;
 	uint64_t	health_requests;
 	uint64_t	regions_mapped;
+	uint64_t	events_open;	/* CUDA IPC events registered */
 	uint64_t	region_bytes_mapped;
 	/* The cache operations. */
 	uint64_t	probes;
@@ -156,11 +157,13 @@ struct region {
 	size_t			 dev_len;	/* its length, 0 where the driver cannot say */
 	int			 dev_owner;	/* opened it; other regions may share it */
 	struct kernels_region	*kreg;
+	struct kernels_event	*kev;		/* PROTO_MEM_CUDA_EVENT: the opened event */
 };
 int	 region_map(struct region *, const struct proto_region *, int fd,
 	    char *err, size_t errlen);
 void	 region_unmap(struct region *);
 int	 region_slot_ok(const struct region *, uint64_t slot);
+int	 region_is_memory(const struct proto_region *);
 
 /* namespace.c */
 struct ns {
@@ -524,6 +527,7 @@ struct copy_job {
 	const struct proto_region *geom;	/* region geometry */
 	uint8_t			*base;		/* region memory */
 	const struct region	*region;	/* the same region (cuda.c) */
+	const struct region	*wait;		/* RESTORE: an event region to wait for, or NULL */
 	struct copy_page	*pages;
 	uint32_t		 npages;
 	_Atomic int		 cancel;	/* set by the loop, read between pages */
@@ -561,6 +565,8 @@ void	 cuda_cancel(struct copy_job *);
 int	 cuda_region_open(struct cuda_engine *, const char *none_why, struct region *regions,
 	    unsigned i, const struct proto_region *, int fd, char *err, size_t errlen);
 void	 cuda_region_close(struct region *);
+int	 cuda_event_open(struct cuda_engine *, const char *none_why, struct region *,
+	    const struct proto_region *, char *err, size_t errlen);
 
 /*
  * filetier.c: the file tier, one directory of object files that daemons

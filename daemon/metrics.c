@@ -188,7 +188,7 @@ metrics_stats_json(struct server *s)
 	    " s:{s:I, s:I, s:I, s:I, s:I},"
 	    " s:{s:I, s:I, s:I, s:I, s:I},"
 	    " s:{s:I, s:I},"
-	    " s:{s:I, s:I}}",
+	    " s:{s:I, s:I, s:I}}",
 	    "daemon", "version", L3KV_VERSION, "role", s->cfg->role, "model", s->cfg->model,
 	    "pid", I(getpid()), "uptime_ms", I(server_now_ms() - s->started_ms),
 	    "copy_engine", metrics_copy_engine(s), "gpu", s->gpu_present,
@@ -203,6 +203,7 @@ metrics_stats_json(struct server *s)
 	    "sessions", I(metrics_sessions(s)),
 	    "requests", "stats", I(metrics.stats_requests), "health", I(metrics.health_requests),
 	    "memory", "regions_mapped", I(metrics.regions_mapped),
+	    "events_open", I(metrics.events_open),
 	    "region_bytes_mapped", I(metrics.region_bytes_mapped));
 	if (j == NULL)
 		return NULL;

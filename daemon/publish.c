@@ -158,6 +158,10 @@ publish_check(struct session *sess, const struct proto_publish *p,
 		return PROTO_S_OUT_OF_BOUNDS;
 	}
 	rg = &sess->regions[p->region];
+	if (!region_is_memory(&rg->desc)) {
+		snprintf(err, errlen, "region %u is an event, not memory", p->region);
+		return PROTO_S_INVALID;
+	}
 	for (i = 0; i < p->npages; i++) {
 		if (pages[i].src_page >= rg->desc.num_pages) {
 			snprintf(err, errlen, "source %u is page %u of a %u-page region", i,

@@ -104,7 +104,7 @@ region_map(struct region *r, const struct proto_region *desc, int fd, char *err,
 void
 region_unmap(struct region *r)
 {
-	if (r->kreg != NULL || r->dev != NULL) {
+	if (r->kreg != NULL || r->dev != NULL || r->kev != NULL) {
 		cuda_region_close(r);
 		return;
 	}
@@ -116,6 +116,13 @@ region_unmap(struct region *r)
 	r->map = NULL;
 	r->base = NULL;
 	r->map_len = 0;
+}
+
+/* Every kind but an event registration is memory that pages live in. */
+int
+region_is_memory(const struct proto_region *d)
+{
+	return d->kind != PROTO_MEM_CUDA_EVENT;
 }
 
 int

@@ -238,8 +238,19 @@ restore_check(struct session *sess, struct lease *l, const struct proto_restore 
 		snprintf(err, errlen, "%s", l->adm->why);
 		return (unsigned)l->adm->failed;
 	}
-	if (p->flags != 0) {
+	if ((p->flags & ~PROTO_RESTORE_F_WAIT_EVENT) != 0) {
 		snprintf(err, errlen, "unknown flags 0x%x", p->flags);
+		return PROTO_S_INVALID;
+	}
+	if (p->flags & PROTO_RESTORE_F_WAIT_EVENT) {
+		if (p->event_region >= sess->nregions ||
+		    region_is_memory(&sess->regions[p->event_region].desc)) {
+			snprintf(err, errlen, "event region %u is not an event registration",
+			    p->event_region);
+			return PROTO_S_INVALID;
+		}
+	} else if (p->event_region != 0) {
+		snprintf(err, errlen, "event_region %u without the wait flag", p->event_region);
 		return PROTO_S_INVALID;
 	}
 	if (p->npages != l->npages) {
@@ -251,6 +262,10 @@ restore_check(struct session *sess, struct lease *l, const struct proto_restore 
 		return PROTO_S_OUT_OF_BOUNDS;
 	}
 	rg = &sess->regions[p->region];
+	if (!region_is_memory(&rg->desc)) {
+		snprintf(err, errlen, "region %u is an event, not memory", p->region);
+		return PROTO_S_INVALID;
+	}
 	if (rg->desc.pool != l->adm->pool) {
 		snprintf(err, errlen, "region %u holds pool %u, not the kv pool", p->region,
 		    rg->desc.pool);
@@ -277,10 +292,6 @@ restore_check(struct session *sess, struct lease *l, const struct proto_restore 
 			    "held by another lease" : "not the one admitted", l->slot);
 			return sess->slot_held[p->state_slot] ? PROTO_S_SLOT : PROTO_S_INVALID;
 		}
-	}
-	if (p->pad != 0) {
-		snprintf(err, errlen, "padding must be zero");
-		return PROTO_S_INVALID;
 	}
 	/* Sidecars go to the same page slots in their own region: bound those too. */
 	for (i = 0; i < l->nobjs; i++) {
@@ -379,6 +390,7 @@ restore_start(struct server *s, struct lease *l, const struct proto_restore *pp,
 	job->geom = &sess->regions[p.region].desc;
 	job->base = sess->regions[p.region].base;
 	job->region = &sess->regions[p.region];
+	job->wait = p.flags & PROTO_RESTORE_F_WAIT_EVENT ? &sess->regions[p.event_region] : NULL;
 	job->npages = l->nobjs;
 	job->done = restore_job_done;
 	job->arg = l;

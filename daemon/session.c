@@ -95,6 +95,9 @@ session_check_geometry(const struct proto_attach_view *v, char *err, size_t errl
 		const struct proto_pool		*p = &v->pools[r->pool];
 		uint64_t			 bytes;
 
+		if (!region_is_memory(r))
+			continue;
+
 		bytes = (uint64_t)r->page_tokens * r->layers * r->token_bytes;
 		if (bytes != p->object_bytes) {
 			snprintf(err, errlen, "regions[%u]: a page of %llu bytes does not hold one "
@@ -122,16 +125,28 @@ session_map_regions(struct session *sess, const struct proto_attach_view *v,
 {
 	struct server	*s = sess->server;
 	char		 why[256];
-	unsigned	 i;
+	unsigned	 i, memfds = 0;
 	int		 rc, fd;
 
+	for (i = 0; i < v->fixed.nregions; i++)
+		memfds += v->regions[i].kind == PROTO_MEM_MEMFD;
 	for (i = 0; i < v->fixed.nregions; i++) {
 		const struct proto_region *d = &v->regions[i];
 
-		if (i > 0 && (d->kind == PROTO_MEM_MEMFD) != (v->regions[0].kind == PROTO_MEM_MEMFD)) {
-			snprintf(err, errlen, "regions[%u]: host (memfd) and GPU memory cannot be mixed "
-			    "in one session", i);
+		if (memfds > 0 && d->kind != PROTO_MEM_MEMFD) {
+			snprintf(err, errlen, "regions[%u]: host (memfd) memory cannot be mixed with GPU "
+			    "memory or CUDA events in one session", i);
 			return -EINVAL;
+		}
+		if (d->kind == PROTO_MEM_CUDA_EVENT) {
+			rc = cuda_event_open(s->cuda, s->cuda_none, &sess->regions[i], d, why,
+			    sizeof(why));
+			if (rc != 0) {
+				snprintf(err, errlen, "regions[%u]: %s", i, why);
+				return rc;
+			}
+			sess->nregions = i + 1;
+			continue;
 		}
 		fd = -1;
 		if (d->kind != PROTO_MEM_CUDA_IPC) {

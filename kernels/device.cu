@@ -503,3 +503,45 @@ kernels_busy_stop(char *err, size_t len)
 		return kernels_cuda_err(e, "the busy kernel", err, len);
 	return 0;
 }
+
+/*
+ * The late writer: every block's first thread waits on the global timer
+ * (nanoseconds) until ns have passed since the block started, then the
+ * block fills its share of the rows.
+ */
+static __global__ void
+device_late_fill_kernel(uint8_t *p, size_t pitch, size_t width, size_t height, uint8_t c,
+    unsigned long long ns)
+{
+	unsigned long long	t0, t;
+	size_t			i, n = width * height;
+
+	if (threadIdx.x == 0) {
+		asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+		do {
+			__nanosleep(10000);
+			asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+		} while (t - t0 < ns);
+	}
+	__syncthreads();
+	for (i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	    i += (size_t)gridDim.x * blockDim.x)
+		p[(i / width) * pitch + i % width] = c;
+}
+
+extern "C" int
+kernels_late_fill(void *dptr, size_t pitch, size_t width, size_t height, int c, unsigned ms,
+    char *err, size_t len)
+{
+	size_t	n = width * height;
+	unsigned blocks = (unsigned)(n / 4096 > 1024 ? 1024 : n / 4096 + 1);
+
+	if (dptr == NULL || width == 0 || height == 0 || (height > 1 && pitch < width)) {
+		snprintf(err, len, "kernels_late_fill: bad arguments");
+		return -EINVAL;
+	}
+	device_late_fill_kernel<<<blocks, 256, 0, 0>>>((uint8_t *)dptr, pitch, width, height,
+	    (uint8_t)c, (unsigned long long)ms * 1000000ULL);
+	KERNELS_TRY(cudaGetLastError(), "launching the late fill kernel");
+	return 0;
+}

@@ -282,6 +282,14 @@ int	kernels_bench_copy(int how, const struct kernels_geom *, const struct kernel
  */
 int	kernels_busy_start(char *err, size_t len);
 int	kernels_busy_stop(char *err, size_t len);
+/*
+ * A late writer, for tests of event ordering: enqueues on the legacy
+ * default stream a kernel that waits ms milliseconds (GPU time), then
+ * sets height rows of width bytes, pitch apart, from dptr to c. Returns
+ * once it is enqueued; kernels_event_record() after it marks its end.
+ */
+int	kernels_late_fill(void *dptr, size_t pitch, size_t width, size_t height, int c,
+	    unsigned ms, char *err, size_t len);
 
 #ifdef __cplusplus
 }

@@ -352,3 +352,16 @@ kernels_busy_stop(char *err, size_t len)
 {
 	return stub_nosys(err, len);
 }
+
+int
+kernels_late_fill(void *dptr, size_t pitch, size_t width, size_t height, int c, unsigned ms,
+    char *err, size_t len)
+{
+	(void)dptr;
+	(void)pitch;
+	(void)width;
+	(void)height;
+	(void)c;
+	(void)ms;
+	return stub_nosys(err, len);
+}

@@ -978,7 +978,7 @@ l3kv_encode_region(struct l3kv *k, const struct l3kv_region *g, unsigned i,
 			fds[(*nfds)++] = g->fd;
 		}
 		w->fd_index = (uint16_t)j;
-	} else if (g->kind == L3KV_MEM_CUDA_IPC) {
+	} else if (g->kind == L3KV_MEM_CUDA_IPC || g->kind == L3KV_MEM_CUDA_EVENT) {
 		memcpy(w->handle, g->handle, sizeof(w->handle));
 	}
 	w->offset = g->offset;
@@ -1784,25 +1784,46 @@ l3kv_admit_result(const struct l3kv_completion *c, struct l3kv_admit_result *out
 }
 
 static int
-l3kv_encode_restore(struct l3kv *k, uint64_t lease, unsigned region, const uint32_t *dst,
-    uint32_t npages, const struct l3kv_state_dest *state, struct l3kv_wire *w)
+l3kv_encode_restore(struct l3kv *k, const struct l3kv_restore_args *a, struct l3kv_wire *w)
 {
 	int	rc;
 
-	if ((rc = l3kv_check_pages(k, PROTO_T_RESTORE, dst, npages, "dst_pages")) != 0)
+	if ((rc = l3kv_check_pages(k, PROTO_T_RESTORE, a->pages, a->npages, "dst_pages")) != 0)
 		return rc;
 	l3kv_wire_init(w, sizeof(w->u.restore));
-	L3KV_PUT(w->u.restore.region, region, "region");
-	w->u.restore.lease = lease;
-	w->u.restore.npages = npages;
-	w->u.restore.state_region = PROTO_REGION_NONE;
-	w->u.restore.state_slot = PROTO_SLOT_NONE;
-	if (state != NULL) {
-		L3KV_PUT(w->u.restore.state_region, state->region, "state region");
-		w->u.restore.state_slot = state->slot;
+	w->u.restore.lease = a->lease;
+	w->u.restore.npages = a->npages;
+	w->u.restore.region = a->region;
+	w->u.restore.state_region = a->state_region;
+	w->u.restore.state_slot = a->state_slot;
+	if (a->event_region != L3KV_REGION_NONE) {
+		w->u.restore.flags |= PROTO_RESTORE_F_WAIT_EVENT;
+		w->u.restore.event_region = a->event_region;
 	}
 	/* Destination indices go out as the caller's array: the wire is little-endian like us. */
-	l3kv_wire_array(w, dst, npages, sizeof(uint32_t));
+	l3kv_wire_array(w, a->pages, a->npages, sizeof(uint32_t));
+	return 0;
+}
+
+/* The older calls' arguments as l3kv_restore_args; -ERANGE for a region past 16 bits. */
+static int
+l3kv_restore_args_of(struct l3kv *k, uint64_t lease, unsigned region, const uint32_t *dst,
+    uint32_t npages, const struct l3kv_state_dest *state, struct l3kv_restore_args *a)
+{
+	int	rc;
+
+	memset(a, 0, sizeof(*a));
+	a->lease = lease;
+	a->pages = dst;
+	a->npages = npages;
+	a->state_region = L3KV_REGION_NONE;
+	a->state_slot = L3KV_SLOT_NONE;
+	a->event_region = L3KV_REGION_NONE;
+	L3KV_PUT(a->region, region, "region");
+	if (state != NULL) {
+		L3KV_PUT(a->state_region, state->region, "state region");
+		a->state_slot = state->slot;
+	}
 	return 0;
 }
 
@@ -1829,6 +1850,23 @@ l3kv_restore_state(struct l3kv *k, uint64_t lease, unsigned region, const uint32
     uint32_t npages, const struct l3kv_state_dest *state, int timeout_ms,
     struct l3kv_restore_result *out)
 {
+	struct l3kv_restore_args	a;
+	int				rc;
+
+	if (out != NULL)
+		memset(out, 0, sizeof(*out));
+	if (k == NULL)
+		return -EINVAL;
+	l3kv_clear_last(k);
+	if ((rc = l3kv_restore_args_of(k, lease, region, dst_pages, npages, state, &a)) != 0)
+		return rc;
+	return l3kv_restore_with(k, &a, timeout_ms, out);
+}
+
+int
+l3kv_restore_with(struct l3kv *k, const struct l3kv_restore_args *a, int timeout_ms,
+    struct l3kv_restore_result *out)
+{
 	struct l3kv_wire	 w;
 	char			*reply;
 	uint32_t		 len;
@@ -1836,10 +1874,10 @@ l3kv_restore_state(struct l3kv *k, uint64_t lease, unsigned region, const uint32
 
 	if (out != NULL)
 		memset(out, 0, sizeof(*out));
-	if (k == NULL)
+	if (k == NULL || a == NULL)
 		return -EINVAL;
 	l3kv_clear_last(k);
-	if ((rc = l3kv_encode_restore(k, lease, region, dst_pages, npages, state, &w)) != 0 ||
+	if ((rc = l3kv_encode_restore(k, a, &w)) != 0 ||
 	    (rc = l3kv_wire_call(k, PROTO_T_RESTORE, &w, timeout_ms, &reply, &len)) != 0)
 		return rc;
 	if (out != NULL)
@@ -1860,15 +1898,31 @@ l3kv_submit_restore_state(struct l3kv *k, uint64_t lease, unsigned region,
     const uint32_t *dst_pages, uint32_t npages, const struct l3kv_state_dest *state,
     uint64_t *ticket)
 {
-	struct l3kv_wire	w;
-	int			rc;
+	struct l3kv_restore_args	a;
+	int				rc;
 
 	if (ticket != NULL)
 		*ticket = 0;
 	if (k == NULL || ticket == NULL)
 		return -EINVAL;
 	l3kv_clear_last(k);
-	if ((rc = l3kv_encode_restore(k, lease, region, dst_pages, npages, state, &w)) != 0)
+	if ((rc = l3kv_restore_args_of(k, lease, region, dst_pages, npages, state, &a)) != 0)
+		return rc;
+	return l3kv_submit_restore_with(k, &a, ticket);
+}
+
+int
+l3kv_submit_restore_with(struct l3kv *k, const struct l3kv_restore_args *a, uint64_t *ticket)
+{
+	struct l3kv_wire	w;
+	int			rc;
+
+	if (ticket != NULL)
+		*ticket = 0;
+	if (k == NULL || a == NULL || ticket == NULL)
+		return -EINVAL;
+	l3kv_clear_last(k);
+	if ((rc = l3kv_encode_restore(k, a, &w)) != 0)
 		return rc;
 	return l3kv_wire_submit(k, PROTO_T_RESTORE, &w, ticket);
 }

@@ -157,6 +157,11 @@ enum l3kv_mem_kind {
 	L3KV_MEM_MEMFD		= 1,	/* host shared memory; fd */
 	L3KV_MEM_CUDA_IPC	= 2,	/* legacy cudaIpcMemHandle_t in handle */
 	L3KV_MEM_CUMEM_FD	= 3,	/* cuMem allocation exported as a POSIX fd */
+	/*
+	 * Not memory: an interprocess CUDA event (cudaIpcEventHandle_t in
+	 * handle, every other field 0) that a RESTORE may wait for.
+	 */
+	L3KV_MEM_CUDA_EVENT	= 4,
 };
 
 /*
@@ -212,7 +217,7 @@ struct l3kv_region {
 	uint64_t		 page_stride;
 	uint64_t		 layer_stride;
 	uint64_t		 token_stride;
-	uint8_t			 handle[L3KV_HANDLE_LEN];	/* L3KV_MEM_CUDA_IPC only */
+	uint8_t			 handle[L3KV_HANDLE_LEN];	/* CUDA_IPC, CUDA_EVENT only */
 };
 
 struct l3kv_attach_args {
@@ -426,6 +431,29 @@ struct l3kv_state_dest {
 	unsigned	region;		/* the state-slot region's index at ATTACH */
 	uint32_t	slot;		/* the canonical slot given to ADMIT */
 };
+/*
+ * RESTORE with every option. event_region names an L3KV_MEM_CUDA_EVENT
+ * registration: the daemon's writes into engine memory wait, on the GPU
+ * (never blocking the daemon), until the work the engine recorded on that
+ * event before sending this RESTORE has finished, so pages the engine
+ * just reclaimed are not overwritten while its kernels still read them.
+ * The daemon may already stage (H2D) and verify before that point.
+ */
+#define L3KV_REGION_NONE	0xffff
+struct l3kv_restore_args {
+	uint64_t		 lease;
+	const uint32_t		*pages;		/* dst_pages, npages of them */
+	uint32_t		 npages;
+	uint16_t		 region;
+	uint16_t		 state_region;	/* L3KV_REGION_NONE without state */
+	uint32_t		 state_slot;	/* L3KV_SLOT_NONE without state */
+	uint16_t		 event_region;	/* L3KV_REGION_NONE: no wait */
+	uint16_t		 pad;		/* 0 */
+};
+L3KV_API int	 l3kv_restore_with(struct l3kv *, const struct l3kv_restore_args *,
+		    int timeout_ms, struct l3kv_restore_result *);
+L3KV_API int	 l3kv_submit_restore_with(struct l3kv *, const struct l3kv_restore_args *,
+		    uint64_t *ticket);
 L3KV_API int	 l3kv_restore_state(struct l3kv *, uint64_t lease, unsigned region,
 		    const uint32_t *dst_pages, uint32_t npages, const struct l3kv_state_dest *,
 		    int timeout_ms, struct l3kv_restore_result *);

@@ -359,10 +359,22 @@ proto_region_check(const struct proto_region *r, unsigned i, uint8_t npools,
 {
 	uint64_t	extent, end;
 
+	static const uint8_t	zero[offsetof(struct proto_region, handle)];
+
+	if (r->kind < PROTO_MEM_MEMFD || r->kind > PROTO_MEM_CUDA_EVENT)
+		ATTACH_ERR("regions[%u].kind: %u is not a memory kind", i, r->kind);
+	if (r->kind == PROTO_MEM_CUDA_EVENT) {
+		/* An event is not memory: everything but its kind and handle is 0. */
+		struct proto_region	c = *r;
+
+		c.kind = 0;
+		if (memcmp(&c, zero, sizeof(zero)) != 0)
+			ATTACH_ERR("regions[%u]: an event registration has only a kind and a "
+			    "handle; every other field must be 0", i);
+		return 0;
+	}
 	if (r->pool >= npools)
 		ATTACH_ERR("regions[%u].pool: %u is not a declared pool", i, r->pool);
-	if (r->kind < PROTO_MEM_MEMFD || r->kind > PROTO_MEM_CUMEM_FD)
-		ATTACH_ERR("regions[%u].kind: %u is not a memory kind", i, r->kind);
 	if (r->layout < PROTO_LAYOUT_PAGE_FIRST || r->layout > PROTO_LAYOUT_SLOTS)
 		ATTACH_ERR("regions[%u].layout: %u is not a layout", i, r->layout);
 	if (r->fd_index >= PROTO_FDS_MAX)

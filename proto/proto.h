@@ -177,6 +177,7 @@ enum proto_mem_kind {
 	PROTO_MEM_MEMFD		= 1,	/* host shared memory, fd by SCM_RIGHTS */
 	PROTO_MEM_CUDA_IPC	= 2,	/* legacy cudaIpcMemHandle_t in `handle` */
 	PROTO_MEM_CUMEM_FD	= 3,	/* cuMem POSIX fd by SCM_RIGHTS */
+	PROTO_MEM_CUDA_EVENT	= 4,	/* cudaIpcEventHandle_t in `handle`: not memory */
 };
 
 #define PROTO_POOLS_MAX		8
@@ -341,13 +342,19 @@ struct proto_restore {
 	uint64_t	lease;
 	uint32_t	npages;		/* must equal the admitted pages */
 	uint16_t	region;		/* the destination region (index at ATTACH) */
-	uint16_t	flags;		/* none defined; must be 0 */
+	uint16_t	flags;		/* PROTO_RESTORE_F_WAIT_EVENT */
 	uint16_t	state_region;	/* the slot region, PROTO_REGION_NONE without state */
-	uint16_t	pad;
+	uint16_t	event_region;	/* with PROTO_RESTORE_F_WAIT_EVENT: an event region; else 0 */
 	uint32_t	state_slot;	/* the canonical slot admitted */
 };
 _Static_assert(sizeof(struct proto_restore) == 24, "proto_restore");
 #define PROTO_REGION_NONE	UINT16_MAX
+/*
+ * RESTORE's request flag: the copy's writes into engine memory wait (on
+ * the GPU, never on the loop) for the engine's last record of the CUDA
+ * IPC event registered as region event_region.
+ */
+#define PROTO_RESTORE_F_WAIT_EVENT	0x0001
 
 /* SET_POLICY: the group's policies, guarded; allowed while the group is idle. */
 struct proto_set_policy {

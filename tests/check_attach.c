@@ -433,8 +433,32 @@ START_TEST(test_gpu_memory_is_refused_cleanly_without_a_gpu)
 	e.regions[1].kind = L3KV_MEM_CUDA_IPC;
 	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
 	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BAD_REGION);
-	ck_assert_msg(strstr(l3kv_last_error(k), "regions[1]: host (memfd) and GPU memory cannot be "
-	    "mixed") != NULL, "%s", l3kv_last_error(k));
+	ck_assert_msg(strstr(l3kv_last_error(k), "regions[1]: host (memfd) memory cannot be mixed "
+	    "with GPU memory or CUDA events") != NULL, "%s", l3kv_last_error(k));
+
+	/* A CUDA IPC event: not with host memory, and not without a GPU. */
+	e.regions[1] = (struct l3kv_region){ .kind = L3KV_MEM_CUDA_EVENT, .fd = -1 };
+	e.args.nlive = 0;	/* no slot region any more */
+	memset(e.regions[1].handle, 0x77, sizeof(e.regions[1].handle));
+	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
+	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BAD_REGION);
+	ck_assert_msg(strstr(l3kv_last_error(k), "regions[1]: host (memfd) memory cannot be mixed "
+	    "with GPU memory or CUDA events") != NULL, "%s", l3kv_last_error(k));
+	e.regions[0].kind = L3KV_MEM_CUDA_IPC;
+	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
+	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BAD_REGION);
+	if (!gpu)
+		ck_assert_msg(strstr(l3kv_last_error(k), "regions[0]: cuda_ipc memory needs the cuda "
+		    "copy engine") != NULL, "%s", l3kv_last_error(k));
+	e.regions[0] = e.regions[1];
+	e.args.nregions = 1;
+	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
+	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BAD_REGION);
+	if (!gpu)
+		ck_assert_msg(strstr(l3kv_last_error(k), "regions[0]: a CUDA IPC event needs the cuda "
+		    "copy engine, and this daemon has none") != NULL, "%s", l3kv_last_error(k));
+	engine_fini(&e);
+	engine_init(&e, "g-gpu", 1, 0);
 
 	after = state_of_daemon();
 	ck_assert_str_eq(before, after);

@@ -452,6 +452,7 @@ END_TEST
 START_TEST(test_out_of_bounds_destination_is_refused_with_nothing_written)
 {
 	struct l3kv_restore_result	res;
+	struct l3kv_restore_args	ra;
 	struct l3kv_admit_result	a;
 	struct rank			r;
 	uint32_t			dst[4] = { 1, 2, PAGES, 3 }, i;
@@ -467,6 +468,17 @@ START_TEST(test_out_of_bounds_destination_is_refused_with_nothing_written)
 	ck_assert_int_eq(l3kv_restore(r.k, a.lease, 5, dst, 4, 5000, &res), -ERANGE);
 	/* Fewer pages than promised is refused too: never a partial success. */
 	ck_assert_int_eq(l3kv_restore(r.k, a.lease, KV_REGION, dst, 2, 5000, &res), -EINVAL);
+	/* Waiting on an event needs an event registration, not memory or nothing. */
+	dst[2] = 9;
+	ra = (struct l3kv_restore_args){ .lease = a.lease, .pages = dst, .npages = 4,
+	    .region = KV_REGION, .state_region = L3KV_REGION_NONE, .state_slot = L3KV_SLOT_NONE,
+	    .event_region = KV_REGION };
+	ck_assert_int_eq(l3kv_restore_with(r.k, &ra, 5000, &res), -EINVAL);
+	ck_assert_str_eq(l3kv_last_error(r.k), "RESTORE: event region 0 is not an event registration");
+	ra.event_region = 7;
+	ck_assert_int_eq(l3kv_restore_with(r.k, &ra, 5000, &res), -EINVAL);
+	ck_assert_str_eq(l3kv_last_error(r.k), "RESTORE: event region 7 is not an event registration");
+	dst[2] = PAGES;
 	usleep(50000);
 	for (i = 0; i < PAGES; i++)
 		ck_assert_msg(is_sentinel(&r, i), "page %u written", i);

@@ -1279,13 +1279,19 @@ enum gd_mode {
 	GD_CANCEL,		/* a large restore cancelled at once */
 	GD_KILLED,		/* a large restore, then the engine is killed */
 	GD_CORRUPT,		/* page 5's object corrupted (DEBUG) before the restore */
+	GD_EVENT,		/* restores racing a late kernel of the engine, with and
+				   without waiting for its IPC event */
 };
+#define GD_F_CUMEM	0x100	/* the region is a cuMem allocation shared as a POSIX fd */
+#define GD_LATE_MS	400	/* how long the engine's late kernel waits before writing */
 
 /* What the engine process and the test share (MAP_SHARED, set up before the fork). */
 struct gd_share {
 	char		err[512];
 	uint32_t	landed;		/* GD_CANCEL: CANCEL's pages_landed */
 	int		restore_rc;	/* GD_CANCEL: the RESTORE's completion status */
+	uint32_t	clobbered;	/* GD_EVENT: pages the late kernel overwrote, no wait */
+	double		wait_ms;	/* GD_EVENT: the waiting RESTORE's time */
 };
 
 #define GD_FAIL(code, ...) do {						\
@@ -1370,6 +1376,71 @@ gd_same_source(struct gd_share *sh, struct l3kv *k, void *d, size_t bytes, const
 }
 
 /*
+ * GD_EVENT: the engine has just reclaimed the destination pages (the upper
+ * half of the region) while a kernel of its own will still write them: a
+ * late kernel that waits GD_LATE_MS, then fills them with 0xee. First
+ * without waiting: the daemon's restore lands before the late kernel, which
+ * then overwrites it (counted in sh->clobbered: this shows the race is
+ * real on this GPU). Then, with the event recorded after the late kernel
+ * and named by the RESTORE: the restored bytes must be what is left.
+ */
+static int
+gd_event_case(struct gd_share *sh, struct l3kv *k, void *d, size_t bytes, const uint8_t *before,
+    uint8_t *after, const uint8_t *hashes, const uint32_t *dst, uint32_t n, uint32_t prefix,
+    struct kernels_event *ev, unsigned event_region)
+{
+	struct l3kv_restore_result	 res;
+	struct l3kv_restore_args	 ra;
+	struct l3kv_admit_result	 ar;
+	struct l3kv_admit_args		 aa;
+	struct timespec			 t0, t1;
+	uint32_t			 pages = 2 * n, i, round;
+	char				 err[256] = "";
+	int				 rc;
+
+	for (round = 0; round < 2; round++) {
+		memset(&aa, 0, sizeof(aa));
+		aa.request_id = (uint64_t)prefix << 8 | (round + 1);
+		aa.hashes = hashes;
+		aa.npages = n;
+		aa.reserved_pages = n;
+		aa.state_slot = L3KV_SLOT_NONE;
+		if ((rc = l3kv_admit(k, &aa, &ar)) != 0 || ar.admitted_pages != n)
+			GD_FAIL(40, "engine: ADMIT %u: %d, %u of %u pages", round, rc,
+			    ar.admitted_pages, n);
+		/* layer_first: pages n..2n-1 of each layer are one run of n blocks */
+		rc = kernels_late_fill((uint8_t *)d + (size_t)n * GD_BLOCK, (size_t)pages * GD_BLOCK,
+		    (size_t)n * GD_BLOCK, GD_LAYERS, 0xee, GD_LATE_MS, err, sizeof(err));
+		if (rc != 0 || (rc = kernels_event_record(ev, err, sizeof(err))) != 0)
+			GD_FAIL(41, "engine: the late kernel and its event: %d %s", rc, err);
+		ra = (struct l3kv_restore_args){ .lease = ar.lease, .pages = dst, .npages = n,
+		    .region = 0, .state_region = L3KV_REGION_NONE, .state_slot = L3KV_SLOT_NONE,
+		    .event_region = round == 0 ? L3KV_REGION_NONE : (uint16_t)event_region };
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		if ((rc = l3kv_restore_with(k, &ra, 60000, &res)) != 0 || res.pages != n)
+			GD_FAIL(42, "engine: RESTORE %u: %d %s", round, rc, l3kv_last_error(k));
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		/* kernels_copy runs on the default stream: after the late kernel */
+		if ((rc = kernels_copy(after, d, bytes, err, sizeof(err))) != 0)
+			GD_FAIL(17, "engine: kernels_copy back: %d %s", rc, err);
+		for (i = 0; i < n; i++) {
+			if (gd_page_is(after, dst[i], before, i, pages))
+				continue;
+			if (round == 1)
+				GD_FAIL(43, "engine: page %u (region page %u) is not the restored one "
+				    "though the RESTORE waited for the engine's event", i, dst[i]);
+			sh->clobbered++;
+		}
+		if (round == 1)
+			sh->wait_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+			    (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+		if ((rc = l3kv_release(k, ar.lease)) != 0)
+			GD_FAIL(24, "engine: RELEASE: %d %s", rc, l3kv_last_error(k));
+	}
+	return 0;
+}
+
+/*
  * The engine: n source pages published from device memory, then restored
  * into n other device pages of the same region (in reverse order). The
  * region holds 2n pages. Returns the exit status, 0 when all is well.
@@ -1384,18 +1455,20 @@ gd_engine(const char *sock, struct gd_share *sh, int mode, uint32_t n, uint32_t 
 	struct l3kv_completion		 c;
 	struct l3kv_attach_args		 args;
 	struct l3kv_publish_page	*pg;
-	struct l3kv_region		 reg;
+	struct l3kv_region		 regs[2], *reg = &regs[0];
+	struct kernels_event		*ev = NULL;
 	struct l3kv_pool		 pool;
 	struct l3kv			*k = NULL;
 	struct pollfd			 pfd;
 	uint8_t				*before, *after, *again, *hashes;
 	uint32_t			*dst, pages = 2 * n, i, landed = 0;
 	uint64_t			 ticket;
-	size_t				 bytes = (size_t)pages * GD_OBJ;
+	size_t				 bytes = (size_t)pages * GD_OBJ, asize = 0;
 	void				*d = NULL;
 	char				 err[256] = "";
-	int				 rc, tries;
+	int				 rc, tries, cumem = (mode & GD_F_CUMEM) != 0, fd = -1;
 
+	mode &= ~GD_F_CUMEM;
 	gpu_rnd_init();
 	before = malloc(bytes);
 	after = malloc(bytes);
@@ -1408,29 +1481,41 @@ gd_engine(const char *sock, struct gd_share *sh, int mode, uint32_t n, uint32_t 
 		GD_FAIL(2, "engine: out of memory");
 	if ((rc = kernels_init(0, err, sizeof(err))) != 0)
 		GD_FAIL(3, "engine: kernels_init: %d %s", rc, err);
-	if ((rc = kernels_dev_alloc(bytes, &d, err, sizeof(err))) != 0)
-		GD_FAIL(4, "engine: kernels_dev_alloc(%zu): %d %s", bytes, rc, err);
+	if (cumem)
+		rc = kernels_cumem_alloc(bytes, &d, &asize, &fd, err, sizeof(err));
+	else
+		rc = kernels_dev_alloc(bytes, &d, err, sizeof(err));
+	if (rc != 0)
+		GD_FAIL(4, "engine: allocating %zu bytes (%s): %d %s", bytes,
+		    cumem ? "cuMem" : "cudaMalloc", rc, err);
 	gpu_rnd_fill(before, bytes);
 	if ((rc = kernels_copy(d, before, bytes, err, sizeof(err))) != 0)
 		GD_FAIL(5, "engine: kernels_copy to the device: %d %s", rc, err);
 
 	pool = (struct l3kv_pool){ "kv", L3KV_POOL_KV, L3KV_HIT_ALL_PAGES, 0, GD_LAYERS, GD_OBJ,
 	    "latent:1024:fp8_e4m3" };
-	memset(&reg, 0, sizeof(reg));
-	reg.pool = 0;
-	reg.kind = L3KV_MEM_CUDA_IPC;
-	reg.layout = L3KV_LAYOUT_LAYER_FIRST;
-	reg.fd = -1;
-	reg.size = bytes;
-	reg.num_pages = pages;
-	reg.page_tokens = GD_TOKENS;
-	reg.layers = GD_LAYERS;
-	reg.token_bytes = GD_TOKEN_BYTES;
-	reg.page_stride = GD_BLOCK;
-	reg.layer_stride = (uint64_t)pages * GD_BLOCK;
-	reg.token_stride = GD_TOKEN_BYTES;
-	if ((rc = kernels_ipc_export(d, reg.handle, err, sizeof(err))) != 0)
+	memset(regs, 0, sizeof(regs));
+	reg->pool = 0;
+	reg->kind = cumem ? L3KV_MEM_CUMEM_FD : L3KV_MEM_CUDA_IPC;
+	reg->layout = L3KV_LAYOUT_LAYER_FIRST;
+	reg->fd = fd;
+	reg->size = bytes;
+	reg->num_pages = pages;
+	reg->page_tokens = GD_TOKENS;
+	reg->layers = GD_LAYERS;
+	reg->token_bytes = GD_TOKEN_BYTES;
+	reg->page_stride = GD_BLOCK;
+	reg->layer_stride = (uint64_t)pages * GD_BLOCK;
+	reg->token_stride = GD_TOKEN_BYTES;
+	if (!cumem && (rc = kernels_ipc_export(d, reg->handle, err, sizeof(err))) != 0)
 		GD_FAIL(6, "engine: kernels_ipc_export: %d %s", rc, err);
+	if (mode == GD_EVENT) {
+		regs[1].kind = L3KV_MEM_CUDA_EVENT;
+		regs[1].fd = -1;
+		if ((rc = kernels_event_new(1, &ev, err, sizeof(err))) != 0 ||
+		    (rc = kernels_event_export(ev, regs[1].handle, err, sizeof(err))) != 0)
+			GD_FAIL(6, "engine: an interprocess event: %d %s", rc, err);
+	}
 	memset(&args, 0, sizeof(args));
 	args.layout = (struct l3kv_layout){ .model = "gpu-test", .kv_dtype = "fp8_e4m3",
 	    .hash_scheme = "sha256", .hash_len = 32, .tp_size = 1, .dcp_size = 1, .pp_size = 1,
@@ -1438,8 +1523,8 @@ gd_engine(const char *sock, struct gd_share *sh, int mode, uint32_t n, uint32_t 
 	    .page_tokens = GD_TOKENS, .logical_page_tokens = GD_TOKENS };
 	args.pools = &pool;
 	args.npools = 1;
-	args.regions = &reg;
-	args.nregions = 1;
+	args.regions = regs;
+	args.nregions = mode == GD_EVENT ? 2 : 1;
 	args.group = "gpu";
 	args.group_size = 1;
 	args.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
@@ -1448,7 +1533,8 @@ gd_engine(const char *sock, struct gd_share *sh, int mode, uint32_t n, uint32_t 
 		GD_FAIL(7, "engine: connect: %d", rc);
 	l3kv_set_timeout(k, 60000);
 	if ((rc = l3kv_attach(k, &args, NULL)) != 0)
-		GD_FAIL(8, "engine: ATTACH with a CUDA IPC region: %d %s", rc, l3kv_last_error(k));
+		GD_FAIL(8, "engine: ATTACH with a %s region: %d %s", cumem ? "cuMem fd" : "CUDA IPC",
+		    rc, l3kv_last_error(k));
 
 	for (i = 0; i < n; i++) {
 		gd_hash(prefix, i, pg[i].hash);
@@ -1471,6 +1557,17 @@ gd_engine(const char *sock, struct gd_share *sh, int mode, uint32_t n, uint32_t 
 		GD_FAIL(11, "engine: ADMIT: %d, %u of %u pages admitted (decline %d)", rc,
 		    ar.admitted_pages, n, ar.decline);
 
+	if (mode == GD_EVENT) {
+		if ((rc = l3kv_release(k, ar.lease)) != 0)
+			GD_FAIL(24, "engine: RELEASE: %d %s", rc, l3kv_last_error(k));
+		if ((rc = gd_event_case(sh, k, d, bytes, before, after, hashes, dst, n, prefix, ev,
+		    1)) != 0)
+			return rc;
+		l3kv_close(k);
+		kernels_event_free(ev);
+		kernels_dev_free(d);
+		return 0;
+	}
 	if (mode == GD_CORRUPT) {
 		if ((rc = l3kv_debug(k, L3KV_DEBUG_CORRUPT, 0, pg[5].hash)) != 0)
 			GD_FAIL(26, "engine: DEBUG corrupt: %d %s", rc, l3kv_last_error(k));
@@ -1555,7 +1652,14 @@ gd_engine(const char *sock, struct gd_share *sh, int mode, uint32_t n, uint32_t 
 	if (mode == GD_ROUND_TRIP && (rc = gd_same_source(sh, k, d, bytes, before, n, prefix)) != 0)
 		return rc;
 	l3kv_close(k);
-	kernels_dev_free(d);
+	if (cumem) {
+		/* the daemon unmaps its import once the session drained; ours is independent */
+		if ((rc = kernels_cumem_free(d, asize, err, sizeof(err))) != 0)
+			GD_FAIL(34, "engine: kernels_cumem_free: %d %s", rc, err);
+		close(fd);
+	} else {
+		kernels_dev_free(d);
+	}
 	free(before);
 	free(after);
 	free(again);
@@ -1710,6 +1814,36 @@ START_TEST(test_gpu_daemon_publishes_and_restores_device_memory)
 }
 END_TEST
 
+START_TEST(test_gpu_daemon_restores_into_a_cumem_fd_region)
+{
+	struct test_daemon	 td;
+	struct gd_share		*sh = gd_start(&td, "256 MiB");
+
+	/* The region is a cuMem allocation whose POSIX fd went over the socket. */
+	gd_wait_engine(gd_fork_engine(&td, sh, GD_ROUND_TRIP | GD_F_CUMEM, 32, 7, -1, -1), sh,
+	    "cuMem engine");
+	EQ(gd_stat(td.sock, "cache", "pages_restored"), 34);
+	EQ(gd_stat(td.sock, "cache", "pages_published"), 34);
+	gd_daemon_done(&td);
+	munmap(sh, sizeof(*sh));
+}
+END_TEST
+
+START_TEST(test_gpu_daemon_restore_waits_for_the_engine_event)
+{
+	struct test_daemon	 td;
+	struct gd_share		*sh = gd_start(&td, "256 MiB");
+
+	gd_wait_engine(gd_fork_engine(&td, sh, GD_EVENT, 16, 8, -1, -1), sh, "event engine");
+	fprintf(stderr, "gpu: without the event wait the engine's late kernel overwrote %u of 16 "
+	    "restored pages; with it, none (the RESTORE took %.0f ms behind a %u ms kernel)\n",
+	    sh->clobbered, sh->wait_ms, GD_LATE_MS);
+	EQ(gd_stat_wait(td.sock, "memory", "events_open", 0), 0);
+	gd_daemon_done(&td);
+	munmap(sh, sizeof(*sh));
+}
+END_TEST
+
 START_TEST(test_gpu_daemon_cancel_is_answered_after_the_copies)
 {
 	struct test_daemon	 td;
@@ -1786,6 +1920,8 @@ suite_gpu(void)
 	tcase_add_test(tc, test_gpu_ipc_memory_from_a_second_process);
 	tcase_add_test(tc, test_gpu_cumem_fd_from_a_second_process);
 	tcase_add_test(tc, test_gpu_daemon_publishes_and_restores_device_memory);
+	tcase_add_test(tc, test_gpu_daemon_restores_into_a_cumem_fd_region);
+	tcase_add_test(tc, test_gpu_daemon_restore_waits_for_the_engine_event);
 	tcase_add_test(tc, test_gpu_daemon_cancel_is_answered_after_the_copies);
 	tcase_add_test(tc, test_gpu_daemon_survives_an_engine_killed_mid_restore);
 	suite_add_tcase(s, tc);

@@ -628,7 +628,8 @@ PT_MUT(pool_object_bytes_big, a->pools[0].object_bytes = (1ULL << 30) + 1)
 PT_MUT(pool_schema_unterminated, memset(a->pools[0].schema, 's', PROTO_SCHEMA_LEN))
 PT_MUT(region_pool, a->regions[1].pool = 2)
 PT_MUT(region_kind_0, a->regions[0].kind = 0)
-PT_MUT(region_kind_4, a->regions[0].kind = 4)
+PT_MUT(region_kind_5, a->regions[0].kind = 5)
+PT_MUT(region_event_with_geometry, a->regions[0].kind = PROTO_MEM_CUDA_EVENT)
 PT_MUT(region_layout_0, a->regions[0].layout = 0)
 PT_MUT(region_layout_5, a->regions[0].layout = 5)
 PT_MUT(region_fd_index, a->regions[1].fd_index = PROTO_FDS_MAX)
@@ -699,7 +700,8 @@ static const struct {
 	PT_CASE(pool_schema_unterminated, "pools[0].schema"),
 	PT_CASE(region_pool, "regions[1].pool"),
 	PT_CASE(region_kind_0, "regions[0].kind"),
-	PT_CASE(region_kind_4, "regions[0].kind"),
+	PT_CASE(region_kind_5, "regions[0].kind"),
+	PT_CASE(region_event_with_geometry, "regions[0]"),
 	PT_CASE(region_layout_0, "regions[0].layout"),
 	PT_CASE(region_layout_5, "regions[0].layout"),
 	PT_CASE(region_fd_index, "regions[1].fd_index"),
@@ -731,6 +733,31 @@ START_TEST(test_attach_decode_rejects_each_invalid_field)
 	ck_assert_msg(strncmp(err, pt_bad_attach[_i].field, n) == 0 && err[n] == ':',
 	    "%s: err \"%s\" does not name %s", pt_bad_attach[_i].name, err,
 	    pt_bad_attach[_i].field);
+	free(a);
+}
+END_TEST
+
+/* An event registration is its kind and its handle; any other field set is refused. */
+START_TEST(test_event_registration_is_a_kind_and_a_handle)
+{
+	struct pt_attach	*a = pt_attach_new();
+	struct proto_region	*r = &a->regions[1];
+	char			 err[256] = "";
+	size_t			 off;
+
+	memset(r, 0, sizeof(*r));
+	r->kind = PROTO_MEM_CUDA_EVENT;
+	memset(r->handle, 0x3c, sizeof(r->handle));
+	ck_assert_msg(pt_attach_check(a, err, sizeof(err)) == PROTO_S_OK, "%s", err);
+	for (off = 0; off < offsetof(struct proto_region, handle); off++) {
+		if (off == offsetof(struct proto_region, kind))
+			continue;
+		((uint8_t *)r)[off] = 1;
+		ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_INVALID);
+		ck_assert_str_eq(err, "regions[1]: an event registration has only a kind and a "
+		    "handle; every other field must be 0");
+		((uint8_t *)r)[off] = 0;
+	}
 	free(a);
 }
 END_TEST
@@ -1001,6 +1028,7 @@ suite_proto(void)
 	tcase_add_loop_test(tc, test_attach_decode_rejects_each_invalid_field, 0,
 	    (int)(sizeof(pt_bad_attach) / sizeof(pt_bad_attach[0])));
 	tcase_add_test(tc, test_region_geometry_at_and_past_its_bounds);
+	tcase_add_test(tc, test_event_registration_is_a_kind_and_a_handle);
 	tcase_add_test(tc, test_attach_length_saturates);
 	tcase_add_test(tc, test_string_ok);
 	tcase_add_test(tc, test_status_tables_are_total);
