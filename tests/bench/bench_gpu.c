@@ -362,7 +362,9 @@ bench_baseline(int how, const struct kernels_geom *g, const struct kernels_page 
 struct bench_row {
 	double	peak, contig, scat, per_page, per_layer;
 	double	scat_dma, scat_zc, contig_nov, contig_pf, busy, d2h, publish;
+	double	contig_slot[3];	/* host-contiguous with 16, 64 and 128 MiB slots */
 };
+static const size_t	bench_slot_sizes[3] = { 16 << 20, 64 << 20, 128 << 20 };
 
 static struct kernels_engine *
 bench_engine(size_t slot, unsigned slots, unsigned streams, size_t dma_min)
@@ -451,6 +453,14 @@ bench_size_run(const struct bench_size *sz, uint64_t bytes, struct bench_row *ro
 			kernels_region_free(r2);
 			kernels_engine_free(e2);
 		}
+	}
+	for (a = 0; a < 3; a++) {
+		e2 = bench_engine(bench_slot_sizes[a], 0, 0, 0);
+		if ((rc = kernels_region_new(e2, &s.lf, &r2, err, sizeof(err))) != 0)
+			bench_die("kernels_region_new", rc, err);
+		row->contig_slot[a] = bench_op(e2, BENCH_RESTORE, r2, s.contig, s.n, 0, NULL);
+		kernels_region_free(r2);
+		kernels_engine_free(e2);
 	}
 	/* last: it overwrites host objects */
 	row->d2h = bench_copy(s.arena, s.dev, total);
@@ -578,6 +588,20 @@ main(int argc, char **argv)
 		printf("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", bench_sizes[i].name,
 		    sweep[i][0][0], sweep[i][0][1], sweep[i][0][2], sweep[i][1][0], sweep[i][1][1],
 		    sweep[i][1][2]);
+	}
+	printf("\nStaging slot size, host-contiguous restore GB/s and x peak (4 slots, 2 streams; "
+	    "the default is 32 MiB):\n\n");
+	printf("| object | 16 MiB | x peak | 32 MiB | x peak | 64 MiB | x peak | 128 MiB | x peak |\n");
+	printf("|---|---|---|---|---|---|---|---|---|\n");
+	for (i = 0; i < BENCH_NSIZES; i++) {
+		const struct bench_row *r = &rows[i];
+
+		if (!want[i])
+			continue;
+		printf("| %s | %.1f | %.3f | %.1f | %.3f | %.1f | %.3f | %.1f | %.3f |\n",
+		    bench_sizes[i].name, r->contig_slot[0], r->contig_slot[0] / r->peak, r->contig,
+		    r->contig / r->peak, r->contig_slot[1], r->contig_slot[1] / r->peak,
+		    r->contig_slot[2], r->contig_slot[2] / r->peak);
 	}
 	printf("\n4096-token MLA FP8 restore (64 pages x 2.25 MB = %.1f MB, host-contiguous, "
 	    "layer_first, checksums verified): %.2f ms submit..done; one pinned cudaMemcpy of the "
