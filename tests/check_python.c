@@ -1,9 +1,17 @@
 /*
- * The Python client (lib/python/l3kv) end to end: runs
- * tests/python/test_client.py, which starts its own l3kvd from
- * $L3KV_BUILD and drives it through that build's libl3kv.so with ctypes,
- * and asserts that it exits 0. python3 is required, not optional: where
- * it is missing the test fails and says so, it never passes silently.
+ * The Python client (lib/python/l3kv) end to end: runs the scripts of
+ * tests/python with that build's libl3kv.so and asserts that each exits
+ * 0. test_client.py starts its own l3kvd from $L3KV_BUILD and drives it
+ * through ctypes; test_torch_geometry.py checks l3kv.torch's region
+ * geometry without a GPU (suite python). python3 is required, not
+ * optional: where it is missing the test fails and says so, it never
+ * passes silently.
+ *
+ * test_gpu_torch.py is an engine written with torch on the GPU (suite
+ * python_gpu, tag gpu_torch). It exits 77 where torch or CUDA is missing;
+ * the runner asks it first (--probe, python_gpu_skip_reason()) and lists
+ * the suite as skipped with its reason, and a 77 from the real run is a
+ * failure, never a pass.
  *
  * Under ASan the library is instrumented and the interpreter is not, so
  * the sanitizer runtimes this runner was linked with are preloaded into
@@ -36,11 +44,17 @@
 
 #include "tests.h"
 
-#define PY_SCRIPT	"tests/python/test_client.py"
-#define PY_DEADLINE_S	60		/* the script takes about a second */
+#define PY_CLIENT	"tests/python/test_client.py"
+#define PY_GEOMETRY	"tests/python/test_torch_geometry.py"
+#define PY_GPU		"tests/python/test_gpu_torch.py"
+#define PY_DEADLINE_S	60		/* the CPU scripts take about a second */
+#define PY_GPU_DEADLINE_S 300		/* the GPU one about half a minute */
+#define PY_PROBE_S	120		/* importing torch and finding CUDA */
 #define PY_OUTPUT_MAX	(1U << 20)
 #define PY_EXEC_FAILED	127
+#define PY_SKIP		77		/* a script's "cannot run here" */
 #define PY_TAIL		1500		/* of the output, in the failure message */
+#define PY_NOTE		"python_gpu: "	/* lines of the GPU script echoed to stderr */
 
 #ifdef PY_ASAN
 /* Appends each loaded sanitizer runtime to the colon-separated list in arg. */
@@ -78,9 +92,9 @@ py_preload_sanitizers(void)
 }
 #endif
 
-/* The child: python3 on the script, stdout and stderr into out. */
+/* The child: python3 on the script (arg: its one argument, or NULL), stdout and stderr into out. */
 static void
-py_exec(int out)
+py_exec(int out, const char *script, const char *arg)
 {
 	char	lib[PATH_MAX];
 
@@ -96,26 +110,26 @@ py_exec(int out)
 #ifdef PY_ASAN
 	py_preload_sanitizers();
 #endif
-	execlp("python3", "python3", PY_SCRIPT, (char *)NULL);
+	execlp("python3", "python3", script, arg, (char *)NULL);
 	fprintf(stderr, "exec python3: %s\n", strerror(errno));
 	_exit(PY_EXEC_FAILED);
 }
 
 /*
- * Reads the child's output until EOF or the deadline; returns it
+ * Reads the child's output until EOF or deadline_s; returns it
  * NUL-terminated (the first PY_OUTPUT_MAX bytes), and 0 or -ETIMEDOUT.
  */
 static int
-py_collect(int fd, char **out, size_t *len)
+py_collect(int fd, int deadline_s, char **out, size_t *len)
 {
 	struct pollfd	 pfd = { .fd = fd, .events = POLLIN };
-	time_t		 deadline = time(NULL) + PY_DEADLINE_S;
+	time_t		 deadline = time(NULL) + deadline_s;
 	char		 chunk[4096], *buf;
 	size_t		 n = 0;
 	ssize_t		 r;
 
-	buf = malloc(PY_OUTPUT_MAX + 1);
-	ck_assert_ptr_nonnull(buf);
+	if ((buf = malloc(PY_OUTPUT_MAX + 1)) == NULL)
+		return -ENOMEM;
 	for (;;) {
 		if (time(NULL) >= deadline) {
 			buf[n] = '\0';
@@ -141,43 +155,141 @@ py_collect(int fd, char **out, size_t *len)
 	return 0;
 }
 
-START_TEST(test_python_client_passes_its_tests)
+/*
+ * Runs python3 on script (with arg, or none) for at most deadline_s:
+ * its output in *out (free it), its wait status in *st. Returns 0,
+ * -ETIMEDOUT (the child was killed), or -errno when it could not start.
+ */
+static int
+py_run(const char *script, const char *arg, int deadline_s, char **out, size_t *len, int *st)
 {
-	char	*output;
-	size_t	 len;
-	pid_t	 pid;
-	int	 pipefd[2], st = 0, rc;
+	pid_t	pid;
+	int	pipefd[2], rc;
 
-	ck_assert_int_eq(pipe2(pipefd, O_CLOEXEC), 0);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
+	*out = NULL;
+	*len = 0;
+	*st = 0;
+	if (pipe2(pipefd, O_CLOEXEC) != 0)
+		return -errno;
+	if ((pid = fork()) < 0) {
+		rc = -errno;
+		close(pipefd[0]);
+		close(pipefd[1]);
+		return rc;
+	}
 	if (pid == 0) {
 		close(pipefd[0]);
-		py_exec(pipefd[1]);
+		py_exec(pipefd[1], script, arg);
 	}
 	close(pipefd[1]);
-	rc = py_collect(pipefd[0], &output, &len);
+	rc = py_collect(pipefd[0], deadline_s, out, len);
 	close(pipefd[0]);
 	if (rc != 0)
 		kill(pid, SIGKILL);
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	while (waitpid(pid, st, 0) < 0 && errno == EINTR)
+		;
+	return rc;
+}
 
+/* Fails the test unless script exited 0; its output is printed when it did not. */
+static void
+py_assert_passed(const char *script, int rc, int st, const char *output, size_t len,
+    int deadline_s)
+{
+	ck_assert_msg(rc != -ENOMEM, "out of memory for %s's output", script);
 	if (rc != 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-		fprintf(stderr, "--- %s output ---\n%s--- end of %s output ---\n", PY_SCRIPT, output,
-		    PY_SCRIPT);
+		fprintf(stderr, "--- %s output ---\n%s--- end of %s output ---\n", script, output,
+		    script);
 	ck_assert_msg(!(WIFEXITED(st) && WEXITSTATUS(st) == PY_EXEC_FAILED &&
 	    strstr(output, "exec python3:") != NULL),
 	    "python3 is required for the python suite and could not be run: %s", output);
-	ck_assert_msg(rc == 0, "%s ran past %d s; killed. Its output ends:\n%s", PY_SCRIPT,
-	    PY_DEADLINE_S, output + (len > PY_TAIL ? len - PY_TAIL : 0));
+	ck_assert_msg(rc == 0, "%s ran past %d s; killed. Its output ends:\n%s", script,
+	    deadline_s, output + (len > PY_TAIL ? len - PY_TAIL : 0));
+	ck_assert_msg(!(WIFEXITED(st) && WEXITSTATUS(st) == PY_SKIP),
+	    "%s skipped itself (exit %d) after the runner's probe said it can run here:\n%s",
+	    script, PY_SKIP, output + (len > PY_TAIL ? len - PY_TAIL : 0));
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-	    "%s %s %d. Its output ends:\n%s", PY_SCRIPT,
+	    "%s %s %d. Its output ends:\n%s", script,
 	    WIFEXITED(st) ? "exited" : "was killed by signal",
 	    WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st),
 	    output + (len > PY_TAIL ? len - PY_TAIL : 0));
+}
+
+/* Runs script to the end and asserts that it passed. */
+static void
+py_script_passes(const char *script, int deadline_s)
+{
+	char	*output;
+	size_t	 len;
+	int	 st, rc;
+
+	rc = py_run(script, NULL, deadline_s, &output, &len, &st);
+	ck_assert_msg(output != NULL || rc == -ENOMEM, "running %s: %s", script, strerror(-rc));
+	py_assert_passed(script, rc, st, output != NULL ? output : "", len, deadline_s);
+	free(output);
+}
+
+START_TEST(test_python_client_passes_its_tests)
+{
+	py_script_passes(PY_CLIENT, PY_DEADLINE_S);
+}
+END_TEST
+
+START_TEST(test_python_torch_geometry_passes_its_tests)
+{
+	py_script_passes(PY_GEOMETRY, PY_DEADLINE_S);
+}
+END_TEST
+
+/* The GPU engine; its PY_NOTE lines (seed, timings, inner skips) go to stderr. */
+START_TEST(test_python_torch_engine_on_the_gpu)
+{
+	char		*output, *line, *end;
+	size_t		 len;
+	int		 st, rc;
+
+	rc = py_run(PY_GPU, NULL, PY_GPU_DEADLINE_S, &output, &len, &st);
+	ck_assert_msg(output != NULL || rc == -ENOMEM, "running %s: %s", PY_GPU, strerror(-rc));
+	for (line = output; line != NULL && *line != '\0'; line = end != NULL ? end + 1 : NULL) {
+		end = strchr(line, '\n');
+		if (strncmp(line, PY_NOTE, strlen(PY_NOTE)) == 0)
+			fprintf(stderr, "%.*s\n", end != NULL ? (int)(end - line) : (int)strlen(line),
+			    line);
+	}
+	py_assert_passed(PY_GPU, rc, st, output != NULL ? output : "", len, PY_GPU_DEADLINE_S);
 	free(output);
 }
 END_TEST
+
+/*
+ * Why the python_gpu suite cannot run here (the script's own reason when
+ * it exits 77 to --probe), or NULL. A probe that fails otherwise lets the
+ * suite run, so that the failure shows.
+ */
+const char *
+python_gpu_skip_reason(void)
+{
+	static char	 why[256];
+	char		*output, *nl;
+	size_t		 len;
+	int		 st, rc;
+
+	rc = py_run(PY_GPU, "--probe", PY_PROBE_S, &output, &len, &st);
+	why[0] = '\0';
+	if (output == NULL)
+		return NULL;
+	if (rc == 0 && WIFEXITED(st) && WEXITSTATUS(st) == PY_EXEC_FAILED &&
+	    strstr(output, "exec python3:") != NULL)
+		snprintf(why, sizeof(why), "python3 could not be run");
+	else if (rc == 0 && WIFEXITED(st) && WEXITSTATUS(st) == PY_SKIP) {
+		if ((nl = strchr(output, '\n')) != NULL)
+			*nl = '\0';
+		snprintf(why, sizeof(why), "%s", strncmp(output, "SKIP: ", 6) == 0 ? output + 6 :
+		    output);
+	}
+	free(output);
+	return why[0] != '\0' ? why : NULL;
+}
 
 Suite *
 suite_python(void)
@@ -187,6 +299,19 @@ suite_python(void)
 
 	tcase_set_timeout(tc, PY_DEADLINE_S + 30);
 	tcase_add_test(tc, test_python_client_passes_its_tests);
+	tcase_add_test(tc, test_python_torch_geometry_passes_its_tests);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+Suite *
+suite_python_gpu(void)
+{
+	Suite	*s = suite_create("python_gpu");
+	TCase	*tc = tcase_create("torch");
+
+	tcase_set_timeout(tc, PY_GPU_DEADLINE_S + 30);
+	tcase_add_test(tc, test_python_torch_engine_on_the_gpu);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -2,7 +2,8 @@
  * The one test runner: adds every suite this machine can run, runs them
  * with check, and closes with a plain "N passed, N failed, N skipped"
  * line. Suites tagged gpu, rdma or slow are added only where the
- * hardware is (or L3KV_SLOW=1); a suite left out is printed as skipped
+ * hardware is (or L3KV_SLOW=1), gpu_torch where there is a GPU and
+ * python3 has torch with CUDA; a suite left out is printed as skipped
  * with its reason, never counted as passed.
  *
  * L3KV_SUITE=name runs one suite; CK_RUN_CASE/CK_RUN_SUITE also work.
@@ -20,7 +21,7 @@
 struct runner_suite {
 	const char	*name;
 	Suite		*(*make)(void);
-	const char	*tag;		/* NULL, "gpu", "rdma", "slow" */
+	const char	*tag;		/* NULL, "gpu", "gpu_torch", "rdma", "slow", "root" */
 };
 
 static const struct runner_suite runner_suites[] = {
@@ -39,6 +40,7 @@ static const struct runner_suite runner_suites[] = {
 	{ "gpu_host",	suite_gpu_host,	NULL },
 	{ "root",	suite_root,	"root" },
 	{ "gpu",	suite_gpu,	"gpu" },
+	{ "python_gpu",	suite_python_gpu, "gpu_torch" },
 };
 
 /*
@@ -96,6 +98,8 @@ runner_skip_reason(const char *tag)
 		return geteuid() == 0 ? NULL : "needs root to connect as a foreign uid";
 	if (strcmp(tag, "gpu") == 0)
 		return runner_gpu_reason();
+	if (strcmp(tag, "gpu_torch") == 0)
+		return runner_gpu_reason() != NULL ? runner_gpu_reason() : python_gpu_skip_reason();
 	if (strcmp(tag, "rdma") == 0)
 		return "no RDMA provider on this machine";
 	return "unknown tag";

@@ -26,6 +26,9 @@ Suite	*suite_hybrid(void);
 Suite	*suite_filetier(void);
 Suite	*suite_filetier_daemon(void);
 Suite	*suite_python(void);
+Suite	*suite_python_gpu(void);
+/* Why the python_gpu suite cannot run here (no torch, no CUDA for it), or NULL. */
+const char *python_gpu_skip_reason(void);
 
 /* A real l3kvd started from $L3KV_BUILD/l3kvd in a mkdtemp directory. */
 struct test_daemon {

@@ -321,6 +321,39 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(e.client.admit(1, hashes, reserved_pages=6), adm)
         e.client.release(adm.lease)
 
+    def test_wait_event_must_name_an_event_region(self):
+        # Region 0 is memory, not a CUDA event; 7 is no region: refused before
+        # any byte moves, and the lease restores as before.
+        e = self.engine()
+        hashes = new_hashes(2)
+        data = self.publish_pages(e, [0, 1], hashes)
+        adm = e.client.admit(25, hashes, 2)
+        with self.assertRaises(L3kvError) as cm:
+            e.client.restore(adm.lease, 0, [4, 5], wait_event=0)
+        self.assertEqual((cm.exception.errno, cm.exception.status, cm.exception.message),
+                         (errno.EINVAL, Status.INVALID,
+                          "RESTORE: event region 0 is not an event registration"))
+        done = e.client.wait(e.client.submit_restore(adm.lease, 0, [4, 5], wait_event=7), 5)
+        self.assertEqual((done.errno, done.status, done.message),
+                         (errno.EINVAL, Status.INVALID,
+                          "RESTORE: event region 7 is not an event registration"))
+        self.assertEqual((e.page(4), e.page(5)), (bytes(PAGE_BYTES), bytes(PAGE_BYTES)))
+        with self.assertRaises(ValueError):
+            e.client.restore(adm.lease, 0, [4, 5], wait_event=l3kv.REGION_NONE)
+        r = e.client.restore(adm.lease, 0, [4, 5], wait_event=None)
+        self.assertEqual(r.pages, 2)
+        self.assertEqual((e.page(4), e.page(5)), (data[0], data[1]))
+        e.client.release(adm.lease)
+        # An event registration needs the cuda copy engine, as GPU memory does.
+        c = l3kv.Client(self.sock, 5000)
+        self.addCleanup(c.close)
+        with self.assertRaises(L3kvError) as cm:
+            c.attach(e.layout, [Pool("kv", PAGE_BYTES, layers=LAYERS)],
+                     [Region.cuda_event(bytes(range(64)))], group="py-event")
+        self.assertEqual((cm.exception.status, cm.exception.message), (
+            Status.BAD_REGION, "regions[0]: a CUDA IPC event needs the cuda copy engine, and "
+            "this daemon has none (copy_engine is host)"))
+
     def test_declined_admission_is_not_an_exception(self):
         e = self.engine()
         miss = e.client.admit(2, new_hashes(4), reserved_pages=4)

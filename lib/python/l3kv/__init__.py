@@ -3,7 +3,9 @@
 A thin ctypes binding over libl3kv (lib/l3kv.h): every call goes through
 the C library, so the wire protocol has one implementation. Standard
 library only; torch is optional (CPU tensors may stand in for hash and
-page-index arrays, through their data_ptr()).
+page-index arrays, through their data_ptr()). l3kv.torch registers CUDA
+tensors (legacy CUDA IPC) and CUDA IPC events, for an engine written
+with torch.
 
     import l3kv
     with l3kv.Client("/run/l3kvd/l3kvd.sock") as c:
@@ -40,9 +42,9 @@ __all__ = [
     "Attention", "AdmitResult", "AttachInfo", "Caps", "Client", "Completion", "Decline",
     "DebugOp", "HitPolicy", "HostLayout", "L3kvError", "Layout", "MemKind", "Op", "Pool",
     "PoolKind", "Prefetch", "ProbeResult", "PublishResult", "Region", "RestoreResult",
-    "ServerInfo", "StateDest", "Status", "Write", "default_socket", "library_path",
-    "strerror", "version",
-    "HASH_LEN", "SLOT_NONE", "PAGES_MAX", "TIMEOUT_DEFAULT", "TIMEOUT_INFINITE",
+    "ServerInfo", "StateDest", "Status", "Write", "default_socket", "has_restore_with",
+    "library_path", "strerror", "version",
+    "HASH_LEN", "SLOT_NONE", "PAGES_MAX", "REGION_NONE", "TIMEOUT_DEFAULT", "TIMEOUT_INFINITE",
 ]
 
 # Constants of lib/l3kv.h.
@@ -53,6 +55,7 @@ POOLS_MAX = 8
 REGIONS_MAX = 64
 LIVE_MAX = 65536
 HANDLE_LEN = 64
+REGION_NONE = 0xFFFF    # no state region, no event region (l3kv_restore_args)
 TIMEOUT_DEFAULT = 0
 TIMEOUT_INFINITE = -1
 DEFAULT_TIMEOUT_MS = 5000
@@ -98,6 +101,7 @@ class MemKind(enum.IntEnum):
     MEMFD = 1       # host shared memory; fd
     CUDA_IPC = 2    # legacy cudaIpcMemHandle_t in handle
     CUMEM_FD = 3    # cuMem allocation exported as a POSIX fd
+    CUDA_EVENT = 4  # a cudaIpcEventHandle_t in handle: no memory; RESTORE may wait on it
 
 
 class Caps(enum.IntFlag):
@@ -290,6 +294,20 @@ class _CAdmitArgs(ctypes.Structure):
     ]
 
 
+class _CRestoreArgs(ctypes.Structure):
+    """struct l3kv_restore_args: RESTORE with a state slot and an event to wait on."""
+    _fields_ = [
+        ("lease", ctypes.c_uint64),
+        ("pages", ctypes.c_void_p),
+        ("npages", ctypes.c_uint32),
+        ("region", ctypes.c_uint16),
+        ("state_region", ctypes.c_uint16),     # REGION_NONE: no state
+        ("state_slot", ctypes.c_uint32),       # SLOT_NONE without state
+        ("event_region", ctypes.c_uint16),     # REGION_NONE: no event to wait on
+        ("pad", ctypes.c_uint16),
+    ]
+
+
 class _CAdmitResult(ctypes.Structure):
     _fields_ = [
         ("lease", ctypes.c_uint64),
@@ -406,6 +424,12 @@ _SIGNATURES = {
     "l3kv_last_status": (ctypes.c_int, [_K]),
     "l3kv_last_error": (ctypes.c_char_p, [_K]),
 }
+# Bound when the loaded libl3kv has them; a call that needs one raises ENOSYS otherwise.
+_OPTIONAL = {
+    "l3kv_restore_with": (ctypes.c_int, [_K, _P(_CRestoreArgs), ctypes.c_int,
+                                         _P(_CRestoreResult)]),
+    "l3kv_submit_restore_with": (ctypes.c_int, [_K, _P(_CRestoreArgs), _P(ctypes.c_uint64)]),
+}
 
 _lib = None
 _lib_path = None
@@ -423,6 +447,11 @@ def _load():
                 fn = getattr(lib, name)
                 fn.restype = res
                 fn.argtypes = args
+            for name, (res, args) in _OPTIONAL.items():
+                fn = getattr(lib, name, None)
+                if fn is not None:
+                    fn.restype = res
+                    fn.argtypes = args
             _lib_path = path
             _lib = lib
     return _lib
@@ -432,6 +461,12 @@ def library_path() -> str:
     """The path libl3kv was (or will be) loaded from."""
     _load()
     return _lib_path
+
+
+def has_restore_with() -> bool:
+    """Whether the loaded libl3kv has l3kv_restore_with(), which RESTORE's
+    wait_event needs."""
+    return hasattr(_load(), "l3kv_restore_with")
 
 
 def version() -> str:
@@ -597,7 +632,11 @@ class Region:
     """A memory registration. Byte 0 of (page p, layer l, token t) is at
     offset + p*page_stride + l*layer_stride + t*token_stride, token_bytes
     long. fd is an int or anything with fileno() (memfd, cuMem fd); it is
-    borrowed for the ATTACH and stays the caller's."""
+    borrowed for the ATTACH and stays the caller's.
+
+    GPU memory of a torch tensor: l3kv.torch.cuda_ipc_region(). A CUDA IPC
+    event that RESTORE can wait on: Region.cuda_event() (or
+    l3kv.torch.event_region()); it takes a region index like memory does."""
     pool: int
     num_pages: int
     page_tokens: int
@@ -622,6 +661,20 @@ class Region:
                    token_bytes=token_bytes, page_stride=page, layer_stride=token_bytes,
                    token_stride=layers * token_bytes, size=num_pages * page, fd=fd,
                    offset=offset, kind=kind, layout=HostLayout.PAGE_FIRST)
+
+    @classmethod
+    def cuda_event(cls, handle: bytes):
+        """A CUDA IPC event (kind CUDA_EVENT): handle is the 64-byte
+        cudaIpcEventHandle_t (torch: Event(interprocess=True).ipc_handle()).
+        No memory: fd -1, pool 0, every geometry field 0. Its index in
+        attach(regions=...) is what restore(wait_event=...) names."""
+        h = bytes(handle)
+        if len(h) != HANDLE_LEN:
+            raise ValueError("cuda_event: a cudaIpcEventHandle_t is %d bytes, not %d"
+                             % (HANDLE_LEN, len(h)))
+        return cls(pool=0, num_pages=0, page_tokens=0, layers=0, token_bytes=0,
+                   page_stride=0, layer_stride=0, token_stride=0, size=0, fd=-1, offset=0,
+                   kind=MemKind.CUDA_EVENT, layout=0, handle=h)
 
     @classmethod
     def slots(cls, pool: int, fd, num_slots: int, slot_bytes: int, offset: int = 0,
@@ -736,6 +789,33 @@ def _state_dest(state):
         state = StateDest(region, slot)
     return ctypes.byref(_CStateDest(_uint(state.region, 32, "state.region"),
                                     _uint(state.slot, 32, "state.slot")))
+
+
+def _restore_args(lease, region, dst, n, state, wait_event) -> _CRestoreArgs:
+    """struct l3kv_restore_args; dst is what _pages() returned (kept alive
+    by the caller)."""
+    a = _CRestoreArgs()
+    a.lease = _uint(lease, 64, "lease")
+    a.pages = _address(dst)
+    a.npages = n
+    a.region = _region16(region, "region")
+    if state is None:
+        a.state_region, a.state_slot = REGION_NONE, SLOT_NONE
+    else:
+        if not isinstance(state, StateDest):
+            state = StateDest(*state)
+        a.state_region = _region16(state.region, "state.region")
+        a.state_slot = _uint(state.slot, 32, "state.slot")
+    a.event_region = REGION_NONE if wait_event is None else _region16(wait_event, "wait_event")
+    return a
+
+
+def _region16(v, what: str) -> int:
+    """A region index for a 16-bit field; REGION_NONE is not an index."""
+    v = _uint(v, 16, what)
+    if v == REGION_NONE:
+        raise ValueError("%s: %d is REGION_NONE, not a region index" % (what, v))
+    return v
 
 
 def _publish_pages(pages):
@@ -1007,18 +1087,37 @@ class Client:
             self._check(self._lib.l3kv_admit(self._handle(), ctypes.byref(a), ctypes.byref(r)))
         return self._admit_value(r)
 
+    def _restore_with(self, name: str):
+        fn = getattr(self._lib, name, None)
+        if fn is None:
+            raise L3kvError(_errno.ENOSYS, 0, "RESTORE with wait_event: this libl3kv (%s) has "
+                            "no %s" % (library_path(), name))
+        return fn
+
     def restore(self, lease: int, region: int, dst_pages, state=None,
-                timeout_ms: int = TIMEOUT_DEFAULT) -> RestoreResult:
+                timeout_ms: int = TIMEOUT_DEFAULT,
+                wait_event: Optional[int] = None) -> RestoreResult:
         """RESTORE: the lease's admitted pages, in order, into dst_pages of
         region (exactly the admitted count). state: a StateDest or
-        (region, slot) for a layout with recurrent state."""
+        (region, slot) for a layout with recurrent state. wait_event: the
+        index of a CUDA_EVENT region; the daemon's copies then wait on the
+        GPU for that event's last record before the call (record it on the
+        stream whose work must land first, then call). Needs
+        l3kv_restore_with() in libl3kv (has_restore_with()), else ENOSYS."""
         dst, n, _keep = _pages(dst_pages, "dst_pages")
-        sd = _state_dest(state)
         r = _CRestoreResult()
-        with self._lock:
-            self._check(self._lib.l3kv_restore_state(
-                self._handle(), _uint(lease, 64, "lease"), _uint(region, 32, "region"), dst, n,
-                sd, int(timeout_ms), ctypes.byref(r)))
+        if wait_event is None:
+            sd = _state_dest(state)
+            with self._lock:
+                self._check(self._lib.l3kv_restore_state(
+                    self._handle(), _uint(lease, 64, "lease"), _uint(region, 32, "region"),
+                    dst, n, sd, int(timeout_ms), ctypes.byref(r)))
+        else:
+            a = _restore_args(lease, region, dst, n, state, wait_event)
+            fn = self._restore_with("l3kv_restore_with")
+            with self._lock:
+                self._check(fn(self._handle(), ctypes.byref(a), int(timeout_ms),
+                               ctypes.byref(r)))
         return RestoreResult(r.pages, bool(r.partial), r.bytes)
 
     def cancel(self, lease: int) -> int:
@@ -1089,10 +1188,16 @@ class Client:
         a, _keep = self._admit_args(request_id, hashes, reserved_pages, state_slot, 0)
         return self._ticket(self._lib.l3kv_submit_admit, ctypes.byref(a))
 
-    def submit_restore(self, lease: int, region: int, dst_pages, state=None) -> int:
+    def submit_restore(self, lease: int, region: int, dst_pages, state=None,
+                       wait_event: Optional[int] = None) -> int:
+        """RESTORE without waiting; as restore(). The page list is copied
+        into the request before this returns."""
         dst, n, _keep = _pages(dst_pages, "dst_pages")
-        return self._ticket(self._lib.l3kv_submit_restore_state, _uint(lease, 64, "lease"),
-                            _uint(region, 32, "region"), dst, n, _state_dest(state))
+        if wait_event is None:
+            return self._ticket(self._lib.l3kv_submit_restore_state, _uint(lease, 64, "lease"),
+                                _uint(region, 32, "region"), dst, n, _state_dest(state))
+        a = _restore_args(lease, region, dst, n, state, wait_event)
+        return self._ticket(self._restore_with("l3kv_submit_restore_with"), ctypes.byref(a))
 
     def submit_cancel(self, lease: int) -> int:
         return self._ticket(self._lib.l3kv_submit_cancel, _uint(lease, 64, "lease"))

@@ -1,0 +1,485 @@
+#!/usr/bin/env python3
+"""A Python engine with torch against a real l3kvd with copy_engine cuda.
+
+The engine keeps its KV cache in a CUDA tensor, a slice of a larger one
+(so the registration's offset is not 0 and pages of the larger tensor lie
+around it), registers it through l3kv.torch as legacy CUDA IPC, and
+drives the daemon through l3kv.Client:
+
+  - publish, probe, admit, restore into other pages: every byte of the
+    larger tensor checked with torch (restored pages, sources, the rest);
+  - a restore while torch keeps the GPU busy with matmuls on a side stream;
+  - a restore that waits on a CUDA IPC event: the engine queues a long
+    kernel and then a sentinel write into the destination pages on a
+    stream, records the event behind them, and restores with wait_event;
+    the restored bytes must win (a first restore without the wait shows
+    the late sentinel winning);
+  - a large restore cancelled at once: the device memory does not change
+    after CANCEL is answered, and exactly the landed pages were written.
+After every test no lease or DRAM pin is left; the daemon exits 0 on
+SIGTERM.
+
+Exits 77 with the reason when torch is missing or finds no CUDA device;
+`--probe` only says whether it could run (0) or not (77). Random bytes
+come from L3KV_SEED when set, else a fresh seed; it is printed.
+
+Run from the repository root:  python3 tests/python/test_gpu_torch.py
+"""
+
+import ctypes
+import errno
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+SKIP = 77       # automake's "skipped"; tests/check_python.c reports it as a skip
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def build_dir():
+    b = os.environ.get("L3KV_BUILD") or "build"
+    if not os.path.isabs(b) and not os.path.isdir(b):
+        b = os.path.join(REPO, b)
+    return os.path.abspath(b)
+
+
+BUILD = build_dir()
+sys.dont_write_bytecode = True
+os.environ.setdefault("L3KV_LIB", os.path.join(BUILD, "libl3kv.so"))
+sys.path.insert(0, os.path.join(REPO, "lib", "python"))
+
+import l3kv  # noqa: E402
+import l3kv.torch as lt  # noqa: E402
+from l3kv import Attention, Decline, L3kvError, Layout, Pool  # noqa: E402
+
+try:
+    import torch
+except ImportError as e:
+    torch = None
+    _torch_error = str(e)
+
+# The region: layer_first, pages of 64 tokens x 16 layers x 1 KiB (512
+# bf16), so 1 MiB objects that the GPU scatters on restore and gathers on
+# publish; PAD pages of the larger tensor before and after the slice.
+TOKENS = 64
+LAYERS = 16
+TOKEN_ELEMS = 512
+TOKEN_BYTES = 2 * TOKEN_ELEMS
+OBJ = TOKENS * LAYERS * TOKEN_BYTES
+PAD = 2
+SENTINEL = 0xA5
+BUSY_S = 4.0        # the busy matmuls' length
+SLEEP_S = 1.5       # the kernel before the sentinel write
+
+_groups = iter(range(1, 1 << 30))
+
+
+def skip_reason():
+    """Why this cannot run here, or None."""
+    if torch is None:
+        return "torch is not installed (%s)" % _torch_error
+    if not torch.cuda.is_available():
+        return "torch %s finds no CUDA device (torch.cuda.is_available() is False)" % \
+            torch.__version__
+    return None
+
+
+def note(msg):
+    """A line for the C runner to echo: tests/check_python.c prints these."""
+    print("python_gpu: " + msg, flush=True)
+
+
+def page_hash(prefix, i):
+    return hashlib.sha256(b"l3kv-gpu-torch %d %d" % (prefix, i)).digest()
+
+
+def set_pdeathsig():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)    # PR_SET_PDEATHSIG
+
+
+class Engine:
+    """One rank: `pages` KV pages (region 0) in the middle of a larger
+    tensor, optionally a CUDA IPC event (region 1)."""
+
+    def __init__(self, sock, pages, gen, event=False):
+        self.pages = pages
+        self.backing = torch.empty(LAYERS, PAD + pages + PAD, TOKENS, TOKEN_ELEMS,
+                                   dtype=torch.bfloat16, device="cuda")
+        # Bytes of every page, the pads included; random, never zero.
+        self.all_u8 = self.backing.view(torch.uint8)
+        self.all_u8.copy_(torch.randint(1, 256, self.all_u8.shape, dtype=torch.uint8,
+                                        device="cuda", generator=gen))
+        self.kv = self.backing[:, PAD:PAD + pages]
+        self.region = lt.cuda_ipc_region(self.kv, pool=0, layout="layer_first",
+                                         token_bytes=TOKEN_BYTES)
+        regions = [self.region]
+        self.event = None
+        if event:
+            self.event = lt.ipc_event()
+            regions.append(lt.event_region(self.event))
+        layout = Layout(model="py-gpu-torch", kv_dtype="bf16", page_tokens=TOKENS,
+                        attention=Attention.MLA)
+        pools = [Pool("kv", OBJ, layers=LAYERS, schema="latent:512:bf16")]
+        self.client = l3kv.Client(sock, 10000)
+        self.client.set_timeout(60000)
+        self.info = self.client.attach(layout, pools, regions, group="pygpu-%d" % next(_groups))
+        torch.cuda.synchronize()
+
+    def snapshot(self):
+        """Every byte of the larger tensor, pads included, as of now."""
+        snap = self.all_u8.clone()
+        torch.cuda.synchronize()
+        return snap
+
+    def expect(self, before, src, dst, n=None):
+        """before, with region pages src[:n] copied to dst[:n]."""
+        n = len(src) if n is None else n
+        want = before.clone()
+        if n:
+            s = torch.tensor([PAD + p for p in src[:n]], device="cuda")
+            d = torch.tensor([PAD + p for p in dst[:n]], device="cuda")
+            want[:, d] = before[:, s]
+        return want
+
+    def close(self):
+        self.client.close()
+
+
+class GpuTorchTest(unittest.TestCase):
+    daemon = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.seed = int(os.environ.get("L3KV_SEED") or (time.time_ns() & 0xFFFFFFFF))
+        note("seed %d (L3KV_SEED=%d repeats it); torch %s on %s" % (
+            cls.seed, cls.seed, torch.__version__, torch.cuda.get_device_name()))
+        cls.gen = torch.Generator(device="cuda")
+        cls.gen.manual_seed(cls.seed)
+        cls.dir = tempfile.mkdtemp(prefix="l3kv-pygpu-")
+        cls.sock = os.path.join(cls.dir, "l3kvd.sock")
+        config = os.path.join(cls.dir, "l3kvd.json")
+        with open(config, "w") as f:
+            json.dump({
+                "socket": {"path": cls.sock, "mode": "0600"},
+                "log": {"level": "info"},
+                "tiers": {"dram": {"size": "1 GiB"}},
+                "copy_engine": "cuda",
+            }, f)
+        cls.log = open(os.path.join(cls.dir, "l3kvd.log"), "w")
+        try:
+            cls.daemon = subprocess.Popen([os.path.join(BUILD, "l3kvd"), "-f", config],
+                                          stdout=cls.log, stderr=subprocess.STDOUT,
+                                          preexec_fn=set_pdeathsig)
+            cls.wait_socket()
+            with l3kv.Client(cls.sock, 5000) as c:
+                if not c.server_info.caps & l3kv.Caps.CUDA_COPY:
+                    raise RuntimeError("l3kvd with copy_engine cuda has no CUDA copy engine "
+                                       "(caps %r)" % c.server_info.caps)
+        except BaseException:
+            cls.stop_daemon()
+            log = cls.daemon_log()
+            cls.log.close()
+            shutil.rmtree(cls.dir, ignore_errors=True)
+            sys.stderr.write("l3kvd's log:\n" + log)
+            raise
+
+    @classmethod
+    def wait_socket(cls):
+        deadline = time.monotonic() + 30     # the cuda engine's start takes a while
+        while True:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(cls.sock)
+                return
+            except OSError:
+                if cls.daemon.poll() is not None:
+                    raise RuntimeError("l3kvd exited %d at start" % cls.daemon.returncode)
+                if time.monotonic() > deadline:
+                    raise RuntimeError("l3kvd did not accept on %s within 30 s" % cls.sock)
+                time.sleep(0.02)
+            finally:
+                s.close()
+
+    @classmethod
+    def daemon_log(cls):
+        with open(os.path.join(cls.dir, "l3kvd.log")) as f:
+            return f.read()
+
+    @classmethod
+    def stop_daemon(cls):
+        rc = None
+        if cls.daemon is not None:
+            if cls.daemon.poll() is None:
+                cls.daemon.send_signal(signal.SIGTERM)
+            try:
+                rc = cls.daemon.wait(30)
+            except subprocess.TimeoutExpired:
+                cls.daemon.kill()
+                cls.daemon.wait()
+            cls.daemon = None
+        return rc
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            # Every session gone: the daemon has closed its IPC mappings.
+            st = cls.stats_when(lambda s: s["memory"]["regions_mapped"] == 0)
+            mapped = st["memory"]["regions_mapped"]
+        finally:
+            rc = cls.stop_daemon()
+            log = cls.daemon_log()
+            cls.log.close()
+            shutil.rmtree(cls.dir, ignore_errors=True)
+        if rc != 0 or mapped != 0:
+            raise AssertionError("l3kvd: %d regions still mapped, exit %r on SIGTERM; its "
+                                 "log:\n%s" % (mapped, rc, log))
+
+    @classmethod
+    def stats_when(cls, ok, seconds=5):
+        """STATS, once ok(stats) holds or the time is up."""
+        deadline = time.monotonic() + seconds
+        with l3kv.Client(cls.sock, 5000) as c:
+            while True:
+                st = c.stats()
+                if ok(st) or time.monotonic() > deadline:
+                    return st
+                time.sleep(0.02)
+
+    def setUp(self):
+        self.engines = []
+
+    def tearDown(self):
+        for e in self.engines:
+            e.close()
+        self.engines = []
+        st = self.stats_when(lambda s: (s["cache"]["leases_open"], s["dram"]["pins"],
+                                        s["attach"]["sessions"]) == (0, 0, 0))
+        self.assertEqual(st["cache"]["leases_open"], 0, "leases left open")
+        self.assertEqual(st["dram"]["pins"], 0, "DRAM pins left")
+        self.assertEqual(st["attach"]["sessions"], 0, "sessions left")
+
+    def engine(self, pages, **kw):
+        e = Engine(self.sock, pages, self.gen, **kw)
+        self.engines.append(e)
+        return e
+
+    def assert_bytes(self, e, want, what):
+        """Every byte of e's larger tensor is as want says; names the pages that differ."""
+        torch.cuda.synchronize()
+        if torch.equal(e.all_u8, want):
+            return
+        bad = (e.all_u8 != want).reshape(LAYERS, e.all_u8.shape[1], -1).any(2).any(0)
+        pages = [p - PAD for p in bad.nonzero().flatten().tolist()]
+        self.fail("%s: %d pages differ (region page numbers; negative or >= %d are the pads "
+                  "around the region): %s" % (what, len(pages), e.pages, pages[:20]))
+
+    def publish(self, e, prefix, src):
+        hashes = [page_hash(prefix, i) for i in range(len(src))]
+        r = e.client.publish(0, list(zip(hashes, src)))
+        self.assertEqual((r.stored, r.present, r.bytes), (len(src), 0, len(src) * OBJ))
+        return hashes
+
+    def admit(self, e, request_id, hashes):
+        a = e.client.admit(request_id, hashes, reserved_pages=len(hashes), timeout_ms=30000)
+        self.assertEqual((a.admitted_pages, a.decline), (len(hashes), Decline.NONE))
+        return a.lease
+
+    def test_1_round_trip_every_byte(self):
+        n = 32
+        e = self.engine(2 * n)
+        # The slice starts PAD pages into its storage.
+        self.assertGreaterEqual(e.region.offset, PAD * TOKENS * TOKEN_BYTES)
+        self.assertEqual((e.region.num_pages, e.region.layers, e.region.page_stride,
+                          e.region.layer_stride), (2 * n, LAYERS, TOKENS * TOKEN_BYTES,
+                                                   (PAD + 2 * n + PAD) * TOKENS * TOKEN_BYTES))
+        src = list(range(n))
+        dst = [2 * n - 1 - i for i in range(n)]
+        before = e.snapshot()
+        hashes = self.publish(e, 1, src)
+        self.assert_bytes(e, before, "PUBLISH changed the engine's memory")
+        self.assertEqual(tuple(e.client.probe(hashes + [page_hash(1, 999)])), (n, ()))
+        self.assertEqual(e.client.probe(hashes[:5]).hit_pages, 5)
+        lease = self.admit(e, 1, hashes)
+        r = e.client.restore(lease, 0, dst, timeout_ms=60000)
+        self.assertEqual((r.pages, r.partial, r.bytes), (n, False, n * OBJ))
+        self.assert_bytes(e, e.expect(before, src, dst), "after RESTORE")
+        e.client.release(lease)
+        again = e.client.publish(0, list(zip(hashes, src)))
+        self.assertEqual((again.stored, again.present), (0, n))
+
+    def test_2_restore_beside_a_busy_gpu(self):
+        n = 32
+        e = self.engine(2 * n)
+        src, dst = list(range(n)), [n + i for i in range(n)]
+        hashes = self.publish(e, 2, src)
+        lease = self.admit(e, 2, hashes)
+        before = e.snapshot()
+
+        # Square bf16 matmuls on a side stream, enough of them for BUSY_S; large
+        # ones, so that their count stays below CUDA's queue of pending launches
+        # (about 1000), past which queueing them would block this thread.
+        side = torch.cuda.Stream()
+        a = torch.randn(16384, 16384, dtype=torch.bfloat16, device="cuda", generator=self.gen)
+        b = torch.randn(16384, 16384, dtype=torch.bfloat16, device="cuda", generator=self.gen)
+        c = torch.empty_like(a)
+        torch.mm(a, b, out=c)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(10):
+            torch.mm(a, b, out=c)
+        torch.cuda.synchronize()
+        one = (time.perf_counter() - t) / 10
+        count = max(1, int(BUSY_S / one))
+        side.wait_stream(torch.cuda.current_stream())
+        busy_done = torch.cuda.Event()
+        with torch.cuda.stream(side):
+            for _ in range(count):
+                torch.mm(a, b, out=c)
+            busy_done.record(side)
+        t0 = time.perf_counter()
+        r = e.client.restore(lease, 0, dst, timeout_ms=60000)
+        took = time.perf_counter() - t0
+        still_busy = not busy_done.query()
+        side.synchronize()
+        busy = time.perf_counter() - t0
+        note("restore of %d MiB beside %d busy matmuls (%.1f ms each): %.1f ms; the busy work "
+             "ended %.2f s after the restore began" % (n * OBJ >> 20, count, one * 1e3,
+                                                       took * 1e3, busy))
+        self.assertEqual((r.pages, r.bytes), (n, n * OBJ))
+        self.assertTrue(still_busy, "the busy matmuls had ended when RESTORE answered "
+                        "(%.2f s): it waited for them" % took)
+        self.assert_bytes(e, e.expect(before, src, dst), "after a RESTORE beside a busy GPU")
+        e.client.release(lease)
+
+    def sleep_cycles(self, seconds):
+        """torch.cuda._sleep() cycles for about `seconds` on this GPU."""
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        cycles = 10_000_000
+        torch.cuda._sleep(cycles)        # warm up
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        return int(cycles * seconds * 1000 / max(start.elapsed_time(end), 1e-3))
+
+    def late_sentinel(self, e, stream, dst_t, cycles, event):
+        """On stream: a long kernel, then SENTINEL into the dst pages, then event."""
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(cycles)
+            e.all_u8[:, dst_t] = SENTINEL
+            event.record(stream)
+
+    def test_3_restore_waits_for_an_ipc_event(self):
+        n = 16
+        e = self.engine(2 * n, event=True)
+        ev_region = 1
+        src, dst = list(range(n)), [n + i for i in range(n)]
+        dst_t = torch.tensor([PAD + p for p in dst], device="cuda")
+        hashes = self.publish(e, 3, src)
+        stream = torch.cuda.Stream()
+        cycles = self.sleep_cycles(SLEEP_S)
+
+        # Without the wait: the restore lands first, the late sentinel over it.
+        before = e.snapshot()
+        lease = self.admit(e, 31, hashes)
+        done = torch.cuda.Event()
+        self.late_sentinel(e, stream, dst_t, cycles, done)
+        e.client.restore(lease, 0, dst, timeout_ms=60000)
+        raced = not done.query()
+        stream.synchronize()
+        e.client.release(lease)
+        if raced:
+            want = before.clone()
+            want[:, dst_t] = SENTINEL
+            self.assert_bytes(e, want, "without wait_event the late sentinel wins")
+        else:
+            note("the sentinel kernel ended before the unwaited RESTORE did: the control "
+                 "shows nothing this run")
+
+        # With the wait: the daemon's copies start after the event, so they win.
+        before = e.snapshot()
+        lease = self.admit(e, 32, hashes)
+        self.late_sentinel(e, stream, dst_t, cycles, e.event)
+        t0 = time.perf_counter()
+        r = e.client.restore(lease, 0, dst, timeout_ms=60000, wait_event=ev_region)
+        took = time.perf_counter() - t0
+        self.assertTrue(e.event.query(), "RESTORE with wait_event answered %.3f s in, before "
+                        "the event it waits on completed" % took)
+        note("RESTORE with wait_event behind a %.1f s kernel answered after %.2f s "
+             "(control raced: %s)" % (SLEEP_S, took, raced))
+        self.assertEqual((r.pages, r.bytes), (n, n * OBJ))
+        stream.synchronize()
+        self.assert_bytes(e, e.expect(before, src, dst), "with wait_event the restore wins")
+        e.client.release(lease)
+
+        # Submitted the same way, through the completion path.
+        before = e.snapshot()
+        lease = self.admit(e, 33, hashes)
+        self.late_sentinel(e, stream, dst_t, cycles // 4, e.event)
+        ticket = e.client.submit_restore(lease, 0, dst, wait_event=ev_region)
+        r = e.client.wait(ticket, 60).result()
+        self.assertTrue(e.event.query(), "submitted RESTORE answered before its event")
+        self.assertEqual(r.pages, n)
+        stream.synchronize()
+        self.assert_bytes(e, e.expect(before, src, dst), "submitted with wait_event")
+        e.client.release(lease)
+
+    def test_4_cancel_leaves_memory_still(self):
+        n = 256
+        e = self.engine(2 * n)
+        src, dst = list(range(n)), [2 * n - 1 - i for i in range(n)]
+        hashes = self.publish(e, 4, src)
+        lease = self.admit(e, 4, hashes)
+        before = e.snapshot()
+        ticket = e.client.submit_restore(lease, 0, dst)
+        landed = e.client.cancel(lease)
+        # Answered once nothing can land: the memory must not change any more.
+        after = e.snapshot()
+        time.sleep(0.3)
+        self.assert_bytes(e, after, "device memory changed after CANCEL was answered "
+                          "(%d pages landed)" % landed)
+        done = e.client.wait(ticket, 60)
+        note("CANCEL behind a %d-page restore: %d pages landed, restore %s" % (
+            n, landed, "ok" if done.ok else errno.errorcode.get(done.errno, done.errno)))
+        if done.ok:
+            self.assertEqual(landed, n, "RESTORE succeeded after CANCEL with %d of %d landed"
+                             % (landed, n))
+        else:
+            self.assertEqual(done.errno, errno.ECANCELED, done.message)
+        self.assertLessEqual(landed, n)
+        self.assert_bytes(e, e.expect(before, src, dst, landed),
+                          "after CANCEL with %d pages landed" % landed)
+        e.client.release(lease)
+        with self.assertRaises(L3kvError) as cm:
+            e.client.release(lease)
+        self.assertEqual(cm.exception.errno, errno.ENOENT)
+
+
+def main():
+    why = skip_reason()
+    if why is not None:
+        print("SKIP: " + why, flush=True)
+        return SKIP
+    if sys.argv[1:] == ["--probe"]:
+        print("torch %s, %s" % (torch.__version__, torch.cuda.get_device_name()), flush=True)
+        return 0
+    prog = unittest.main(verbosity=2, exit=False)
+    for test, reason in prog.result.skipped:
+        note("SKIPPED %s: %s" % (test.id().rsplit(".", 1)[-1], reason))
+    return 0 if prog.result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
