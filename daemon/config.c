@@ -165,6 +165,7 @@ static const struct config_key config_keys[] = {
 	CONFIG_INT("shutdown.drain_ms", drain_ms, 0, 600000, 5000),
 	CONFIG_LISTEN("metrics.listen", metrics_listen, 63, ""),
 	CONFIG_INT("testing.copy_delay_ms", test_copy_delay_ms, 0, 60000, 0),
+	CONFIG_INT("testing.scan_delay_ms", test_scan_delay_ms, 0, 60000, 0),
 	/* Lets a client destroy cached data: off unless a test asks. */
 	CONFIG_BOOL("testing.debug_ops", test_debug_ops, 0),
 };
@@ -236,6 +237,7 @@ static const char config_default_text[] =
     "  },\n"
     "  \"testing\": {\n"
     "    \"copy_delay_ms\": 0,\n"
+    "    \"scan_delay_ms\": 0,\n"
     "    \"debug_ops\": false\n"
     "  }\n"
     "}\n";

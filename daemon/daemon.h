@@ -80,6 +80,7 @@ struct config {
 	uint32_t	drain_ms;		/* shutdown drain bound */
 	char		metrics_listen[64];	/* "" disables; used later */
 	uint32_t	test_copy_delay_ms;	/* testing only: slows copies */
+	uint32_t	test_scan_delay_ms;	/* testing only: slows file tier scans */
 	int		test_debug_ops;		/* testing only: allows DEBUG */
 };
 
@@ -572,7 +573,8 @@ int	 cuda_event_open(struct cuda_engine *, const char *none_why, struct region *
  * filetier.c: the file tier, one directory of object files that daemons
  * of a role may share. Loop thread only; the module's threads do the I/O
  * and every completion runs on the loop. Keys are dram_keys; a key's
- * namespace must have been scanned first. Files: see filetier.c.
+ * namespace must have been attached (filetier_scan_start) first. Files:
+ * see filetier.c.
  */
 #define FILETIER_NONE		UINT32_MAX
 #define FILETIER_HDR		4096			/* header block; the payload follows */
@@ -591,6 +593,7 @@ struct filetier_params {
 	unsigned	 tmp_stale_s;	/* a scan removes temp files older than this */
 	int		 direct;	/* O_DIRECT reads where the filesystem takes them */
 	int		 io_uring;	/* 0: readers use preadv (also the fallback) */
+	unsigned	 scan_delay_ms;	/* testing: a scan pauses before each directory */
 };
 enum filetier_job_kind {
 	FILETIER_JOB_READ = 1,
@@ -620,6 +623,7 @@ struct filetier_job {
 };
 struct filetier_stats {
 	uint64_t	namespaces;
+	uint64_t	scanning;	/* namespaces whose scan still runs */
 	uint64_t	visible;
 	uint64_t	writing;
 	uint64_t	deleting;	/* unlink queued */
@@ -659,9 +663,20 @@ void	 filetier_params_default(struct filetier_params *);
 int	 filetier_new(struct event_base *, const struct filetier_params *, struct filetier **,
 	    char *err, size_t errlen);
 void	 filetier_free(struct filetier *);
-/* Attaches a namespace ("role/model-<fingerprint hex>") and indexes its files, once. */
+/*
+ * Attaches a namespace ("role/model-<fingerprint hex>"), once, and starts
+ * indexing its files on the tier's threads: lookups see them as they are
+ * found; keys written meanwhile are kept, never replaced by what the scan
+ * finds. Writes to the namespace work at once.
+ */
+int	 filetier_scan_start(struct filetier *, const char *ns_name, const uint8_t fingerprint[16],
+	    char *err, size_t errlen);
+/* The same, waited for: runs the tier's event base until the scan ended. */
 int	 filetier_scan(struct filetier *, const char *ns_name, const uint8_t fingerprint[16],
 	    uint64_t *objects, char *err, size_t errlen);
+/* 1 while a namespace's scan runs, 0 once it ended, -ENOENT: not attached; *objects so far. */
+int	 filetier_scan_state(const struct filetier *, const uint8_t fingerprint[16],
+	    uint64_t *objects);
 /* Visible objects only; no side effects at all (PROBE). */
 int	 filetier_lookup(const struct filetier *, const struct dram_key *, uint32_t *id,
 	    uint64_t *len);

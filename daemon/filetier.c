@@ -32,8 +32,9 @@
  * - writer threads write, rename and unlink (eviction) with plain system
  *   calls, deletions first.
  * A namespace enters the index by a scan of its directory (headers only,
- * by scan_threads threads), which also removes stale temp files and
- * anything in the object directories that is not a valid object.
+ * by scan_threads threads, off the loop: see the scan's section), which
+ * also removes stale temp files and anything in the object directories
+ * that is not a valid object.
  */
 #include <sys/stat.h>
 #include <sys/eventfd.h>
@@ -96,7 +97,7 @@ struct filetier_ent {
 #define FILETIER_S_VISIBLE	2
 #define FILETIER_S_DELETING	3
 #define FILETIER_S_DEAD		4
-	uint8_t		pad;
+	uint8_t		scanned;	/* indexed by a scan, its LRU place not final yet */
 };
 _Static_assert(sizeof(struct filetier_ent) == 80, "filetier_ent is the per-object budget");
 
@@ -106,7 +107,9 @@ struct filetier_ns {
 	char		name[PROTO_NSNAME_LEN];
 	int		dirfd;
 	_Atomic int	direct;		/* 1 until a filesystem refuses O_DIRECT */
-	uint64_t	scanned;	/* objects found by its scan */
+	uint64_t	scanned;	/* objects indexed by its scan, so far */
+	struct filetier_scan *scan;	/* its scan; kept until the tier goes */
+	int		scanning;	/* the scan has not finished */
 };
 
 TAILQ_HEAD(filetier_job_list, filetier_job);
@@ -133,6 +136,7 @@ struct filetier {
 	uint32_t		 lru_head;	/* MRU */
 	uint32_t		 lru_tail;	/* the next victim */
 	struct filetier_stats	 st;		/* counters kept as they change */
+	unsigned		 nscanning;	/* namespaces whose scan runs */
 
 	/* Workers: the lock guards the queues, stop, and nothing else. */
 	pthread_mutex_t		 lock;
@@ -180,6 +184,8 @@ struct filetier_reader {
 
 static int	filetier_unlink_bad(int status);
 static int	filetier_status_lost(int status);
+static void	filetier_scan_note_gone(struct filetier *, const struct dram_key *);
+static int64_t	filetier_now_ns(clockid_t);
 
 /* Keys and paths: pure functions, called by every thread. */
 
@@ -473,6 +479,8 @@ filetier_index_remove(struct filetier *ft, uint32_t id)
 	*link = e->chain;
 	e->chain = FILETIER_NONE;
 	ft->nindexed--;
+	if (ft->nscanning > 0)
+		filetier_scan_note_gone(ft, &e->key);
 }
 
 static int
@@ -528,6 +536,21 @@ filetier_lru_push(struct filetier *ft, uint32_t id)
 	else
 		ft->lru_tail = id;
 	ft->lru_head = id;
+}
+
+/* At the LRU end: what a scan finds is older than anything written since the start. */
+static void
+filetier_lru_push_tail(struct filetier *ft, uint32_t id)
+{
+	struct filetier_ent	*e = filetier_ent(ft, id);
+
+	e->lru_next = FILETIER_NONE;
+	e->lru_prev = ft->lru_tail;
+	if (ft->lru_tail != FILETIER_NONE)
+		filetier_ent(ft, ft->lru_tail)->lru_next = id;
+	else
+		ft->lru_head = id;
+	ft->lru_tail = id;
 }
 
 static void
@@ -1326,7 +1349,19 @@ filetier_writer_main(void *arg)
 	}
 }
 
-/* The startup scan of one namespace. */
+/*
+ * The startup scan of one namespace, off the loop: a scan thread lists
+ * the leaf directories and shares them with scan_threads - 1 helpers;
+ * each reads headers and hands what it found, a leaf directory at a
+ * time, to the loop through the scan's eventfd. The loop indexes each
+ * batch at once (PROBE and ADMIT see the objects found so far, and a
+ * key already indexed, written since the start, is never replaced),
+ * at the LRU's end: older than anything written since. When every
+ * batch is in, the scan thread sorts the scanned entries by write time
+ * and the loop relinks them in that order, a bounded step per turn, so
+ * that eviction after a restart follows the order the files were
+ * written (the last access before the restart is not on disk).
+ */
 
 struct filetier_found {
 	struct dram_key	key;
@@ -1335,14 +1370,60 @@ struct filetier_found {
 	int64_t		mtime_ns;
 };
 
+/* What one scan thread found in a leaf directory, for the loop to index. */
+struct filetier_scan_batch {
+	TAILQ_ENTRY(filetier_scan_batch) entry;
+	struct filetier_found	*found;
+	size_t			 n;
+};
+TAILQ_HEAD(filetier_scan_batch_list, filetier_scan_batch);
+
+/* A scanned entry's place in the write order, by the loop's id. */
+struct filetier_scan_order {
+	int64_t		mtime_ns;
+	uint32_t	seq;		/* insertion order breaks ties */
+	uint32_t	id;
+};
+
+#define FILETIER_SCAN_RELINK_STEP	65536	/* LRU moves per loop turn */
+
 struct filetier_scan {
 	struct filetier		*ft;
 	struct filetier_ns	*ns;
+	int64_t			 now_ns;
+	unsigned		 delay_ms;	/* testing: a pause before each leaf */
+	_Atomic int		 stop;		/* the tier is going: threads end early */
+	/* The scan threads'. */
 	char			(*leaves)[16];	/* "pp-ssss/hh" */
 	size_t			 nleaves;
 	size_t			 leaves_cap;
 	_Atomic size_t		 next;
-	int64_t			 now_ns;
+	pthread_t		 thread;
+	int			 started;
+	/* Under lock: batches and the hand-offs between the scan thread and the loop. */
+	pthread_mutex_t		 lock;
+	pthread_cond_t		 cond;
+	struct filetier_scan_batch_list batches;
+	int			 found_all;	/* every batch is posted */
+	int			 order_given;	/* the loop lets the scan thread sort order[] */
+	int			 sorted;
+	uint64_t		 removed;	/* bad objects, stale temp files, junk */
+	uint64_t		 skipped;
+	int			 err;		/* the scan's first failure */
+	int			 efd;		/* scan threads -> loop */
+	struct event		*ev;
+	/* The loop's (order[] the scan thread's while it sorts). */
+	struct filetier_scan_order *order;
+	size_t			 norder;
+	size_t			 order_cap;
+	size_t			 relinked;
+	uint64_t		*gone;		/* key hashes that left the index meanwhile */
+	size_t			 ngone;
+	size_t			 gone_cap;
+	int			 gone_sorted;
+	int			 asked;		/* order_given sent */
+	uint64_t		 bytes;
+	int64_t			 t0;
 };
 
 struct filetier_scan_part {
@@ -1352,7 +1433,6 @@ struct filetier_scan_part {
 	struct filetier_found	*found;
 	size_t			 n;
 	size_t			 cap;
-	size_t			 head;		/* the merge's cursor */
 	uint64_t		 removed;	/* bad objects, stale temp files, junk */
 	uint64_t		 skipped;	/* left alone: directories, young temp files */
 	int			 err;		/* -ENOMEM */
@@ -1465,7 +1545,7 @@ filetier_scan_leaf(struct filetier_scan_part *pt, const char *leaf)
 		pt->skipped++;
 		return;
 	}
-	while ((de = readdir(d)) != NULL) {
+	while ((de = readdir(d)) != NULL && !atomic_load_explicit(&sc->stop, memory_order_relaxed)) {
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
 		if (filetier_is_dir(dfd, de)) {
@@ -1502,6 +1582,53 @@ filetier_scan_leaf(struct filetier_scan_part *pt, const char *leaf)
 	closedir(d);
 }
 
+static void
+filetier_scan_kick(struct filetier_scan *sc)
+{
+	uint64_t	one = 1;
+
+	if (write(sc->efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		abort();	/* an eventfd write cannot fail otherwise */
+}
+
+/* Hands what a part found to the loop: its array goes with the batch. */
+static void
+filetier_scan_post(struct filetier_scan_part *pt)
+{
+	struct filetier_scan		*sc = pt->sc;
+	struct filetier_scan_batch	*b;
+
+	if (pt->n == 0)
+		return;
+	if ((b = malloc(sizeof(*b))) == NULL) {
+		pt->err = -ENOMEM;
+		return;
+	}
+	b->found = pt->found;
+	b->n = pt->n;
+	pt->found = NULL;
+	pt->n = pt->cap = 0;
+	pthread_mutex_lock(&sc->lock);
+	TAILQ_INSERT_TAIL(&sc->batches, b, entry);
+	pthread_mutex_unlock(&sc->lock);
+	filetier_scan_kick(sc);
+}
+
+/* testing.scan_delay_ms: a pause that a stopping tier cuts short. */
+static void
+filetier_scan_nap(struct filetier_scan *sc)
+{
+	struct timespec	ts = { 0, 0 };
+	unsigned	left = sc->delay_ms, step;
+
+	while (left > 0 && !atomic_load(&sc->stop)) {
+		step = left < 10 ? left : 10;
+		ts.tv_nsec = (long)step * 1000000L;
+		nanosleep(&ts, NULL);
+		left -= step;
+	}
+}
+
 static void *
 filetier_scan_main(void *arg)
 {
@@ -1509,8 +1636,15 @@ filetier_scan_main(void *arg)
 	struct filetier_scan		*sc = pt->sc;
 	size_t				 i;
 
-	while (pt->err == 0 && (i = atomic_fetch_add(&sc->next, 1)) < sc->nleaves)
+	while (pt->err == 0 && !atomic_load(&sc->stop) &&
+	    (i = atomic_fetch_add(&sc->next, 1)) < sc->nleaves) {
+		if (sc->delay_ms > 0)
+			filetier_scan_nap(sc);
 		filetier_scan_leaf(pt, sc->leaves[i]);
+		filetier_scan_post(pt);
+	}
+	free(pt->found);	/* a batch that could not be posted */
+	pt->found = NULL;
 	return NULL;
 }
 
@@ -1586,59 +1720,292 @@ filetier_scan_list(struct filetier_scan *sc, uint64_t *skipped)
 }
 
 static int
-filetier_found_cmp(const void *a, const void *b)
+filetier_scan_order_cmp(const void *a, const void *b)
 {
-	const struct filetier_found	*x = a, *y = b;
+	const struct filetier_scan_order	*x = a, *y = b;
 
-	return x->mtime_ns < y->mtime_ns ? -1 : x->mtime_ns > y->mtime_ns;
+	if (x->mtime_ns != y->mtime_ns)
+		return x->mtime_ns < y->mtime_ns ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
 /*
- * Inserts the scan's objects, oldest write first, so that the LRU order
- * after a restart is the order the files were written (the last access
- * before the restart is not on disk; the write time is).
+ * The scan thread: lists the leaf directories, scans them with its
+ * helpers, says every batch is posted, then waits for the loop to hand
+ * it the write order of what was indexed, sorts it and says so.
  */
-static int
-filetier_scan_insert(struct filetier *ft, struct filetier_scan_part *parts, unsigned nparts,
-    uint64_t *objects, uint64_t *bytes)
+static void *
+filetier_scan_thread(void *arg)
 {
-	struct filetier_found	*f;
-	struct filetier_ent	*e;
-	uint64_t		 h;
-	uint32_t		 id;
-	unsigned		 i, best;
-	int			 rc;
+	struct filetier_scan		*sc = arg;
+	struct filetier_scan_part	*parts = NULL;
+	uint64_t			 removed = 0, skipped = 0;
+	unsigned			 i, nparts = 0;
+	int				 rc, given;
 
-	for (i = 0; i < nparts; i++)
-		if (parts[i].n > 1)
-			qsort(parts[i].found, parts[i].n, sizeof(*parts[i].found), filetier_found_cmp);
-	for (;;) {
-		best = nparts;
-		for (i = 0; i < nparts; i++)
-			if (parts[i].head < parts[i].n && (best == nparts ||
-			    parts[i].found[parts[i].head].mtime_ns <
-			    parts[best].found[parts[best].head].mtime_ns))
-				best = i;
-		if (best == nparts)
-			return 0;
-		f = &parts[best].found[parts[best].head++];
+	if ((rc = filetier_scan_list(sc, &skipped)) == 0) {
+		nparts = sc->ft->p.scan_threads;
+		if (nparts > sc->nleaves)
+			nparts = sc->nleaves > 0 ? (unsigned)sc->nleaves : 1;
+		if ((parts = calloc(nparts, sizeof(*parts))) == NULL)
+			rc = -ENOMEM;
+	}
+	for (i = 0; rc == 0 && i < nparts; i++) {
+		parts[i].sc = sc;
+		/* Part 0 runs on this thread; a helper that cannot start leaves its share to it. */
+		if (i > 0 && pthread_create(&parts[i].thread, NULL, filetier_scan_main, &parts[i]) == 0)
+			parts[i].started = 1;
+	}
+	if (rc == 0)
+		filetier_scan_main(&parts[0]);
+	for (i = 0; rc == 0 && i < nparts; i++) {
+		if (parts[i].started)
+			pthread_join(parts[i].thread, NULL);
+		removed += parts[i].removed;
+		skipped += parts[i].skipped;
+		if (parts[i].err != 0 && rc == 0)
+			rc = parts[i].err;
+	}
+	free(parts);
+	pthread_mutex_lock(&sc->lock);
+	sc->removed = removed;
+	sc->skipped = skipped;
+	sc->err = rc;
+	sc->found_all = 1;
+	pthread_mutex_unlock(&sc->lock);
+	filetier_scan_kick(sc);
+
+	pthread_mutex_lock(&sc->lock);
+	while (!sc->order_given && !atomic_load(&sc->stop))
+		pthread_cond_wait(&sc->cond, &sc->lock);
+	given = sc->order_given && !atomic_load(&sc->stop);
+	pthread_mutex_unlock(&sc->lock);
+	if (given && sc->norder > 1)
+		qsort(sc->order, sc->norder, sizeof(*sc->order), filetier_scan_order_cmp);
+	pthread_mutex_lock(&sc->lock);
+	sc->sorted = 1;
+	pthread_mutex_unlock(&sc->lock);
+	filetier_scan_kick(sc);
+	return NULL;
+}
+
+static int
+filetier_u64_cmp(const void *a, const void *b)
+{
+	uint64_t	x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * A key left the index while its namespace is scanned: its file is gone
+ * or going (an eviction, a drop), or was never made (a failed write). A
+ * batch found before the unlink must not bring it back as a visible
+ * entry without a file. Kept as key hashes: a collision costs a miss.
+ */
+static void
+filetier_scan_note_gone(struct filetier *ft, const struct dram_key *k)
+{
+	struct filetier_ns	*ns = filetier_ns_find(ft, k->fingerprint);
+	struct filetier_scan	*sc;
+	uint64_t		*ng;
+	size_t			 cap;
+
+	if (ns == NULL || !ns->scanning || (sc = ns->scan) == NULL)
+		return;
+	if (sc->ngone == sc->gone_cap) {
+		cap = sc->gone_cap == 0 ? 64 : sc->gone_cap * 2;
+		if ((ng = realloc(sc->gone, cap * sizeof(*ng))) == NULL)
+			return;		/* then a ghost fails its read as lost, once */
+		sc->gone = ng;
+		sc->gone_cap = cap;
+	}
+	sc->gone[sc->ngone++] = filetier_key_hash(ft, k);
+	sc->gone_sorted = 0;
+}
+
+static int
+filetier_scan_was_gone(struct filetier_scan *sc, uint64_t h)
+{
+	if (sc->ngone == 0)
+		return 0;
+	if (!sc->gone_sorted) {
+		qsort(sc->gone, sc->ngone, sizeof(*sc->gone), filetier_u64_cmp);
+		sc->gone_sorted = 1;
+	}
+	return bsearch(&h, sc->gone, sc->ngone, sizeof(*sc->gone), filetier_u64_cmp) != NULL;
+}
+
+/* Indexes one batch on the loop: new keys only, at the LRU's end. */
+static void
+filetier_scan_take(struct filetier *ft, struct filetier_scan *sc, struct filetier_scan_batch *b)
+{
+	struct filetier_scan_order	*no;
+	struct filetier_found		*f;
+	struct filetier_ent		*e;
+	uint64_t			 h;
+	uint32_t			 id;
+	size_t				 i, cap;
+	int				 rc;
+
+	for (i = 0; i < b->n; i++) {
+		f = &b->found[i];
 		h = filetier_key_hash(ft, &f->key);
-		if (filetier_index_find(ft, &f->key, h) != FILETIER_NONE)
+		if (filetier_index_find(ft, &f->key, h) != FILETIER_NONE ||
+		    filetier_scan_was_gone(sc, h))
 			continue;
-		if ((rc = filetier_rec_new(ft, &id)) != 0)
-			return rc;
+		if ((rc = filetier_rec_new(ft, &id)) != 0) {
+			/* What was indexed is sound; the rest is found by the next start. */
+			if (sc->err == 0)
+				sc->err = rc;
+			return;
+		}
 		e = filetier_ent(ft, id);
 		e->key = f->key;
 		e->len = f->len;
 		e->pins = 0;
 		e->state = FILETIER_S_VISIBLE;
 		filetier_index_insert(ft, id, h);
-		filetier_lru_push(ft, id);
+		filetier_lru_push_tail(ft, id);
 		ft->st.visible++;
 		ft->st.bytes_used += filetier_file_bytes(f->len);
-		(*objects)++;
-		*bytes += filetier_file_bytes(f->len);
+		ft->st.scan_objects++;
+		ft->st.scan_bytes += filetier_file_bytes(f->len);
+		sc->ns->scanned++;
+		sc->bytes += filetier_file_bytes(f->len);
+		if (sc->norder == sc->order_cap) {
+			cap = sc->order_cap == 0 ? 4096 : sc->order_cap * 2;
+			if ((no = realloc(sc->order, cap * sizeof(*no))) == NULL)
+				continue;	/* this one keeps its place at the end */
+			sc->order = no;
+			sc->order_cap = cap;
+		}
+		e->scanned = 1;
+		sc->order[sc->norder].mtime_ns = f->mtime_ns;
+		sc->order[sc->norder].seq = (uint32_t)sc->norder;
+		sc->order[sc->norder++].id = id;
 	}
+}
+
+/*
+ * Moves scanned entries to the LRU's end, newest first, so that the
+ * oldest write ends up the next victim; skips those used or gone since
+ * they were indexed. 1 once every entry was visited.
+ */
+static int
+filetier_scan_relink(struct filetier *ft, struct filetier_scan *sc)
+{
+	const struct filetier_scan_order	*o;
+	struct filetier_ent			*e;
+	unsigned				 budget = FILETIER_SCAN_RELINK_STEP;
+
+	while (sc->relinked < sc->norder && budget-- > 0) {
+		o = &sc->order[sc->norder - 1 - sc->relinked++];
+		if (o->id >= ft->nrecords)
+			continue;
+		e = filetier_ent(ft, o->id);
+		if (!e->scanned || memcmp(e->key.fingerprint, sc->ns->fingerprint, 16) != 0)
+			continue;
+		e->scanned = 0;
+		if (e->state != FILETIER_S_VISIBLE || e->pins > 0)
+			continue;
+		filetier_lru_unlink(ft, o->id);
+		filetier_lru_push_tail(ft, o->id);
+	}
+	return sc->relinked == sc->norder;
+}
+
+static void
+filetier_scan_batches_free(struct filetier_scan_batch_list *l)
+{
+	struct filetier_scan_batch	*b;
+
+	while ((b = TAILQ_FIRST(l)) != NULL) {
+		TAILQ_REMOVE(l, b, entry);
+		free(b->found);
+		free(b);
+	}
+}
+
+/* The scan ended: its counters, its log line, and the over-capacity the files may bring. */
+static void
+filetier_scan_finish(struct filetier *ft, struct filetier_scan *sc)
+{
+	struct filetier_ns	*ns = sc->ns;
+	int64_t			 dt = filetier_now_ns(CLOCK_MONOTONIC) - sc->t0;
+
+	if (sc->started)
+		pthread_join(sc->thread, NULL);
+	sc->started = 0;
+	event_del(sc->ev);
+	ns->scanning = 0;
+	ft->nscanning--;
+	ft->st.scan_removed += sc->removed;
+	ft->st.scan_skipped += sc->skipped;
+	ft->st.scan_ms += (uint64_t)dt / 1000000;
+	if (sc->err != 0)
+		log_warn("filetier", "scan of %s: %s after %llu objects; the rest is found by the "
+		    "next start", ns->name, strerror(-sc->err), (unsigned long long)ns->scanned);
+	log_info("filetier", "%s: %llu objects (%llu MiB) in %.1f ms; %llu bad or stale files "
+	    "removed, %llu entries skipped", ns->name, (unsigned long long)ns->scanned,
+	    (unsigned long long)(sc->bytes >> 20), (double)dt / 1e6,
+	    (unsigned long long)sc->removed, (unsigned long long)sc->skipped);
+	free(sc->order);
+	free(sc->gone);
+	free(sc->leaves);
+	sc->order = NULL;
+	sc->gone = NULL;
+	sc->leaves = NULL;
+	sc->norder = sc->order_cap = sc->ngone = sc->gone_cap = 0;
+	/* A capacity lowered since the files were written: the oldest go. */
+	if (ft->st.bytes_used > ft->p.capacity)
+		(void)filetier_make_room(ft, 0);
+	/* The scan threads' arenas held the found lists: give them back now. */
+	malloc_trim(0);
+}
+
+/* The loop's side of a scan: batches in, then the order, then the end. */
+static void
+filetier_scan_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct filetier_scan		*sc = arg;
+	struct filetier			*ft = sc->ft;
+	struct filetier_scan_batch_list	 taken;
+	struct filetier_scan_batch	*b;
+	uint64_t			 n;
+	int				 found_all, sorted;
+
+	(void)ev;
+	if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+		log_warn("filetier", "scan eventfd read: %s", strerror(errno));
+	TAILQ_INIT(&taken);
+	pthread_mutex_lock(&sc->lock);
+	TAILQ_CONCAT(&taken, &sc->batches, entry);
+	found_all = sc->found_all;
+	sorted = sc->sorted;
+	pthread_mutex_unlock(&sc->lock);
+	while ((b = TAILQ_FIRST(&taken)) != NULL) {
+		TAILQ_REMOVE(&taken, b, entry);
+		filetier_scan_take(ft, sc, b);
+		free(b->found);
+		free(b);
+	}
+	if (found_all && !sc->asked) {
+		/* Every batch was posted before found_all and is indexed now: order[] is complete. */
+		sc->asked = 1;
+		pthread_mutex_lock(&sc->lock);
+		sc->order_given = 1;
+		pthread_cond_signal(&sc->cond);
+		pthread_mutex_unlock(&sc->lock);
+		return;
+	}
+	if (!sorted)
+		return;
+	if (!filetier_scan_relink(ft, sc)) {
+		event_active(sc->ev, EV_READ, 0);	/* the rest on the next turn */
+		return;
+	}
+	filetier_scan_finish(ft, sc);
 }
 
 static int
@@ -1762,19 +2129,33 @@ nomem:
 	return -ENOMEM;
 }
 
-int
-filetier_scan(struct filetier *ft, const char *name, const uint8_t fp[16], uint64_t *objects,
-    char *err, size_t errlen)
+/* Frees a scan whose thread was joined (or never started). */
+static void
+filetier_scan_free(struct filetier_scan *sc)
 {
-	struct filetier_scan		 sc;
-	struct filetier_scan_part	*parts = NULL;
-	struct filetier_ns		*ns;
-	uint64_t			 removed = 0, skipped = 0, n = 0, bytes = 0;
-	int64_t				 t0 = filetier_now_ns(CLOCK_MONOTONIC);
-	unsigned			 i, nparts;
-	int				 rc;
+	if (sc == NULL)
+		return;
+	filetier_scan_batches_free(&sc->batches);
+	if (sc->ev != NULL)
+		event_free(sc->ev);
+	if (sc->efd >= 0)
+		close(sc->efd);
+	pthread_cond_destroy(&sc->cond);
+	pthread_mutex_destroy(&sc->lock);
+	free(sc->order);
+	free(sc->gone);
+	free(sc->leaves);
+	free(sc);
+}
 
-	*objects = 0;
+int
+filetier_scan_start(struct filetier *ft, const char *name, const uint8_t fp[16], char *err,
+    size_t errlen)
+{
+	struct filetier_scan	*sc;
+	struct filetier_ns	*ns;
+	int			 rc;
+
 	if ((rc = filetier_ns_name_check(name, fp, err, errlen)) != 0)
 		return rc;
 	if ((ns = filetier_ns_find(ft, fp)) != NULL) {
@@ -1783,74 +2164,109 @@ filetier_scan(struct filetier *ft, const char *name, const uint8_t fp[16], uint6
 			    ns->name);
 			return -EEXIST;
 		}
-		*objects = ns->scanned;
 		return 0;
 	}
+	/* Registered first: writes work from now on, whatever becomes of the scan. */
 	if ((rc = filetier_ns_add(ft, name, fp, &ns, err, errlen)) != 0)
 		return rc;
-
-	memset(&sc, 0, sizeof(sc));
-	sc.ft = ft;
-	sc.ns = ns;
-	sc.now_ns = filetier_now_ns(CLOCK_REALTIME);
-	atomic_init(&sc.next, 0);
-	if ((rc = filetier_scan_list(&sc, &skipped)) != 0) {
-		snprintf(err, errlen, "file tier: scan of %s: %s", name, strerror(-rc));
-		goto out;
-	}
-	nparts = ft->p.scan_threads;
-	if (nparts > sc.nleaves)
-		nparts = sc.nleaves > 0 ? (unsigned)sc.nleaves : 1;
-	if ((parts = calloc(nparts, sizeof(*parts))) == NULL) {
-		rc = -ENOMEM;
+	if ((sc = calloc(1, sizeof(*sc))) == NULL) {
 		snprintf(err, errlen, "file tier: out of memory scanning %s", name);
-		goto out;
+		return -ENOMEM;
 	}
-	for (i = 0; i < nparts; i++) {
-		parts[i].sc = &sc;
-		/* Part 0 runs on this thread; a thread that cannot start leaves its share to it. */
-		if (i > 0 && pthread_create(&parts[i].thread, NULL, filetier_scan_main, &parts[i]) == 0)
-			parts[i].started = 1;
+	sc->ft = ft;
+	sc->ns = ns;
+	sc->now_ns = filetier_now_ns(CLOCK_REALTIME);
+	sc->t0 = filetier_now_ns(CLOCK_MONOTONIC);
+	sc->delay_ms = ft->p.scan_delay_ms;
+	atomic_init(&sc->stop, 0);
+	atomic_init(&sc->next, 0);
+	pthread_mutex_init(&sc->lock, NULL);
+	pthread_cond_init(&sc->cond, NULL);
+	TAILQ_INIT(&sc->batches);
+	if ((sc->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0 ||
+	    (sc->ev = event_new(ft->base, sc->efd, EV_READ | EV_PERSIST, filetier_scan_cb,
+	    sc)) == NULL || event_add(sc->ev, NULL) != 0) {
+		rc = sc->efd < 0 ? -errno : -ENOMEM;
+		goto fail;
 	}
-	filetier_scan_main(&parts[0]);
-	for (i = 0; i < nparts; i++) {
-		if (parts[i].started)
-			pthread_join(parts[i].thread, NULL);
-		removed += parts[i].removed;
-		skipped += parts[i].skipped;
-		if (parts[i].err != 0)
-			rc = parts[i].err;
+	if ((rc = pthread_create(&sc->thread, NULL, filetier_scan_thread, sc)) != 0) {
+		rc = -rc;
+		goto fail;
 	}
-	if (rc == 0)
-		rc = filetier_scan_insert(ft, parts, nparts, &n, &bytes);
-	if (rc != 0) {
-		/* What was inserted is sound; the rest is found by the next start. */
-		snprintf(err, errlen, "file tier: out of memory indexing %s after %llu objects", name,
-		    (unsigned long long)n);
-	}
-	ns->scanned = n;
-	*objects = n;
-	ft->st.scan_objects += n;
-	ft->st.scan_bytes += bytes;
-	ft->st.scan_removed += removed;
-	ft->st.scan_skipped += skipped;
-	ft->st.scan_ms += (uint64_t)(filetier_now_ns(CLOCK_MONOTONIC) - t0) / 1000000;
-	log_info("filetier", "%s: %llu objects (%llu MiB) in %.1f ms; %llu bad or stale files "
-	    "removed, %llu entries skipped", name, (unsigned long long)n,
-	    (unsigned long long)(bytes >> 20), (double)(filetier_now_ns(CLOCK_MONOTONIC) - t0) / 1e6,
-	    (unsigned long long)removed, (unsigned long long)skipped);
-	/* A capacity lowered since the files were written: the oldest go. */
-	if (ft->st.bytes_used > ft->p.capacity)
-		(void)filetier_make_room(ft, 0);
-out:
-	if (parts != NULL)
-		for (i = 0; i < nparts; i++)
-			free(parts[i].found);
-	free(parts);
-	free(sc.leaves);
-	/* The scan threads' arenas held the found lists: give them back now. */
-	malloc_trim(0);
+	sc->started = 1;
+	ns->scan = sc;
+	ns->scanning = 1;
+	ft->nscanning++;
+	return 0;
+fail:
+	snprintf(err, errlen, "file tier: cannot start the scan of %s: %s", name, strerror(-rc));
+	filetier_scan_free(sc);
 	return rc;
+}
+
+/*
+ * The scan, waited for: runs the tier's event base until it ended (for
+ * tests and tools, whose loop is this thread). Returns its failure, if
+ * any, with what it indexed before in *objects.
+ */
+int
+filetier_scan(struct filetier *ft, const char *name, const uint8_t fp[16], uint64_t *objects,
+    char *err, size_t errlen)
+{
+	struct filetier_ns	*ns;
+	int			 rc;
+
+	*objects = 0;
+	if ((rc = filetier_scan_start(ft, name, fp, err, errlen)) != 0)
+		return rc;
+	ns = filetier_ns_find(ft, fp);
+	while (ns->scanning)
+		if (event_base_loop(ft->base, EVLOOP_ONCE) < 0)
+			return -EIO;
+	*objects = ns->scanned;
+	if (ns->scan != NULL && ns->scan->err != 0) {
+		snprintf(err, errlen, "file tier: scan of %s: %s after %llu objects", name,
+		    strerror(-ns->scan->err), (unsigned long long)ns->scanned);
+		return ns->scan->err;
+	}
+	return 0;
+}
+
+int
+filetier_scan_state(const struct filetier *ft, const uint8_t fp[16], uint64_t *objects)
+{
+	const struct filetier_ns	*ns = filetier_ns_find(ft, fp);
+
+	if (ns == NULL)
+		return -ENOENT;
+	if (objects != NULL)
+		*objects = ns->scanned;
+	return ns->scanning ? 1 : 0;
+}
+
+/* Ends every scan: threads stop between files and are joined; nothing more is indexed. */
+static void
+filetier_scans_stop(struct filetier *ft)
+{
+	struct filetier_scan	*sc;
+	unsigned		 i;
+
+	for (i = 0; i < ft->nns; i++) {
+		if ((sc = ft->ns[i]->scan) == NULL)
+			continue;
+		pthread_mutex_lock(&sc->lock);
+		atomic_store(&sc->stop, 1);
+		pthread_cond_broadcast(&sc->cond);
+		pthread_mutex_unlock(&sc->lock);
+		if (sc->started)
+			pthread_join(sc->thread, NULL);
+		sc->started = 0;
+		if (ft->ns[i]->scanning)
+			ft->nscanning--;
+		ft->ns[i]->scanning = 0;
+		ft->ns[i]->scan = NULL;
+		filetier_scan_free(sc);
+	}
 }
 
 /* The tier. */
@@ -2049,6 +2465,7 @@ filetier_free(struct filetier *ft)
 
 	if (ft == NULL)
 		return;
+	filetier_scans_stop(ft);
 	pthread_mutex_lock(&ft->lock);
 	ft->stop = 1;
 	pthread_cond_broadcast(&ft->wcond);
@@ -2121,6 +2538,7 @@ filetier_pin(struct filetier *ft, uint32_t id)
 		return -ENOENT;
 	if (e->pins == FILETIER_PINS_MAX)
 		return -EOVERFLOW;
+	e->scanned = 0;		/* used since: its unpin makes it the MRU, the scan leaves it */
 	if (e->pins++ == 0) {
 		filetier_lru_unlink(ft, id);
 		ft->st.pinned_objects++;
@@ -2266,6 +2684,7 @@ filetier_stats(const struct filetier *ft, struct filetier_stats *st)
 
 	*st = ft->st;
 	st->namespaces = ft->nns;
+	st->scanning = ft->nscanning;
 	st->bytes_capacity = ft->p.capacity;
 	st->index_buckets = ft->nbuckets;
 	st->readers_uring = 0;

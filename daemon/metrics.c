@@ -3,6 +3,7 @@
  * owned by the loop thread; the JSON is built on demand with jansson, so
  * a STATS request costs nothing until it is asked for.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -28,9 +29,22 @@ metrics_namespaces(struct server *s)
 	json_t		*a = json_array();
 	struct ns	*ns;
 
-	TAILQ_FOREACH(ns, &s->namespaces, entry)
-		json_array_append_new(a, json_pack("{s:s, s:s, s:I}", "name", ns->name,
-		    "model", ns->layout.model, "sessions", (json_int_t)ns->refs));
+	json_t		*o;
+	uint64_t	 objects;
+	int		 st;
+
+	TAILQ_FOREACH(ns, &s->namespaces, entry) {
+		o = json_pack("{s:s, s:s, s:I}", "name", ns->name, "model", ns->layout.model,
+		    "sessions", (json_int_t)ns->refs);
+		/* The file tier's scan of it: "scanning" with the objects indexed so far, or "done". */
+		st = s->file != NULL ? filetier_scan_state(s->file, ns->fingerprint, &objects) :
+		    -ENOENT;
+		if (o != NULL && st >= 0) {
+			json_object_set_new(o, "file_scan", json_string(st ? "scanning" : "done"));
+			json_object_set_new(o, "file_objects", json_integer((json_int_t)objects));
+		}
+		json_array_append_new(a, o);
+	}
 	return a;
 }
 
@@ -170,6 +184,7 @@ metrics_file(struct server *s)
 	    "scan_ms", I(st.scan_ms));
 	if (o == NULL)
 		return json_null();
+	json_object_set_new(o, "scanning", json_integer((json_int_t)st.scanning));
 	json_object_set_new(o, "write_through", json_pack("{s:I, s:I, s:I}",
 	    "queued", I(metrics.file_writes), "failed", I(metrics.file_writes_failed),
 	    "present", I(metrics.file_writes_present)));

@@ -107,32 +107,28 @@ ns_make_name(struct ns *ns, const char *role)
 }
 
 /*
- * Indexes the namespace's directory in the file tier, once per daemon
- * (filetier_scan remembers it, so a namespace that comes back after its
- * last session left is not scanned twice). The scan blocks the loop:
- * the first ATTACH of a namespace waits for it, and so does every other
- * client meanwhile; acceptable while scans are short, to move to the
- * tier's threads with a completion later. A failed scan leaves the tier
- * unusable for this namespace (writes fail with -ESRCH and are counted),
- * never the ATTACH.
+ * Starts indexing the namespace's directory in the file tier, once per
+ * daemon (the tier remembers it, so a namespace that comes back after
+ * its last session left is not scanned twice). The scan runs on the
+ * tier's threads: the ATTACH is answered at once, and PROBE and ADMIT
+ * see the files as they are found (a file not found yet is a miss,
+ * never an error). A namespace that could not be registered leaves the
+ * tier unusable for it (writes fail with -ESRCH and are counted), never
+ * the ATTACH.
  */
 static void
 ns_scan(struct server *s, const struct ns *ns)
 {
-	uint64_t	objects = 0;
-	char		err[256];
-	int		rc;
+	char	err[256];
+	int	rc;
 
 	if (s->file == NULL)
 		return;
 	err[0] = '\0';
-	if ((rc = filetier_scan(s->file, ns->name, ns->fingerprint, &objects, err,
-	    sizeof(err))) != 0) {
+	if ((rc = filetier_scan_start(s->file, ns->name, ns->fingerprint, err,
+	    sizeof(err))) != 0)
 		log_warn("ns", "file tier scan of %s: %s", ns->name,
 		    err[0] != '\0' ? err : strerror(-rc));
-		return;
-	}
-	log_info("ns", "file tier: %s holds %llu objects", ns->name, (unsigned long long)objects);
 }
 
 /* Finds or creates the namespace of a layout; returns a new reference. */

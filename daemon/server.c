@@ -425,6 +425,7 @@ server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t er
 		fp.root = cfg->file_path;
 		fp.capacity = cfg->file_capacity;
 		fp.fsync = cfg->file_fsync;
+		fp.scan_delay_ms = cfg->test_scan_delay_ms;
 		if ((rc = filetier_new(s->base, &fp, &s->file, err, errlen)) != 0)
 			return rc;
 		log_info("server", "file tier at %s, capacity %llu bytes%s", cfg->file_path,

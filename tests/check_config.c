@@ -172,6 +172,8 @@ assert_config_equal(const struct config *a, const struct config *b, const char *
 	    what);
 	ck_assert_msg(a->test_copy_delay_ms == b->test_copy_delay_ms, "%s: test_copy_delay_ms",
 	    what);
+	ck_assert_msg(a->test_scan_delay_ms == b->test_scan_delay_ms, "%s: test_scan_delay_ms",
+	    what);
 	ck_assert_msg(a->test_debug_ops == b->test_debug_ops, "%s: test_debug_ops", what);
 	/* And nothing the list above forgot: config.c zero-fills strings. */
 	ck_assert_msg(memcmp(a, b, sizeof(*a)) == 0, "%s: bytes differ", what);
@@ -562,6 +564,7 @@ START_TEST(test_bounds_are_inclusive)
 		{ "admit.timeout_ms", F(admit_timeout_ms), 1, 600000, "[1, 600000]" },
 		{ "shutdown.drain_ms", F(drain_ms), 0, 600000, "[0, 600000]" },
 		{ "testing.copy_delay_ms", F(test_copy_delay_ms), 0, 60000, "[0, 60000]" },
+		{ "testing.scan_delay_ms", F(test_scan_delay_ms), 0, 60000, "[0, 60000]" },
 #undef F
 	};
 	struct config	cfg;
