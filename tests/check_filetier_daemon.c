@@ -6,12 +6,14 @@
  * and the teardown that no lease or pin (DRAM or file) is left.
  */
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <sched.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -827,6 +829,119 @@ START_TEST(test_sigterm_during_a_scan_exits_cleanly)
 }
 END_TEST
 
+/* Files under the root: objects that are not exactly header + page, and temp files. */
+static unsigned	walk_torn, walk_tmp;
+
+static int
+walk_torn_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	const char	*base = path + ftw->base;
+	size_t		 n = strlen(base);
+
+	if (flag != FTW_F)
+		return 0;
+	if (strncmp(base, ".tmp-", 5) == 0)
+		walk_tmp++;
+	else if (n > 4 && strcmp(base + n - 4, ".obj") == 0 && st->st_size != HDR_BYTES + PAGE_BYTES)
+		walk_torn++;
+	return 0;
+}
+
+/* Publishes a prefix and waits for its write-through to end (written or failed). */
+static void
+publish_settled(struct rank *r, uint32_t prefix, uint32_t n)
+{
+	int	i;
+
+	publish_prefix(r, prefix, n, 0);
+	for (i = 0; i < 10 && stat_of("file", "writes_inflight") != 0; i++)
+		ck_assert_int_ge(stat_wait("file", "writes_inflight", 0), 0);
+	ck_assert_int_eq(stat_of("file", "writes_inflight"), 0);
+}
+
+/*
+ * A full filesystem under the file tier: the tier's capacity (64 GiB by
+ * default) says there is room, a 1 MiB tmpfs says there is not. Writes
+ * that do not fit fail with ENOSPC, are counted, and leave nothing torn
+ * or visible; the DRAM copies serve; objects already on file still
+ * restore from their files once DRAM lost them.
+ */
+START_TEST(test_full_filesystem_fails_writes_and_restores_go_on)
+{
+	struct rank	r;
+	json_t		*j;
+	uint8_t		h[L3KV_HASH_LEN];
+	long long	objects, failed, reads;
+	uint32_t	p, i;
+
+	stop_daemon();
+	/* The daemon is this test's child: it sees the mount, nobody else does. */
+	if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+	    mount("tmpfs", root, "tmpfs", 0, "size=1m,mode=0700") != 0) {
+		fprintf(stderr, "SKIPPED test_full_filesystem_fails_writes_and_restores_go_on: "
+		    "cannot mount a tmpfs here: %s\n", strerror(errno));
+		start_daemon();
+		return;
+	}
+	start_daemon_with("8 MiB", 0);
+	rank_init(&r, "ft-full");
+	rank_attach(&r);
+	/* 16 objects of 8 KiB fit; 256 more cannot all fit in 1 MiB. */
+	publish_settled(&r, 1, 16);
+	ck_assert_int_eq(stat_of("file", "objects"), 16);
+	ck_assert_int_eq(stat_of("file", "write_failures"), 0);
+	for (p = 0; p < 4; p++)
+		publish_settled(&r, 10 + p, PAGES);
+	objects = stat_of("file", "objects");
+	failed = stat_of("file", "write_failures");
+	ck_assert_int_gt(failed, 0);
+	ck_assert_int_eq(stat_of("file", "write_nospace"), failed);
+	ck_assert_int_eq(objects + failed, 16 + 4 * PAGES);
+	j = test_stats(td.sock);
+	ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(json_object_get(j,
+	    "file"), "write_through"), "failed")), failed);
+	json_decref(j);
+	fprintf(stderr, "file tier ENOSPC test: %lld writes failed, %lld objects on file\n", failed,
+	    objects);
+	/* Nothing torn: every object file is whole, no temp file is left, the index agrees. */
+	walk_torn = walk_tmp = 0;
+	ck_assert_int_eq(nftw(root, walk_torn_cb, 16, FTW_PHYS), 0);
+	ck_assert_uint_eq(walk_torn, 0);
+	ck_assert_uint_eq(walk_tmp, 0);
+	ck_assert_uint_eq(count_objs(root), (unsigned)objects);
+	/* Every page, written to a file or not, restores from its DRAM copy. */
+	for (p = 0; p < 4; p++)
+		restore_whole_prefix(&r, 100 + p, 10 + p);
+	ck_assert_int_eq(stat_of("file", "reads"), 0);
+	/* DRAM loses the first prefix: it restores from its files, byte for byte. */
+	for (i = 0; i < 16; i++) {
+		page_hash(1, i, h);
+		ck_assert_int_eq(l3kv_debug(r.k, L3KV_DEBUG_DROP, 0, h), 0);
+	}
+	ck_assert_uint_eq(probe(&r, 1, 16), 16);
+	reads = stat_of("file", "reads");
+	{
+		struct l3kv_restore_result	res;
+		struct l3kv_admit_result	a = admit(&r, 200, 1, 16);
+
+		ck_assert_uint_eq(a.admitted_pages, 16);
+		memset(r.mem, 0xee, 16 * PAGE_BYTES);
+		ck_assert_int_eq(restore_into(&r, a.lease, 0, 16, &res), 0);
+		ck_assert_uint_eq(res.pages, 16);
+		for (i = 0; i < 16; i++)
+			ck_assert_msg(page_is(&r, i, 1, i), "page %u", i);
+		ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	}
+	ck_assert_int_eq(stat_of("file", "reads"), reads + 16);
+	ck_assert_int_eq(stat_of("file", "read_failures"), 0);
+	rank_fini(&r);
+	assert_idle();
+	stop_daemon();
+	ck_assert_int_eq(umount(root), 0);
+	start_daemon();		/* for the teardown, on the plain directory */
+}
+END_TEST
+
 START_TEST(test_no_path_means_no_file_tier)
 {
 	struct test_daemon	d;
@@ -876,6 +991,11 @@ suite_filetier_daemon(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_scan_runs_off_the_loop_and_serves_what_it_found);
 	tcase_add_test(tc, test_sigterm_during_a_scan_exits_cleanly);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("full filesystem");
+	tcase_set_timeout(tc, 60);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_full_filesystem_fails_writes_and_restores_go_on);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("off");
 	tcase_add_test(tc, test_no_path_means_no_file_tier);
