@@ -222,19 +222,37 @@ uint32_t
 cache_rank_hits(struct server *s, const struct session *sess, unsigned pool,
     const uint8_t *hashes, uint32_t n)
 {
+	return cache_rank_hits_ids(s, sess, pool, hashes, n, NULL);
+}
+
+/*
+ * cache_rank_hits, and where ids is not NULL (n entries) the DRAM object
+ * of each page of the DRAM prefix, DRAM_NONE from the first page found
+ * elsewhere or nowhere: ADMIT pins those without looking them up again.
+ */
+uint32_t
+cache_rank_hits_ids(struct server *s, const struct session *sess, unsigned pool,
+    const uint8_t *hashes, uint32_t n, uint32_t *ids)
+{
 	struct dram_key	keys[CACHE_BATCH];
-	uint32_t	ids[CACHE_BATCH], done = 0, m, i;
+	uint32_t	found[CACHE_BATCH], done = 0, m, i;
 
 	while (done < n) {
 		m = n - done < CACHE_BATCH ? n - done : CACHE_BATCH;
 		for (i = 0; i < m; i++)
 			cache_key(sess, pool, hashes + (size_t)(done + i) * PROTO_HASH_LEN, &keys[i]);
-		if (dram_lookup_many(s->dram, keys, m, ids) == m) {
+		if (dram_lookup_many(s->dram, keys, m, found) == m) {
+			if (ids != NULL)
+				memcpy(ids + done, found, m * sizeof(*found));
 			done += m;
 			continue;
 		}
-		for (i = 0; i < m && ids[i] != DRAM_NONE; i++)
+		for (i = 0; i < m && found[i] != DRAM_NONE; i++)
 			;
+		if (ids != NULL) {
+			memcpy(ids + done, found, i * sizeof(*found));
+			memset(ids + done + i, 0xff, (size_t)(n - done - i) * sizeof(*ids));
+		}
 		return cache_rank_hits_file(s, sess, pool, hashes, done + i, n);
 	}
 	return n;

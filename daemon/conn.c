@@ -2,8 +2,10 @@
  * Client connections. Reads are raw recvmsg() calls, because bufferevents
  * silently drop the SCM_RIGHTS fds that ATTACH carries: first exactly one
  * header (with room for fds), then exactly its payload, so that fds are
- * always attributed to the frame whose first byte they came with. Writes
- * go through an evbuffer flushed by a write event.
+ * always attributed to the frame whose first byte they came with. Replies
+ * are copied into one output buffer: the replies to one wakeup's frames
+ * leave together in one write at its end, any other reply at once, and
+ * what the socket does not take is flushed by a write event.
  *
  * Framing errors (bad magic, version, length, type, flags, fds, a stream
  * cut inside a frame) are answered with an ERROR frame and the connection
@@ -20,7 +22,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <event2/buffer.h>
 #include <event2/event.h>
 
 #include "daemon.h"
@@ -52,11 +53,9 @@ conn_new(struct server *s, int fd, uid_t uid, gid_t gid, pid_t pid)
 	c->id = ++s->next_conn_id;
 	for (i = 0; i < PROTO_FDS_MAX; i++)
 		c->in_fds[i] = -1;
-	c->out = evbuffer_new();
 	c->ev_read = event_new(s->base, fd, EV_READ | EV_PERSIST, conn_read_cb, c);
 	c->ev_write = event_new(s->base, fd, EV_WRITE, conn_write_cb, c);
-	if (c->out == NULL || c->ev_read == NULL || c->ev_write == NULL ||
-	    event_add(c->ev_read, NULL) != 0) {
+	if (c->ev_read == NULL || c->ev_write == NULL || event_add(c->ev_read, NULL) != 0) {
 		c->fd = -1;	/* the caller still owns fd on failure */
 		conn_free(c);
 		return NULL;
@@ -82,8 +81,7 @@ conn_free(struct conn *c)
 		event_free(c->ev_read);
 	if (c->ev_write != NULL)
 		event_free(c->ev_write);
-	if (c->out != NULL)
-		evbuffer_free(c->out);
+	free(c->out);
 	free(c->in);
 	if (c->fd >= 0) {
 		close(c->fd);
@@ -129,7 +127,7 @@ conn_close(struct conn *c)
 		return;
 	c->flags |= CONN_F_DEAD;
 	event_del(c->ev_read);
-	if (evbuffer_get_length(c->out) == 0)
+	if (c->out_len == c->out_off)
 		conn_reap(c);
 	else if (!event_pending(c->ev_write, EV_WRITE, NULL))
 		event_add(c->ev_write, NULL);
@@ -148,15 +146,30 @@ conn_close_fds(struct conn *c)
 	c->in_nfds = 0;
 }
 
+/* Empties the output buffer; one that grew large is let go. */
+static void
+conn_out_reset(struct conn *c)
+{
+	c->out_off = c->out_len = 0;
+	if (c->out_cap > CONN_KEEP_BUFFER) {
+		free(c->out);
+		c->out = NULL;
+		c->out_cap = 0;
+	}
+}
+
 static void
 conn_flush(struct conn *c)
 {
-	int	n;
+	ssize_t	n;
 
-	while (evbuffer_get_length(c->out) > 0) {
-		n = evbuffer_write(c->out, c->fd);
+	while (c->out_len > c->out_off) {
+		n = write(c->fd, c->out + c->out_off, c->out_len - c->out_off);
 		if (n > 0) {
 			metrics.bytes_out += (uint64_t)n;
+			c->out_off += (size_t)n;
+			if (c->out_off == c->out_len)
+				conn_out_reset(c);
 			continue;
 		}
 		if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
@@ -165,7 +178,7 @@ conn_flush(struct conn *c)
 			return;
 		}
 		/* The peer is gone: nothing more can be delivered. */
-		evbuffer_drain(c->out, evbuffer_get_length(c->out));
+		conn_out_reset(c);
 		if (!(c->flags & CONN_F_DEAD))
 			log_debug("conn", "conn %llu: write: %s", (unsigned long long)c->id,
 			    strerror(errno));
@@ -192,21 +205,34 @@ conn_reply(struct conn *c, const struct proto_hdr *req, unsigned status, const v
 {
 	struct proto_hdr	h;
 	char			dump[512];
+	uint8_t			*p;
+	size_t			 need, cap;
 
 	if (c->flags & CONN_F_REAPED)
 		return -EPIPE;
 	proto_hdr_init(&h, req != NULL ? req->type : PROTO_T_ERROR, len, req != NULL ? req->seq : 0);
 	h.flags = PROTO_F_REPLY;
 	h.status = (uint16_t)status;
-	if (evbuffer_add(c->out, &h, sizeof(h)) != 0 ||
-	    (len > 0 && evbuffer_add(c->out, payload, len) != 0))
-		return -ENOMEM;
+	need = c->out_len + sizeof(h) + len;
+	if (need > c->out_cap) {
+		for (cap = c->out_cap ? c->out_cap : 4096; cap < need; cap *= 2)
+			;
+		if ((p = realloc(c->out, cap)) == NULL)
+			return -ENOMEM;
+		c->out = p;
+		c->out_cap = cap;
+	}
+	memcpy(c->out + c->out_len, &h, sizeof(h));
+	if (len > 0)
+		memcpy(c->out + c->out_len + sizeof(h), payload, len);
+	c->out_len = need;
 	metrics.frames_out++;
 	if (log_get_level() >= LOG_LEVEL_DEBUG) {
 		proto_dump(&h, payload, dump, sizeof(dump));
 		log_debug("conn", "conn %llu: > %s", (unsigned long long)c->id, dump);
 	}
-	if (!event_pending(c->ev_write, EV_WRITE, NULL))
+	/* Replies made while a wakeup's frames are handled leave in one write at its end. */
+	if (!(c->flags & CONN_F_READING) && !event_pending(c->ev_write, EV_WRITE, NULL))
 		conn_flush(c);
 	return 0;
 }
@@ -438,7 +464,11 @@ conn_read_size(struct conn *c, int *bulk)
 	return CONN_HDR + h.length - avail;	/* conn_next_frame() made room */
 }
 
-/* Reads once. Returns 1 when bytes came, 0 when none are there now, -1 when closing. */
+/*
+ * Reads once. Returns 2 when bytes came and the socket had no more than
+ * that (a short read), 1 when bytes came and more may wait, 0 when none
+ * are there now, -1 when closing.
+ */
 static int
 conn_fill(struct conn *c)
 {
@@ -500,30 +530,45 @@ conn_fill(struct conn *c)
 	}
 	c->in_len += (size_t)n;
 	metrics.bytes_in += (uint64_t)n;
-	return 1;
+	return (size_t)n < want ? 2 : 1;
 }
 
+/*
+ * Handles what the socket holds, up to CONN_FRAMES_PER_WAKEUP frames.
+ * Replies wait in c->out and leave together in one write at the end,
+ * so that a client sending several frames at once is answered with one
+ * syscall and one wakeup. A short read means the socket was empty: the
+ * loop is level-triggered, so it comes back for bytes that arrive after,
+ * and no read is spent learning that nothing is there.
+ */
 static void
 conn_read_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct conn	*c = arg;
-	int		 frames = 0, rc;
+	int		 frames = 0, rc, drained = 0;
 
 	(void)fd;
 	(void)ev;
+	c->flags |= CONN_F_READING;
 	for (;;) {
 		while ((rc = conn_next_frame(c)) > 0)
 			if (++frames >= CONN_FRAMES_PER_WAKEUP)
 				break;
 		if (rc < 0)
-			return;
+			break;
 		if (frames >= CONN_FRAMES_PER_WAKEUP) {
 			/* Yield; frames already buffered must not wait for new bytes. */
 			if (c->in_len > c->in_off)
 				event_active(c->ev_read, EV_READ, 0);
-			return;
+			break;
 		}
-		if ((rc = conn_fill(c)) <= 0)
-			return;
+		if (drained || (rc = conn_fill(c)) <= 0)
+			break;
+		drained = rc == 2;
 	}
+	c->flags &= ~CONN_F_READING;
+	/* conn_close() left what it found to the write event. */
+	if (!(c->flags & CONN_F_REAPED) && c->out_len > c->out_off &&
+	    !event_pending(c->ev_write, EV_WRITE, NULL))
+		conn_flush(c);
 }

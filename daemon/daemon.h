@@ -262,6 +262,8 @@ int	 cache_hashes_ok(const struct session *, const uint8_t *hashes, uint32_t n,
 	    char *err, size_t errlen);
 uint32_t cache_rank_hits(struct server *, const struct session *, unsigned pool,
 	    const uint8_t *hashes, uint32_t n);
+uint32_t cache_rank_hits_ids(struct server *, const struct session *, unsigned pool,
+	    const uint8_t *hashes, uint32_t n, uint32_t *ids);
 uint32_t cache_group_hits(struct server *, const struct session *, unsigned pool,
 	    const uint8_t *hashes, uint32_t n);
 int	 cache_pool_of(const struct session *, unsigned kind);
@@ -291,6 +293,8 @@ struct admission {
 		int		 asked;
 		struct lease	*lease;
 	}			*ranks;
+	uint16_t		 ranks_cap;	/* allocated entries (kept for reuse) */
+	uint32_t		 hashes_cap;	/* allocated pages of hashes */
 	struct event		*deadline;
 	struct proto_admit_reply reply;		/* lease filled per rank */
 	unsigned		 refs;		/* the group's list + leases */
@@ -330,10 +334,12 @@ struct lease {
 	uint32_t		 npages;	/* the promise, in pages */
 	struct lease_obj	*objs;		/* kv pages, sidecar pages, the checkpoint */
 	uint32_t		 nobjs;
+	uint32_t		 objs_cap;	/* allocated entries (kept for reuse) */
 	uint32_t		 slot;		/* canonical state slot, PROTO_SLOT_NONE */
 	int			 slot_held;	/* outstanding in the session */
 	int			 pinned;
-	struct event		*timer;		/* TTL, or the restore deadline */
+	struct event		*timer;		/* TTL, or the restore deadline; in the
+						   lease's own allocation */
 	struct copy_job		*job;		/* while RESTORING */
 	int			 deadline_hit;	/* best_effort/timeout ended early */
 	uint32_t		 landed;	/* pages in place */
@@ -371,7 +377,7 @@ void	 restore_reads_done(struct server *, struct lease *);
 /* publish.c */
 void	 publish_request(struct conn *, struct proto_frame *);
 
-/* conn.c: one client connection; raw recvmsg in, evbuffer out */
+/* conn.c: one client connection; raw recvmsg in, one buffered write out */
 struct conn {
 	int		 fd;
 	struct server	*server;
@@ -383,6 +389,7 @@ struct conn {
 #define CONN_F_HELLO	0x01	/* version fixed */
 #define CONN_F_DEAD	0x02	/* closing: no more reads, flush then free */
 #define CONN_F_REAPED	0x04	/* free scheduled: nothing more is sent */
+#define CONN_F_READING	0x08	/* in its read callback: replies are written at its end */
 	uint16_t	 version;
 	char		 client[PROTO_NAME_LEN];
 	struct event	*ev_read;
@@ -394,7 +401,10 @@ struct conn {
 	int		 in_fds[PROTO_FDS_MAX];
 	int		 in_nfds;
 	size_t		 fds_until;	/* a frame starting before this offset may take them */
-	struct evbuffer	*out;
+	uint8_t		*out;		/* replies not yet written, from out_off */
+	size_t		 out_off;
+	size_t		 out_len;
+	size_t		 out_cap;
 	struct session	*session;	/* owned; NULL until ATTACH */
 	TAILQ_ENTRY(conn) entry;
 };

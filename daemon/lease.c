@@ -28,6 +28,98 @@
 #include "daemon.h"
 
 static void	admit_answer(struct server *, struct admission *, unsigned decline);
+static void	lease_ttl_cb(evutil_socket_t, short, void *);
+
+/*
+ * Freed admissions and leases are kept for reuse, up to CACHE_MAX each,
+ * with their arrays (up to CACHE_PAGES pages, CACHE_RANKS ranks), so that a warm ADMIT and
+ * RELEASE allocate nothing: a prefix's hash copy and object array are
+ * too large for malloc's per-thread cache, and were most of what the
+ * allocations cost. Loop thread only, like everything here.
+ */
+#define CACHE_MAX	64
+#define CACHE_PAGES	1024
+#define CACHE_RANKS	64
+static struct admission_list	adm_cache = TAILQ_HEAD_INITIALIZER(adm_cache);
+static struct lease_list	lease_cache = TAILQ_HEAD_INITIALIZER(lease_cache);
+static unsigned			adm_ncache, lease_ncache;
+
+/* A zeroed admission with room for size ranks and npages hashes, or NULL. */
+static struct admission *
+admission_alloc(uint16_t size, uint32_t npages)
+{
+	struct admission	*a;
+	struct admit_rank	*ranks = NULL;
+	uint8_t			*hashes = NULL;
+	uint32_t		 hcap = 0;
+	uint16_t		 rcap = 0;
+
+	if ((a = TAILQ_FIRST(&adm_cache)) != NULL) {
+		TAILQ_REMOVE(&adm_cache, a, entry);
+		adm_ncache--;
+		ranks = a->ranks;
+		rcap = a->ranks_cap;
+		hashes = a->hashes;
+		hcap = a->hashes_cap;
+	} else if ((a = malloc(sizeof(*a))) == NULL)
+		return NULL;
+	if (rcap < size) {
+		free(ranks);
+		rcap = size;
+		ranks = malloc((size_t)size * sizeof(*ranks));
+	}
+	if (hcap < npages || hashes == NULL) {
+		free(hashes);
+		hcap = npages;
+		hashes = malloc(npages > 0 ? (size_t)npages * PROTO_HASH_LEN : 1);
+	}
+	if (ranks == NULL || hashes == NULL) {
+		free(ranks);
+		free(hashes);
+		free(a);
+		return NULL;
+	}
+	memset(a, 0, sizeof(*a));
+	memset(ranks, 0, (size_t)size * sizeof(*ranks));
+	a->ranks = ranks;
+	a->ranks_cap = rcap;
+	a->hashes = hashes;
+	a->hashes_cap = hcap;
+	return a;
+}
+
+/* A zeroed lease with room for nobjs objects and its timer, or NULL. */
+static struct lease *
+lease_alloc(struct server *s, uint32_t nobjs)
+{
+	struct lease_obj	*objs = NULL;
+	struct lease		*l;
+	uint32_t		 cap = 0;
+
+	if ((l = TAILQ_FIRST(&lease_cache)) != NULL) {
+		TAILQ_REMOVE(&lease_cache, l, entry);
+		lease_ncache--;
+		objs = l->objs;
+		cap = l->objs_cap;
+	} else if ((l = malloc(sizeof(*l) + event_get_struct_event_size())) == NULL)
+		return NULL;
+	if (cap < nobjs || objs == NULL) {
+		free(objs);
+		cap = nobjs > 0 ? nobjs : 1;
+		if ((objs = malloc((size_t)cap * sizeof(*objs))) == NULL) {
+			free(l);
+			return NULL;
+		}
+	}
+	memset(l, 0, sizeof(*l));
+	memset(objs, 0, (size_t)cap * sizeof(*objs));
+	l->objs = objs;
+	l->objs_cap = cap;
+	/* The timer lives behind the lease: one allocation, none once cached. */
+	l->timer = (struct event *)(void *)(l + 1);
+	event_assign(l->timer, s->base, -1, 0, lease_ttl_cb, l);
+	return l;
+}
 
 /*
  * The promise of a hybrid layout: the largest stop point common to every
@@ -115,6 +207,11 @@ admission_unref(struct server *s, struct admission *a)
 			session_unref(a->ranks[r].sess);
 	if (a->deadline != NULL)
 		event_free(a->deadline);
+	if (adm_ncache < CACHE_MAX && a->hashes_cap <= CACHE_PAGES && a->ranks_cap <= CACHE_RANKS) {
+		TAILQ_INSERT_HEAD(&adm_cache, a, entry);
+		adm_ncache++;
+		return;
+	}
 	free(a->ranks);
 	free(a->hashes);
 	free(a);
@@ -152,14 +249,24 @@ lease_ttl_cb(evutil_socket_t fd, short ev, void *arg)
 	lease_free(s, l);
 }
 
+/*
+ * Every lease has the same TTL, so leases expire in the order their TTL
+ * was armed: libevent keeps timers of such a "common timeout" in one FIFO
+ * queue behind one heap entry, where adding and deleting are O(1),
+ * instead of a heap entry per lease. (The restore deadlines restore.c
+ * arms on the same event are plain timeouts.)
+ */
 void
 lease_arm_ttl(struct server *s, struct lease *l)
 {
-	struct timeval	tv;
+	const struct timeval	*ttl;
+	struct timeval		 tv;
 
 	tv.tv_sec = s->cfg->lease_ttl_ms / 1000;
 	tv.tv_usec = (s->cfg->lease_ttl_ms % 1000) * 1000;
-	evtimer_add(l->timer, &tv);
+	if ((ttl = event_base_init_common_timeout(s->base, &tv)) == NULL)
+		ttl = &tv;
+	evtimer_add(l->timer, ttl);
 }
 
 /*
@@ -281,8 +388,7 @@ lease_free(struct server *s, struct lease *l)
 	if (l == NULL)
 		return;
 	lease_unpin(s, l);
-	if (l->timer != NULL)
-		event_free(l->timer);
+	event_del(l->timer);
 	TAILQ_REMOVE(&l->sess->leases, l, entry);
 	if (l->adm != NULL) {
 		if (l->adm->ranks[l->rank].lease == l)
@@ -295,6 +401,12 @@ lease_free(struct server *s, struct lease *l)
 	metrics.leases_open--;
 	session_unref(l->sess);
 	free(l->parked);
+	l->parked = NULL;
+	if (lease_ncache < CACHE_MAX && l->objs_cap <= CACHE_PAGES) {
+		TAILQ_INSERT_HEAD(&lease_cache, l, entry);
+		lease_ncache++;
+		return;
+	}
 	free(l->objs);
 	free(l);
 }
@@ -400,10 +512,12 @@ lease_pin_one(struct server *s, struct lease *l, const struct admission *a, unsi
 /*
  * Makes rank r's lease over its first n pages, pinning every object the
  * restore needs: the KV pages, each sidecar's pages (all, or the last t),
- * and the checkpoint at exactly n pages.
+ * and the checkpoint at exactly n pages. ids, when not NULL, holds the
+ * DRAM objects admit_answer() found for the kv pool's pages on this loop
+ * turn (DRAM_NONE where it found none), pinned without a second lookup.
  */
 static struct lease *
-lease_new(struct server *s, struct admission *a, uint16_t r, uint32_t n)
+lease_new(struct server *s, struct admission *a, uint16_t r, uint32_t n, const uint32_t *ids)
 {
 	struct session	*sess = a->ranks[r].sess;
 	struct lease	*l;
@@ -412,14 +526,8 @@ lease_new(struct server *s, struct admission *a, uint16_t r, uint32_t n)
 
 	for (p = 0; p < sess->ns->layout.npools; p++)
 		max += sess->ns->pools[p].kind == PROTO_POOL_STATE ? 1 : n;
-	if ((l = calloc(1, sizeof(*l))) == NULL)
+	if ((l = lease_alloc(s, max)) == NULL)
 		return NULL;
-	if ((l->objs = calloc(max > 0 ? max : 1, sizeof(*l->objs))) == NULL ||
-	    (l->timer = evtimer_new(s->base, lease_ttl_cb, l)) == NULL) {
-		free(l->objs);
-		free(l);
-		return NULL;
-	}
 	l->sess = sess;
 	for (p = 0; p < sess->ns->layout.npools; p++) {
 		const struct proto_pool *pl = &sess->ns->pools[p];
@@ -430,9 +538,18 @@ lease_new(struct server *s, struct admission *a, uint16_t r, uint32_t n)
 		}
 		from = pl->kind == PROTO_POOL_SIDECAR && pl->hit_policy == PROTO_HIT_TRAILING &&
 		    n > pl->trailing ? n - pl->trailing : 0;
-		for (i = from; i < n; i++)
+		for (i = from; i < n; i++) {
+			if (ids != NULL && p == a->pool && ids[i] != DRAM_NONE &&
+			    dram_pin(s->dram, ids[i]) == 0) {
+				l->objs[l->nobjs].id = ids[i];
+				l->objs[l->nobjs].pool = (uint16_t)p;
+				l->objs[l->nobjs].page = i;
+				l->objs[l->nobjs++].read = NULL;
+				continue;
+			}
 			if (lease_pin_one(s, l, a, p, i) != 0)
 				break;		/* kv-only with a file tier: the promise stops here */
+		}
 		if (i < n)
 			n = i;
 	}
@@ -473,7 +590,7 @@ admit_reply_rank(struct admission *a, uint16_t r)
 static void
 admit_answer(struct server *s, struct admission *a, unsigned decline)
 {
-	uint32_t	hit = a->npages, reserved = UINT32_MAX, n, h;
+	uint32_t	hit = a->npages, reserved = UINT32_MAX, n, h, *ids = NULL;
 	uint16_t	r;
 
 	a->answered = 1;
@@ -486,8 +603,11 @@ admit_answer(struct server *s, struct admission *a, unsigned decline)
 		if (cache_is_hybrid(a->ranks[0].sess)) {
 			n = admit_stop_point(s, a, reserved, &hit);
 		} else {
+			/* The objects found are pinned below without a second lookup (or none: NULL). */
+			ids = malloc((size_t)a->size * a->npages * sizeof(*ids));
 			for (r = 0; r < a->size; r++) {
-				h = cache_rank_hits(s, a->ranks[r].sess, a->pool, a->hashes, hit);
+				h = cache_rank_hits_ids(s, a->ranks[r].sess, a->pool, a->hashes, hit,
+				    ids != NULL ? ids + (size_t)r * a->npages : NULL);
 				if (h < hit)
 					hit = h;
 			}
@@ -502,9 +622,18 @@ admit_answer(struct server *s, struct admission *a, unsigned decline)
 			decline = admit_check_slots(a);
 		if (decline == PROTO_DECLINE_NONE) {
 			for (r = 0; r < a->size; r++) {
-				a->ranks[r].lease = lease_new(s, a, r, n);
+				a->ranks[r].lease = lease_new(s, a, r, n,
+				    ids != NULL ? ids + (size_t)r * a->npages : NULL);
 				if (a->ranks[r].lease == NULL)
 					break;
+				/*
+				 * Staging from the file tier may evict: what later
+				 * ranks found may be gone, so they look again.
+				 */
+				if (a->ranks[r].lease->reads > 0) {
+					free(ids);
+					ids = NULL;
+				}
 			}
 			/*
 			 * Staging from the file tier may have cut a rank's lease
@@ -540,6 +669,7 @@ admit_answer(struct server *s, struct admission *a, unsigned decline)
 				a->reply.admitted_pages = n;
 		}
 	}
+	free(ids);
 	a->reply.decline = (uint16_t)decline;
 	a->reply.ttl_ms = s->cfg->lease_ttl_ms;
 	if (decline == PROTO_DECLINE_NONE) {
@@ -582,14 +712,12 @@ admit_new(struct server *s, struct rank_group *g, uint64_t request_id, unsigned 
 	struct admission	*a;
 	struct timeval		 tv;
 
-	if ((a = calloc(1, sizeof(*a))) == NULL)
+	if ((a = admission_alloc(g->size, npages)) == NULL)
 		return NULL;
-	a->ranks = calloc(g->size, sizeof(*a->ranks));
-	a->hashes = malloc(npages > 0 ? (size_t)npages * PROTO_HASH_LEN : 1);
 	/* A one-rank group is answered at once: no barrier, no timer. */
 	if (g->size > 1)
 		a->deadline = evtimer_new(s->base, admit_deadline_cb, a);
-	if (a->ranks == NULL || a->hashes == NULL || (g->size > 1 && a->deadline == NULL)) {
+	if (g->size > 1 && a->deadline == NULL) {
 		a->refs = 1;
 		a->size = 0;
 		admission_unref(s, a);
@@ -745,8 +873,13 @@ release_request(struct conn *c, struct proto_frame *f)
 		return;
 	}
 	metrics.releases++;
-	if (l->state == LEASE_ADMITTED && l->adm != NULL)
-		/* The other ranks of the group cannot complete without this one. */
+	/*
+	 * The other ranks of the group cannot complete without this one, and
+	 * a RESTORE parked for file tier reads is answered. A one-rank lease
+	 * with neither just goes.
+	 */
+	if (l->state == LEASE_ADMITTED && l->adm != NULL &&
+	    (l->adm->size > 1 || l->restore_waiting))
 		restore_fail_group(c->server, l->adm, PROTO_S_CANCELLED,
 		    "a rank of the group released its lease");
 	lease_free(c->server, l);

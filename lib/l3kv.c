@@ -116,6 +116,7 @@ L3KV_SAME(sizeof(((struct l3kv_publish_page *)0)->hash), PROTO_HASH_LEN);
 /* Small replies are read in batches; larger payloads go straight to their buffer. */
 #define L3KV_RBUF		16384
 #define L3KV_IOV_MAX		8
+#define L3KV_FLUSH_IOV		64	/* queued frames sent by one sendmsg */
 
 struct l3kv_req {
 	uint64_t		 seq;
@@ -147,6 +148,9 @@ struct l3kv {
 	int			 evfd;		/* readable while done is not empty or broken */
 	int			 signalled;	/* evfd holds a count */
 	int			 epoll_out;	/* the socket is watched for EPOLLOUT */
+	int			 corked;	/* submits queue on sendq until l3kv_uncork() */
+	int			 rshort;	/* l3kv_read() stopped at a short read */
+	int			 emptied;	/* this drain of completions emptied the socket */
 	int			 timeout_ms;
 	uint16_t		 kv_pool;	/* PROBE's pool: the first kv pool at ATTACH */
 	uint64_t		 next_seq;
@@ -361,7 +365,7 @@ l3kv_update(struct l3kv *k)
 		if (read(k->evfd, &n, sizeof(n)) == sizeof(n) || errno == EAGAIN)
 			k->signalled = 0;
 	}
-	want = k->sock >= 0 && !TAILQ_EMPTY(&k->sendq);
+	want = k->sock >= 0 && !TAILQ_EMPTY(&k->sendq) && !k->corked;
 	if (want != k->epoll_out) {
 		memset(&ev, 0, sizeof(ev));
 		ev.events = EPOLLIN | (want ? EPOLLOUT : 0);
@@ -555,8 +559,11 @@ l3kv_io_error(struct l3kv *k, int err, const char *what)
 }
 
 /*
- * Reads every reply the socket has now, without blocking. Returns 0, or
- * what broke the connection (its requests are then completed).
+ * Reads every reply the socket has now, without blocking. A read that
+ * comes up short emptied the socket, so it is the last (k->rshort): the
+ * bytes that come later make the socket, and l3kv_fd(), readable again.
+ * Returns 0, or what broke the connection (its requests are then
+ * completed).
  */
 static int
 l3kv_read(struct l3kv *k)
@@ -565,12 +572,15 @@ l3kv_read(struct l3kv *k)
 	size_t	want;
 	int	rc;
 
+	k->rshort = 0;
 	for (;;) {
 		while (k->sock >= 0 && k->rbuf_off < k->rbuf_len)
 			if ((rc = l3kv_consume(k)) != 0)
 				return rc;
 		if (k->sock < 0)
 			return k->cause;
+		if (k->rshort)
+			return 0;
 		k->rbuf_off = k->rbuf_len = 0;
 		/* A large payload is read in place rather than through the buffer. */
 		want = k->rhdr_len == L3KV_HDR ? k->rhdr.length - k->rpay_len : 0;
@@ -584,6 +594,7 @@ l3kv_read(struct l3kv *k)
 			return 0;
 		if (n <= 0)
 			return l3kv_io_error(k, n == 0 ? 0 : -errno, "recv");
+		k->rshort = (size_t)n < (want >= L3KV_RBUF / 2 ? want : sizeof(k->rbuf));
 		if (want < L3KV_RBUF / 2) {
 			k->rbuf_len = (size_t)n;
 			continue;
@@ -645,32 +656,45 @@ l3kv_send_failed(struct l3kv *k, int err)
 }
 
 /*
- * Sends what waits on sendq, one frame per sendmsg so that fds always go
- * with their own frame's first byte. Returns 0 (also when the socket is
- * full) or -errno with the connection broken.
+ * Sends what waits on sendq: consecutive frames in one sendmsg, except
+ * that a frame with fds starts a sendmsg of its own, so that fds always
+ * go with their own frame's first byte. Returns 0 (also when the socket
+ * is full) or -errno with the connection broken.
  */
 static int
 l3kv_flush(struct l3kv *k)
 {
-	struct l3kv_req	*r;
-	struct iovec	 iov;
+	struct l3kv_req	*r, *first;
+	struct iovec	 iov[L3KV_FLUSH_IOV];
 	ssize_t		 n;
+	size_t		 take;
+	int		 niov;
 
-	while (k->sock >= 0 && (r = TAILQ_FIRST(&k->sendq)) != NULL) {
-		iov.iov_base = r->out + r->out_off;
-		iov.iov_len = r->out_len - r->out_off;
-		n = l3kv_sendmsg(k->sock, &iov, 1, r->fds, r->out_off == 0 ? r->nfds : 0);
+	while (k->sock >= 0 && (first = TAILQ_FIRST(&k->sendq)) != NULL) {
+		niov = 0;
+		for (r = first; r != NULL && niov < L3KV_FLUSH_IOV; r = TAILQ_NEXT(r, send_entry)) {
+			if (r != first && r->nfds > 0)
+				break;
+			iov[niov].iov_base = r->out + r->out_off;
+			iov[niov++].iov_len = r->out_len - r->out_off;
+		}
+		n = l3kv_sendmsg(k->sock, iov, niov, first->fds, first->out_off == 0 ? first->nfds : 0);
 		if (n == -EAGAIN || n == -EWOULDBLOCK)
 			return 0;
 		if (n < 0)
 			return l3kv_send_failed(k, (int)n);
-		r->out_off += (size_t)n;
-		l3kv_req_close_fds(r);	/* they went with the first byte */
-		if (r->out_off < r->out_len)
-			return 0;
-		TAILQ_REMOVE(&k->sendq, r, send_entry);
-		free(r->out);
-		r->out = NULL;
+		while (n > 0) {
+			r = TAILQ_FIRST(&k->sendq);
+			take = r->out_len - r->out_off < (size_t)n ? r->out_len - r->out_off : (size_t)n;
+			r->out_off += take;
+			n -= (ssize_t)take;
+			l3kv_req_close_fds(r);	/* they went with the first byte */
+			if (r->out_off < r->out_len)
+				return 0;
+			TAILQ_REMOVE(&k->sendq, r, send_entry);
+			free(r->out);
+			r->out = NULL;
+		}
 	}
 	return k->sock >= 0 ? 0 : k->cause;
 }
@@ -747,8 +771,11 @@ l3kv_submit(struct l3kv *k, unsigned type, const struct iovec *payload, int npay
 		h.flags |= PROTO_F_FDS;
 	len += sizeof(h);
 
-	/* Behind a queued frame, this one waits its turn, to keep the stream in order. */
-	if (TAILQ_EMPTY(&k->sendq))
+	/*
+	 * Behind a queued frame, this one waits its turn, to keep the stream
+	 * in order; corked, it waits for l3kv_uncork().
+	 */
+	if (TAILQ_EMPTY(&k->sendq) && !k->corked)
 		n = l3kv_sendmsg(k->sock, iov, niov, fds, nfds);
 	if (n == (ssize_t)len) {
 		TAILQ_INSERT_TAIL(&k->pending, r, entry);
@@ -1441,36 +1468,76 @@ l3kv_submit_health(struct l3kv *k, uint64_t *ticket)
 int
 l3kv_poll_completion(struct l3kv *k, struct l3kv_completion *out)
 {
+	int	rc = l3kv_poll_completions(k, out, 1);
+
+	return rc > 0 ? 0 : rc;
+}
+
+int
+l3kv_poll_completions(struct l3kv *k, struct l3kv_completion *out, unsigned max)
+{
 	struct l3kv_req	*r;
+	unsigned	 n = 0;
 
 	if (out != NULL)
-		memset(out, 0, sizeof(*out));
-	if (k == NULL || out == NULL)
+		memset(out, 0, (size_t)max * sizeof(*out));
+	if (k == NULL || out == NULL || max == 0)
 		return -EINVAL;
 	/*
 	 * Output always moves on (a no-op when none waits); the socket is
-	 * read only once the queued completions are used up.
+	 * read only once the queued completions are used up, and not again
+	 * in the same drain once a read emptied it: the caller polls next,
+	 * and replies that arrive meanwhile make l3kv_fd() readable.
 	 */
-	if (k->sock >= 0 && l3kv_flush(k) == 0 && TAILQ_EMPTY(&k->done))
+	if (k->sock >= 0 && l3kv_flush(k) == 0 && TAILQ_EMPTY(&k->done) && !k->emptied) {
 		l3kv_read(k);
-	if ((r = TAILQ_FIRST(&k->done)) == NULL) {
-		l3kv_update(k);
-		return k->sock >= 0 ? -EAGAIN : -ENOTCONN;
+		k->emptied = k->rshort;
 	}
-	TAILQ_REMOVE(&k->done, r, entry);
-	out->ticket = r->seq;
-	out->op = r->type;
-	out->status = r->status;
-	out->proto_status = r->proto_status;
-	out->payload = r->payload;
-	out->len = r->len;
-	r->payload = NULL;
-	k->last_status = r->proto_status;
-	snprintf(k->last_error, sizeof(k->last_error), "%s",
-	    r->status != 0 && out->payload != NULL ? out->payload : "");
-	l3kv_req_free(r);
+	for (; n < max && (r = TAILQ_FIRST(&k->done)) != NULL; n++) {
+		TAILQ_REMOVE(&k->done, r, entry);
+		out[n].ticket = r->seq;
+		out[n].op = r->type;
+		out[n].status = r->status;
+		out[n].proto_status = r->proto_status;
+		out[n].payload = r->payload;
+		out[n].len = r->len;
+		r->payload = NULL;
+		k->last_status = r->proto_status;
+		if (r->status != 0 && out[n].payload != NULL)
+			snprintf(k->last_error, sizeof(k->last_error), "%s", out[n].payload);
+		else
+			k->last_error[0] = '\0';
+		l3kv_req_free(r);
+	}
+	if (n == 0)
+		k->emptied = 0;
+	/* The eventfd moves only where completions are left after the batch. */
 	l3kv_update(k);
+	if (n == 0)
+		return k->sock >= 0 ? -EAGAIN : -ENOTCONN;
+	return (int)n;
+}
+
+int
+l3kv_cork(struct l3kv *k)
+{
+	if (k == NULL)
+		return -EINVAL;
+	k->corked = 1;
 	return 0;
+}
+
+int
+l3kv_uncork(struct l3kv *k)
+{
+	int	rc;
+
+	if (k == NULL)
+		return -EINVAL;
+	k->corked = 0;
+	rc = k->sock >= 0 ? l3kv_flush(k) : -ENOTCONN;
+	l3kv_update(k);
+	return rc;
 }
 
 void

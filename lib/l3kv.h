@@ -308,8 +308,30 @@ L3KV_API int	 l3kv_fd(const struct l3kv *);
  * has been handed back.
  */
 L3KV_API int	 l3kv_poll_completion(struct l3kv *, struct l3kv_completion *out);
+/*
+ * The same for up to max completions at once: returns how many were
+ * written to out[] (at least 1; release each), or -EAGAIN / -ENOTCONN as
+ * l3kv_poll_completion(). Replies that arrive together are handed back
+ * together, without the eventfd signalling that keeps l3kv_fd() readable
+ * for completions left queued between two calls.
+ */
+L3KV_API int	 l3kv_poll_completions(struct l3kv *, struct l3kv_completion *out, unsigned max);
 /* Frees a completion's payload. Idempotent. */
 L3KV_API void	 l3kv_completion_release(struct l3kv_completion *);
+/*
+ * Batching: after l3kv_cork(), requests submitted are queued, not sent;
+ * l3kv_uncork() sends them all, as few sendmsg calls as the socket
+ * allows (one, unless it is full or a request carries fds). An engine's
+ * scheduler that releases finished requests' leases and admits new ones
+ * in one step wraps them so: one write, one wakeup of the daemon, and
+ * its replies come back together. A blocking call, or
+ * l3kv_poll_completion(), sends what is queued (still corked after).
+ * l3kv_uncork() returns 0 (also when the socket is full: l3kv_fd() then
+ * polls readable once it can take more), or -errno with the connection
+ * broken; its requests then complete with the error.
+ */
+L3KV_API int	 l3kv_cork(struct l3kv *);
+L3KV_API int	 l3kv_uncork(struct l3kv *);
 
 /*
  * Tickets are unique per connection, increasing and never 0. A submit

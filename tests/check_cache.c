@@ -846,6 +846,44 @@ START_TEST(test_lease_expires_and_restore_says_expired)
 }
 END_TEST
 
+/*
+ * Leases share one TTL queue (and reuse freed leases): each still expires
+ * its own TTL after its ADMIT, the older first, the younger untouched.
+ */
+START_TEST(test_leases_expire_in_admission_order_each_after_its_ttl)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a, b, c;
+	struct rank			r;
+
+	test_daemon_stop(&td, SIGTERM, NULL);
+	start("{\"lease\": {\"ttl_ms\": 400}}");
+	rank_init(&r, "g1", 1, 0);
+	rank_attach(&r);
+	publish_prefix(&r, 52, 4, 0, 4);
+	publish_prefix(&r, 53, 3, 4, 3);
+	a = admit(&r, 1, 52, 4, 4);
+	ck_assert_uint_eq(a.admitted_pages, 4);
+	poll(NULL, 0, 200);
+	/* A lease freed now is reused by the next ADMIT. */
+	c = admit(&r, 2, 53, 3, 3);
+	ck_assert_int_eq(l3kv_release(r.k, c.lease), 0);
+	b = admit(&r, 3, 53, 3, 3);
+	ck_assert_uint_eq(b.admitted_pages, 3);
+	ck_assert_int_eq(stat_of("dram", "pins"), 7);
+	ck_assert_int_eq(stat_wait("cache", "lease_expiries", 1), 1);
+	ck_assert_int_eq(stat_of("dram", "pins"), 3);	/* a's pins went, b's are held */
+	ck_assert_int_eq(stat_wait("cache", "lease_expiries", 2), 2);
+	ck_assert_int_eq(stat_of("dram", "pins"), 0);
+	ck_assert_int_eq(restore_into(&r, a.lease, 10, 4, &res), -ETIME);
+	ck_assert_int_eq(restore_into(&r, b.lease, 10, 3, &res), -ETIME);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	ck_assert_int_eq(l3kv_release(r.k, b.lease), 0);
+	ck_assert_int_eq(stat_of("cache", "leases_open"), 0);
+	rank_fini(&r);
+}
+END_TEST
+
 START_TEST(test_best_effort_ends_at_its_deadline_with_whole_pages)
 {
 	struct l3kv_restore_result	res;
@@ -1024,6 +1062,7 @@ suite_cache(void)
 	tcase_add_test(tc, test_group_of_four_gets_identical_answers);
 	tcase_add_test(tc, test_missing_rank_makes_admit_decline_for_all_at_the_deadline);
 	tcase_add_test(tc, test_lease_expires_and_restore_says_expired);
+	tcase_add_test(tc, test_leases_expire_in_admission_order_each_after_its_ttl);
 	tcase_add_test(tc, test_best_effort_ends_at_its_deadline_with_whole_pages);
 	tcase_add_test(tc, test_debug_is_refused_without_the_testing_knob);
 	tcase_add_test(tc, test_a_lost_page_on_one_rank_fails_every_rank);

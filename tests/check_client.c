@@ -524,6 +524,97 @@ START_TEST(test_blocking_call_queues_other_completions)
 }
 END_TEST
 
+/* Answers three STATS, each as soon as it is read, then a HEALTH. */
+static int
+script_three_stats(int fd)
+{
+	struct proto_hdr	h;
+	int			i;
+
+	for (i = 0; i < 3; i++)
+		if (fake_expect(fd, PROTO_T_STATS, &h) != 0 || fake_reply(fd, &h, 0, "{}", 2) != 0)
+			return 1;
+	if (fake_expect(fd, PROTO_T_HEALTH, &h) != 0 || fake_reply(fd, &h, 0, "{}", 2) != 0)
+		return 2;
+	return fake_drain(fd);
+}
+
+START_TEST(test_corked_requests_wait_for_uncork_and_complete_in_order)
+{
+	struct l3kv_completion	 c[4];
+	struct fake		 f;
+	struct l3kv		*k;
+	uint64_t		 t[3];
+	char			*json;
+	int			 i, j, n = 0, rc, fds = test_fd_count();
+
+	fake_start(&f, script_three_stats);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ck_assert_int_eq(l3kv_cork(k), 0);
+	for (i = 0; i < 3; i++)
+		ck_assert_int_eq(l3kv_submit_stats(k, &t[i]), 0);
+	/* The fake answers what it reads at once: nothing was sent, nothing comes. */
+	poll(NULL, 0, 100);
+	ck_assert(!ct_readable(k));
+	ck_assert_int_eq(l3kv_uncork(k), 0);
+	for (i = 0; i < 100 && n < 3; i++) {
+		poll(NULL, 0, 10);
+		if ((rc = l3kv_poll_completions(k, c, 4)) == -EAGAIN)
+			continue;
+		ck_assert_int_gt(rc, 0);
+		for (j = 0; j < rc; j++, n++) {
+			ck_assert_uint_eq(c[j].ticket, t[n]);
+			ck_assert_int_eq(c[j].status, 0);
+			ck_assert_str_eq(c[j].payload, "{}");
+			l3kv_completion_release(&c[j]);
+		}
+	}
+	ck_assert_int_eq(n, 3);
+	ck_assert_int_eq(l3kv_health(k, &json), 0);
+	l3kv_free(json);
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+START_TEST(test_poll_completions_takes_a_batch_and_keeps_the_rest_pollable)
+{
+	struct l3kv_completion	 c[2];
+	struct fake		 f;
+	struct l3kv		*k;
+	uint64_t		 t[3];
+	char			*json;
+	int			 i, fds = test_fd_count();
+
+	fake_start(&f, script_three_stats);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	for (i = 0; i < 3; i++)
+		ck_assert_int_eq(l3kv_submit_stats(k, &t[i]), 0);
+	/* The blocking call reads the three STATS replies before its own. */
+	ck_assert_int_eq(l3kv_health(k, &json), 0);
+	l3kv_free(json);
+	ck_assert(ct_readable(k));
+	ck_assert_int_eq(l3kv_poll_completions(k, c, 0), -EINVAL);
+	ck_assert_int_eq(l3kv_poll_completions(k, c, 2), 2);
+	ck_assert_uint_eq(c[0].ticket, t[0]);
+	ck_assert_uint_eq(c[1].ticket, t[1]);
+	l3kv_completion_release(&c[0]);
+	l3kv_completion_release(&c[1]);
+	/* One is left: the fd must still say so. */
+	ck_assert(ct_readable(k));
+	ck_assert_int_eq(l3kv_poll_completions(k, c, 2), 1);
+	ck_assert_uint_eq(c[0].ticket, t[2]);
+	ck_assert_str_eq(c[0].payload, "{}");
+	l3kv_completion_release(&c[0]);
+	ck_assert(!ct_readable(k));
+	ck_assert_int_eq(l3kv_poll_completions(k, c, 2), -EAGAIN);
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
 static int
 script_bad_magic(int fd)
 {
@@ -1155,6 +1246,59 @@ START_TEST(test_attach_sends_the_memfd_with_the_frame)
 	ck_assert_uint_eq(info.group_members, 1);
 	ck_assert_str_eq(info.ns, "decode/tiny-000102");
 	ck_assert_uint_eq(info.fingerprint[15], 15);
+	ck_assert_int_eq(l3kv_detach(k), 0);
+	l3kv_close(k);
+	ck_assert_int_eq(fake_stop(&f), 0);
+	close(e.mfd);
+	ck_assert_int_eq(test_fd_count(), fds);
+}
+END_TEST
+
+/* A STATS queued corked before the ATTACH: its bytes must come without the fd. */
+static int
+script_stats_then_attach(int fd)
+{
+	struct proto_hdr	 h;
+	uint8_t			*p;
+	int			 fds[PROTO_FDS_MAX], nfds, i;
+
+	if (fake_read_frame(fd, &h, &p, fds, &nfds) != 0 || h.type != PROTO_T_STATS) {
+		free(p);
+		return 10;
+	}
+	free(p);
+	for (i = 0; i < nfds; i++)
+		close(fds[i]);
+	if (nfds != 0)
+		return 11;
+	if (fake_reply(fd, &h, 0, "{}", 2) != 0)
+		return 12;
+	return script_attach(fd);
+}
+
+START_TEST(test_corked_frames_keep_fds_with_their_own_frame)
+{
+	struct l3kv_completion	 c;
+	struct l3kv_attach_info	 info;
+	struct ct_engine	 e;
+	struct fake		 f;
+	struct l3kv		*k;
+	uint64_t		 t;
+	int			 fds = test_fd_count();
+
+	ct_engine_init(&e);
+	fake_start(&f, script_stats_then_attach);
+	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ck_assert_int_eq(l3kv_cork(k), 0);
+	ck_assert_int_eq(l3kv_submit_stats(k, &t), 0);
+	/* A blocking call sends what is queued first: two frames, the fd with the second. */
+	ck_assert_int_eq(l3kv_attach(k, &e.args, &info), 0);
+	ck_assert_uint_eq(info.session, 7);
+	ck_assert_int_eq(l3kv_poll_completion(k, &c), 0);
+	ck_assert_uint_eq(c.ticket, t);
+	ck_assert_int_eq(c.status, 0);
+	l3kv_completion_release(&c);
+	ck_assert_int_eq(l3kv_uncork(k), 0);
 	ck_assert_int_eq(l3kv_detach(k), 0);
 	l3kv_close(k);
 	ck_assert_int_eq(fake_stop(&f), 0);
@@ -1990,6 +2134,8 @@ suite_client(void)
 	tcase_add_test(tc, test_connect_reads_the_hello_reply);
 	tcase_add_test(tc, test_replies_out_of_order_reach_their_tickets);
 	tcase_add_test(tc, test_blocking_call_queues_other_completions);
+	tcase_add_test(tc, test_corked_requests_wait_for_uncork_and_complete_in_order);
+	tcase_add_test(tc, test_poll_completions_takes_a_batch_and_keeps_the_rest_pollable);
 	tcase_add_test(tc, test_reply_with_bad_magic_is_eproto_and_breaks);
 	tcase_add_loop_test(tc, test_unparseable_replies_are_eproto, 0,
 	    (int)(sizeof(ct_bad_replies) / sizeof(ct_bad_replies[0])));
@@ -2005,6 +2151,7 @@ suite_client(void)
 	tcase_add_test(tc, test_error_right_after_hello_fails_the_connect);
 	tcase_add_test(tc, test_large_reply_arrives_whole);
 	tcase_add_test(tc, test_attach_sends_the_memfd_with_the_frame);
+	tcase_add_test(tc, test_corked_frames_keep_fds_with_their_own_frame);
 	tcase_add_test(tc, test_attach_larger_than_the_socket_buffer_goes_whole);
 	tcase_add_test(tc, test_attach_refuses_what_cannot_be_encoded);
 	tcase_add_test(tc, test_probe_and_admit_encode_and_decode_exactly);

@@ -1,23 +1,33 @@
 /*
  * Control-path benchmark: PROBE and ADMIT+RELEASE round trips per second
  * and their p50/p99 latency, over the Unix socket, through libl3kv, with
- * 1..N client connections (one process each, as engines are).
+ * 1..N client connections.
  *
- *   bench_control -s SOCK -p PAGES -c CONNS -t SECONDS -o probe|admit|admit-nb
+ *   bench_control -s SOCK -p PAGES -c CONNS -t SECONDS
+ *       -o probe|admit|admit-nb|admit-cork|rtt
  *
- * admit: ADMIT then a blocking RELEASE (two round trips). admit-nb: ADMIT
- * then RELEASE submitted without waiting, its completion drained on the
- * next poll, as an engine's scheduler does (about one round trip).
+ * probe: one PROBE. admit: ADMIT, then RELEASE of its lease once ADMIT
+ * answered, the next ADMIT once RELEASE answered (two round trips a
+ * pair). admit-nb: RELEASE is submitted when ADMIT answers and the next
+ * ADMIT right after it, without waiting for RELEASE, whose completion is
+ * drained on a later poll, as an engine's scheduler does (one round trip
+ * a pair; two sendmsg). admit-cork: the same two requests submitted
+ * between l3kv_cork() and l3kv_uncork(), so they leave in one sendmsg
+ * (one round trip, one write each way). rtt: RELEASE of a lease that does
+ * not exist, answered not_found: the round-trip floor of this machine,
+ * the daemon doing next to nothing. Every pair's ADMIT is a new request
+ * id over PAGES pages that all hit, and every lease is released.
  * A setup connection publishes PAGES pages first (every connection then
  * hits all of them). Like redis-benchmark, one process drives every
  * connection through the non-blocking API, one operation in flight per
- * connection. Prints: op pages conns ops/s keys/s p50_us p99_us.
+ * connection, from one epoll set (redis-benchmark's ae loop is epoll
+ * too) over the connections' l3kv_fd(). Prints: op pages conns ops/s keys/s p50_us p99_us; ops are
+ * pairs for the admit modes, keys/s is ops/s x PAGES.
  * tests/bench/control.sh runs it side by side with redis-benchmark.
  */
+#include <sys/epoll.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
 
-#include <poll.h>
 
 #include <errno.h>
 #include <stdio.h>
@@ -139,7 +149,6 @@ publish(struct l3kv *k, const uint8_t *h, uint32_t n)
 	free(pg);
 }
 
-/* One connection's loop; writes "count" and its sorted latencies to fd. */
 /* One connection of the closed loop: one request (or a pair) in flight. */
 struct bconn {
 	struct l3kv	*k;
@@ -163,6 +172,8 @@ bconn_start(struct bconn *b, const uint8_t *h, uint32_t pages, int mode)
 	b->phase = 0;
 	if (mode == 0) {
 		rc = l3kv_submit_probe(b->k, h, pages, &ticket);
+	} else if (mode == 4) {
+		rc = l3kv_submit_release(b->k, 0, &ticket);	/* no lease 0: not_found */
 	} else {
 		memset(&a, 0, sizeof(a));
 		a.request_id = ((uint64_t)b->idx << 40) | b->n;
@@ -178,9 +189,10 @@ bconn_start(struct bconn *b, const uint8_t *h, uint32_t pages, int mode)
 }
 
 /*
- * Handles one completion; returns 1 when an operation (PROBE, or
+ * Handles one completion; returns 1 when an operation (PROBE, rtt, or
  * ADMIT+RELEASE) finished. mode 1 waits for RELEASE before the next
- * ADMIT; mode 2 sends RELEASE and the next ADMIT together.
+ * ADMIT; modes 2 and 3 send RELEASE and the next ADMIT together (3
+ * corked: the caller uncorks after the next ADMIT).
  */
 static int
 bconn_complete(struct bconn *b, struct l3kv_completion *c, uint32_t pages, int mode)
@@ -189,6 +201,8 @@ bconn_complete(struct bconn *b, struct l3kv_completion *c, uint32_t pages, int m
 	uint64_t			ticket;
 	int				rc;
 
+	if (mode == 4)
+		return c->status == -ENOENT ? 1 : (die("rtt", c->status), 0);
 	if (c->status != 0)
 		die("request", c->status);
 	if (c->op == L3KV_OP_PROBE)
@@ -197,68 +211,100 @@ bconn_complete(struct bconn *b, struct l3kv_completion *c, uint32_t pages, int m
 		return mode == 1;
 	if ((rc = l3kv_admit_result(c, &ar)) != 0 || ar.admitted_pages != pages)
 		die("admit: short promise", rc != 0 ? rc : -EIO);
+	if (mode == 3)
+		l3kv_cork(b->k);
 	if ((rc = l3kv_submit_release(b->k, ar.lease, &ticket)) != 0)
 		die("submit release", rc);
 	b->phase = 1;
-	return mode == 2;
+	return mode >= 2;
+}
+
+/* Latencies of finished operations, in seconds. */
+struct lat {
+	double		*v;
+	size_t		 n;
+	size_t		 cap;
+};
+
+/*
+ * Takes every completion a connection has, up to 16 at a time, starting
+ * the next operation where one finished. Returns what ended the drain
+ * (-EAGAIN when all was taken).
+ */
+static int
+bconn_drain(struct bconn *b, const uint8_t *h, uint32_t pages, int mode, double end,
+    struct lat *lat)
+{
+	struct l3kv_completion	c[16];
+	double			t;
+	int			rc, j;
+
+	while ((rc = l3kv_poll_completions(b->k, c, 16)) > 0) {
+		for (j = 0; j < rc; j++) {
+			if (bconn_complete(b, &c[j], pages, mode)) {
+				t = now_s();
+				if (lat->n == lat->cap) {
+					lat->cap *= 2;
+					lat->v = realloc(lat->v, lat->cap * sizeof(double));
+				}
+				lat->v[lat->n++] = t - b->t0;
+				if (t < end)
+					bconn_start(b, h, pages, mode);
+				if (mode == 3 && l3kv_uncork(b->k) != 0)
+					die("uncork", -EIO);
+			}
+			l3kv_completion_release(&c[j]);
+		}
+	}
+	return rc;
 }
 
 static int
 run(const char *sock, uint32_t pages, unsigned conns, double seconds, int mode, double **lat,
     size_t *nlat)
 {
-	struct l3kv_completion	 c;
-	struct pollfd		 pfd[64];
+	struct epoll_event	 ev[64];
 	struct bconn		 b[64];
+	struct lat		 l;
 	uint8_t			*h = malloc((size_t)pages * L3KV_HASH_LEN);
-	double			 end, t;
-	size_t			 cap = 1 << 16;
+	double			 end;
 	unsigned		 i;
-	int			 rc;
+	int			 rc, n, ep;
 
 	make_hashes(h, pages);
-	*lat = malloc(cap * sizeof(double));
-	*nlat = 0;
+	if ((ep = epoll_create1(EPOLL_CLOEXEC)) < 0)
+		die("epoll", -errno);
+	l.cap = 1 << 16;
+	l.n = 0;
+	l.v = malloc(l.cap * sizeof(double));
 	for (i = 0; i < conns; i++) {
 		memset(&b[i], 0, sizeof(b[i]));
 		b[i].idx = i;
 		b[i].k = attach(sock, i, pages, &b[i].memfd);
+		memset(&ev[0], 0, sizeof(ev[0]));
+		ev[0].events = EPOLLIN;
+		ev[0].data.u32 = i;
+		if (epoll_ctl(ep, EPOLL_CTL_ADD, l3kv_fd(b[i].k), &ev[0]) != 0)
+			die("epoll_ctl", -errno);
 	}
 	end = now_s() + seconds;
 	for (i = 0; i < conns; i++)
 		bconn_start(&b[i], h, pages, mode);
 	while (now_s() < end) {
-		for (i = 0; i < conns; i++) {
-			pfd[i].fd = l3kv_fd(b[i].k);
-			pfd[i].events = POLLIN;
-		}
-		if (poll(pfd, conns, 1000) <= 0)
+		if ((n = epoll_wait(ep, ev, (int)conns, 1000)) <= 0)
 			continue;
-		for (i = 0; i < conns; i++) {
-			if (!(pfd[i].revents & POLLIN))
-				continue;
-			while ((rc = l3kv_poll_completion(b[i].k, &c)) == 0) {
-				if (bconn_complete(&b[i], &c, pages, mode)) {
-					t = now_s();
-					if (*nlat == cap) {
-						cap *= 2;
-						*lat = realloc(*lat, cap * sizeof(double));
-					}
-					(*lat)[(*nlat)++] = t - b[i].t0;
-					if (t < end)
-						bconn_start(&b[i], h, pages, mode);
-				}
-				l3kv_completion_release(&c);
-			}
-			if (rc != -EAGAIN)
+		for (i = 0; i < (unsigned)n; i++)
+			if ((rc = bconn_drain(&b[ev[i].data.u32], h, pages, mode, end, &l)) != -EAGAIN)
 				die("poll", rc);
-		}
 	}
 	for (i = 0; i < conns; i++) {
 		l3kv_close(b[i].k);
 		close(b[i].memfd);
 	}
+	close(ep);
 	free(h);
+	*lat = l.v;
+	*nlat = l.n;
 	return 0;
 }
 
@@ -283,12 +329,13 @@ main(int argc, char **argv)
 		case 'o': op = optarg; break;
 		default:
 			fprintf(stderr, "usage: bench_control -s SOCK -p PAGES -c CONNS -t SECONDS "
-			    "-o probe|admit|admit-nb\n");
+			    "-o probe|admit|admit-nb|admit-cork|rtt\n");
 			return 2;
 		}
 	}
 	mode = strcmp(op, "probe") == 0 ? 0 : strcmp(op, "admit") == 0 ? 1 :
-	    strcmp(op, "admit-nb") == 0 ? 2 : -1;
+	    strcmp(op, "admit-nb") == 0 ? 2 : strcmp(op, "admit-cork") == 0 ? 3 :
+	    strcmp(op, "rtt") == 0 ? 4 : -1;
 	if (sock == NULL || conns == 0 || conns > 64 || pages == 0 || mode < 0)
 		return 2;
 	k = attach(sock, 999, pages, &memfd);

@@ -44,15 +44,19 @@ l3kv_run() {	# op pages conns -> "ops p50 p99" (median of runs by ops)
 	done | sort -g | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}'
 }
 
-printf '%-6s %5s %5s | %12s %12s %8s %8s | %12s %12s | %6s\n' op pages conns \
+# rtt (64 pages only: it sends none) is the round-trip floor: a RELEASE of
+# no lease, answered not_found. Ops of the admit modes are ADMIT+RELEASE pairs.
+printf '%-10s %5s %5s | %12s %12s %8s %8s | %12s %12s | %6s\n' op pages conns \
 	"l3kv req/s" "keys/s" "p50 us" "p99 us" "redis req/s" "keys/s" ratio
 for pages in 64 1024 4096; do
 	for conns in 1 8; do
 		rr=$(redis_rps "$pages" "$conns")
-		for op in probe admit admit-nb; do
+		ops_list="probe admit admit-nb admit-cork"
+		[ "$pages" = 64 ] && ops_list="rtt $ops_list"
+		for op in $ops_list; do
 			read -r ops p50 p99 < <(l3kv_run "$op" "$pages" "$conns")
 			ratio=$(awk -v a="$ops" -v b="$rr" 'BEGIN {printf "%.2f", a / b}')
-			printf '%-6s %5s %5s | %12.0f %12.0f %8s %8s | %12.0f %12.0f | %6s\n' "$op" \
+			printf '%-10s %5s %5s | %12.0f %12.0f %8s %8s | %12.0f %12.0f | %6s\n' "$op" \
 				"$pages" "$conns" "$ops" "$(awk -v a="$ops" -v p="$pages" 'BEGIN {print a*p}')" \
 				"$p50" "$p99" "$rr" "$(awk -v a="$rr" -v p="$pages" 'BEGIN {print a*p}')" "$ratio"
 		done
