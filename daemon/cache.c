@@ -55,15 +55,20 @@ cache_region_of_pool(const struct session *sess, unsigned pool)
 	return -1;
 }
 
+/* One object held in DRAM or, where its pool allows, in the file tier; no side effects. */
 static int
 cache_has(struct server *s, const struct session *sess, unsigned pool, const uint8_t *hashes,
     uint32_t page)
 {
 	struct dram_key	k;
+	uint64_t	len;
 	uint32_t	id;
 
 	cache_key(sess, pool, hashes + (size_t)page * PROTO_HASH_LEN, &k);
-	return dram_lookup(s->dram, &k, &id) == 0;
+	if (dram_lookup(s->dram, &k, &id) == 0)
+		return 1;
+	return cache_file_ok(s, sess, pool) && filetier_lookup(s->file, &k, &id, &len) == 0 &&
+	    len == sess->ns->pools[pool].object_bytes;
 }
 
 /*
@@ -180,19 +185,19 @@ cache_hashes_ok(const struct session *sess, const uint8_t *hashes, uint32_t n, c
 #define CACHE_BATCH	64
 
 /*
- * Whether the session's objects may come from the file tier: kv-only
- * layouts (one KV pool) whose objects are whole 4 KiB blocks, so that a
- * DRAM object can take an O_DIRECT read (dram.c aligns those). Hybrid
- * layouts stay DRAM-only: their stop points would need every sidecar and
- * checkpoint staged too (not done yet).
+ * Whether a pool's objects may come from the file tier: KV pages, sidecar
+ * pages and checkpoints alike, when they are whole 4 KiB blocks, so that
+ * a DRAM object can take an O_DIRECT read (dram.c aligns those). Other
+ * pools are served from DRAM only (their files are written all the same);
+ * in a hybrid layout a stop point that needs one of their objects outside
+ * DRAM is then simply not a stop point.
  */
 int
-cache_file_ok(const struct server *s, const struct session *sess)
+cache_file_ok(const struct server *s, const struct session *sess, unsigned pool)
 {
-	const struct proto_pool	*p = &sess->ns->pools[0];
+	const struct proto_pool	*p = &sess->ns->pools[pool];
 
-	return s->file != NULL && sess->ns->layout.npools == 1 && p->kind == PROTO_POOL_KV &&
-	    p->object_bytes > 0 && p->object_bytes % 4096 == 0 &&
+	return s->file != NULL && p->object_bytes > 0 && p->object_bytes % 4096 == 0 &&
 	    p->object_bytes <= FILETIER_OBJ_MAX;
 }
 
@@ -205,7 +210,7 @@ cache_rank_hits_file(struct server *s, const struct session *sess, unsigned pool
 	uint64_t	len;
 	uint32_t	id, p;
 
-	if (!cache_file_ok(s, sess))
+	if (!cache_file_ok(s, sess, pool))
 		return from;
 	for (p = from; p < n; p++) {
 		cache_key(sess, pool, hashes + (size_t)p * PROTO_HASH_LEN, &k);

@@ -268,7 +268,7 @@ uint32_t cache_group_hits(struct server *, const struct session *, unsigned pool
 	    const uint8_t *hashes, uint32_t n);
 int	 cache_pool_of(const struct session *, unsigned kind);
 int	 cache_is_hybrid(const struct session *);
-int	 cache_file_ok(const struct server *, const struct session *);
+int	 cache_file_ok(const struct server *, const struct session *, unsigned pool);
 int	 cache_region_of_pool(const struct session *, unsigned pool);
 uint32_t cache_group_stops(struct server *, struct session *const *ranks, unsigned nranks,
 	    const uint8_t *hashes, uint32_t n, uint8_t *legal);

@@ -438,7 +438,7 @@ lease_stage_one(struct server *s, struct lease *l, const struct dram_key *k,
 	uint8_t			*buf;
 	int			 rc;
 
-	if (!cache_file_ok(s, l->sess))
+	if (!cache_file_ok(s, l->sess, o->pool))
 		return -ENOENT;
 	if (filetier_lookup(s->file, k, &fid, &len) != 0 ||
 	    len != l->sess->ns->pools[o->pool].object_bytes)
@@ -501,8 +501,7 @@ lease_pin_one(struct server *s, struct lease *l, const struct admission *a, unsi
 		l->nobjs++;
 		return 0;
 	}
-	if (!cache_file_ok(s, l->sess))
-		fatalx("lease", "admitted object vanished before its pin");
+	/* Gone only where staging an earlier object evicted it: the promise stops. */
 	if (lease_stage_one(s, l, &k, o) != 0)
 		return -ENOENT;
 	l->nobjs++;
@@ -521,19 +520,21 @@ lease_new(struct server *s, struct admission *a, uint16_t r, uint32_t n, const u
 {
 	struct session	*sess = a->ranks[r].sess;
 	struct lease	*l;
-	uint32_t	 i, max = 0, from;
+	uint32_t	 i, max = 0, from, want = n;
 	unsigned	 p;
+	int		 hybrid = cache_is_hybrid(sess);
 
 	for (p = 0; p < sess->ns->layout.npools; p++)
 		max += sess->ns->pools[p].kind == PROTO_POOL_STATE ? 1 : n;
 	if ((l = lease_alloc(s, max)) == NULL)
 		return NULL;
 	l->sess = sess;
-	for (p = 0; p < sess->ns->layout.npools; p++) {
+	for (p = 0; p < sess->ns->layout.npools && (!hybrid || n == want); p++) {
 		const struct proto_pool *pl = &sess->ns->pools[p];
 
 		if (pl->kind == PROTO_POOL_STATE) {
-			lease_pin_one(s, l, a, p, n - 1);
+			if (lease_pin_one(s, l, a, p, n - 1) != 0)
+				n = 0;
 			continue;
 		}
 		from = pl->kind == PROTO_POOL_SIDECAR && pl->hit_policy == PROTO_HIT_TRAILING &&
@@ -552,6 +553,18 @@ lease_new(struct server *s, struct admission *a, uint16_t r, uint32_t n, const u
 		}
 		if (i < n)
 			n = i;
+	}
+	if (hybrid && n < want) {
+		/*
+		 * Only the stop point itself is legal, and an object of it could
+		 * not be staged (DRAM full, or a file gone): this rank promises
+		 * nothing, and so the group declines (admit_answer takes the
+		 * shortest lease).
+		 */
+		for (i = 0; i < l->nobjs; i++)
+			lease_obj_release(s, l, &l->objs[i]);
+		l->nobjs = 0;
+		n = 0;
 	}
 	l->slot = PROTO_SLOT_NONE;
 	if (sess->slot_region >= 0 && cache_pool_of(sess, PROTO_POOL_STATE) >= 0) {

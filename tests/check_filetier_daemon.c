@@ -942,6 +942,295 @@ START_TEST(test_full_filesystem_fails_writes_and_restores_go_on)
 }
 END_TEST
 
+/*
+ * Hybrid layouts: a KV pool, 4 KiB checkpoints in state slots and a
+ * trailing_pages(2) sidecar of 4 KiB pages, each object its own file.
+ */
+#define HY_KV		0
+#define HY_STATE	1
+#define HY_SIDE		2
+#define HY_SLOTS	4
+#define HY_TRAIL	2
+#define HY_STATE_SALT	50000	/* checkpoint bytes: page_bytes(prefix + salt, len) */
+#define HY_SIDE_SALT	90000
+
+struct hyrank {
+	struct l3kv		*k;
+	int			 fd[3];
+	uint8_t			*mem[3];
+	size_t			 len[3];
+	struct l3kv_pool	 pools[3];
+	struct l3kv_region	 regions[3];
+	struct l3kv_attach_args	 args;
+	uint32_t		 live[1];
+};
+
+static void
+hy_map(struct hyrank *h, int i, uint32_t pages)
+{
+	h->len[i] = (size_t)pages * PAGE_BYTES;
+	h->fd[i] = memfd_create("l3kv-hybrid", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	ck_assert_int_ge(h->fd[i], 0);
+	ck_assert_int_eq(ftruncate(h->fd[i], (off_t)h->len[i]), 0);
+	h->mem[i] = mmap(NULL, h->len[i], PROT_READ | PROT_WRITE, MAP_SHARED, h->fd[i], 0);
+	ck_assert(h->mem[i] != MAP_FAILED);
+}
+
+/* One rank (group of one, MHA) with its three regions; state slot 0 is live. */
+static void
+hy_attach(struct hyrank *h)
+{
+	memset(h, 0, sizeof(*h));
+	hy_map(h, HY_KV, PAGES);
+	hy_map(h, HY_STATE, HY_SLOTS);
+	hy_map(h, HY_SIDE, PAGES);
+	h->pools[HY_KV] = (struct l3kv_pool){ "kv", L3KV_POOL_KV, L3KV_HIT_ALL_PAGES, 0, LAYERS,
+	    PAGE_BYTES, "kv:128:fp8_e4m3" };
+	h->pools[HY_STATE] = (struct l3kv_pool){ "state", L3KV_POOL_STATE, L3KV_HIT_ALL_PAGES, 0, 1,
+	    PAGE_BYTES, "conv:4096" };
+	h->pools[HY_SIDE] = (struct l3kv_pool){ "swa", L3KV_POOL_SIDECAR, L3KV_HIT_TRAILING,
+	    HY_TRAIL, 1, PAGE_BYTES, "swa:512" };
+	h->regions[HY_KV] = (struct l3kv_region){ .pool = HY_KV, .kind = L3KV_MEM_MEMFD,
+	    .layout = L3KV_LAYOUT_PAGE_FIRST, .fd = h->fd[HY_KV], .size = h->len[HY_KV],
+	    .num_pages = PAGES, .page_tokens = PAGE_TOKENS, .layers = LAYERS,
+	    .token_bytes = TOKEN_BYTES, .page_stride = PAGE_BYTES, .layer_stride = TOKEN_BYTES,
+	    .token_stride = LAYERS * TOKEN_BYTES };
+	h->regions[HY_STATE] = (struct l3kv_region){ .pool = HY_STATE, .kind = L3KV_MEM_MEMFD,
+	    .layout = L3KV_LAYOUT_SLOTS, .fd = h->fd[HY_STATE], .size = h->len[HY_STATE],
+	    .num_pages = HY_SLOTS, .page_tokens = 1, .layers = 1, .token_bytes = PAGE_BYTES,
+	    .page_stride = PAGE_BYTES };
+	h->regions[HY_SIDE] = (struct l3kv_region){ .pool = HY_SIDE, .kind = L3KV_MEM_MEMFD,
+	    .layout = L3KV_LAYOUT_PAGE_FIRST, .fd = h->fd[HY_SIDE], .size = h->len[HY_SIDE],
+	    .num_pages = PAGES, .page_tokens = PAGE_TOKENS, .layers = 1,
+	    .token_bytes = PAGE_BYTES / PAGE_TOKENS, .page_stride = PAGE_BYTES,
+	    .layer_stride = PAGE_BYTES / PAGE_TOKENS, .token_stride = PAGE_BYTES / PAGE_TOKENS };
+	h->live[0] = 0;
+	h->args.layout = (struct l3kv_layout){ .model = "ft-hybrid", .kv_dtype = "fp8_e4m3",
+	    .hash_scheme = "sha256", .hash_len = 32, .tp_size = 1, .dcp_size = 1,
+	    .pp_size = 1, .cp_size = 1, .host_layout = L3KV_LAYOUT_PAGE_FIRST,
+	    .attention = L3KV_ATTN_MHA, .page_tokens = PAGE_TOKENS,
+	    .logical_page_tokens = PAGE_TOKENS };
+	h->args.pools = h->pools;
+	h->args.npools = 3;
+	h->args.regions = h->regions;
+	h->args.nregions = 3;
+	h->args.live_slots = h->live;
+	h->args.nlive = 1;
+	h->args.group = "ft-hybrid";
+	h->args.group_size = 1;
+	h->args.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
+	h->args.write = L3KV_WRITE_THROUGH;
+	ck_assert_int_eq(l3kv_connect(td.sock, 5000, &h->k), 0);
+	ck_assert_msg(l3kv_attach(h->k, &h->args, NULL) == 0, "attach: %s", l3kv_last_error(h->k));
+	ck_assert_int_eq(stat_wait("file", "scanning", 0), 0);
+}
+
+static void
+hy_fini(struct hyrank *h)
+{
+	int	i;
+
+	l3kv_close(h->k);
+	for (i = 0; i < 3; i++) {
+		munmap(h->mem[i], h->len[i]);
+		close(h->fd[i]);
+	}
+}
+
+/* Publishes one object of a pool from slot/page src of its region, under page `page`'s hash. */
+static void
+hy_publish(struct hyrank *h, unsigned region, uint32_t src, uint32_t prefix, uint32_t salt,
+    uint32_t page, uint32_t what)
+{
+	struct l3kv_publish_result	res;
+	struct l3kv_publish_page	pg;
+
+	memset(&pg, 0, sizeof(pg));
+	page_bytes(prefix + salt, what, h->mem[region] + (size_t)src * PAGE_BYTES);
+	page_hash(prefix, page, pg.hash);
+	pg.src_page = src;
+	ck_assert_msg(l3kv_publish(h->k, region, &pg, 1, &res) == 0, "publish: %s",
+	    l3kv_last_error(h->k));
+	ck_assert_uint_eq(res.stored + res.present, 1);
+}
+
+/* KV and sidecar pages 0..n-1 and checkpoints at the given lengths, all written to files. */
+static void
+hy_publish_prefix(struct hyrank *h, uint32_t prefix, uint32_t n, const uint32_t *stops,
+    unsigned nstops)
+{
+	uint32_t	i;
+
+	for (i = 0; i < n; i++) {
+		hy_publish(h, HY_KV, i, prefix, 0, i, i);
+		hy_publish(h, HY_SIDE, i, prefix, HY_SIDE_SALT, i, i);
+	}
+	for (i = 0; i < nstops; i++)
+		hy_publish(h, HY_STATE, 3, prefix, HY_STATE_SALT, stops[i] - 1, stops[i]);
+	ck_assert_int_eq(stat_wait("file", "writes_inflight", 0), 0);
+}
+
+/* DEBUG-drops whatever DRAM holds of the prefix's objects: its files are all that is left. */
+static void
+hy_drop_dram(struct hyrank *h, uint32_t prefix, uint32_t n)
+{
+	uint8_t		hash[L3KV_HASH_LEN];
+	uint32_t	i;
+	unsigned	pool;
+
+	for (i = 0; i < n; i++) {
+		page_hash(prefix, i, hash);
+		for (pool = 0; pool < 3; pool++)
+			(void)l3kv_debug(h->k, L3KV_DEBUG_DROP, pool, hash);	/* -ENOENT: not there */
+	}
+	ck_assert_int_eq(stat_of("dram", "objects"), 0);
+}
+
+static int
+hy_is(const struct hyrank *h, unsigned region, uint32_t slot, uint32_t prefix, uint32_t salt,
+    uint32_t what)
+{
+	uint8_t	want[PAGE_BYTES];
+
+	page_bytes(prefix + salt, what, want);
+	return memcmp(h->mem[region] + (size_t)slot * PAGE_BYTES, want, PAGE_BYTES) == 0;
+}
+
+static int
+hy_untouched(const struct hyrank *h, unsigned region, uint32_t from, uint32_t n)
+{
+	size_t	i;
+
+	for (i = (size_t)from * PAGE_BYTES; i < (size_t)(from + n) * PAGE_BYTES; i++)
+		if (h->mem[region][i] != 0xee)
+			return 0;
+	return 1;
+}
+
+/*
+ * ADMITs n pages with canonical slot 1 and RESTOREs them into pages
+ * 0..n-1: returns the restore's result; on success checks every byte
+ * (KV pages, the trailing sidecar pages, the checkpoint at n in slot 1),
+ * and in every case that nothing else was written.
+ */
+static int
+hy_restore(struct hyrank *h, uint64_t req, uint32_t prefix, uint32_t ask, uint32_t n)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_state_dest		sd = { HY_STATE, 1 };
+	struct l3kv_admit_result	a;
+	struct l3kv_admit_args		aa;
+	uint8_t				*hs = hashes_of(prefix, ask);
+	uint32_t			dst[PAGES], i;
+	int				rc;
+
+	memset(&aa, 0, sizeof(aa));
+	aa.request_id = req;
+	aa.hashes = hs;
+	aa.npages = ask;
+	aa.reserved_pages = ask;
+	aa.state_slot = 1;
+	ck_assert_int_eq(l3kv_admit(h->k, &aa, &a), 0);
+	free(hs);
+	ck_assert_int_eq(a.decline, L3KV_DECLINE_NONE);
+	ck_assert_uint_eq(a.admitted_pages, n);
+	for (i = 0; i < 3; i++)
+		memset(h->mem[i], 0xee, h->len[i]);
+	for (i = 0; i < n; i++)
+		dst[i] = i;
+	rc = l3kv_restore_state(h->k, a.lease, HY_KV, dst, n, &sd, 10000, &res);
+	if (rc == 0) {
+		ck_assert_uint_eq(res.pages, n);
+		for (i = 0; i < n; i++)
+			ck_assert_msg(hy_is(h, HY_KV, i, prefix, 0, i), "kv page %u", i);
+		for (i = n - HY_TRAIL; i < n; i++)
+			ck_assert_msg(hy_is(h, HY_SIDE, i, prefix, HY_SIDE_SALT, i), "sidecar page %u", i);
+		ck_assert(hy_untouched(h, HY_SIDE, 0, n - HY_TRAIL));
+		ck_assert(hy_is(h, HY_STATE, 1, prefix, HY_STATE_SALT, n));
+	} else {
+		/* Nothing of a failed restore lands anywhere. */
+		ck_assert(hy_untouched(h, HY_KV, 0, PAGES));
+		ck_assert(hy_untouched(h, HY_SIDE, 0, PAGES));
+		ck_assert(hy_untouched(h, HY_STATE, 1, 1));
+	}
+	ck_assert(hy_untouched(h, HY_KV, n, PAGES - n));
+	ck_assert(hy_untouched(h, HY_STATE, 0, 1));		/* the live slot */
+	ck_assert(hy_untouched(h, HY_STATE, 2, HY_SLOTS - 2));
+	ck_assert_int_eq(l3kv_release(h->k, a.lease), 0);
+	return rc;
+}
+
+static uint32_t
+hy_probe(struct hyrank *h, uint32_t prefix, uint32_t n, uint32_t *stops, uint32_t *nstops)
+{
+	uint8_t		*hs = hashes_of(prefix, n);
+	uint32_t	 hit = 0;
+
+	ck_assert_int_eq(l3kv_probe_stops(h->k, hs, n, &hit, stops, n, nstops), 0);
+	free(hs);
+	return hit;
+}
+
+/*
+ * A hybrid prefix out of DRAM restores from its files: every KV page, the
+ * sidecar pages its policy needs and the checkpoint, all or nothing. A
+ * checkpoint whose file went missing fails the restore as lost with no
+ * byte written, and the earlier stop point still restores.
+ */
+START_TEST(test_hybrid_prefix_restores_from_files_all_or_nothing)
+{
+	static const uint32_t	stops_in[2] = { 4, 8 };
+	struct hyrank		h;
+	uint32_t		stops[8], nstops = 0;
+	uint8_t			hash[L3KV_HASH_LEN];
+	char			kvfile[PATH_MAX], nsdir[PATH_MAX], path[PATH_MAX + 128];
+	long long		reads;
+	unsigned		j;
+
+	hy_attach(&h);
+	hy_publish_prefix(&h, 30, 8, stops_in, 2);
+	ck_assert_int_eq(stat_of("file", "objects"), 8 + 8 + 2);
+	hy_drop_dram(&h, 30, 8);
+	ck_assert_uint_eq(hy_probe(&h, 30, 8, stops, &nstops), 8);
+	ck_assert_uint_eq(nstops, 2);
+	ck_assert_uint_eq(stops[0], 4);
+	ck_assert_uint_eq(stops[1], 8);
+	ck_assert_int_eq(stat_of("file", "reads"), 0);		/* PROBE read nothing */
+	ck_assert_int_eq(hy_restore(&h, 1, 30, 8, 8), 0);
+	/* 8 KV pages, the last 2 sidecar pages, 1 checkpoint. */
+	ck_assert_int_eq(stat_of("file", "reads"), 8 + HY_TRAIL + 1);
+
+	/* A fresh daemon finds them by its scan and restores them from the files. */
+	hy_fini(&h);
+	assert_idle();
+	stop_daemon();
+	start_daemon();
+	hy_attach(&h);
+	ck_assert_int_eq(stat_of("dram", "objects"), 0);
+	ck_assert_uint_eq(hy_probe(&h, 30, 8, stops, &nstops), 8);
+	ck_assert_int_eq(hy_restore(&h, 1, 30, 8, 8), 0);
+	ck_assert_int_eq(stat_of("file", "reads"), 8 + HY_TRAIL + 1);
+
+	/* The checkpoint at 8 loses its file after the scan: all or nothing. */
+	hy_drop_dram(&h, 30, 8);
+	obj_path(root, 30, 0, kvfile, sizeof(kvfile));
+	ns_dir_of(kvfile, nsdir, sizeof(nsdir));
+	page_hash(30, 7, hash);
+	snprintf(path, sizeof(path), "%s/%02x-0000/%02x/", nsdir, HY_STATE, hash[0]);
+	for (j = 0; j < L3KV_HASH_LEN; j++)
+		snprintf(path + strlen(path), 3, "%02x", hash[j]);
+	strcat(path, ".obj");
+	ck_assert_int_eq(unlink(path), 0);
+	reads = stat_of("file", "read_failures");
+	ck_assert_int_eq(hy_restore(&h, 2, 30, 8, 8), -ENODATA);
+	ck_assert_int_eq(stat_of("file", "read_failures"), reads + 1);
+	ck_assert_uint_eq(hy_probe(&h, 30, 8, stops, &nstops), 4);
+	ck_assert_uint_eq(nstops, 1);
+	ck_assert_int_eq(hy_restore(&h, 3, 30, 8, 4), 0);
+	hy_fini(&h);
+}
+END_TEST
+
 START_TEST(test_no_path_means_no_file_tier)
 {
 	struct test_daemon	d;
@@ -996,6 +1285,11 @@ suite_filetier_daemon(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_full_filesystem_fails_writes_and_restores_go_on);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("hybrid");
+	tcase_set_timeout(tc, 60);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_hybrid_prefix_restores_from_files_all_or_nothing);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("off");
 	tcase_add_test(tc, test_no_path_means_no_file_tier);
