@@ -603,6 +603,7 @@ struct filetier_params {
 	unsigned	 tmp_stale_s;	/* a scan removes temp files older than this */
 	int		 direct;	/* O_DIRECT reads where the filesystem takes them */
 	int		 io_uring;	/* 0: readers use preadv (also the fallback) */
+	unsigned	 fd_cache;	/* open descriptors kept for small objects; 0: none */
 	unsigned	 scan_delay_ms;	/* testing: a scan pauses before each directory */
 };
 enum filetier_job_kind {

@@ -1306,6 +1306,103 @@ START_TEST(test_drop_takes_the_object_and_its_file_away)
 }
 END_TEST
 
+/* Descriptors this process holds on files that no longer have a name (check's own too). */
+static int
+held_deleted(void)
+{
+	DIR		*d = opendir("/proc/self/fd");
+	struct dirent	*de;
+	char		 link[PATH_MAX + 32], target[PATH_MAX];
+	ssize_t		 n;
+	int		 held = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((de = readdir(d)) != NULL) {
+		snprintf(link, sizeof(link), "/proc/self/fd/%s", de->d_name);
+		if ((n = readlink(link, target, sizeof(target) - 1)) <= 0)
+			continue;
+		target[n] = '\0';
+		held += strstr(target, " (deleted)") != NULL;
+	}
+	closedir(d);
+	return held;
+}
+
+/* A file renamed over the object's: all zeros, no header. */
+static void
+do_replace_by_rename(const char *path)
+{
+	char	tmp[PATH_MAX + 8];
+	int	fd;
+
+	snprintf(tmp, sizeof(tmp), "%s.new", path);
+	ck_assert_int_ge(fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640), 0);
+	ck_assert_int_eq(ftruncate(fd, FILETIER_HDR + 40000), 0);
+	close(fd);
+	ck_assert_int_eq(rename(tmp, path), 0);
+}
+
+/*
+ * Object 0 is read twice (the second time through the open-file cache),
+ * then damaged: the next read fails with want, as a first read would,
+ * and no descriptor keeps the old file.
+ */
+static void
+damaged_after_read(void (*damage)(const char *path), int want)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier		*ft = ft_open(base, NULL, NULL);
+	char			 path[PATH_MAX];
+	int			 held = held_deleted();
+
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 0, 40000), 0);
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 0), 0);
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 0), 0);
+	obj_path(NS_A, fp_a, 0, path, sizeof(path));
+	damage(path);
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 0), want);
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 0), -ENOENT);
+	ck_assert(!file_exists(path));
+	ck_assert_int_eq(held_deleted(), held);
+	check_idle(ft);
+	filetier_free(ft);
+	event_base_free(base);
+	test_rmtree(tdir);
+	ck_assert_int_eq(mkdir(tdir, 0700), 0);
+}
+
+START_TEST(test_cached_descriptor_never_outlives_its_file)
+{
+	damaged_after_read(do_unlink, -ENOENT);
+	damaged_after_read(do_replace_by_rename, -EUCLEAN);
+	damaged_after_read(do_symlink, -ELOOP);
+	damaged_after_read(do_truncate, -ENODATA);
+	damaged_after_read(do_flip_payload, -EBADMSG);
+}
+END_TEST
+
+/* The tier's own unlinks (drop, eviction) close a cached descriptor first. */
+START_TEST(test_dropped_object_leaves_no_cached_descriptor)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier		*ft = ft_open(base, NULL, NULL);
+	struct dram_key		 k;
+	uint32_t		 id;
+	int			 held = held_deleted();
+
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 0, 3000), 0);
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 0), 0);
+	key_of(&k, fp_a, 0);
+	ck_assert_int_eq(filetier_lookup(ft, &k, &id, NULL), 0);
+	filetier_drop(ft, id);
+	loop_drain(base, ft);
+	ck_assert_int_eq(held_deleted(), held);
+	check_idle(ft);
+	filetier_free(ft);
+	event_base_free(base);
+}
+END_TEST
+
 Suite *
 suite_filetier(void)
 {
@@ -1338,6 +1435,8 @@ suite_filetier(void)
 	tcase_add_test(tc, test_cancelled_reads_end_cancelled_and_unpinned);
 	tcase_add_test(tc, test_free_with_jobs_in_flight_leaks_nothing);
 	tcase_add_test(tc, test_drop_takes_the_object_and_its_file_away);
+	tcase_add_test(tc, test_cached_descriptor_never_outlives_its_file);
+	tcase_add_test(tc, test_dropped_object_leaves_no_cached_descriptor);
 	suite_add_tcase(s, tc);
 	return s;
 }

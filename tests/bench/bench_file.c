@@ -10,19 +10,26 @@
  * files by name must. Also: the startup scan of many small objects, its
  * time and its memory.
  *
- *   bench_file -d DIR [-s SIZES] [-t MIB] [-r RUNS] [-R READERS] [-q DEPTH] [-b]
+ *   bench_file -d DIR [-s SIZES] [-t MIB] [-r RUNS] [-R READERS] [-q DEPTH] [-F FDS] [-b]
+ *   bench_file -d DIR --gpu [-s SIZES] [-t MIB] [-r RUNS] [-R READERS] [-q DEPTH] [-F FDS]
  *   bench_file -d DIR -S OBJECTS [-l LEN] [-T SCAN_THREADS]
  *
  * -s sizes in KiB, comma separated (default 2304,256,36: MLA FP8 pages of
  * 61 layers, mid-size pages, 64-token MLA pages); -t MiB of payload per
  * size (default 1024); -b adds buffered runs (both sides through the page
- * cache). DIR must be on the filesystem to measure; the benchmark's files
- * are removed at the end.
+ * cache); -F sets the tier's open-file cache (entries, 0 for none; the
+ * default is the tier's). --gpu restores into GPU memory: reads land in
+ * staging registered with CUDA, and each batch of reads is copied to the
+ * device (H2D) while the next batch is read; the raw loop does the same
+ * with the same copies. Without a CUDA device it says so and exits 0.
+ * DIR must be on the filesystem to measure; the benchmark's files are
+ * removed at the end.
  */
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -37,6 +44,7 @@
 #include <liburing.h>
 
 #include "daemon.h"
+#include "kernels.h"
 
 #define KIB		1024ULL
 #define MIB		(1024ULL * 1024)
@@ -83,6 +91,19 @@ bench_path(const char *root, const struct dram_key *k, char *buf, size_t len)
 	    k->hash[0], hex);
 }
 
+/* CPU seconds of this process so far, all its threads (the tier's readers, io-wq workers). */
+static double
+bench_cpu(void)
+{
+	struct rusage	ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	    (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+static double	bench_raw_cpu;		/* CPU seconds of bench_raw_preopened's timed reads */
+
 static int
 bench_drop_caches(void)
 {
@@ -128,6 +149,23 @@ bench_status_kib(const char *field)
 }
 
 static unsigned	bench_scan_threads;	/* 0: the default */
+static long	bench_fd_cache = -1;	/* -F: the tier's open-file cache; -1: its default */
+
+/* Descriptors open now: the raw loop's windows leave room for the tier's cache. */
+static long
+bench_fds_open(void)
+{
+	DIR		*d = opendir("/proc/self/fd");
+	struct dirent	*de;
+	long		 n = 0;
+
+	if (d == NULL)
+		return 64;
+	while ((de = readdir(d)) != NULL)
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
 
 static struct filetier *
 bench_tier(struct event_base *base, const char *root, unsigned readers, unsigned depth,
@@ -144,6 +182,8 @@ bench_tier(struct event_base *base, const char *root, unsigned readers, unsigned
 	p.read_depth = depth;
 	p.writers = 4;
 	p.direct = direct;
+	if (bench_fd_cache >= 0)
+		p.fd_cache = (unsigned)bench_fd_cache;
 	if (bench_scan_threads > 0)
 		p.scan_threads = bench_scan_threads;
 	if (filetier_new(base, &p, &ft, err, sizeof(err)) != 0 ||
@@ -377,26 +417,187 @@ bench_close_all(int *fds, uint64_t n)
 }
 
 /*
+ * --gpu: restores into device memory. The staging holds two batches of
+ * `inflight` payloads back to back and is registered with CUDA; batch b
+ * is read into half b % 2 while batch b - 1 is copied to the device by
+ * one cudaMemcpy of its payloads (kernels_copy). The raw loop reads the
+ * same files into the same places (header into scratch, payload into the
+ * staging, as the tier reads them) and makes the same copies.
+ */
+struct bench_gpu {
+	uint8_t		*stage;		/* 2 * inflight * cap, registered */
+	uint8_t		*hdrs;		/* raw loop: 2 * inflight headers */
+	void		*dev;		/* inflight * cap of device memory */
+	uint64_t	 cap;		/* FILETIER_READ_SIZE(len) */
+	unsigned	 inflight;
+};
+
+static void
+bench_gpu_copy(struct bench_gpu *g, unsigned half, uint64_t cnt)
+{
+	char	err[256];
+	int	rc;
+
+	rc = kernels_copy(g->dev, g->stage + (size_t)half * g->inflight * g->cap, cnt * g->cap, err,
+	    sizeof(err));
+	if (rc != 0) {
+		fprintf(stderr, "bench_file: kernels_copy: %s\n", err);
+		exit(1);
+	}
+}
+
+/* One half of the staging: reads of its batch still out. */
+struct bench_ghalf {
+	uint64_t	left;
+	int		failed;
+};
+
+static void
+bench_gpu_read_done(struct filetier_job *job)
+{
+	struct bench_ghalf	*h = job->arg;
+
+	h->left--;
+	if (job->status != 0) {
+		fprintf(stderr, "bench_file: read failed: %s\n", filetier_strerror(job->status));
+		h->failed++;
+	}
+}
+
+static double
+bench_tier_read_gpu(struct event_base *base, struct filetier *ft, unsigned pool, uint64_t n,
+    struct bench_gpu *g)
+{
+	struct bench_ghalf	 h[2] = { { 0, 0 }, { 0, 0 } };
+	struct dram_key		 k;
+	uint64_t		 first, cnt = 0, prev = 0, i;
+	unsigned		 b, half;
+	double			 t0 = bench_now(), t;
+	int			 rc;
+
+	for (first = 0, b = 0; first < n; first += cnt, b++) {
+		half = b % 2;
+		cnt = n - first < g->inflight ? n - first : g->inflight;
+		h[half].left = cnt;
+		for (i = 0; i < cnt; i++) {
+			bench_key(&k, pool, first + i);
+			rc = filetier_read(ft, &k, g->stage + ((size_t)half * g->inflight + i) * g->cap,
+			    g->cap, bench_gpu_read_done, &h[half], NULL);
+			if (rc != 0) {
+				fprintf(stderr, "bench_file: read: %s\n", strerror(-rc));
+				exit(1);
+			}
+		}
+		if (b > 0) {
+			while (h[!half].left > 0)
+				event_base_loop(base, EVLOOP_ONCE);
+			bench_gpu_copy(g, !half, prev);
+		}
+		prev = cnt;
+	}
+	half = (b - 1) % 2;
+	while (h[half].left > 0)
+		event_base_loop(base, EVLOOP_ONCE);
+	bench_gpu_copy(g, half, prev);
+	t = bench_now() - t0;
+	if (h[0].failed + h[1].failed > 0)
+		exit(1);
+	return t;
+}
+
+/*
+ * The raw loop with the same batches and copies, over files opened before
+ * the clock. As many reads in flight as the tier has (its queue holds the
+ * rest): the next batch's reads go out as the current one's complete.
+ */
+static double
+bench_raw_read_gpu(uint64_t n, uint64_t len, struct bench_gpu *g, const int *fds)
+{
+	struct io_uring		 ring;
+	struct io_uring_cqe	*cqe;
+	struct io_uring_sqe	*sqe;
+	struct iovec		*iov;
+	uint64_t		 done[2] = { 0, 0 }, next = 0, cnt, limit, b;
+	unsigned		 half, slot, now = 0;
+	double			 t0, t;
+	int			 rc;
+
+	if ((rc = io_uring_queue_init(g->inflight, &ring, 0)) != 0) {
+		fprintf(stderr, "bench_file: io_uring_queue_init: %s\n", strerror(-rc));
+		exit(1);
+	}
+	if ((iov = calloc(4 * (size_t)g->inflight, sizeof(*iov))) == NULL)
+		exit(1);
+	t0 = bench_now();
+	for (b = 0; b * g->inflight < n; b++) {
+		half = b % 2;
+		cnt = n - b * g->inflight < g->inflight ? n - b * g->inflight : g->inflight;
+		limit = (b + 2) * g->inflight < n ? (b + 2) * g->inflight : n;
+		while (done[half] < cnt) {
+			for (; now < g->inflight && next < limit; now++, next++) {
+				slot = (unsigned)((next / g->inflight) % 2 * g->inflight +
+				    next % g->inflight);
+				iov[2 * slot].iov_base = g->hdrs + (size_t)slot * FILETIER_HDR;
+				iov[2 * slot].iov_len = FILETIER_HDR;
+				iov[2 * slot + 1].iov_base = g->stage + (size_t)slot * g->cap;
+				iov[2 * slot + 1].iov_len = g->cap;
+				sqe = io_uring_get_sqe(&ring);
+				io_uring_prep_readv(sqe, fds[next], &iov[2 * slot], 2, 0);
+				io_uring_sqe_set_data64(sqe, (next / g->inflight) % 2);
+			}
+			if ((rc = io_uring_submit_and_wait(&ring, 1)) < 0 && rc != -EINTR) {
+				fprintf(stderr, "bench_file: submit: %s\n", strerror(-rc));
+				exit(1);
+			}
+			while (io_uring_peek_cqe(&ring, &cqe) == 0) {
+				if (cqe->res != (int)(FILETIER_HDR + len)) {
+					fprintf(stderr, "bench_file: raw read: %d of %llu bytes\n",
+					    cqe->res, (unsigned long long)(FILETIER_HDR + len));
+					exit(1);
+				}
+				done[cqe->user_data]++;
+				now--;
+				io_uring_cqe_seen(&ring, cqe);
+			}
+		}
+		bench_gpu_copy(g, half, cnt);
+		done[half] = 0;
+	}
+	t = bench_now() - t0;
+	io_uring_queue_exit(&ring);
+	free(iov);
+	return t;
+}
+
+/*
  * The raw loop over files opened before its clock starts, in windows as
- * large as the open file limit allows; only the reads are timed.
+ * large as the open file limit allows; only the reads (and with g, the
+ * copies to the device) are timed.
  */
 static double
 bench_raw_preopened(const char *root, unsigned pool, uint64_t n, uint64_t len, uint8_t *bufs,
-    unsigned depth, int direct, int cold)
+    unsigned depth, int direct, int cold, struct bench_gpu *g)
 {
 	struct rlimit	rl;
-	uint64_t	w = 4096, first, cnt;
+	uint64_t	w = 256, first, cnt;
 	double		t = 0;
+	long		open_now = bench_fds_open();
 	int		*fds;
 
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur > 1024)
-		w = rl.rlim_cur - 512;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && (long)rl.rlim_cur > open_now + 512)
+		w = (uint64_t)((long)rl.rlim_cur - open_now - 256);
+	bench_raw_cpu = 0;
 	for (first = 0; first < n; first += cnt) {
+		double	c0;
+
 		cnt = n - first < w ? n - first : w;
 		fds = bench_open_all(root, pool, first, cnt, direct);
 		if (cold)
 			bench_drop_caches();	/* the opens stay in the fds; the data goes */
-		t += bench_raw_read(root, pool, first, cnt, len, bufs, depth, fds, direct);
+		c0 = bench_cpu();
+		t += g != NULL ? bench_raw_read_gpu(cnt, len, g, fds) :
+		    bench_raw_read(root, pool, first, cnt, len, bufs, depth, fds, direct);
+		bench_raw_cpu += bench_cpu() - c0;
 		bench_close_all(fds, cnt);
 	}
 	return t;
@@ -414,7 +615,7 @@ bench_reads(const char *dir, const char *sizes, uint64_t total, int runs, unsign
 	char			 root[PATH_MAX], list[256], *tok, *save = NULL;
 	uint64_t		 len, n;
 	uint8_t			*bufs;
-	double			 tier[16], raw[16], rawo[16], tw, gb;
+	double			 tier[16], raw[16], rawo[16], tcpu[16], rcpu[16], tw, gb, c0;
 	int			 can_drop, mode, run;
 	unsigned		 pool = 0, inflight = readers * depth, i;
 
@@ -424,8 +625,10 @@ bench_reads(const char *dir, const char *sizes, uint64_t total, int runs, unsign
 		printf("note: cannot drop the page cache (not root?): cold runs are skipped\n");
 	printf("file tier: %u readers x %u reads in flight; raw: one ring, %u reads in flight\n",
 	    readers, depth, inflight);
-	printf("%-9s %-8s %7s %6s | %9s %9s %9s | %6s %6s\n", "size", "cache", "objects", "GiB",
-	    "tier GB/s", "raw GB/s", "raw+open", "ratio", "r+open");
+	printf("(cpu: CPU time of the whole process per object, us: the tier's threads; the raw "
+	    "loop's reads alone)\n");
+	printf("%-9s %-8s %7s %6s | %9s %9s %9s | %6s %6s | %8s %8s\n", "size", "cache", "objects",
+	    "GiB", "tier GB/s", "raw GB/s", "raw+open", "ratio", "r+open", "tier cpu", "raw cpu");
 	snprintf(list, sizeof(list), "%s", sizes);
 	for (tok = strtok_r(list, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save), pool++) {
 		len = strtoull(tok, NULL, 0) * KIB;
@@ -460,8 +663,10 @@ bench_reads(const char *dir, const char *sizes, uint64_t total, int runs, unsign
 					case 0:
 						if (mode == B_COLD)
 							bench_drop_caches();
+						c0 = bench_cpu();
 						tier[run] = gb / bench_tier_read(base, ftb, pool, n,
 						    len, bufs, inflight);
+						tcpu[run] = (bench_cpu() - c0) * 1e6 / (double)n;
 						break;
 					case 1:
 						if (mode == B_COLD)
@@ -471,7 +676,8 @@ bench_reads(const char *dir, const char *sizes, uint64_t total, int runs, unsign
 						break;
 					default:
 						raw[run] = gb / bench_raw_preopened(root, pool, n, len, bufs,
-						    inflight, direct, mode == B_COLD);
+						    inflight, direct, mode == B_COLD, NULL);
+						rcpu[run] = bench_raw_cpu * 1e6 / (double)n;
 						break;
 					}
 				}
@@ -482,14 +688,93 @@ bench_reads(const char *dir, const char *sizes, uint64_t total, int runs, unsign
 				double t = bench_median(tier, runs), r = bench_median(raw, runs);
 				double ro = bench_median(rawo, runs);
 
-				printf("%-9s %-8s %7llu %6.2f | %9.2f %9.2f %9.2f | %6.2f %6.2f\n", tok,
-				    bench_mode_name[mode], (unsigned long long)n,
-				    (double)(n * len) / (1 << 30), t, r, ro, t / r, t / ro);
+				printf("%-9s %-8s %7llu %6.2f | %9.2f %9.2f %9.2f | %6.2f %6.2f | %8.1f "
+				    "%8.1f\n", tok, bench_mode_name[mode], (unsigned long long)n,
+				    (double)(n * len) / (1 << 30), t, r, ro, t / r, t / ro,
+				    bench_median(tcpu, runs), bench_median(rcpu, runs));
 			}
 			fflush(stdout);
 		}
 		free(bufs);
 		filetier_free(ft);
+	}
+	event_base_free(base);
+}
+
+static void
+bench_reads_gpu(const char *dir, const char *sizes, uint64_t total, int runs, unsigned readers,
+    unsigned depth)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier		*ft;
+	struct bench_gpu	 g;
+	char			 root[PATH_MAX], list[256], err[256], *tok, *save = NULL;
+	uint64_t		 len, n;
+	size_t			 slen;
+	double			 tier[16], raw[16], tw, gb, t, r;
+	int			 can_drop, mode, run, rc;
+	unsigned		 pool = 0;
+
+	snprintf(root, sizeof(root), "%s/root", dir);
+	can_drop = bench_drop_caches() == 0;
+	if (!can_drop)
+		printf("note: cannot drop the page cache (not root?): cold runs are skipped\n");
+	g.inflight = readers * depth;
+	printf("restore into GPU memory: batches of %u reads into pinned staging, each batch copied "
+	    "H2D while the next is read;\nfile tier: %u readers x %u reads in flight; raw: one ring, "
+	    "files opened before the clock\n", g.inflight, readers, depth);
+	printf("%-9s %-8s %7s %6s | %12s %12s | %6s\n", "size", "cache", "objects", "GiB",
+	    "tier+H2D GB/s", "raw+H2D GB/s", "ratio");
+	snprintf(list, sizeof(list), "%s", sizes);
+	for (tok = strtok_r(list, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save), pool++) {
+		len = strtoull(tok, NULL, 0) * KIB;
+		n = total / len;
+		g.cap = FILETIER_READ_SIZE(len);
+		slen = 2 * (size_t)g.inflight * g.cap;
+		g.stage = aligned_alloc(4096, slen);
+		g.hdrs = aligned_alloc(4096, 2 * (size_t)g.inflight * FILETIER_HDR);
+		if (g.stage == NULL || g.hdrs == NULL)
+			exit(1);
+		memset(g.stage, 0, slen);
+		if ((rc = kernels_host_register(g.stage, slen, err, sizeof(err))) != 0 ||
+		    (rc = kernels_dev_alloc((size_t)g.inflight * g.cap, &g.dev, err, sizeof(err))) != 0) {
+			fprintf(stderr, "bench_file: staging: %s\n", err);
+			exit(1);
+		}
+		ft = bench_tier(base, root, readers, depth, 1, NULL);
+		tw = bench_fill(base, ft, pool, n, len);
+		printf("%-9s %-8s %7llu %6.2f | write %.2f GB/s (no fsync, page cache, then sync)\n",
+		    tok, "", (unsigned long long)n, (double)(n * len) / (1 << 30),
+		    (double)(n * len) / tw / 1e9);
+		gb = (double)(n * len) / 1e9;
+		for (mode = can_drop ? B_COLD : B_WARM; mode < B_BUFFERED; mode++) {
+			for (run = 0; run < runs; run++) {
+				/* Each goes first in turn, as in bench_reads. */
+				if (run % 2 == 0) {
+					if (mode == B_COLD)
+						bench_drop_caches();
+					tier[run] = gb / bench_tier_read_gpu(base, ft, pool, n, &g);
+				}
+				raw[run] = gb / bench_raw_preopened(root, pool, n, len, NULL, 0, 1,
+				    mode == B_COLD, &g);
+				if (run % 2 == 1) {
+					if (mode == B_COLD)
+						bench_drop_caches();
+					tier[run] = gb / bench_tier_read_gpu(base, ft, pool, n, &g);
+				}
+			}
+			t = bench_median(tier, runs);
+			r = bench_median(raw, runs);
+			printf("%-9s %-8s %7llu %6.2f | %12.2f %12.2f | %6.2f\n", tok,
+			    bench_mode_name[mode], (unsigned long long)n, (double)(n * len) / (1 << 30),
+			    t, r, t / r);
+			fflush(stdout);
+		}
+		filetier_free(ft);
+		kernels_dev_free(g.dev);
+		kernels_host_unregister(g.stage, err, sizeof(err));
+		free(g.stage);
+		free(g.hdrs);
 	}
 	event_base_free(base);
 }
@@ -575,10 +860,14 @@ main(int argc, char **argv)
 	struct rlimit	 rl = { 1 << 20, 1 << 20 };
 	unsigned	 readers = 2, depth = 32;
 	const char	*measure = NULL;	/* -M: one scan, in this fresh process */
-	int		 runs = 3, buffered = 0, c;
-	char		 cmd[PATH_MAX + 16];
+	int		 runs = 3, buffered = 0, gpu = 0, c, rc;
+	char		 cmd[PATH_MAX + 16], desc[256];
+	static const struct option longopts[] = {
+		{ "gpu", no_argument, NULL, 'g' },
+		{ NULL, 0, NULL, 0 }
+	};
 
-	while ((c = getopt(argc, argv, "d:s:t:r:R:q:bS:l:T:M:")) != -1) {
+	while ((c = getopt_long(argc, argv, "d:s:t:r:R:q:F:bgS:l:T:M:", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'd': dir = optarg; break;
 		case 's': sizes = optarg; break;
@@ -586,20 +875,35 @@ main(int argc, char **argv)
 		case 'r': runs = atoi(optarg); break;
 		case 'R': readers = (unsigned)atoi(optarg); break;
 		case 'q': depth = (unsigned)atoi(optarg); break;
+		case 'F': bench_fd_cache = atol(optarg); break;
 		case 'b': buffered = 1; break;
+		case 'g': gpu = 1; break;
 		case 'S': objects = strtoull(optarg, NULL, 0); break;
 		case 'l': len = strtoull(optarg, NULL, 0); break;
 		case 'T': bench_scan_threads = (unsigned)atoi(optarg); break;
 		case 'M': measure = optarg; break;
 		default:
-			fprintf(stderr, "usage: bench_file -d DIR [-s KIB,..] [-t MIB] [-r RUNS] "
-			    "[-R READERS] [-q DEPTH] [-b] | -d DIR -S OBJECTS [-l LEN] [-T THREADS]\n");
+			fprintf(stderr, "usage: bench_file -d DIR [--gpu] [-s KIB,..] [-t MIB] [-r RUNS] "
+			    "[-R READERS] [-q DEPTH] [-F FDS] [-b] | -d DIR -S OBJECTS [-l LEN] "
+			    "[-T THREADS]\n");
 			return 2;
 		}
 	}
 	if (dir == NULL || runs < 1 || runs > 16) {
 		fprintf(stderr, "bench_file: -d DIR is required; RUNS is 1..16\n");
 		return 2;
+	}
+	if (gpu) {
+		/* Before any file is written: no GPU, nothing to do. */
+		if ((rc = kernels_device_count(desc, sizeof(desc))) <= 0) {
+			printf("bench_file --gpu: skipped: no usable CUDA device (%s)\n", desc);
+			return 0;
+		}
+		printf("bench_file --gpu: %s\n", desc);
+		if ((rc = kernels_init(0, desc, sizeof(desc))) != 0) {
+			fprintf(stderr, "bench_file: kernels_init: %s\n", desc);
+			return 1;
+		}
 	}
 	/* The raw loop holds every file open; root may raise the limit. */
 	if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
@@ -614,6 +918,10 @@ main(int argc, char **argv)
 	}
 	if (objects > 0)
 		bench_scan(dir, objects, len);
+	else if (gpu) {
+		bench_reads_gpu(dir, sizes, total, runs, readers, depth);
+		kernels_fini();
+	}
 	else
 		bench_reads(dir, sizes, total, runs, readers, depth, buffered);
 	if (getenv("BENCH_KEEP") == NULL) {
