@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include <event2/event.h>
+#include <xxhash.h>
 
 #include "daemon.h"
 
@@ -270,35 +271,115 @@ lease_arm_ttl(struct server *s, struct lease *l)
 }
 
 /*
- * A file tier read staging one object of a lease. It owns the WRITING
- * DRAM object and a pin on the file entry until its completion, which
- * commits the object (a promotion to DRAM, useful even to nobody) or
- * aborts it. lease is NULL once the lease let go of it.
+ * A file tier read staging one object for the leases that wait for it:
+ * the TP ranks of one MLA shard (objects are sharded by DCP rank) admit
+ * the same objects, and share one read of each rather than each reading
+ * the file. It owns the WRITING DRAM object and a pin on the file entry
+ * until its completion, which commits the object (a promotion to DRAM,
+ * useful even to nobody) and pins it once per waiter, or aborts it. While
+ * in flight it is found by its key in lease_reads; a waiter's lease is
+ * NULL once that lease let go of it, and the read is cancelled when no
+ * waiter is left (a cancelled read takes no new waiter).
  */
-struct lease_read {
-	struct server		*server;
+struct lease_read_waiter {
 	struct lease		*lease;
 	uint32_t		 obj;		/* index in lease->objs */
+};
+struct lease_read {
+	struct server		*server;
+	struct dram_key		 key;
 	uint32_t		 dram_id;
 	uint32_t		 file_id;
 	struct filetier_job	*job;		/* until done() */
+	int			 cancelled;
+	struct lease_read	*next;		/* in its lease_reads bucket */
+	struct lease_read_waiter *wait;		/* inl, or allocated past two */
+	unsigned		 nwait;
+	unsigned		 wait_cap;
+	unsigned		 nlive;		/* waiters with a lease */
+	struct lease_read_waiter inl[2];
 };
+
+#define LEASE_READ_BUCKETS	4096	/* a power of two; chains stay short at any depth */
+static struct lease_read	*lease_reads[LEASE_READ_BUCKETS];
+
+static struct lease_read **
+lease_read_bucket(const struct dram_key *k)
+{
+	return &lease_reads[XXH3_64bits(k, sizeof(*k)) & (LEASE_READ_BUCKETS - 1)];
+}
+
+/* The read staging k now that a new waiter may join, or NULL. */
+static struct lease_read *
+lease_read_find(const struct dram_key *k)
+{
+	struct lease_read	*rd;
+
+	for (rd = *lease_read_bucket(k); rd != NULL; rd = rd->next)
+		if (memcmp(&rd->key, k, sizeof(*k)) == 0)
+			return rd->cancelled ? NULL : rd;
+	return NULL;
+}
+
+static void
+lease_read_unhash(struct lease_read *rd)
+{
+	struct lease_read	**link = lease_read_bucket(&rd->key);
+
+	while (*link != rd)
+		link = &(*link)->next;
+	*link = rd->next;
+}
+
+static struct lease_read_waiter *
+lease_read_waiter_of(struct lease_read *rd, const struct lease *l, uint32_t obj)
+{
+	unsigned	i;
+
+	for (i = 0; i < rd->nwait; i++)
+		if (rd->wait[i].lease == l && rd->wait[i].obj == obj)
+			return &rd->wait[i];
+	fatalx("lease", "a staged object is not among its read's waiters");
+}
+
+static int
+lease_read_join(struct lease_read *rd, struct lease *l, uint32_t obj)
+{
+	struct lease_read_waiter	*nw;
+	unsigned			 cap;
+
+	if (rd->nwait == rd->wait_cap) {
+		cap = rd->wait_cap * 2;
+		if ((nw = malloc(cap * sizeof(*nw))) == NULL)
+			return -ENOMEM;
+		memcpy(nw, rd->wait, rd->nwait * sizeof(*nw));
+		if (rd->wait != rd->inl)
+			free(rd->wait);
+		rd->wait = nw;
+		rd->wait_cap = cap;
+	}
+	rd->wait[rd->nwait].lease = l;
+	rd->wait[rd->nwait++].obj = obj;
+	rd->nlive++;
+	return 0;
+}
 
 static void
 lease_read_done(struct filetier_job *fj)
 {
 	struct lease_read	*rd = fj->arg;
 	struct server		*s = rd->server;
-	struct lease		*l = rd->lease;
-	struct lease_obj	*o = l != NULL ? &l->objs[rd->obj] : NULL;
+	struct lease_obj	*o;
+	struct lease		*l;
+	unsigned		 i;
 
 	rd->job = NULL;
+	if (!rd->cancelled)
+		lease_read_unhash(rd);
 	filetier_unpin(s->file, rd->file_id);
-	if (fj->status == 0) {
+	if (fj->status == 0)
 		dram_commit(s->dram, rd->dram_id, fj->checksum);
-		if (o != NULL)
-			dram_pin(s->dram, rd->dram_id);
-	} else {
+	else {
 		/* The file tier dropped a faulty file itself; the staging goes too. */
 		dram_abort(s->dram, rd->dram_id);
 		if (fj->status != -ECANCELED) {
@@ -306,30 +387,48 @@ lease_read_done(struct filetier_job *fj)
 			log_warn("lease", "file tier read failed: %s; object dropped",
 			    filetier_strerror(fj->status));
 		}
-		if (o != NULL) {
+	}
+	/* Every waiter's object settles first: a waiting RESTORE may then go on. */
+	for (i = 0; i < rd->nwait; i++) {
+		if ((l = rd->wait[i].lease) == NULL)
+			continue;
+		o = &l->objs[rd->wait[i].obj];
+		if (fj->status == 0)
+			dram_pin(s->dram, rd->dram_id);
+		else {
 			o->id = DRAM_NONE;
 			if (!l->read_failed || o->page < l->read_bad_page)
 				l->read_bad_page = o->page;
 			l->read_failed = 1;
 		}
-	}
-	free(rd);
-	if (o != NULL) {
 		o->read = NULL;
 		l->reads--;
-		restore_reads_done(s, l);
 	}
+	for (i = 0; i < rd->nwait; i++)
+		if ((l = rd->wait[i].lease) != NULL)
+			restore_reads_done(s, l);
+	if (rd->wait != rd->inl)
+		free(rd->wait);
+	free(rd);
 	server_maybe_finish(s);
 }
 
-/* Lets go of one object: its pin, or its read in flight (cancelled). */
+/* Lets go of one object: its pin, or its place in a read (cancelled when nobody waits). */
 static void
 lease_obj_release(struct server *s, struct lease *l, struct lease_obj *o)
 {
-	if (o->read != NULL) {
-		o->read->lease = NULL;
-		if (o->read->job != NULL)
-			atomic_store(&o->read->job->cancel, 1);
+	struct lease_read_waiter	*w;
+	struct lease_read		*rd;
+
+	if ((rd = o->read) != NULL) {
+		w = lease_read_waiter_of(rd, l, (uint32_t)(o - l->objs));
+		w->lease = NULL;
+		if (--rd->nlive == 0 && !rd->cancelled) {
+			rd->cancelled = 1;
+			lease_read_unhash(rd);
+			if (rd->job != NULL)
+				atomic_store(&rd->job->cancel, 1);
+		}
 		o->read = NULL;
 		l->reads--;
 	} else if (o->id != DRAM_NONE)
@@ -364,7 +463,7 @@ lease_trim(struct server *s, struct lease *l, uint32_t n)
 		}
 		l->objs[j] = l->objs[i];
 		if (l->objs[j].read != NULL)
-			l->objs[j].read->obj = j;
+			lease_read_waiter_of(l->objs[j].read, l, i)->obj = j;
 		j++;
 	}
 	l->nobjs = j;
@@ -432,7 +531,7 @@ static int
 lease_stage_one(struct server *s, struct lease *l, const struct dram_key *k,
     struct lease_obj *o)
 {
-	struct lease_read	*rd;
+	struct lease_read	*rd, **b;
 	uint64_t		 len;
 	uint32_t		 fid, did;
 	uint8_t			*buf;
@@ -443,13 +542,24 @@ lease_stage_one(struct server *s, struct lease *l, const struct dram_key *k,
 	if (filetier_lookup(s->file, k, &fid, &len) != 0 ||
 	    len != l->sess->ns->pools[o->pool].object_bytes)
 		return -ENOENT;
+	if ((rd = lease_read_find(k)) != NULL) {
+		/* Being staged for another lease (a TP replica of this shard): one read for both. */
+		if (lease_read_join(rd, l, l->nobjs) != 0)
+			return -ENOMEM;
+		log_debug("lease", "session %u page %u shares a file tier read (%u waiters)",
+		    l->sess->id, o->page, rd->nwait);
+		o->id = rd->dram_id;
+		o->read = rd;
+		l->reads++;
+		return 0;
+	}
 	if ((rd = calloc(1, sizeof(*rd))) == NULL)
 		return -ENOMEM;
 	if ((rc = filetier_pin(s->file, fid)) != 0)
 		goto fail;
 	/*
 	 * -EEXIST: someone else is writing the key into DRAM (a publisher, or
-	 * another rank staging the same shared object): not promised here.
+	 * a read nobody waits for any more): not promised here.
 	 */
 	if ((rc = dram_alloc(s->dram, k, len, DRAM_NONE, &did, &buf)) != 0)
 		goto unpin;
@@ -459,13 +569,18 @@ lease_stage_one(struct server *s, struct lease *l, const struct dram_key *k,
 		goto abort;
 	}
 	rd->server = s;
-	rd->lease = l;
-	rd->obj = l->nobjs;
+	rd->key = *k;
+	rd->wait = rd->inl;
+	rd->wait_cap = 2;
+	(void)lease_read_join(rd, l, l->nobjs);		/* into inl: cannot fail */
 	rd->dram_id = did;
 	rd->file_id = fid;
 	if ((rc = filetier_read(s->file, k, buf, FILETIER_READ_SIZE(len), lease_read_done, rd,
 	    &rd->job)) != 0)
 		goto abort;
+	b = lease_read_bucket(k);
+	rd->next = *b;
+	*b = rd;
 	o->id = did;
 	o->read = rd;
 	l->reads++;

@@ -13,8 +13,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <sched.h>
 #include <jansson.h>
+#include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1224,10 +1225,169 @@ START_TEST(test_hybrid_prefix_restores_from_files_all_or_nothing)
 	reads = stat_of("file", "read_failures");
 	ck_assert_int_eq(hy_restore(&h, 2, 30, 8, 8), -ENODATA);
 	ck_assert_int_eq(stat_of("file", "read_failures"), reads + 1);
+	/* The failed lease's other reads own their staging until they end (cancelled). */
+	ck_assert_int_eq(stat_wait("file", "reads_inflight", 0), 0);
+	ck_assert_int_eq(stat_wait("dram", "writing", 0), 0);
 	ck_assert_uint_eq(hy_probe(&h, 30, 8, stops, &nstops), 4);
 	ck_assert_uint_eq(nstops, 1);
 	ck_assert_int_eq(hy_restore(&h, 3, 30, 8, 4), 0);
 	hy_fini(&h);
+}
+END_TEST
+
+/* The next completion of a rank (within 20 s). */
+static void
+wait_completion(struct rank *r, struct l3kv_completion *c)
+{
+	struct pollfd	pfd = { l3kv_fd(r->k), POLLIN, 0 };
+	int		rc, i;
+
+	for (i = 0; i < 1000; i++) {
+		if ((rc = l3kv_poll_completion(r->k, c)) == 0)
+			return;
+		ck_assert_int_eq(rc, -EAGAIN);
+		poll(&pfd, 1, 20);
+	}
+	ck_abort_msg("no completion");
+}
+
+#define TP	2
+
+/* Rank t of an MLA TP-2 group: both ranks are DCP rank 0, one shard. */
+static void
+tp_rank_init(struct rank *r, unsigned t)
+{
+	rank_init(r, "ft-tp");
+	r->args.layout.tp_size = TP;
+	r->args.tp_rank = t;
+	r->args.group_size = TP;
+	r->args.group_rank = t;
+}
+
+/*
+ * MLA with TP 2: both TP ranks of the one DCP shard restore the same
+ * objects. From the file tier they share each object's staging: one read
+ * per object, not one per rank, and both ranks get every byte.
+ */
+START_TEST(test_tp_replicas_share_one_staging_read_per_object)
+{
+	struct l3kv_admit_result	res[TP];
+	struct l3kv_restore_result	rr;
+	struct l3kv_completion		c;
+	struct l3kv_admit_args		a;
+	struct rank			r[TP];
+	uint64_t			ticket;
+	uint32_t			dst[PAGES], i, n = 24;
+	uint8_t				*h;
+	unsigned			t;
+
+	for (t = 0; t < TP; t++) {
+		tp_rank_init(&r[t], t);
+		rank_attach(&r[t]);
+	}
+	publish_prefix(&r[0], 40, n, 0);
+	ck_assert_int_eq(stat_wait("file", "objects", n), n);
+	for (t = 0; t < TP; t++)
+		rank_fini(&r[t]);
+	assert_idle();
+	stop_daemon();
+	start_daemon();
+	for (t = 0; t < TP; t++) {
+		tp_rank_init(&r[t], t);
+		rank_attach(&r[t]);
+	}
+	ck_assert_int_eq(stat_of("dram", "objects"), 0);
+	h = hashes_of(40, n);
+	memset(&a, 0, sizeof(a));
+	a.request_id = 7;
+	a.hashes = h;
+	a.npages = n;
+	a.reserved_pages = n;
+	a.state_slot = L3KV_SLOT_NONE;
+	for (t = 0; t < TP; t++)
+		ck_assert_int_eq(l3kv_submit_admit(r[t].k, &a, &ticket), 0);
+	for (t = 0; t < TP; t++) {
+		wait_completion(&r[t], &c);
+		ck_assert_int_eq(l3kv_admit_result(&c, &res[t]), 0);
+		l3kv_completion_release(&c);
+		ck_assert_int_eq(res[t].decline, L3KV_DECLINE_NONE);
+		ck_assert_uint_eq(res[t].admitted_pages, n);
+	}
+	free(h);
+	for (i = 0; i < n; i++)
+		dst[i] = 10 + i;
+	for (t = 0; t < TP; t++) {
+		memset(r[t].mem, 0xee, (size_t)PAGES * PAGE_BYTES);
+		ck_assert_int_eq(l3kv_submit_restore(r[t].k, res[t].lease, KV_REGION, dst, n, &ticket),
+		    0);
+	}
+	for (t = 0; t < TP; t++) {
+		wait_completion(&r[t], &c);
+		ck_assert_int_eq(c.status, 0);
+		ck_assert_int_eq(l3kv_restore_result(&c, &rr), 0);
+		l3kv_completion_release(&c);
+		ck_assert_uint_eq(rr.pages, n);
+		for (i = 0; i < n; i++)
+			ck_assert_msg(page_is(&r[t], 10 + i, 40, i), "rank %u page %u", t, i);
+	}
+	for (t = 0; t < TP; t++)
+		ck_assert_int_eq(l3kv_release(r[t].k, res[t].lease), 0);
+	/* One read per object, not one per rank. */
+	ck_assert_int_eq(stat_of("file", "reads"), n);
+	ck_assert_int_eq(stat_of("dram", "objects"), n);
+	for (t = 0; t < TP; t++)
+		rank_fini(&r[t]);
+}
+END_TEST
+
+/*
+ * Two ADMITs of one prefix sent in one write: the second joins the first
+ * one's reads. Releasing the first lease while they are in flight leaves
+ * them to the second, which restores every byte; each object is read once.
+ */
+START_TEST(test_released_lease_leaves_a_shared_read_to_the_other)
+{
+	struct l3kv_admit_result	res[2];
+	struct l3kv_restore_result	rr;
+	struct l3kv_completion		c;
+	struct l3kv_admit_args		a;
+	struct rank			r;
+	uint64_t			ticket;
+	uint32_t			i, n = 32;
+	uint8_t				*h;
+	int				k;
+
+	publish_and_restart("ft-a", 41, n);
+	rank_init(&r, "ft-a");
+	rank_attach(&r);
+	h = hashes_of(41, n);
+	memset(&a, 0, sizeof(a));
+	a.hashes = h;
+	a.npages = n;
+	a.reserved_pages = n;
+	a.state_slot = L3KV_SLOT_NONE;
+	ck_assert_int_eq(l3kv_cork(r.k), 0);
+	for (k = 0; k < 2; k++) {
+		a.request_id = 1 + (uint64_t)k;
+		ck_assert_int_eq(l3kv_submit_admit(r.k, &a, &ticket), 0);
+	}
+	ck_assert_int_eq(l3kv_uncork(r.k), 0);
+	for (k = 0; k < 2; k++) {
+		wait_completion(&r, &c);
+		ck_assert_int_eq(l3kv_admit_result(&c, &res[k]), 0);
+		l3kv_completion_release(&c);
+		ck_assert_uint_eq(res[k].admitted_pages, n);
+	}
+	free(h);
+	ck_assert_int_eq(l3kv_release(r.k, res[0].lease), 0);
+	memset(r.mem, 0xee, (size_t)PAGES * PAGE_BYTES);
+	ck_assert_int_eq(restore_into(&r, res[1].lease, 0, n, &rr), 0);
+	for (i = 0; i < n; i++)
+		ck_assert_msg(page_is(&r, i, 41, i), "page %u", i);
+	ck_assert_int_eq(l3kv_release(r.k, res[1].lease), 0);
+	ck_assert_int_eq(stat_of("file", "reads"), n);
+	ck_assert_int_eq(stat_of("file", "read_failures"), 0);
+	rank_fini(&r);
 }
 END_TEST
 
@@ -1290,6 +1450,12 @@ suite_filetier_daemon(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_hybrid_prefix_restores_from_files_all_or_nothing);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("shared staging");
+	tcase_set_timeout(tc, 60);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_tp_replicas_share_one_staging_read_per_object);
+	tcase_add_test(tc, test_released_lease_leaves_a_shared_read_to_the_other);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("off");
 	tcase_add_test(tc, test_no_path_means_no_file_tier);
