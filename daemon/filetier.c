@@ -1706,6 +1706,13 @@ struct filetier_scan_order {
 };
 
 #define FILETIER_SCAN_RELINK_STEP	65536	/* LRU moves per loop turn */
+#define FILETIER_SCAN_TAKE_STEP		16384	/* objects indexed per loop turn, about */
+/*
+ * Scan threads run niced: a warm scan is CPU-bound in the kernel, and
+ * scan_threads of them beside the loop on a small machine delayed the
+ * loop's answers by up to 0.8 s (measured: 200k objects, 2 cores).
+ */
+#define FILETIER_SCAN_NICE		10
 
 struct filetier_scan {
 	struct filetier		*ft;
@@ -1733,6 +1740,7 @@ struct filetier_scan {
 	int			 efd;		/* scan threads -> loop */
 	struct event		*ev;
 	/* The loop's (order[] the scan thread's while it sorts). */
+	struct filetier_scan_batch_list taken;	/* handed over, not indexed yet */
 	struct filetier_scan_order *order;
 	size_t			 norder;
 	size_t			 order_cap;
@@ -1956,6 +1964,8 @@ filetier_scan_main(void *arg)
 	struct filetier_scan		*sc = pt->sc;
 	size_t				 i;
 
+	/* Per thread on Linux; raising one's own nice value is always allowed. */
+	(void)setpriority(PRIO_PROCESS, (id_t)gettid(), FILETIER_SCAN_NICE);
 	while (pt->err == 0 && !atomic_load(&sc->stop) &&
 	    (i = atomic_fetch_add(&sc->next, 1)) < sc->nleaves) {
 		if (sc->delay_ms > 0)
@@ -2290,25 +2300,29 @@ filetier_scan_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct filetier_scan		*sc = arg;
 	struct filetier			*ft = sc->ft;
-	struct filetier_scan_batch_list	 taken;
 	struct filetier_scan_batch	*b;
 	uint64_t			 n;
+	size_t				 budget = FILETIER_SCAN_TAKE_STEP;
 	int				 found_all, sorted;
 
 	(void)ev;
 	if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
 		log_warn("filetier", "scan eventfd read: %s", strerror(errno));
-	TAILQ_INIT(&taken);
 	pthread_mutex_lock(&sc->lock);
-	TAILQ_CONCAT(&taken, &sc->batches, entry);
+	TAILQ_CONCAT(&sc->taken, &sc->batches, entry);
 	found_all = sc->found_all;
 	sorted = sc->sorted;
 	pthread_mutex_unlock(&sc->lock);
-	while ((b = TAILQ_FIRST(&taken)) != NULL) {
-		TAILQ_REMOVE(&taken, b, entry);
+	while ((b = TAILQ_FIRST(&sc->taken)) != NULL && budget > 0) {
+		TAILQ_REMOVE(&sc->taken, b, entry);
+		budget -= b->n < budget ? b->n : budget;
 		filetier_scan_take(ft, sc, b);
 		free(b->found);
 		free(b);
+	}
+	if (!TAILQ_EMPTY(&sc->taken)) {
+		event_active(sc->ev, EV_READ, 0);	/* the rest on the next turn */
+		return;
 	}
 	if (found_all && !sc->asked) {
 		/* Every batch was posted before found_all and is indexed now: order[] is complete. */
@@ -2456,6 +2470,7 @@ filetier_scan_free(struct filetier_scan *sc)
 	if (sc == NULL)
 		return;
 	filetier_scan_batches_free(&sc->batches);
+	filetier_scan_batches_free(&sc->taken);
 	if (sc->ev != NULL)
 		event_free(sc->ev);
 	if (sc->efd >= 0)
@@ -2503,6 +2518,7 @@ filetier_scan_start(struct filetier *ft, const char *name, const uint8_t fp[16],
 	pthread_mutex_init(&sc->lock, NULL);
 	pthread_cond_init(&sc->cond, NULL);
 	TAILQ_INIT(&sc->batches);
+	TAILQ_INIT(&sc->taken);
 	if ((sc->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0 ||
 	    (sc->ev = event_new(ft->base, sc->efd, EV_READ | EV_PERSIST, filetier_scan_cb,
 	    sc)) == NULL || event_add(sc->ev, NULL) != 0) {
