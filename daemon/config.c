@@ -155,6 +155,9 @@ static const struct config_key config_keys[] = {
 	CONFIG_STRING("tiers.file.path", file_path, 0, 255, "", 0),
 	CONFIG_SIZE("tiers.file.capacity", file_capacity, 1ULL << 20, 1ULL << 50, 64ULL << 30),
 	CONFIG_BOOL("tiers.file.fsync", file_fsync, 0),
+	CONFIG_INT("tiers.file.readers", file_readers, 1, 64, 4),
+	CONFIG_INT("tiers.file.read_depth", file_read_depth, 1, 1024, 32),
+	CONFIG_INT("tiers.file.fd_cache", file_fd_cache, 0, 1048576, 32768),
 	CONFIG_ENUM("copy_engine", copy_engine, config_copy_engines, "auto"),
 	CONFIG_INT("copy_workers", copy_workers, 1, 64, 2),
 	CONFIG_INT("limits.max_connections", max_connections, 1, 65536, 1024),
@@ -213,7 +216,10 @@ static const char config_default_text[] =
     "    \"file\": {\n"
     "      \"path\": \"\",\n"
     "      \"capacity\": \"64 GiB\",\n"
-    "      \"fsync\": false\n"
+    "      \"fsync\": false,\n"
+    "      \"readers\": 4,\n"
+    "      \"read_depth\": 32,\n"
+    "      \"fd_cache\": 32768\n"
     "    }\n"
     "  },\n"
     "  \"copy_engine\": \"auto\",\n"

@@ -70,6 +70,9 @@ struct config {
 	char		file_path[256];		/* the file tier's root; "" disables it */
 	uint64_t	file_capacity;		/* bytes of object files */
 	int		file_fsync;		/* fdatasync objects, fsync directories */
+	uint32_t	file_readers;		/* reader threads, one io_uring each */
+	uint32_t	file_read_depth;	/* reads in flight per reader */
+	uint32_t	file_fd_cache;		/* open files kept for small objects */
 	int		copy_engine;		/* CONFIG_COPY_* */
 	uint32_t	copy_workers;		/* host copy engine threads */
 	uint32_t	max_connections;

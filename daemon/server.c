@@ -425,11 +425,16 @@ server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t er
 		fp.root = cfg->file_path;
 		fp.capacity = cfg->file_capacity;
 		fp.fsync = cfg->file_fsync;
+		fp.readers = cfg->file_readers;
+		fp.read_depth = cfg->file_read_depth;
+		fp.fd_cache = cfg->file_fd_cache;
 		fp.scan_delay_ms = cfg->test_scan_delay_ms;
 		if ((rc = filetier_new(s->base, &fp, &s->file, err, errlen)) != 0)
 			return rc;
-		log_info("server", "file tier at %s, capacity %llu bytes%s", cfg->file_path,
-		    (unsigned long long)cfg->file_capacity, cfg->file_fsync ? ", fsync" : "");
+		log_info("server", "file tier at %s, capacity %llu bytes, %u readers x %u reads, "
+		    "open-file cache %u%s", cfg->file_path, (unsigned long long)cfg->file_capacity,
+		    cfg->file_readers, cfg->file_read_depth, cfg->file_fd_cache,
+		    cfg->file_fsync ? ", fsync" : "");
 	}
 	rc = copy_engine_new(s->base, (int)cfg->copy_workers, cfg->test_copy_delay_ms, &s->copy,
 	    err, errlen);

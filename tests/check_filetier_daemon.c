@@ -1414,6 +1414,25 @@ START_TEST(test_no_path_means_no_file_tier)
 }
 END_TEST
 
+/* tiers.file.readers, read_depth and fd_cache reach the tier (its start-up line says so). */
+START_TEST(test_reader_settings_reach_the_tier)
+{
+	struct test_daemon	 d;
+	char			 dir[PATH_MAX], extra[PATH_MAX + 256];
+	int			 st;
+
+	ck_assert_ptr_nonnull(test_mkdtemp(dir, sizeof(dir)));
+	snprintf(extra, sizeof(extra), "{\"tiers\": {\"file\": {\"path\": \"%s\", \"readers\": 3, "
+	    "\"read_depth\": 7, \"fd_cache\": 0}}}", dir);
+	ck_assert_int_eq(test_daemon_start(&d, extra), 0);
+	ck_assert_msg(test_daemon_log_has(&d, "3 readers x 7 reads, open-file cache 0"),
+	    "the file tier's settings are not in the log");
+	ck_assert_int_eq(test_daemon_stop(&d, SIGTERM, &st), 0);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	test_rmtree(dir);
+}
+END_TEST
+
 Suite *
 suite_filetier_daemon(void)
 {
@@ -1459,6 +1478,7 @@ suite_filetier_daemon(void)
 	suite_add_tcase(s, tc);
 	tc = tcase_create("off");
 	tcase_add_test(tc, test_no_path_means_no_file_tier);
+	tcase_add_test(tc, test_reader_settings_reach_the_tier);
 	suite_add_tcase(s, tc);
 	return s;
 }
