@@ -11,6 +11,7 @@
  * is never reachable with wider permissions than asked for.
  */
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -399,6 +400,32 @@ server_signal_cb(evutil_socket_t sig, short ev, void *arg)
  * socket and the signals. 0 or -errno with err filled; server_free
  * undoes any part.
  */
+/*
+ * Raises the soft open-file limit to the hard one: the file tier's
+ * open-file cache takes up to half of it, and connections and memory fds
+ * the rest. The unit sets both (LimitNOFILE=); a shell's soft 1024 would
+ * leave the cache next to nothing.
+ */
+static void
+server_raise_nofile(void)
+{
+	struct rlimit	rl;
+	rlim_t		was;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max)
+		return;
+	was = rl.rlim_cur;
+	/* unlimited is not a value the kernel takes for files: fs.nr_open's default */
+	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? 1048576 : rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+		log_warn("server", "open-file limit %llu: raising it to %llu: %s",
+		    (unsigned long long)was, (unsigned long long)rl.rlim_cur, strerror(errno));
+		return;
+	}
+	log_info("server", "open-file limit raised from %llu to %llu", (unsigned long long)was,
+	    (unsigned long long)rl.rlim_cur);
+}
+
 int
 server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t errlen)
 {
@@ -412,6 +439,7 @@ server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t er
 	TAILQ_INIT(&s->groups);
 	s->started_ms = server_now_ms();
 	signal(SIGPIPE, SIG_IGN);
+	server_raise_nofile();
 	if ((s->base = event_base_new()) == NULL) {
 		snprintf(err, errlen, "event_base_new failed");
 		return -ENOMEM;

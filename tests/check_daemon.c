@@ -4,6 +4,7 @@
  * another client keeps working, the socket's safety rules, SIGTERM, the
  * per-uid cap, foreign uids, and systemd notification.
  */
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -444,6 +445,30 @@ START_TEST(test_second_daemon_on_live_socket_is_refused)
 }
 END_TEST
 
+/* A daemon started under a low soft open-file limit raises it to the hard one. */
+START_TEST(test_soft_open_file_limit_is_raised_to_the_hard_one)
+{
+	struct test_daemon	d;
+	struct rlimit		rl, low;
+	char			want[96];
+	int			st;
+
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	ck_assert_msg(rl.rlim_max > 64, "hard open-file limit %llu", (unsigned long long)rl.rlim_max);
+	low = rl;
+	low.rlim_cur = rl.rlim_max > 512 ? 256 : rl.rlim_max - 1;
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	st = test_daemon_start(&d, NULL);
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);	/* the test's own, back */
+	ck_assert_int_eq(st, 0);
+	snprintf(want, sizeof(want), "open-file limit raised from %llu to %llu",
+	    (unsigned long long)low.rlim_cur, rl.rlim_max == RLIM_INFINITY ? 1048576ULL : (unsigned long long)rl.rlim_max);
+	ck_assert_msg(test_daemon_log_has(&d, want), "no \"%s\" in the daemon's log", want);
+	ck_assert_int_eq(test_daemon_stop(&d, SIGTERM, &st), 0);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+END_TEST
+
 START_TEST(test_per_uid_connection_cap_refuses_with_limit)
 {
 	struct proto_hdr	h;
@@ -687,6 +712,7 @@ suite_daemon(void)
 	tc = tcase("lifecycle");
 	tcase_add_test(tc, test_sigterm_exits_zero_and_removes_the_socket);
 	tcase_add_test(tc, test_second_daemon_on_live_socket_is_refused);
+	tcase_add_test(tc, test_soft_open_file_limit_is_raised_to_the_hard_one);
 	tcase_add_test(tc, test_per_uid_connection_cap_refuses_with_limit);
 	tcase_add_test(tc, test_socket_gets_the_configured_mode);
 	suite_add_tcase(s, tc);
