@@ -12,7 +12,10 @@
  *    returns a ticket. When l3kv_fd() polls readable, call
  *    l3kv_poll_completion() until it returns -EAGAIN; it hands back one
  *    completion per ticket, in the order the replies arrived (replies to
- *    different requests may arrive in any order).
+ *    different requests may arrive in any order). l3kv_poll_completions()
+ *    takes several at once; requests submitted between l3kv_cork() and
+ *    l3kv_uncork() leave in one write (a scheduler step's RELEASEs and
+ *    ADMITs, say).
  *
  * Every ticket completes exactly once, also when the connection breaks
  * (then with the error). Completions that arrive while a blocking call
