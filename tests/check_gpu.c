@@ -1669,6 +1669,163 @@ gd_engine(const char *sock, struct gd_share *sh, int mode, uint32_t n, uint32_t 
 	return 0;
 }
 
+/*
+ * A hybrid engine in device memory: KV pages (layer_first, 8 pages) and a
+ * state-slot region of 4 slots, both CUDA IPC; slot 0 is live. It
+ * publishes 4 KV pages and the checkpoint at 4 pages (from slot 3),
+ * admits them with canonical slot 2, sees a RESTORE naming the live slot
+ * refused with nothing written, then restores KV into pages 4..7 and the
+ * checkpoint into slot 2: every other byte, the live slot's included,
+ * must be as it was.
+ */
+#define GS_PAGES	8
+#define GS_SLOTS	4
+#define GS_SLOT_BYTES	(64U << 10)
+
+static int
+gd_state_engine(const char *sock, struct gd_share *sh, uint32_t prefix)
+{
+	struct l3kv_restore_result	 res;
+	struct l3kv_publish_result	 pr;
+	struct l3kv_publish_page	 pg[4];
+	struct l3kv_admit_result	 ar;
+	struct l3kv_admit_args		 aa;
+	struct l3kv_attach_args		 args;
+	struct l3kv_state_dest		 sd;
+	struct l3kv_region		 regs[2];
+	struct l3kv_pool		 pools[2];
+	struct l3kv			*k = NULL;
+	const size_t			 kvb = (size_t)GS_PAGES * GD_OBJ;
+	const size_t			 sb = (size_t)GS_SLOTS * GS_SLOT_BYTES;
+	uint8_t				*kv0, *kv1, *st0, *st1, hashes[4 * L3KV_HASH_LEN];
+	uint32_t			 dst[4] = { 4, 5, 6, 7 }, live = 0, i;
+	void				*dkv = NULL, *dst_mem = NULL;
+	char				 err[256] = "";
+	int				 rc;
+
+	gpu_rnd_init();
+	kv0 = malloc(kvb);
+	kv1 = malloc(kvb);
+	st0 = malloc(sb);
+	st1 = malloc(sb);
+	if (kv0 == NULL || kv1 == NULL || st0 == NULL || st1 == NULL)
+		GD_FAIL(2, "state engine: out of memory");
+	if ((rc = kernels_init(0, err, sizeof(err))) != 0 ||
+	    (rc = kernels_dev_alloc(kvb, &dkv, err, sizeof(err))) != 0 ||
+	    (rc = kernels_dev_alloc(sb, &dst_mem, err, sizeof(err))) != 0)
+		GD_FAIL(3, "state engine: CUDA set-up: %d %s", rc, err);
+	gpu_rnd_fill(kv0, kvb);
+	gpu_rnd_fill(st0, sb);
+	if ((rc = kernels_copy(dkv, kv0, kvb, err, sizeof(err))) != 0 ||
+	    (rc = kernels_copy(dst_mem, st0, sb, err, sizeof(err))) != 0)
+		GD_FAIL(5, "state engine: filling device memory: %d %s", rc, err);
+
+	pools[0] = (struct l3kv_pool){ "kv", L3KV_POOL_KV, L3KV_HIT_ALL_PAGES, 0, GD_LAYERS,
+	    GD_OBJ, "kv:1024:bf16" };
+	pools[1] = (struct l3kv_pool){ "state", L3KV_POOL_STATE, L3KV_HIT_ALL_PAGES, 0, 1,
+	    GS_SLOT_BYTES, "conv:65536" };
+	memset(regs, 0, sizeof(regs));
+	regs[0] = (struct l3kv_region){ .pool = 0, .kind = L3KV_MEM_CUDA_IPC,
+	    .layout = L3KV_LAYOUT_LAYER_FIRST, .fd = -1, .size = kvb, .num_pages = GS_PAGES,
+	    .page_tokens = GD_TOKENS, .layers = GD_LAYERS, .token_bytes = GD_TOKEN_BYTES,
+	    .page_stride = GD_BLOCK, .layer_stride = (uint64_t)GS_PAGES * GD_BLOCK,
+	    .token_stride = GD_TOKEN_BYTES };
+	regs[1] = (struct l3kv_region){ .pool = 1, .kind = L3KV_MEM_CUDA_IPC,
+	    .layout = L3KV_LAYOUT_SLOTS, .fd = -1, .size = sb, .num_pages = GS_SLOTS,
+	    .page_tokens = 1, .layers = 1, .token_bytes = GS_SLOT_BYTES,
+	    .page_stride = GS_SLOT_BYTES, .layer_stride = GS_SLOT_BYTES,
+	    .token_stride = GS_SLOT_BYTES };
+	if ((rc = kernels_ipc_export(dkv, regs[0].handle, err, sizeof(err))) != 0 ||
+	    (rc = kernels_ipc_export(dst_mem, regs[1].handle, err, sizeof(err))) != 0)
+		GD_FAIL(6, "state engine: kernels_ipc_export: %d %s", rc, err);
+	memset(&args, 0, sizeof(args));
+	args.layout = (struct l3kv_layout){ .model = "gpu-hybrid-test", .kv_dtype = "bf16",
+	    .hash_scheme = "sha256", .hash_len = 32, .tp_size = 1, .dcp_size = 1, .pp_size = 1,
+	    .cp_size = 1, .host_layout = L3KV_LAYOUT_PAGE_FIRST, .attention = L3KV_ATTN_MHA,
+	    .page_tokens = GD_TOKENS, .logical_page_tokens = GD_TOKENS };
+	args.pools = pools;
+	args.npools = 2;
+	args.regions = regs;
+	args.nregions = 2;
+	args.live_slots = &live;
+	args.nlive = 1;
+	args.group = "gpu-hybrid";
+	args.group_size = 1;
+	args.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
+	args.write = L3KV_WRITE_THROUGH;
+	if ((rc = l3kv_connect(sock, 10000, &k)) != 0)
+		GD_FAIL(7, "state engine: connect: %d", rc);
+	l3kv_set_timeout(k, 60000);
+	if ((rc = l3kv_attach(k, &args, NULL)) != 0)
+		GD_FAIL(8, "state engine: ATTACH: %d %s", rc, l3kv_last_error(k));
+
+	for (i = 0; i < 4; i++) {
+		gd_hash(prefix, i, pg[i].hash);
+		memcpy(hashes + (size_t)i * L3KV_HASH_LEN, pg[i].hash, L3KV_HASH_LEN);
+		pg[i].src_page = i;
+	}
+	if ((rc = l3kv_publish(k, 0, pg, 4, &pr)) != 0 || pr.stored != 4)
+		GD_FAIL(9, "state engine: PUBLISH of 4 KV pages: %d %s, stored %u", rc,
+		    l3kv_last_error(k), pr.stored);
+	/* The checkpoint at 4 pages: keyed by page 3's hash, from slot 3. */
+	pg[3].src_page = 3;
+	if ((rc = l3kv_publish(k, 1, &pg[3], 1, &pr)) != 0 || pr.stored != 1)
+		GD_FAIL(10, "state engine: PUBLISH of the checkpoint: %d %s, stored %u", rc,
+		    l3kv_last_error(k), pr.stored);
+	memset(&aa, 0, sizeof(aa));
+	aa.request_id = prefix;
+	aa.hashes = hashes;
+	aa.npages = 4;
+	aa.reserved_pages = 4;
+	aa.state_slot = 2;
+	if ((rc = l3kv_admit(k, &aa, &ar)) != 0 || ar.admitted_pages != 4)
+		GD_FAIL(11, "state engine: ADMIT: %d, %u of 4 pages (decline %d)", rc,
+		    ar.admitted_pages, ar.decline);
+
+	/* The live slot: refused before any byte moves. */
+	sd = (struct l3kv_state_dest){ 1, 0 };
+	if ((rc = l3kv_restore_state(k, ar.lease, 0, dst, 4, &sd, 60000, &res)) != -EADDRINUSE)
+		GD_FAIL(12, "state engine: RESTORE into the live slot: %d %s, want -EADDRINUSE",
+		    rc, l3kv_last_error(k));
+	usleep(100000);
+	if ((rc = kernels_copy(kv1, dkv, kvb, err, sizeof(err))) != 0 ||
+	    (rc = kernels_copy(st1, dst_mem, sb, err, sizeof(err))) != 0)
+		GD_FAIL(17, "state engine: kernels_copy back: %d %s", rc, err);
+	if (memcmp(kv1, kv0, kvb) != 0 || memcmp(st1, st0, sb) != 0)
+		GD_FAIL(13, "state engine: the refused RESTORE wrote device memory");
+
+	sd.slot = 2;
+	if ((rc = l3kv_restore_state(k, ar.lease, 0, dst, 4, &sd, 60000, &res)) != 0 ||
+	    res.pages != 4)
+		GD_FAIL(14, "state engine: RESTORE into slot 2: %d %s", rc, l3kv_last_error(k));
+	if ((rc = kernels_copy(kv1, dkv, kvb, err, sizeof(err))) != 0 ||
+	    (rc = kernels_copy(st1, dst_mem, sb, err, sizeof(err))) != 0)
+		GD_FAIL(17, "state engine: kernels_copy back: %d %s", rc, err);
+	for (i = 0; i < GS_PAGES; i++) {
+		if (!gd_page_is(kv1, i, kv0, i < 4 ? i : i - 4, GS_PAGES))
+			GD_FAIL(15, "state engine: KV page %u is not %s", i,
+			    i < 4 ? "as it was" : "the restored one");
+	}
+	for (i = 0; i < GS_SLOTS; i++) {
+		const uint8_t *want = st0 + (size_t)(i == 2 ? 3 : i) * GS_SLOT_BYTES;
+
+		if (memcmp(st1 + (size_t)i * GS_SLOT_BYTES, want, GS_SLOT_BYTES) != 0)
+			GD_FAIL(16, "state engine: slot %u is not %s", i, i == 2 ?
+			    "the restored checkpoint" : i == 0 ? "the live sentinel" : "as it was");
+	}
+	if ((rc = l3kv_release(k, ar.lease)) != 0)
+		GD_FAIL(24, "state engine: RELEASE: %d %s", rc, l3kv_last_error(k));
+	l3kv_close(k);
+	kernels_dev_free(dkv);
+	kernels_dev_free(dst_mem);
+	free(kv0);
+	free(kv1);
+	free(st0);
+	free(st1);
+	(void)sh;
+	return 0;
+}
+
 /* A counter of the daemon's STATS. */
 static long long
 gd_stat(const char *sock, const char *section, const char *key)
@@ -1844,6 +2001,26 @@ START_TEST(test_gpu_daemon_restore_waits_for_the_engine_event)
 }
 END_TEST
 
+START_TEST(test_gpu_daemon_live_state_slot_survives_a_hybrid_restore)
+{
+	struct test_daemon	 td;
+	struct gd_share		*sh = gd_start(&td, "256 MiB");
+	pid_t			 pid;
+
+	memset(sh, 0, sizeof(*sh));
+	pid = fork();
+	CHECK(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		_exit(gd_state_engine(td.sock, sh, 9));
+	}
+	gd_wait_engine(pid, sh, "hybrid engine");
+	EQ(gd_stat(td.sock, "cache", "pages_restored"), 4);
+	gd_daemon_done(&td);
+	munmap(sh, sizeof(*sh));
+}
+END_TEST
+
 START_TEST(test_gpu_daemon_cancel_is_answered_after_the_copies)
 {
 	struct test_daemon	 td;
@@ -1922,6 +2099,7 @@ suite_gpu(void)
 	tcase_add_test(tc, test_gpu_daemon_publishes_and_restores_device_memory);
 	tcase_add_test(tc, test_gpu_daemon_restores_into_a_cumem_fd_region);
 	tcase_add_test(tc, test_gpu_daemon_restore_waits_for_the_engine_event);
+	tcase_add_test(tc, test_gpu_daemon_live_state_slot_survives_a_hybrid_restore);
 	tcase_add_test(tc, test_gpu_daemon_cancel_is_answered_after_the_copies);
 	tcase_add_test(tc, test_gpu_daemon_survives_an_engine_killed_mid_restore);
 	suite_add_tcase(s, tc);
