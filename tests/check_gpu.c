@@ -2024,17 +2024,17 @@ END_TEST
 START_TEST(test_gpu_daemon_cancel_is_answered_after_the_copies)
 {
 	struct test_daemon	 td;
-	struct gd_share		*sh = gd_start(&td, "512 MiB");
+	struct gd_share		*sh = gd_start(&td, "1 GiB");
 
 	/*
-	 * 256 MiB to restore, 8 chunks of 32 MiB: the CANCEL right behind it
-	 * finds chunks still to issue (if it does not, all landed, and the
-	 * engine checks that instead).
+	 * 512 MiB to restore, 16 chunks of 32 MiB in 4 staging slots: the
+	 * CANCEL right behind it finds chunks still to issue (if it does not,
+	 * all landed, and the engine checks that instead).
 	 */
-	gd_wait_engine(gd_fork_engine(&td, sh, GD_CANCEL, 256, 3, -1, -1), sh, "engine");
-	fprintf(stderr, "gpu: CANCEL behind a 256-page restore: %u pages landed, restore %d\n",
+	gd_wait_engine(gd_fork_engine(&td, sh, GD_CANCEL, 512, 3, -1, -1), sh, "engine");
+	fprintf(stderr, "gpu: CANCEL behind a 512-page restore: %u pages landed, restore %d\n",
 	    sh->landed, sh->restore_rc);
-	EQ(gd_stat(td.sock, "cache", "pages_restored"), sh->restore_rc == 0 ? 256 : 0);
+	EQ(gd_stat(td.sock, "cache", "pages_restored"), sh->restore_rc == 0 ? 512 : 0);
 	gd_daemon_done(&td);
 	munmap(sh, sizeof(*sh));
 }
