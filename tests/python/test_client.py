@@ -12,16 +12,10 @@ Run from the repository root:  python3 tests/python/test_client.py
 
 import ctypes
 import errno
-import json
 import mmap
 import os
-import shutil
-import signal
-import socket
 import struct
-import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
@@ -43,6 +37,7 @@ os.environ.setdefault("L3KV_LIB", os.path.join(BUILD, "libl3kv.so"))
 sys.path.insert(0, os.path.join(REPO, "lib", "python"))
 
 import l3kv  # noqa: E402
+from l3kvd_process import Daemon  # noqa: E402
 from l3kv import (Decline, HitPolicy, L3kvError, Layout, Pool, PoolKind, Prefetch,  # noqa: E402
                   Region, StateDest, Status, Write)
 
@@ -61,12 +56,6 @@ _groups = iter(range(1, 1 << 30))
 
 def new_hashes(n):
     return [os.urandom(32) for _ in range(n)]
-
-
-def set_pdeathsig():
-    """The daemon must not outlive a test process that is killed."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGTERM)    # PR_SET_PDEATHSIG
 
 
 class FakeTensor:
@@ -168,74 +157,16 @@ class ClientTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="l3kv-py-")
-        cls.sock = os.path.join(cls.dir, "l3kvd.sock")
-        config = os.path.join(cls.dir, "l3kvd.json")
-        with open(config, "w") as f:
-            json.dump({
-                "socket": {"path": cls.sock, "mode": "0600"},
-                "log": {"level": "info"},
-                "tiers": {"dram": {"size": "64 MiB"}},
-                "copy_engine": "host",
-                "testing": {"debug_ops": True},
-            }, f)
-        cls.log = open(os.path.join(cls.dir, "l3kvd.log"), "w")
-        try:
-            cls.daemon = subprocess.Popen([os.path.join(BUILD, "l3kvd"), "-f", config],
-                                          stdout=cls.log, stderr=subprocess.STDOUT,
-                                          preexec_fn=set_pdeathsig)
-            cls.wait_socket()
-        except BaseException:
-            # tearDownClass does not run after a failed setUpClass.
-            cls.stop_daemon()
-            log = cls.daemon_log()
-            cls.log.close()
-            shutil.rmtree(cls.dir, ignore_errors=True)
-            sys.stderr.write("l3kvd's log:\n" + log)
-            raise
-
-    @classmethod
-    def wait_socket(cls):
-        deadline = time.monotonic() + 5
-        while True:
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                s.connect(cls.sock)
-                return
-            except OSError:
-                if cls.daemon.poll() is not None:
-                    raise RuntimeError("l3kvd exited %d at start" % cls.daemon.returncode)
-                if time.monotonic() > deadline:
-                    raise RuntimeError("l3kvd did not accept on %s within 5 s" % cls.sock)
-                time.sleep(0.01)
-            finally:
-                s.close()
-
-    @classmethod
-    def daemon_log(cls):
-        with open(os.path.join(cls.dir, "l3kvd.log")) as f:
-            return f.read()
-
-    @classmethod
-    def stop_daemon(cls):
-        rc = None
-        if cls.daemon is not None:
-            if cls.daemon.poll() is None:
-                cls.daemon.send_signal(signal.SIGTERM)
-            try:
-                rc = cls.daemon.wait(10)
-            except subprocess.TimeoutExpired:
-                cls.daemon.kill()
-                cls.daemon.wait()
-            cls.daemon = None
-        return rc
+        cls.daemon = Daemon(BUILD, {"tiers": {"dram": {"size": "64 MiB"}},
+                                    "copy_engine": "host",
+                                    "testing": {"debug_ops": True}}, "l3kv-py-")
+        cls.dir, cls.sock = cls.daemon.dir, cls.daemon.sock
 
     @classmethod
     def tearDownClass(cls):
-        rc = cls.stop_daemon()
-        log = cls.daemon_log()
-        cls.log.close()
-        shutil.rmtree(cls.dir, ignore_errors=True)
+        rc = cls.daemon.stop()
+        log = cls.daemon.log()
+        cls.daemon.cleanup()
         if rc != 0:
             raise AssertionError("l3kvd exited %r on SIGTERM; its log:\n%s" % (rc, log))
 

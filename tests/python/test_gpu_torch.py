@@ -26,17 +26,10 @@ come from L3KV_SEED when set, else a fresh seed; it is printed.
 Run from the repository root:  python3 tests/python/test_gpu_torch.py
 """
 
-import ctypes
 import errno
 import hashlib
-import json
 import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
@@ -60,6 +53,7 @@ sys.path.insert(0, os.path.join(REPO, "lib", "python"))
 
 import l3kv  # noqa: E402
 import l3kv.torch as lt  # noqa: E402
+from l3kvd_process import Daemon  # noqa: E402
 from l3kv import Attention, Decline, L3kvError, Layout, Pool  # noqa: E402
 
 try:
@@ -103,11 +97,6 @@ def note(msg):
 
 def page_hash(prefix, i):
     return hashlib.sha256(b"l3kv-gpu-torch %d %d" % (prefix, i)).digest()
-
-
-def set_pdeathsig():
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGTERM)    # PR_SET_PDEATHSIG
 
 
 class Engine:
@@ -168,69 +157,18 @@ class GpuTorchTest(unittest.TestCase):
             cls.seed, cls.seed, torch.__version__, torch.cuda.get_device_name()))
         cls.gen = torch.Generator(device="cuda")
         cls.gen.manual_seed(cls.seed)
-        cls.dir = tempfile.mkdtemp(prefix="l3kv-pygpu-")
-        cls.sock = os.path.join(cls.dir, "l3kvd.sock")
-        config = os.path.join(cls.dir, "l3kvd.json")
-        with open(config, "w") as f:
-            json.dump({
-                "socket": {"path": cls.sock, "mode": "0600"},
-                "log": {"level": "info"},
-                "tiers": {"dram": {"size": "1 GiB"}},
-                "copy_engine": "cuda",
-            }, f)
-        cls.log = open(os.path.join(cls.dir, "l3kvd.log"), "w")
+        cls.daemon = Daemon(BUILD, {"tiers": {"dram": {"size": "1 GiB"}},
+                                    "copy_engine": "cuda"}, "l3kv-pygpu-",
+                            start_s=30, stop_s=30)     # the cuda engine's start takes a while
+        cls.dir, cls.sock = cls.daemon.dir, cls.daemon.sock
         try:
-            cls.daemon = subprocess.Popen([os.path.join(BUILD, "l3kvd"), "-f", config],
-                                          stdout=cls.log, stderr=subprocess.STDOUT,
-                                          preexec_fn=set_pdeathsig)
-            cls.wait_socket()
             with l3kv.Client(cls.sock, 5000) as c:
                 if not c.server_info.caps & l3kv.Caps.CUDA_COPY:
                     raise RuntimeError("l3kvd with copy_engine cuda has no CUDA copy engine "
                                        "(caps %r)" % c.server_info.caps)
         except BaseException:
-            cls.stop_daemon()
-            log = cls.daemon_log()
-            cls.log.close()
-            shutil.rmtree(cls.dir, ignore_errors=True)
-            sys.stderr.write("l3kvd's log:\n" + log)
+            cls.daemon.fail_start()
             raise
-
-    @classmethod
-    def wait_socket(cls):
-        deadline = time.monotonic() + 30     # the cuda engine's start takes a while
-        while True:
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                s.connect(cls.sock)
-                return
-            except OSError:
-                if cls.daemon.poll() is not None:
-                    raise RuntimeError("l3kvd exited %d at start" % cls.daemon.returncode)
-                if time.monotonic() > deadline:
-                    raise RuntimeError("l3kvd did not accept on %s within 30 s" % cls.sock)
-                time.sleep(0.02)
-            finally:
-                s.close()
-
-    @classmethod
-    def daemon_log(cls):
-        with open(os.path.join(cls.dir, "l3kvd.log")) as f:
-            return f.read()
-
-    @classmethod
-    def stop_daemon(cls):
-        rc = None
-        if cls.daemon is not None:
-            if cls.daemon.poll() is None:
-                cls.daemon.send_signal(signal.SIGTERM)
-            try:
-                rc = cls.daemon.wait(30)
-            except subprocess.TimeoutExpired:
-                cls.daemon.kill()
-                cls.daemon.wait()
-            cls.daemon = None
-        return rc
 
     @classmethod
     def tearDownClass(cls):
@@ -239,10 +177,9 @@ class GpuTorchTest(unittest.TestCase):
             st = cls.stats_when(lambda s: s["memory"]["regions_mapped"] == 0)
             mapped = st["memory"]["regions_mapped"]
         finally:
-            rc = cls.stop_daemon()
-            log = cls.daemon_log()
-            cls.log.close()
-            shutil.rmtree(cls.dir, ignore_errors=True)
+            rc = cls.daemon.stop()
+            log = cls.daemon.log()
+            cls.daemon.cleanup()
         if rc != 0 or mapped != 0:
             raise AssertionError("l3kvd: %d regions still mapped, exit %r on SIGTERM; its "
                                  "log:\n%s" % (mapped, rc, log))
