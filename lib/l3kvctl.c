@@ -65,6 +65,9 @@ ctl_value_text(const json_t *v)
 		if (asprintf(&s, "%g", json_real_value(v)) < 0)
 			return NULL;
 		return s;
+	case JSON_NULL:
+		/* a section the daemon does not have: a tier that is off */
+		return strdup("off");
 	default:
 		return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
 	}

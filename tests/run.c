@@ -36,6 +36,7 @@ static const struct runner_suite runner_suites[] = {
 	{ "filetier",	suite_filetier,	NULL },
 	{ "filetier_daemon", suite_filetier_daemon, NULL },
 	{ "service",	suite_service,	NULL },
+	{ "ctl",	suite_ctl,	NULL },
 	{ "python",	suite_python,	NULL },
 	{ "gpu_host",	suite_gpu_host,	NULL },
 	{ "root",	suite_root,	"root" },

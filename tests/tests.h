@@ -16,6 +16,7 @@ Suite	*suite_config(void);
 Suite	*suite_client(void);
 Suite	*suite_daemon(void);
 Suite	*suite_service(void);
+Suite	*suite_ctl(void);
 Suite	*suite_root(void);
 Suite	*suite_attach(void);
 Suite	*suite_dram(void);
