@@ -462,7 +462,8 @@ START_TEST(test_soft_open_file_limit_is_raised_to_the_hard_one)
 	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);	/* the test's own, back */
 	ck_assert_int_eq(st, 0);
 	snprintf(want, sizeof(want), "open-file limit raised from %llu to %llu",
-	    (unsigned long long)low.rlim_cur, rl.rlim_max == RLIM_INFINITY ? 1048576ULL : (unsigned long long)rl.rlim_max);
+	    (unsigned long long)low.rlim_cur,
+	    rl.rlim_max == RLIM_INFINITY ? 1048576ULL : (unsigned long long)rl.rlim_max);
 	ck_assert_msg(test_daemon_log_has(&d, want), "no \"%s\" in the daemon's log", want);
 	ck_assert_int_eq(test_daemon_stop(&d, SIGTERM, &st), 0);
 	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);

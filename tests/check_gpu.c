@@ -1994,7 +1994,7 @@ START_TEST(test_gpu_daemon_restore_waits_for_the_engine_event)
 	gd_wait_engine(gd_fork_engine(&td, sh, GD_EVENT, 16, 8, -1, -1), sh, "event engine");
 	fprintf(stderr, "gpu: without the event wait the engine's late kernel overwrote %u of 16 "
 	    "restored pages; with it, none (the RESTORE took %.0f ms behind a %u ms kernel)\n",
-	    sh->clobbered, sh->wait_ms, GD_LATE_MS);
+	    sh->clobbered, sh->wait_ms, (unsigned)GD_LATE_MS);
 	EQ(gd_stat_wait(td.sock, "memory", "events_open", 0), 0);
 	gd_daemon_done(&td);
 	munmap(sh, sizeof(*sh));
