@@ -545,3 +545,31 @@ kernels_late_fill(void *dptr, size_t pitch, size_t width, size_t height, int c, 
 	KERNELS_TRY(cudaGetLastError(), "launching the late fill kernel");
 	return 0;
 }
+
+extern "C" int
+kernels_bench_chunked(void *dst, const void *src, size_t len, size_t chunk, unsigned streams,
+    char *err, size_t errlen)
+{
+	cudaStream_t	s[8];
+	cudaError_t	e = cudaSuccess;
+	size_t		off;
+	unsigned	i, n = streams < 1 ? 1 : streams > 8 ? 8 : streams;
+
+	if (chunk == 0) {
+		snprintf(err, errlen, "kernels_bench_chunked: chunk 0");
+		return -EINVAL;
+	}
+	for (i = 0; i < n; i++)
+		KERNELS_TRY(cudaStreamCreateWithFlags(&s[i], cudaStreamNonBlocking),
+		    "cudaStreamCreateWithFlags");
+	for (off = 0, i = 0; off < len && e == cudaSuccess; off += chunk, i++)
+		e = cudaMemcpyAsync((uint8_t *)dst + off, (const uint8_t *)src + off,
+		    len - off < chunk ? len - off : chunk, cudaMemcpyDefault, s[i % n]);
+	if (e == cudaSuccess)
+		e = cudaDeviceSynchronize();
+	for (i = 0; i < n; i++)
+		(void)cudaStreamDestroy(s[i]);
+	if (e != cudaSuccess)
+		return kernels_cuda_err(e, "chunked cudaMemcpyAsync", err, errlen);
+	return 0;
+}

@@ -277,6 +277,13 @@ int	kernels_cumem_free(void *dptr, size_t alloc_size, char *err, size_t errlen);
 int	kernels_bench_copy(int how, const struct kernels_geom *, const struct kernels_page *pages,
 	    uint32_t n, char *err, size_t len);
 /*
+ * The same bytes as one cudaMemcpy, but as cudaMemcpyAsync pieces of
+ * `chunk` bytes issued round robin on `streams` streams, then a
+ * synchronize: what the restore engine's DMA alone can reach.
+ */
+int	kernels_bench_chunked(void *dst, const void *src, size_t len, size_t chunk,
+	    unsigned streams, char *err, size_t errlen);
+/*
  * A busy kernel on its own lowest-priority stream that keeps every SM
  * occupied (short blocks, a huge grid) until kernels_busy_stop().
  */

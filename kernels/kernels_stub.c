@@ -365,3 +365,15 @@ kernels_late_fill(void *dptr, size_t pitch, size_t width, size_t height, int c, 
 	(void)ms;
 	return stub_nosys(err, len);
 }
+
+int
+kernels_bench_chunked(void *dst, const void *src, size_t len, size_t chunk, unsigned streams,
+    char *err, size_t errlen)
+{
+	(void)dst;
+	(void)src;
+	(void)len;
+	(void)chunk;
+	(void)streams;
+	return stub_nosys(err, errlen);
+}

@@ -252,7 +252,7 @@ bench_verify(const struct bench_set *s, const struct kernels_page *pg, const cha
 }
 
 /* One timed thing: a restore, a publish, a plain copy or a baseline. */
-enum { BENCH_RESTORE, BENCH_PUBLISH, BENCH_COPY, BENCH_BASELINE };
+enum { BENCH_RESTORE, BENCH_PUBLISH, BENCH_COPY, BENCH_BASELINE, BENCH_CHUNKED };
 struct bench_call {
 	int				 kind;
 	struct kernels_engine		*e;
@@ -282,6 +282,12 @@ bench_once(const struct bench_call *c)
 	case BENCH_COPY:
 		if ((rc = kernels_copy(c->dst, c->src, c->len, err, sizeof(err))) != 0)
 			bench_die("kernels_copy", rc, err);
+		break;
+	case BENCH_CHUNKED:
+		/* c->n: the chunk in bytes; c->flags: streams */
+		rc = kernels_bench_chunked(c->dst, c->src, c->len, c->n, c->flags, err, sizeof(err));
+		if (rc != 0)
+			bench_die("kernels_bench_chunked", rc, err);
 		break;
 	case BENCH_BASELINE:
 		if ((rc = kernels_bench_copy((int)c->flags, c->g, c->pg, c->n, err, sizeof(err))) != 0)
@@ -345,6 +351,22 @@ bench_copy(void *dst, const void *src, size_t len)
 	return bench_measure(len, &c);
 }
 
+/* H2D as cudaMemcpyAsync pieces of chunk bytes over 2 streams: the engine's DMA pattern. */
+static double
+bench_chunked(void *dst, const void *src, size_t len, uint32_t chunk)
+{
+	struct bench_call	c;
+
+	memset(&c, 0, sizeof(c));
+	c.kind = BENCH_CHUNKED;
+	c.dst = dst;
+	c.src = src;
+	c.len = len;
+	c.n = chunk;
+	c.flags = 2;
+	return bench_measure(len, &c);
+}
+
 static double
 bench_baseline(int how, const struct kernels_geom *g, const struct kernels_page *pg, uint32_t n)
 {
@@ -363,6 +385,7 @@ struct bench_row {
 	double	peak, contig, scat, per_page, per_layer;
 	double	scat_dma, scat_zc, contig_nov, contig_pf, busy, d2h, publish;
 	double	contig_slot[3];	/* host-contiguous with 16, 64 and 128 MiB slots */
+	double	chunked;	/* H2D in 32 MiB cudaMemcpyAsync pieces over 2 streams */
 };
 static const size_t	bench_slot_sizes[3] = { 16 << 20, 64 << 20, 128 << 20 };
 
@@ -410,6 +433,7 @@ bench_size_run(const struct bench_size *sz, uint64_t bytes, struct bench_row *ro
 	bench_note("  measuring %s\n", sz->name);
 
 	row->peak = bench_copy(s.dev, s.arena, total);
+	row->chunked = bench_chunked(s.dev, s.arena, total, 32U << 20);
 	row->contig = bench_op(e, BENCH_RESTORE, s.rlf, s.contig, s.n, 0, NULL);
 	bench_verify(&s, s.contig, "restore, host-contiguous");
 	row->contig_nov = bench_op(e, BENCH_RESTORE, s.rlf, s.contig, s.n, KERNELS_F_NOVERIFY,
@@ -602,6 +626,19 @@ main(int argc, char **argv)
 		    bench_sizes[i].name, r->contig_slot[0], r->contig_slot[0] / r->peak, r->contig,
 		    r->contig / r->peak, r->contig_slot[1], r->contig_slot[1] / r->peak,
 		    r->contig_slot[2], r->contig_slot[2] / r->peak);
+	}
+	printf("\nThe engine's DMA pattern alone: H2D of the same bytes as 32 MiB cudaMemcpyAsync pieces "
+	    "over 2 streams, against one cudaMemcpy; and the host-contiguous restore against it:\n\n");
+	printf("| object | 1 cudaMemcpy GB/s | 32 MiB pieces GB/s | x 1 cudaMemcpy | restore, "
+	    "host-contiguous | x 32 MiB pieces |\n");
+	printf("|---|---|---|---|---|---|\n");
+	for (i = 0; i < BENCH_NSIZES; i++) {
+		const struct bench_row *r = &rows[i];
+
+		if (!want[i])
+			continue;
+		printf("| %s | %.1f | %.1f | %.3f | %.1f | %.3f |\n", bench_sizes[i].name, r->peak,
+		    r->chunked, r->chunked / r->peak, r->contig, r->contig / r->chunked);
 	}
 	printf("\n4096-token MLA FP8 restore (64 pages x 2.25 MB = %.1f MB, host-contiguous, "
 	    "layer_first, checksums verified): %.2f ms submit..done; one pinned cudaMemcpy of the "
