@@ -47,6 +47,7 @@
 #define ENGINE_THREADS		256
 #define ENGINE_UNROLL		4	/* loads in flight per thread in copies */
 #define ENGINE_SLOT_MAX		(1ULL << 30)	/* 32-bit unit indices in kernels */
+#define ENGINE_DESC_BLOCKS	16	/* of the descriptor copy: ~100 KiB a chunk */
 #define ENGINE_FIN_VERIFY	0	/* checksum, compare, set ok */
 #define ENGINE_FIN_SKIP		1	/* no checksum: ok */
 #define ENGINE_FIN_COMPUTE	2	/* checksum only (publish) */
@@ -124,9 +125,12 @@ struct engine_slot {
 	struct engine_unit	*units;
 	struct engine_seg	*segs;
 	struct engine_res	*res;
-	struct engine_item	*ditems;
+	struct engine_item	*ditems;	/* device copies, made per chunk */
 	struct engine_unit	*dunits;
 	struct engine_seg	*dsegs;
+	const struct engine_item *hitems;	/* the mapped host ones, as the device sees them */
+	const struct engine_unit *hunits;
+	const struct engine_seg	*hsegs;
 	struct engine_res	*dres;
 	struct engine_run	*runs;		/* host scratch */
 };
@@ -382,6 +386,30 @@ engine_copy_kernel(const struct engine_seg *segs)
 	else
 		engine_copy_span<uint8_t>((uint8_t *)sg.dst, (const uint8_t *)sg.src, sg.bytes, tid,
 		    nt);
+}
+
+/*
+ * A chunk's descriptors (items, units, segments), from the slot's mapped
+ * host memory into its device copy, once: the kernels after it read them
+ * from device memory (L2) instead of every block fetching its own over
+ * PCIe beside the chunk's DMA. Each span is a multiple of 16 bytes.
+ */
+struct engine_desc_spans {
+	uint64_t	src[3];
+	uint64_t	dst[3];
+	uint64_t	bytes[3];
+};
+
+static __global__ void
+engine_desc_kernel(struct engine_desc_spans sp)
+{
+	uint64_t	tid = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	uint64_t	nt = (uint64_t)gridDim.x * blockDim.x;
+	int		k;
+
+	for (k = 0; k < 3; k++)
+		engine_copy_span<uint4>((uint8_t *)sp.dst[k], (const uint8_t *)sp.src[k],
+		    sp.bytes[k], tid, nt);
 }
 
 /* The sum of v over the 16 lanes of this lane's parity. */
@@ -715,9 +743,13 @@ kernels_engine_new(const struct kernels_conf *c, struct kernels_engine **out, ch
 	    "cudaStreamCreate");
 	e->have_notify = 1;
 
+	/* the descriptors' device copies follow the staging, digests and flags */
 	dper = engine_up(e->conf.slot_bytes, ENGINE_ALIGN) +
 	    engine_up((uint64_t)e->dig_cap * 8, ENGINE_ALIGN) +
-	    engine_up((uint64_t)c->max_items * 4, ENGINE_ALIGN);
+	    engine_up((uint64_t)c->max_items * 4, ENGINE_ALIGN) +
+	    engine_up((uint64_t)c->max_items * sizeof(struct engine_item), ENGINE_ALIGN) +
+	    engine_up((uint64_t)e->units_cap * sizeof(struct engine_unit), ENGINE_ALIGN) +
+	    engine_up((uint64_t)c->max_items * sizeof(struct engine_seg), ENGINE_ALIGN);
 	hper = engine_up((uint64_t)c->max_items * sizeof(struct engine_item), ENGINE_ALIGN) +
 	    engine_up((uint64_t)e->units_cap * sizeof(struct engine_unit), ENGINE_ALIGN) +
 	    engine_up((uint64_t)c->max_items * sizeof(struct engine_seg), ENGINE_ALIGN) +
@@ -738,16 +770,22 @@ kernels_engine_new(const struct kernels_conf *c, struct kernels_engine **out, ch
 		sl->dig = (uint64_t *)(e->dmem + o);
 		o += engine_up((uint64_t)e->dig_cap * 8, ENGINE_ALIGN);
 		sl->ok = (uint32_t *)(e->dmem + o);
+		o += engine_up((uint64_t)c->max_items * 4, ENGINE_ALIGN);
+		sl->ditems = (struct engine_item *)(e->dmem + o);
+		o += engine_up((uint64_t)c->max_items * sizeof(struct engine_item), ENGINE_ALIGN);
+		sl->dunits = (struct engine_unit *)(e->dmem + o);
+		o += engine_up((uint64_t)e->units_cap * sizeof(struct engine_unit), ENGINE_ALIGN);
+		sl->dsegs = (struct engine_seg *)(e->dmem + o);
 
 		o = hper * i;
 		sl->items = (struct engine_item *)(e->hmem + o);
-		sl->ditems = (struct engine_item *)(dh + o);
+		sl->hitems = (const struct engine_item *)(dh + o);
 		o += engine_up((uint64_t)c->max_items * sizeof(struct engine_item), ENGINE_ALIGN);
 		sl->units = (struct engine_unit *)(e->hmem + o);
-		sl->dunits = (struct engine_unit *)(dh + o);
+		sl->hunits = (const struct engine_unit *)(dh + o);
 		o += engine_up((uint64_t)e->units_cap * sizeof(struct engine_unit), ENGINE_ALIGN);
 		sl->segs = (struct engine_seg *)(e->hmem + o);
-		sl->dsegs = (struct engine_seg *)(dh + o);
+		sl->hsegs = (const struct engine_seg *)(dh + o);
 		o += engine_up((uint64_t)c->max_items * sizeof(struct engine_seg), ENGINE_ALIGN);
 		sl->res = (struct engine_res *)(e->hmem + o);
 		sl->dres = (struct engine_res *)(dh + o);
@@ -989,6 +1027,7 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 	struct engine_item		*it;
 	struct engine_run		*run;
 	cudaStream_t			 s = e->streams[e->rr++ % e->nstreams];
+	struct engine_desc_spans	 dsp;
 	uint32_t			 i = op->next, ni = 0, nu = 0, nd = 0, ns = 0, nr = 0, k, units;
 	uint64_t			 off = 0, start, maxb = 0, maxs = 0;
 	int				 verify = !(op->flags & KERNELS_F_NOVERIFY);
@@ -1079,6 +1118,18 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 		ce = cudaGetLastError();				\
 	}								\
 } while (0)
+	/* every span a multiple of 16: the capacities are ENGINE_ALIGN-rounded */
+	dsp.src[0] = (uint64_t)(uintptr_t)sl->hitems;
+	dsp.dst[0] = (uint64_t)(uintptr_t)sl->ditems;
+	dsp.bytes[0] = engine_up((uint64_t)ni * sizeof(struct engine_item), 16);
+	dsp.src[1] = (uint64_t)(uintptr_t)sl->hunits;
+	dsp.dst[1] = (uint64_t)(uintptr_t)sl->dunits;
+	dsp.bytes[1] = engine_up((uint64_t)nu * sizeof(struct engine_unit), 16);
+	dsp.src[2] = (uint64_t)(uintptr_t)sl->hsegs;
+	dsp.dst[2] = (uint64_t)(uintptr_t)sl->dsegs;
+	dsp.bytes[2] = engine_up((uint64_t)ns * sizeof(struct engine_seg), 16);
+	ENGINE_LAUNCH("the descriptor kernel", ENGINE_KERNEL(engine_desc_kernel,
+	    ENGINE_DESC_BLOCKS, ENGINE_THREADS, s)(dsp));
 	if (!op->publish) {
 		/* the DMA runs were issued above, ahead of this gather */
 		if (ns > 0)
