@@ -137,32 +137,6 @@ rank_fini(struct rank *r)
 	close(r->fd);
 }
 
-/* The page hash of page i of prefix `prefix`: deterministic, never zero. */
-static void
-page_hash(uint32_t prefix, uint32_t i, uint8_t *h)
-{
-	uint32_t	j, x = prefix * 2654435761U + i * 40503U + 1;
-
-	for (j = 0; j < L3KV_HASH_LEN; j++) {
-		x ^= x << 13;
-		x ^= x >> 17;
-		x ^= x << 5;
-		h[j] = (uint8_t)x;
-	}
-}
-
-static uint8_t *
-hashes_of(uint32_t prefix, uint32_t n)
-{
-	uint8_t		*h = malloc((size_t)n * L3KV_HASH_LEN);
-	uint32_t	 i;
-
-	ck_assert_ptr_nonnull(h);
-	for (i = 0; i < n; i++)
-		page_hash(prefix, i, h + (size_t)i * L3KV_HASH_LEN);
-	return h;
-}
-
 /* Fills engine page `slot` with the content of (prefix, i). */
 static void
 fill_page(struct rank *r, uint32_t slot, uint32_t prefix, uint32_t i)
@@ -220,7 +194,7 @@ publish_prefix(struct rank *r, uint32_t prefix, uint32_t n, uint32_t first, uint
 	ck_assert_ptr_nonnull(pg);
 	for (i = 0; i < n; i++) {
 		fill_page(r, first + i, prefix, i);
-		page_hash(prefix, i, pg[i].hash);
+		test_page_hash(prefix, i, pg[i].hash);
 		pg[i].src_page = first + i;
 	}
 	ck_assert_int_eq(l3kv_publish(r->k, KV_REGION, pg, n, &res), 0);
@@ -233,7 +207,7 @@ publish_prefix(struct rank *r, uint32_t prefix, uint32_t n, uint32_t first, uint
 static uint32_t
 probe(struct rank *r, uint32_t prefix, uint32_t n)
 {
-	uint8_t		*h = hashes_of(prefix, n);
+	uint8_t		*h = test_page_hashes(prefix, n);
 	uint32_t	 hit = UINT32_MAX;
 
 	ck_assert_int_eq(l3kv_probe(r->k, h, n, &hit), 0);
@@ -246,7 +220,7 @@ admit(struct rank *r, uint64_t req, uint32_t prefix, uint32_t n, uint32_t reserv
 {
 	struct l3kv_admit_result	res;
 	struct l3kv_admit_args		a;
-	uint8_t				*h = hashes_of(prefix, n);
+	uint8_t				*h = test_page_hashes(prefix, n);
 
 	memset(&a, 0, sizeof(a));
 	a.request_id = req;
@@ -418,7 +392,7 @@ lost_after_admit(unsigned op)
 	publish_prefix(&r, 5, 8, 0, 8);
 	a = admit(&r, 1, 5, 8, 8);
 	ck_assert_uint_eq(a.admitted_pages, 8);
-	page_hash(5, 5, h);
+	test_page_hash(5, 5, h);
 	ck_assert_int_eq(l3kv_debug(r.k, op, 0, h), 0);
 	for (i = 0; i < 8; i++)
 		fill_sentinel(&r, 20 + i);
@@ -515,7 +489,7 @@ START_TEST(test_publish_with_bad_source_indices_stores_nothing)
 	rank_init(&r, "g1", 1, 0);
 	rank_attach(&r);
 	for (i = 0; i < 3; i++) {
-		page_hash(9, i, pg[i].hash);
+		test_page_hash(9, i, pg[i].hash);
 		pg[i].src_page = i;
 	}
 	pg[2].src_page = PAGES + 7;
@@ -539,7 +513,7 @@ try_publish(struct rank *r, uint32_t prefix)
 
 	for (i = 0; i < 60; i++) {
 		fill_page(r, i, prefix, i);
-		page_hash(prefix, i, pg[i].hash);
+		test_page_hash(prefix, i, pg[i].hash);
 		pg[i].src_page = i;
 	}
 	return l3kv_publish(r->k, KV_REGION, pg, 60, &res);
@@ -729,7 +703,7 @@ START_TEST(test_group_of_four_gets_identical_answers)
 	struct rank			r[GROUP];
 	uint64_t			ticket[GROUP];
 	uint32_t			dst[8], i, g;
-	uint8_t				*h = hashes_of(40, 8);
+	uint8_t				*h = test_page_hashes(40, 8);
 
 	for (g = 0; g < GROUP; g++) {
 		rank_init(&r[g], "tp4", GROUP, g);
@@ -789,7 +763,7 @@ START_TEST(test_missing_rank_makes_admit_decline_for_all_at_the_deadline)
 	struct rank			r[GROUP];
 	uint64_t			ticket[GROUP];
 	uint32_t			g;
-	uint8_t				*h = hashes_of(41, 4);
+	uint8_t				*h = test_page_hashes(41, 4);
 
 	test_daemon_stop(&td, SIGTERM, NULL);
 	start("{\"admit\": {\"timeout_ms\": 300}}");
@@ -925,7 +899,7 @@ START_TEST(test_debug_is_refused_without_the_testing_knob)
 	rank_init(&r, "g1", 1, 0);
 	rank_attach(&r);
 	publish_prefix(&r, 70, 1, 0, 1);
-	page_hash(70, 0, h);
+	test_page_hash(70, 0, h);
 	ck_assert_int_lt(l3kv_debug(r.k, L3KV_DEBUG_CORRUPT, 0, h), 0);
 	ck_assert_int_eq(l3kv_last_status(r.k), PROTO_S_STATE);
 	rank_fini(&r);
@@ -940,7 +914,7 @@ pair_admitted(struct rank r[2], uint32_t prefix, uint32_t n, uint64_t lease[2])
 	struct l3kv_completion		c;
 	struct l3kv_admit_args		args;
 	uint64_t			ticket[2];
-	uint8_t				*h = hashes_of(prefix, n);
+	uint8_t				*h = test_page_hashes(prefix, n);
 	uint32_t			g;
 
 	for (g = 0; g < 2; g++) {
@@ -977,7 +951,7 @@ START_TEST(test_a_lost_page_on_one_rank_fails_every_rank)
 	uint8_t				h[L3KV_HASH_LEN];
 
 	pair_admitted(r, 80, 6, lease);
-	page_hash(80, 3, h);
+	test_page_hash(80, 3, h);
 	ck_assert_int_eq(l3kv_debug(r[1].k, L3KV_DEBUG_CORRUPT, 0, h), 0);
 	ck_assert_int_eq(l3kv_submit_restore(r[0].k, lease[0], KV_REGION, dst, 6, &ticket), 0);
 	ck_assert_int_eq(l3kv_restore(r[1].k, lease[1], KV_REGION, dst, 6, 5000, &res), -ENODATA);

@@ -177,31 +177,6 @@ rank_fini(struct rank *r)
 }
 
 static void
-page_hash(uint32_t prefix, uint32_t i, uint8_t *h)
-{
-	uint32_t	j, x = prefix * 2654435761U + i * 40503U + 1;
-
-	for (j = 0; j < L3KV_HASH_LEN; j++) {
-		x ^= x << 13;
-		x ^= x >> 17;
-		x ^= x << 5;
-		h[j] = (uint8_t)x;
-	}
-}
-
-static uint8_t *
-hashes_of(uint32_t prefix, uint32_t n)
-{
-	uint8_t		*h = malloc((size_t)n * L3KV_HASH_LEN);
-	uint32_t	 i;
-
-	ck_assert_ptr_nonnull(h);
-	for (i = 0; i < n; i++)
-		page_hash(prefix, i, h + (size_t)i * L3KV_HASH_LEN);
-	return h;
-}
-
-static void
 page_bytes(uint32_t prefix, uint32_t i, uint8_t *p)
 {
 	uint32_t	j, x = prefix * 7919U + i * 104729U + 17;
@@ -232,7 +207,7 @@ publish_range(struct rank *r, uint32_t prefix, uint32_t from, uint32_t n, uint32
 	ck_assert_ptr_nonnull(pg);
 	for (i = 0; i < n; i++) {
 		page_bytes(prefix, from + i, r->mem + (size_t)(first + i) * PAGE_BYTES);
-		page_hash(prefix, from + i, pg[i].hash);
+		test_page_hash(prefix, from + i, pg[i].hash);
 		pg[i].src_page = first + i;
 	}
 	ck_assert_int_eq(l3kv_publish(r->k, KV_REGION, pg, n, &res), 0);
@@ -249,7 +224,7 @@ publish_prefix(struct rank *r, uint32_t prefix, uint32_t n, uint32_t first)
 static uint32_t
 probe(struct rank *r, uint32_t prefix, uint32_t n)
 {
-	uint8_t		*h = hashes_of(prefix, n);
+	uint8_t		*h = test_page_hashes(prefix, n);
 	uint32_t	 hit = UINT32_MAX;
 
 	ck_assert_int_eq(l3kv_probe(r->k, h, n, &hit), 0);
@@ -262,7 +237,7 @@ admit(struct rank *r, uint64_t req, uint32_t prefix, uint32_t n)
 {
 	struct l3kv_admit_result	res;
 	struct l3kv_admit_args		a;
-	uint8_t				*h = hashes_of(prefix, n);
+	uint8_t				*h = test_page_hashes(prefix, n);
 
 	memset(&a, 0, sizeof(a));
 	a.request_id = req;
@@ -326,7 +301,7 @@ obj_path(const char *dir, uint32_t prefix, uint32_t i, char *out, size_t len)
 	uint8_t		h[L3KV_HASH_LEN];
 	unsigned	j;
 
-	page_hash(prefix, i, h);
+	test_page_hash(prefix, i, h);
 	for (j = 0; j < L3KV_HASH_LEN; j++)
 		snprintf(walk_want + 2 * j, 3, "%02x", h[j]);
 	strcat(walk_want, ".obj");
@@ -916,7 +891,7 @@ START_TEST(test_full_filesystem_fails_writes_and_restores_go_on)
 	ck_assert_int_eq(stat_of("file", "reads"), 0);
 	/* DRAM loses the first prefix: it restores from its files, byte for byte. */
 	for (i = 0; i < 16; i++) {
-		page_hash(1, i, h);
+		test_page_hash(1, i, h);
 		ck_assert_int_eq(l3kv_debug(r.k, L3KV_DEBUG_DROP, 0, h), 0);
 	}
 	ck_assert_uint_eq(probe(&r, 1, 16), 16);
@@ -1048,7 +1023,7 @@ hy_publish(struct hyrank *h, unsigned region, uint32_t src, uint32_t prefix, uin
 
 	memset(&pg, 0, sizeof(pg));
 	page_bytes(prefix + salt, what, h->mem[region] + (size_t)src * PAGE_BYTES);
-	page_hash(prefix, page, pg.hash);
+	test_page_hash(prefix, page, pg.hash);
 	pg.src_page = src;
 	ck_assert_msg(l3kv_publish(h->k, region, &pg, 1, &res) == 0, "publish: %s",
 	    l3kv_last_error(h->k));
@@ -1080,7 +1055,7 @@ hy_drop_dram(struct hyrank *h, uint32_t prefix, uint32_t n)
 	unsigned	pool;
 
 	for (i = 0; i < n; i++) {
-		page_hash(prefix, i, hash);
+		test_page_hash(prefix, i, hash);
 		for (pool = 0; pool < 3; pool++)
 			(void)l3kv_debug(h->k, L3KV_DEBUG_DROP, pool, hash);	/* -ENOENT: not there */
 	}
@@ -1121,7 +1096,7 @@ hy_restore(struct hyrank *h, uint64_t req, uint32_t prefix, uint32_t ask, uint32
 	struct l3kv_state_dest		sd = { HY_STATE, 1 };
 	struct l3kv_admit_result	a;
 	struct l3kv_admit_args		aa;
-	uint8_t				*hs = hashes_of(prefix, ask);
+	uint8_t				*hs = test_page_hashes(prefix, ask);
 	uint32_t			dst[PAGES], i;
 	int				rc;
 
@@ -1164,7 +1139,7 @@ hy_restore(struct hyrank *h, uint64_t req, uint32_t prefix, uint32_t ask, uint32
 static uint32_t
 hy_probe(struct hyrank *h, uint32_t prefix, uint32_t n, uint32_t *stops, uint32_t *nstops)
 {
-	uint8_t		*hs = hashes_of(prefix, n);
+	uint8_t		*hs = test_page_hashes(prefix, n);
 	uint32_t	 hit = 0;
 
 	ck_assert_int_eq(l3kv_probe_stops(h->k, hs, n, &hit, stops, n, nstops), 0);
@@ -1216,7 +1191,7 @@ START_TEST(test_hybrid_prefix_restores_from_files_all_or_nothing)
 	hy_drop_dram(&h, 30, 8);
 	obj_path(root, 30, 0, kvfile, sizeof(kvfile));
 	ns_dir_of(kvfile, nsdir, sizeof(nsdir));
-	page_hash(30, 7, hash);
+	test_page_hash(30, 7, hash);
 	snprintf(path, sizeof(path), "%s/%02x-0000/%02x/", nsdir, HY_STATE, hash[0]);
 	for (j = 0; j < L3KV_HASH_LEN; j++)
 		snprintf(path + strlen(path), 3, "%02x", hash[j]);
@@ -1297,7 +1272,7 @@ START_TEST(test_tp_replicas_share_one_staging_read_per_object)
 		rank_attach(&r[t]);
 	}
 	ck_assert_int_eq(stat_of("dram", "objects"), 0);
-	h = hashes_of(40, n);
+	h = test_page_hashes(40, n);
 	memset(&a, 0, sizeof(a));
 	a.request_id = 7;
 	a.hashes = h;
@@ -1360,7 +1335,7 @@ START_TEST(test_released_lease_leaves_a_shared_read_to_the_other)
 	publish_and_restart("ft-a", 41, n);
 	rank_init(&r, "ft-a");
 	rank_attach(&r);
-	h = hashes_of(41, n);
+	h = test_page_hashes(41, n);
 	memset(&a, 0, sizeof(a));
 	a.hashes = h;
 	a.npages = n;

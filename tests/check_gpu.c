@@ -1281,6 +1281,7 @@ enum gd_mode {
 	GD_CORRUPT,		/* page 5's object corrupted (DEBUG) before the restore */
 	GD_EVENT,		/* restores racing a late kernel of the engine, with and
 				   without waiting for its IPC event */
+	GD_STATE,		/* a hybrid engine: gd_state_engine() */
 };
 #define GD_F_CUMEM	0x100	/* the region is a cuMem allocation shared as a POSIX fd */
 #define GD_LATE_MS	400	/* how long the engine's late kernel waits before writing */
@@ -1298,20 +1299,6 @@ struct gd_share {
 	snprintf(sh->err, sizeof(sh->err), __VA_ARGS__);		\
 	return (code);							\
 } while (0)
-
-/* Page p's hash, for prefix `prefix`: deterministic, never zero. */
-static void
-gd_hash(uint32_t prefix, uint32_t p, uint8_t *h)
-{
-	uint32_t	j, x = prefix * 2654435761U + p * 40503U + 1;
-
-	for (j = 0; j < L3KV_HASH_LEN; j++) {
-		x ^= x << 13;
-		x ^= x >> 17;
-		x ^= x << 5;
-		h[j] = (uint8_t)x;
-	}
-}
 
 /* 1 if region page q in `now` holds region page p of `was`, layer by layer. */
 static int
@@ -1345,7 +1332,7 @@ gd_same_source(struct gd_share *sh, struct l3kv *k, void *d, size_t bytes, const
 	int				 rc;
 
 	for (i = 0; i < 2; i++) {
-		gd_hash(prefix + 1000, i, pg[i].hash);
+		test_page_hash(prefix + 1000, i, pg[i].hash);
 		memcpy(h + i * L3KV_HASH_LEN, pg[i].hash, L3KV_HASH_LEN);
 		pg[i].src_page = 1;
 	}
@@ -1537,7 +1524,7 @@ gd_engine(const char *sock, struct gd_share *sh, int mode, uint32_t n, uint32_t 
 		    rc, l3kv_last_error(k));
 
 	for (i = 0; i < n; i++) {
-		gd_hash(prefix, i, pg[i].hash);
+		test_page_hash(prefix, i, pg[i].hash);
 		memcpy(hashes + (size_t)i * L3KV_HASH_LEN, pg[i].hash, L3KV_HASH_LEN);
 		pg[i].src_page = i;
 		dst[i] = pages - 1 - i;
@@ -1760,7 +1747,7 @@ gd_state_engine(const char *sock, struct gd_share *sh, uint32_t prefix)
 		GD_FAIL(8, "state engine: ATTACH: %d %s", rc, l3kv_last_error(k));
 
 	for (i = 0; i < 4; i++) {
-		gd_hash(prefix, i, pg[i].hash);
+		test_page_hash(prefix, i, pg[i].hash);
 		memcpy(hashes + (size_t)i * L3KV_HASH_LEN, pg[i].hash, L3KV_HASH_LEN);
 		pg[i].src_page = i;
 	}
@@ -1822,7 +1809,6 @@ gd_state_engine(const char *sock, struct gd_share *sh, uint32_t prefix)
 	free(kv1);
 	free(st0);
 	free(st1);
-	(void)sh;
 	return 0;
 }
 
@@ -1878,7 +1864,8 @@ gd_fork_engine(const struct test_daemon *td, struct gd_share *sh, int mode, uint
 		prctl(PR_SET_PDEATHSIG, SIGKILL);	/* gone with a failed test */
 		if (rfd >= 0)
 			close(rfd);
-		_exit(gd_engine(td->sock, sh, mode, n, prefix, wfd));
+		_exit(mode == GD_STATE ? gd_state_engine(td->sock, sh, prefix) :
+		    gd_engine(td->sock, sh, mode, n, prefix, wfd));
 	}
 	return pid;
 }
@@ -2005,16 +1992,8 @@ START_TEST(test_gpu_daemon_live_state_slot_survives_a_hybrid_restore)
 {
 	struct test_daemon	 td;
 	struct gd_share		*sh = gd_start(&td, "256 MiB");
-	pid_t			 pid;
 
-	memset(sh, 0, sizeof(*sh));
-	pid = fork();
-	CHECK(pid >= 0, "fork: %s", strerror(errno));
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		_exit(gd_state_engine(td.sock, sh, 9));
-	}
-	gd_wait_engine(pid, sh, "hybrid engine");
+	gd_wait_engine(gd_fork_engine(&td, sh, GD_STATE, 4, 9, -1, -1), sh, "hybrid engine");
 	EQ(gd_stat(td.sock, "cache", "pages_restored"), 4);
 	gd_daemon_done(&td);
 	munmap(sh, sizeof(*sh));

@@ -183,30 +183,6 @@ hrank_fini(struct hrank *h)
 	}
 }
 
-static void
-hash_of(uint32_t prefix, uint32_t i, uint8_t *h)
-{
-	uint32_t	j, x = prefix * 2246822519U + i * 3266489917U + 7;
-
-	for (j = 0; j < L3KV_HASH_LEN; j++) {
-		x ^= x << 13;
-		x ^= x >> 17;
-		x ^= x << 5;
-		h[j] = (uint8_t)x;
-	}
-}
-
-static uint8_t *
-hashes_of(uint32_t prefix, uint32_t n)
-{
-	uint8_t		*h = malloc((size_t)n * L3KV_HASH_LEN);
-	uint32_t	 i;
-
-	for (i = 0; i < n; i++)
-		hash_of(prefix, i, h + (size_t)i * L3KV_HASH_LEN);
-	return h;
-}
-
 /* Deterministic bytes for (what, prefix, i, shard); `what` keeps pools apart. */
 static void
 content(uint8_t *p, size_t len, uint32_t what, uint32_t prefix, uint32_t i, uint32_t shard)
@@ -253,7 +229,7 @@ publish_one(struct hrank *h, unsigned r, uint32_t src, uint32_t prefix, uint32_t
 	struct l3kv_publish_page	pg;
 
 	content(h->mem[r] + (size_t)src * bytes, bytes, what, prefix, hash_index, h->dcp_rank);
-	hash_of(prefix, hash_index, pg.hash);
+	test_page_hash(prefix, hash_index, pg.hash);
 	pg.src_page = src;
 	ck_assert_msg(l3kv_publish(h->k, r, &pg, 1, &res) == 0, "publish: %s",
 	    l3kv_last_error(h->k));
@@ -285,7 +261,7 @@ publish_side(struct hrank *h, uint32_t prefix, uint32_t page)
 static uint32_t
 probe(struct hrank *h, uint32_t prefix, uint32_t n, uint32_t *stops, uint32_t *nstops)
 {
-	uint8_t		*hs = hashes_of(prefix, n);
+	uint8_t		*hs = test_page_hashes(prefix, n);
 	uint32_t	 hit = 0, dummy;
 
 	ck_assert_int_eq(l3kv_probe_stops(h->k, hs, n, &hit, stops, stops ? n : 0,
@@ -299,7 +275,7 @@ admit(struct hrank *h, uint64_t req, uint32_t prefix, uint32_t n, uint32_t slot)
 {
 	struct l3kv_admit_result	res;
 	struct l3kv_admit_args		a;
-	uint8_t				*hs = hashes_of(prefix, n);
+	uint8_t				*hs = test_page_hashes(prefix, n);
 
 	memset(&a, 0, sizeof(a));
 	a.request_id = req;
@@ -322,7 +298,7 @@ admit_group(struct hrank *h, unsigned n, uint64_t req, uint32_t prefix, uint32_t
 	struct l3kv_admit_args		a;
 	struct pollfd			pfd;
 	uint64_t			ticket;
-	uint8_t				*hs = hashes_of(prefix, pages);
+	uint8_t				*hs = test_page_hashes(prefix, pages);
 	unsigned			r;
 	int				rc, i;
 
@@ -543,7 +519,7 @@ START_TEST(test_lost_checkpoint_fails_without_falling_back)
 	publish_state(&h, 7, 4);
 	a = admit(&h, 1, 7, 4, 1);
 	ck_assert_uint_eq(a.admitted_pages, 4);
-	hash_of(7, 3, hs);
+	test_page_hash(7, 3, hs);
 	ck_assert_int_eq(l3kv_debug(h.k, L3KV_DEBUG_DROP, 1, hs), 0);
 	memset(h.mem[R_STATE], 0xee, h.len[R_STATE]);
 	ck_assert_int_eq(l3kv_restore_state(h.k, a.lease, R_KV, dst, 4, &sd, 5000, &res),

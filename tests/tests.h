@@ -51,6 +51,13 @@ int	 test_fd_count(void);
 int	 test_rmtree(const char *dir);
 char	*test_mkdtemp(char *buf, size_t len);
 
+/*
+ * Page i's 32-byte hash in prefix `prefix`: deterministic, never all
+ * zero; test_page_hashes() returns n of them in malloc'd memory.
+ */
+void	 test_page_hash(uint32_t prefix, uint32_t i, uint8_t *h);
+uint8_t	*test_page_hashes(uint32_t prefix, uint32_t n);
+
 /* STATS of the daemon on a socket (tests/util.c). */
 #include <jansson.h>
 json_t	*test_stats(const char *sock);

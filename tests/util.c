@@ -289,3 +289,28 @@ test_stat_wait(const char *sock, const char *section, const char *key, long long
 	}
 	return v;
 }
+
+void
+test_page_hash(uint32_t prefix, uint32_t i, uint8_t *h)
+{
+	uint32_t	j, x = prefix * 2654435761U + i * 40503U + 1;
+
+	for (j = 0; j < L3KV_HASH_LEN; j++) {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		h[j] = (uint8_t)x;
+	}
+}
+
+uint8_t *
+test_page_hashes(uint32_t prefix, uint32_t n)
+{
+	uint8_t		*h = malloc((size_t)n * L3KV_HASH_LEN);
+	uint32_t	 i;
+
+	ck_assert_ptr_nonnull(h);
+	for (i = 0; i < n; i++)
+		test_page_hash(prefix, i, h + (size_t)i * L3KV_HASH_LEN);
+	return h;
+}
