@@ -1,4 +1,9 @@
-"""A real l3kvd for the Python tests.
+"""The Python tests' harness: the build under test, and a real l3kvd.
+
+Importing it points the tests at the build: BUILD is $L3KV_BUILD (default
+build/, relative to the repository when it is not a directory here),
+$L3KV_LIB defaults to BUILD/libl3kv.so, and lib/python goes first on
+sys.path, so that `import l3kv` after it loads this tree's client.
 
 Daemon(build, config, prefix) starts BUILD/l3kvd on a socket in a fresh
 mkdtemp directory with `config` merged over a socket and log section,
@@ -17,6 +22,21 @@ import subprocess
 import sys
 import tempfile
 import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _build_dir():
+    b = os.environ.get("L3KV_BUILD") or "build"
+    if not os.path.isabs(b) and not os.path.isdir(b):
+        b = os.path.join(REPO, b)
+    return os.path.abspath(b)
+
+
+BUILD = _build_dir()
+sys.dont_write_bytecode = True      # no __pycache__ left in the source tree
+os.environ.setdefault("L3KV_LIB", os.path.join(BUILD, "libl3kv.so"))
+sys.path.insert(0, os.path.join(REPO, "lib", "python"))
 
 
 def _set_pdeathsig():

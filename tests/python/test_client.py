@@ -15,29 +15,12 @@ import errno
 import mmap
 import os
 import struct
-import sys
 import time
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-
-
-def build_dir():
-    b = os.environ.get("L3KV_BUILD") or "build"
-    if not os.path.isabs(b) and not os.path.isdir(b):
-        b = os.path.join(REPO, b)
-    return os.path.abspath(b)
-
-
-BUILD = build_dir()
-sys.dont_write_bytecode = True      # no __pycache__ left in the source tree
-# The library of the build under test, unless the caller chose one.
-os.environ.setdefault("L3KV_LIB", os.path.join(BUILD, "libl3kv.so"))
-sys.path.insert(0, os.path.join(REPO, "lib", "python"))
+from l3kvd_process import BUILD, Daemon  # first: it points sys.path and L3KV_LIB at the build
 
 import l3kv  # noqa: E402
-from l3kvd_process import Daemon  # noqa: E402
 from l3kv import (Decline, HitPolicy, L3kvError, Layout, Pool, PoolKind, Prefetch,  # noqa: E402
                   Region, StateDest, Status, Write)
 

@@ -17,19 +17,10 @@ import collections
 import ctypes
 import errno
 import itertools
-import os
-import sys
 import threading
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-sys.dont_write_bytecode = True
-if not os.environ.get("L3KV_LIB"):
-    b = os.environ.get("L3KV_BUILD") or os.path.join(REPO, "build")
-    os.environ["L3KV_LIB"] = os.path.join(os.path.abspath(b), "libl3kv.so")
-sys.path.insert(0, os.path.join(REPO, "lib", "python"))
-
+import l3kvd_process  # noqa: F401  (first: it points sys.path and L3KV_LIB at the build)
 import l3kv  # noqa: E402
 import l3kv.torch as lt  # noqa: E402
 from l3kv import HostLayout, L3kvError, MemKind, Region  # noqa: E402
