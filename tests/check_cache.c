@@ -5,7 +5,6 @@
  * and the teardown asserts that no lease, pin or in-flight object is
  * left behind.
  */
-#include <sys/mman.h>
 #include <sys/wait.h>
 
 #include <errno.h>
@@ -27,20 +26,14 @@
 #define PAGE_TOKENS	8
 #define TOKEN_BYTES	64
 #define PAGE_BYTES	(PAGE_TOKENS * LAYERS * TOKEN_BYTES)
-#define KV_REGION	0
+#define KV_REGION	TEST_RANK_KV
 
 static struct test_daemon	td;
 static int			fds_before;
 
-/* One engine rank: a connection, a page_first KV memfd mapped here too. */
-struct rank {
-	struct l3kv		*k;
-	int			 fd;
-	uint8_t			*mem;
-	struct l3kv_pool	 pool;
-	struct l3kv_region	 region;
-	struct l3kv_attach_args	 args;
-};
+/* Each engine rank: an MLA layout, a page_first KV memfd (struct test_rank). */
+static const struct test_rank_kv	kv = { "cache-test", "latent:64:fp8_e4m3", L3KV_ATTN_MLA,
+    PAGES, PAGE_TOKENS, LAYERS, TOKEN_BYTES };
 
 static void
 start(const char *extra)
@@ -90,94 +83,9 @@ teardown(void)
 }
 
 static void
-rank_init(struct rank *r, const char *group, unsigned size, unsigned idx)
+rank_attach(struct test_rank *r)
 {
-	memset(r, 0, sizeof(*r));
-	r->fd = memfd_create("l3kv-engine", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	ck_assert_int_ge(r->fd, 0);
-	ck_assert_int_eq(ftruncate(r->fd, (off_t)PAGES * PAGE_BYTES), 0);
-	r->mem = mmap(NULL, (size_t)PAGES * PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
-	ck_assert(r->mem != MAP_FAILED);
-	r->pool = (struct l3kv_pool){ "kv", L3KV_POOL_KV, L3KV_HIT_ALL_PAGES, 0, LAYERS, PAGE_BYTES,
-	    "latent:64:fp8_e4m3" };
-	r->region = (struct l3kv_region){ .pool = 0, .kind = L3KV_MEM_MEMFD,
-	    .layout = L3KV_LAYOUT_PAGE_FIRST, .fd = r->fd, .size = (uint64_t)PAGES * PAGE_BYTES,
-	    .num_pages = PAGES, .page_tokens = PAGE_TOKENS, .layers = LAYERS,
-	    .token_bytes = TOKEN_BYTES, .page_stride = PAGE_BYTES, .layer_stride = TOKEN_BYTES,
-	    .token_stride = LAYERS * TOKEN_BYTES };
-	r->args.layout = (struct l3kv_layout){ .model = "cache-test", .kv_dtype = "fp8_e4m3",
-	    .hash_scheme = "sha256", .hash_len = 32, .tp_size = size, .dcp_size = 1,
-	    .pp_size = 1, .cp_size = 1, .host_layout = L3KV_LAYOUT_PAGE_FIRST,
-	    .attention = L3KV_ATTN_MLA, .page_tokens = PAGE_TOKENS,
-	    .logical_page_tokens = PAGE_TOKENS };
-	r->args.pools = &r->pool;
-	r->args.npools = 1;
-	r->args.regions = &r->region;
-	r->args.nregions = 1;
-	r->args.group = group;
-	r->args.group_size = size;
-	r->args.group_rank = idx;
-	r->args.tp_rank = idx;
-	r->args.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
-	r->args.write = L3KV_WRITE_THROUGH;
-}
-
-static void
-rank_attach(struct rank *r)
-{
-	ck_assert_int_eq(l3kv_connect(td.sock, 5000, &r->k), 0);
-	ck_assert_int_eq(l3kv_attach(r->k, &r->args, NULL), 0);
-}
-
-static void
-rank_fini(struct rank *r)
-{
-	l3kv_close(r->k);
-	munmap(r->mem, (size_t)PAGES * PAGE_BYTES);
-	close(r->fd);
-}
-
-/* Fills engine page `slot` with the content of (prefix, i). */
-static void
-fill_page(struct rank *r, uint32_t slot, uint32_t prefix, uint32_t i)
-{
-	uint8_t		*p = r->mem + (size_t)slot * PAGE_BYTES;
-	uint32_t	 j, x = prefix * 7919U + i * 104729U + 17;
-
-	for (j = 0; j < PAGE_BYTES; j++) {
-		x = x * 1103515245U + 12345U;
-		p[j] = (uint8_t)(x >> 16);
-	}
-}
-
-static int
-page_is(struct rank *r, uint32_t slot, uint32_t prefix, uint32_t i)
-{
-	uint8_t		want[PAGE_BYTES];
-	uint32_t	j, x = prefix * 7919U + i * 104729U + 17;
-
-	for (j = 0; j < PAGE_BYTES; j++) {
-		x = x * 1103515245U + 12345U;
-		want[j] = (uint8_t)(x >> 16);
-	}
-	return memcmp(r->mem + (size_t)slot * PAGE_BYTES, want, PAGE_BYTES) == 0;
-}
-
-static void
-fill_sentinel(struct rank *r, uint32_t slot)
-{
-	memset(r->mem + (size_t)slot * PAGE_BYTES, 0xee, PAGE_BYTES);
-}
-
-static int
-is_sentinel(struct rank *r, uint32_t slot)
-{
-	uint32_t	j;
-
-	for (j = 0; j < PAGE_BYTES; j++)
-		if (r->mem[(size_t)slot * PAGE_BYTES + j] != 0xee)
-			return 0;
-	return 1;
+	test_rank_attach(r, td.sock);
 }
 
 /*
@@ -185,79 +93,42 @@ is_sentinel(struct rank *r, uint32_t slot)
  * them, publishes, expects `stored` new objects.
  */
 static void
-publish_prefix(struct rank *r, uint32_t prefix, uint32_t n, uint32_t first, uint32_t stored)
+publish_prefix(struct test_rank *r, uint32_t prefix, uint32_t n, uint32_t first, uint32_t stored)
 {
-	struct l3kv_publish_result	 res;
-	struct l3kv_publish_page	*pg = calloc(n, sizeof(*pg));
-	uint32_t			 i;
+	struct l3kv_publish_result	res;
 
-	ck_assert_ptr_nonnull(pg);
-	for (i = 0; i < n; i++) {
-		fill_page(r, first + i, prefix, i);
-		test_page_hash(prefix, i, pg[i].hash);
-		pg[i].src_page = first + i;
-	}
-	ck_assert_int_eq(l3kv_publish(r->k, KV_REGION, pg, n, &res), 0);
+	test_rank_publish_kv(r, prefix, 0, n, first, &res);
 	ck_assert_uint_eq(res.stored, stored);
 	ck_assert_uint_eq(res.present, n - stored);
 	ck_assert_uint_eq(res.bytes, (uint64_t)stored * PAGE_BYTES);
-	free(pg);
 }
 
 static uint32_t
-probe(struct rank *r, uint32_t prefix, uint32_t n)
+probe(struct test_rank *r, uint32_t prefix, uint32_t n)
 {
-	uint8_t		*h = test_page_hashes(prefix, n);
-	uint32_t	 hit = UINT32_MAX;
-
-	ck_assert_int_eq(l3kv_probe(r->k, h, n, &hit), 0);
-	free(h);
-	return hit;
+	return test_rank_probe(r, prefix, n, NULL, NULL);
 }
 
 static struct l3kv_admit_result
-admit(struct rank *r, uint64_t req, uint32_t prefix, uint32_t n, uint32_t reserved)
+admit(struct test_rank *r, uint64_t req, uint32_t prefix, uint32_t n, uint32_t reserved)
 {
-	struct l3kv_admit_result	res;
-	struct l3kv_admit_args		a;
-	uint8_t				*h = test_page_hashes(prefix, n);
-
-	memset(&a, 0, sizeof(a));
-	a.request_id = req;
-	a.hashes = h;
-	a.npages = n;
-	a.reserved_pages = reserved;
-	a.state_slot = L3KV_SLOT_NONE;
-	memset(&res, 0xa5, sizeof(res));
-	ck_assert_int_eq(l3kv_admit(r->k, &a, &res), 0);
-	free(h);
-	return res;
+	return test_rank_admit(r, req, prefix, n, reserved, L3KV_SLOT_NONE);
 }
 
-/* Restores a lease into engine slots first..first+n-1. */
 static int
-restore_into(struct rank *r, uint64_t lease, uint32_t first, uint32_t n,
-    struct l3kv_restore_result *res)
+page_is(struct test_rank *r, uint32_t slot, uint32_t prefix, uint32_t i)
 {
-	uint32_t	*dst = malloc(n * sizeof(*dst) + 1), i;
-	int		 rc;
-
-	ck_assert_ptr_nonnull(dst);
-	for (i = 0; i < n; i++)
-		dst[i] = first + i;
-	rc = l3kv_restore(r->k, lease, KV_REGION, dst, n, 10000, res);
-	free(dst);
-	return rc;
+	return test_rank_page_is(r, KV_REGION, slot, prefix, i);
 }
 
 START_TEST(test_publish_then_restore_lands_the_exact_bytes)
 {
 	struct l3kv_restore_result	res;
 	struct l3kv_admit_result	a;
-	struct rank			r;
+	struct test_rank		r;
 	uint32_t			i;
 
-	rank_init(&r, "g1", 1, 0);
+	test_rank_init(&r, &kv, "g1", 1, 0);
 	rank_attach(&r);
 	publish_prefix(&r, 1, 8, 0, 8);
 	ck_assert_uint_eq(probe(&r, 1, 12), 8);
@@ -266,29 +137,27 @@ START_TEST(test_publish_then_restore_lands_the_exact_bytes)
 	ck_assert_uint_eq(a.admitted_pages, 8);
 	ck_assert_uint_eq(a.group_hit, 8);
 	ck_assert_uint_ne(a.lease, 0);
-	for (i = 0; i < 16; i++)
-		fill_sentinel(&r, 32 + i);
-	ck_assert_int_eq(restore_into(&r, a.lease, 32, 8, &res), 0);
+	test_rank_sentinel(&r, KV_REGION, 32, 16);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 32, 8, &res), 0);
 	ck_assert_uint_eq(res.pages, 8);
 	ck_assert_int_eq(res.partial, 0);
 	ck_assert_uint_eq(res.bytes, 8ULL * PAGE_BYTES);
 	for (i = 0; i < 8; i++)
 		ck_assert_msg(page_is(&r, 32 + i, 1, i), "page %u", i);
-	for (i = 8; i < 16; i++)
-		ck_assert(is_sentinel(&r, 32 + i));
+	ck_assert(test_rank_is_sentinel(&r, KV_REGION, 32 + 8, 8));
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
 	ck_assert_int_eq(stat_of("cache", "pages_restored"), 8);
 	ck_assert_int_eq(stat_of("cache", "restores_ready"), 1);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 
 START_TEST(test_promise_never_exceeds_the_reservation)
 {
 	struct l3kv_admit_result	a;
-	struct rank			r;
+	struct test_rank		r;
 
-	rank_init(&r, "g1", 1, 0);
+	test_rank_init(&r, &kv, "g1", 1, 0);
 	rank_attach(&r);
 	publish_prefix(&r, 2, 10, 0, 10);
 	a = admit(&r, 1, 2, 10, 3);
@@ -308,7 +177,7 @@ START_TEST(test_promise_never_exceeds_the_reservation)
 	ck_assert_int_eq(a.decline, L3KV_DECLINE_NO_HIT);
 	ck_assert_int_eq(stat_of("dram", "pins"), 0);
 	ck_assert_int_eq(stat_of("cache", "leases_open"), 0);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 
@@ -331,11 +200,11 @@ state_without_probe_counters(void)
 
 START_TEST(test_probe_changes_nothing)
 {
-	struct rank	 r;
-	char		*before, *after;
-	int		 i;
+	struct test_rank	 r;
+	char			*before, *after;
+	int			 i;
 
-	rank_init(&r, "g1", 1, 0);
+	test_rank_init(&r, &kv, "g1", 1, 0);
 	rank_attach(&r);
 	publish_prefix(&r, 3, 6, 0, 6);
 	before = state_without_probe_counters();
@@ -346,7 +215,7 @@ START_TEST(test_probe_changes_nothing)
 	ck_assert_int_eq(stat_of("cache", "probes"), 5);
 	free(before);
 	free(after);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 
@@ -354,10 +223,10 @@ START_TEST(test_eviction_pressure_never_evicts_a_leased_object)
 {
 	struct l3kv_restore_result	res;
 	struct l3kv_admit_result	a;
-	struct rank			r;
+	struct test_rank		r;
 	uint32_t			p, i;
 
-	rank_init(&r, "g1", 1, 0);
+	test_rank_init(&r, &kv, "g1", 1, 0);
 	rank_attach(&r);
 	publish_prefix(&r, 4, 16, 0, 16);
 	a = admit(&r, 1, 4, 16, 16);
@@ -367,14 +236,13 @@ START_TEST(test_eviction_pressure_never_evicts_a_leased_object)
 		publish_prefix(&r, 1000 + p, 60, 0, 60);
 	ck_assert_int_gt(stat_of("dram", "evictions"), 0);
 	ck_assert_uint_eq(probe(&r, 4, 16), 16);
-	for (i = 0; i < 16; i++)
-		fill_sentinel(&r, 40 + i % 20);
-	ck_assert_int_eq(restore_into(&r, a.lease, 40, 16, &res), 0);
+	test_rank_sentinel(&r, KV_REGION, 40, 16);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 40, 16, &res), 0);
 	ck_assert_uint_eq(res.pages, 16);
 	for (i = 0; i < 16; i++)
 		ck_assert(page_is(&r, 40 + i, 4, i));
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 
@@ -383,30 +251,27 @@ lost_after_admit(unsigned op)
 {
 	struct l3kv_restore_result	res;
 	struct l3kv_admit_result	a;
-	struct rank			r;
+	struct test_rank		r;
 	uint8_t				h[L3KV_HASH_LEN];
-	uint32_t			i;
 
-	rank_init(&r, "g1", 1, 0);
+	test_rank_init(&r, &kv, "g1", 1, 0);
 	rank_attach(&r);
 	publish_prefix(&r, 5, 8, 0, 8);
 	a = admit(&r, 1, 5, 8, 8);
 	ck_assert_uint_eq(a.admitted_pages, 8);
 	test_page_hash(5, 5, h);
 	ck_assert_int_eq(l3kv_debug(r.k, op, 0, h), 0);
-	for (i = 0; i < 8; i++)
-		fill_sentinel(&r, 20 + i);
-	ck_assert_int_eq(restore_into(&r, a.lease, 20, 8, &res), -ENODATA);
+	test_rank_sentinel(&r, KV_REGION, 20, 8);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 20, 8, &res), -ENODATA);
 	ck_assert_int_eq(l3kv_last_status(r.k), PROTO_S_LOST);
 	/* Never a shorter success; pages from the bad one on are untouched. */
-	for (i = 5; i < 8; i++)
-		ck_assert(is_sentinel(&r, 20 + i));
+	ck_assert(test_rank_is_sentinel(&r, KV_REGION, 20 + 5, 3));
 	ck_assert_int_eq(stat_of("cache", "restores_ready"), 0);
 	ck_assert_int_eq(stat_of("cache", "pages_restored"), 0);
 	/* The bad object is gone from the index. */
 	ck_assert_uint_eq(probe(&r, 5, 8), 5);
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 
 START_TEST(test_object_corrupted_after_admit_fails_the_restore)
@@ -428,15 +293,14 @@ START_TEST(test_out_of_bounds_destination_is_refused_with_nothing_written)
 	struct l3kv_restore_result	res;
 	struct l3kv_restore_args	ra;
 	struct l3kv_admit_result	a;
-	struct rank			r;
+	struct test_rank		r;
 	uint32_t			dst[4] = { 1, 2, PAGES, 3 }, i;
 
-	rank_init(&r, "g1", 1, 0);
+	test_rank_init(&r, &kv, "g1", 1, 0);
 	rank_attach(&r);
 	publish_prefix(&r, 7, 4, 0, 4);
 	a = admit(&r, 1, 7, 4, 4);
-	for (i = 0; i < PAGES; i++)
-		fill_sentinel(&r, i);
+	test_rank_sentinel(&r, KV_REGION, 0, PAGES);
 	ck_assert_int_eq(l3kv_restore(r.k, a.lease, KV_REGION, dst, 4, 5000, &res), -ERANGE);
 	ck_assert_int_eq(l3kv_last_status(r.k), PROTO_S_OUT_OF_BOUNDS);
 	ck_assert_int_eq(l3kv_restore(r.k, a.lease, 5, dst, 4, 5000, &res), -ERANGE);
@@ -455,27 +319,27 @@ START_TEST(test_out_of_bounds_destination_is_refused_with_nothing_written)
 	dst[2] = PAGES;
 	usleep(50000);
 	for (i = 0; i < PAGES; i++)
-		ck_assert_msg(is_sentinel(&r, i), "page %u written", i);
+		ck_assert_msg(test_rank_is_sentinel(&r, KV_REGION, i, 1), "page %u written", i);
 	/* The lease is still good. */
 	dst[2] = 9;
 	ck_assert_int_eq(l3kv_restore(r.k, a.lease, KV_REGION, dst, 4, 5000, &res), 0);
 	ck_assert(page_is(&r, 9, 7, 2));
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 
 START_TEST(test_duplicate_publish_is_present_not_rewritten)
 {
-	struct rank	r;
+	struct test_rank	r;
 
-	rank_init(&r, "g1", 1, 0);
+	test_rank_init(&r, &kv, "g1", 1, 0);
 	rank_attach(&r);
 	publish_prefix(&r, 8, 6, 0, 6);
 	publish_prefix(&r, 8, 10, 0, 4);	/* 6 present, 4 new */
 	ck_assert_int_eq(stat_of("dram", "objects"), 10);
 	ck_assert_int_eq(stat_of("cache", "pages_present"), 6);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 
@@ -483,10 +347,10 @@ START_TEST(test_publish_with_bad_source_indices_stores_nothing)
 {
 	struct l3kv_publish_result	res;
 	struct l3kv_publish_page	pg[3];
-	struct rank			r;
+	struct test_rank		r;
 	uint32_t			i;
 
-	rank_init(&r, "g1", 1, 0);
+	test_rank_init(&r, &kv, "g1", 1, 0);
 	rank_attach(&r);
 	for (i = 0; i < 3; i++) {
 		test_page_hash(9, i, pg[i].hash);
@@ -499,20 +363,20 @@ START_TEST(test_publish_with_bad_source_indices_stores_nothing)
 	ck_assert_uint_eq(probe(&r, 9, 3), 0);
 	ck_assert_int_eq(stat_of("dram", "objects"), 0);
 	ck_assert_int_eq(stat_of("cache", "publishes_failed"), 1);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 
 /* Publishes 60 pages of a prefix; returns l3kv_publish's result. */
 static int
-try_publish(struct rank *r, uint32_t prefix)
+try_publish(struct test_rank *r, uint32_t prefix)
 {
 	struct l3kv_publish_result	res;
 	struct l3kv_publish_page	pg[60];
 	uint32_t			i;
 
 	for (i = 0; i < 60; i++) {
-		fill_page(r, i, prefix, i);
+		test_rank_fill_page(r, KV_REGION, i, prefix, i);
 		test_page_hash(prefix, i, pg[i].hash);
 		pg[i].src_page = i;
 	}
@@ -522,12 +386,12 @@ try_publish(struct rank *r, uint32_t prefix)
 START_TEST(test_publish_without_space_stores_nothing)
 {
 	struct l3kv_admit_result	a;
-	struct rank			r;
+	struct test_rank		r;
 	uint64_t			leases[100];
 	uint32_t			p, n = 0, i;
 	int				rc = 0;
 
-	rank_init(&r, "g1", 1, 0);
+	test_rank_init(&r, &kv, "g1", 1, 0);
 	rank_attach(&r);
 	/* Fill the 8 MiB tier with leased (pinned) prefixes until a publish fails. */
 	for (p = 0; p < 100; p++) {
@@ -548,45 +412,28 @@ START_TEST(test_publish_without_space_stores_nothing)
 		ck_assert_int_eq(l3kv_release(r.k, leases[i]), 0);
 	/* With the pins gone, eviction makes room again. */
 	ck_assert_int_eq(try_publish(&r, 2000 + p), 0);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
-
-/* Waits for one completion on a rank (bounded). */
-static void
-wait_completion(struct rank *r, struct l3kv_completion *c)
-{
-	struct pollfd	pfd = { l3kv_fd(r->k), POLLIN, 0 };
-	int		rc, i;
-
-	for (i = 0; i < 1000; i++) {
-		rc = l3kv_poll_completion(r->k, c);
-		if (rc == 0)
-			return;
-		ck_assert_int_eq(rc, -EAGAIN);
-		poll(&pfd, 1, 20);
-	}
-	ck_abort_msg("no completion");
-}
 
 START_TEST(test_cancel_during_slow_copy_is_answered_after_the_copy)
 {
 	struct l3kv_restore_result	res;
 	struct l3kv_completion		c;
 	struct l3kv_admit_result	a;
-	struct rank			r;
+	struct test_rank		r;
 	uint32_t			dst[10], i, landed = 0;
 	uint64_t			ticket;
 
 	test_daemon_stop(&td, SIGTERM, NULL);
 	start("{\"testing\": {\"copy_delay_ms\": 100}}");
-	rank_init(&r, "g1", 1, 0);
+	test_rank_init(&r, &kv, "g1", 1, 0);
 	rank_attach(&r);
 	publish_prefix(&r, 10, 10, 0, 10);
 	a = admit(&r, 1, 10, 10, 10);
 	for (i = 0; i < 10; i++) {
 		dst[i] = 30 + i;
-		fill_sentinel(&r, 30 + i);
+		test_rank_sentinel(&r, KV_REGION, 30 + i, 1);
 	}
 	ck_assert_int_eq(l3kv_submit_restore(r.k, a.lease, KV_REGION, dst, 10, &ticket), 0);
 	usleep(350000);
@@ -598,8 +445,9 @@ START_TEST(test_cancel_during_slow_copy_is_answered_after_the_copy)
 	for (i = 0; i < landed; i++)
 		ck_assert(page_is(&r, 30 + i, 10, i));
 	for (i = landed; i < 10; i++)
-		ck_assert_msg(is_sentinel(&r, 30 + i), "page %u written after the cancel", i);
-	wait_completion(&r, &c);
+		ck_assert_msg(test_rank_is_sentinel(&r, KV_REGION, 30 + i, 1),
+		    "page %u written after the cancel", i);
+	test_rank_wait_completion(&r, &c);
 	ck_assert_uint_eq(c.ticket, ticket);
 	ck_assert_int_eq(c.status, -ECANCELED);
 	ck_assert_int_eq(l3kv_restore_result(&c, &res), -EINVAL);
@@ -607,7 +455,7 @@ START_TEST(test_cancel_during_slow_copy_is_answered_after_the_copy)
 	ck_assert_int_eq(stat_of("dram", "pins"), 0);
 	ck_assert_int_eq(stat_of("cache", "pages_restored"), 0);
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 
@@ -616,27 +464,27 @@ START_TEST(test_three_concurrent_restores_land_the_right_bytes)
 	struct l3kv_restore_result	res;
 	struct l3kv_completion		c;
 	struct l3kv_admit_result	a[3];
-	struct rank			r[3];
+	struct test_rank		r[3];
 	uint64_t			ticket[3];
 	uint32_t			dst[20], i, e;
 	char				group[16];
 
 	for (e = 0; e < 3; e++) {
 		snprintf(group, sizeof(group), "g%u", e);
-		rank_init(&r[e], strdup(group), 1, 0);
+		test_rank_init(&r[e], &kv, strdup(group), 1, 0);
 		rank_attach(&r[e]);
 		publish_prefix(&r[e], 20 + e, 6 + e * 4, 0, 6 + e * 4);
 		a[e] = admit(&r[e], 1, 20 + e, 6 + e * 4, 64);
 		ck_assert_uint_eq(a[e].admitted_pages, 6 + e * 4);
 		for (i = 0; i < a[e].admitted_pages; i++) {
 			dst[i] = 40 + i;
-			fill_sentinel(&r[e], 40 + i);
+			test_rank_sentinel(&r[e], KV_REGION, 40 + i, 1);
 		}
 		ck_assert_int_eq(l3kv_submit_restore(r[e].k, a[e].lease, KV_REGION, dst,
 		    a[e].admitted_pages, &ticket[e]), 0);
 	}
 	for (e = 0; e < 3; e++) {
-		wait_completion(&r[e], &c);
+		test_rank_wait_completion(&r[e], &c);
 		ck_assert_uint_eq(c.ticket, ticket[e]);
 		ck_assert_int_eq(c.status, 0);
 		ck_assert_int_eq(l3kv_restore_result(&c, &res), 0);
@@ -646,7 +494,7 @@ START_TEST(test_three_concurrent_restores_land_the_right_bytes)
 			ck_assert(page_is(&r[e], 40 + i, 20 + e, i));
 		ck_assert_int_eq(l3kv_release(r[e].k, a[e].lease), 0);
 		free((void *)(uintptr_t)r[e].args.group);
-		rank_fini(&r[e]);
+		test_rank_fini(&r[e]);
 	}
 }
 END_TEST
@@ -654,7 +502,7 @@ END_TEST
 START_TEST(test_engine_killed_mid_restore_leaves_no_pins)
 {
 	struct l3kv_admit_result	a;
-	struct rank			r, other;
+	struct test_rank		r, other;
 	uint32_t			dst[10], i;
 	uint64_t			ticket;
 	pid_t				pid;
@@ -665,7 +513,7 @@ START_TEST(test_engine_killed_mid_restore_leaves_no_pins)
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
-		rank_init(&r, "victim", 1, 0);
+		test_rank_init(&r, &kv, "victim", 1, 0);
 		rank_attach(&r);
 		publish_prefix(&r, 30, 10, 0, 10);
 		a = admit(&r, 1, 30, 10, 10);
@@ -681,10 +529,10 @@ START_TEST(test_engine_killed_mid_restore_leaves_no_pins)
 	kill(pid, SIGKILL);
 	waitpid(pid, &st, 0);
 	/* Another engine is served meanwhile, and sees what the dead one published. */
-	rank_init(&other, "other", 1, 0);
+	test_rank_init(&other, &kv, "other", 1, 0);
 	rank_attach(&other);
 	ck_assert_uint_eq(probe(&other, 30, 10), 10);
-	rank_fini(&other);
+	test_rank_fini(&other);
 	ck_assert_int_eq(stat_wait("dram", "pins", 0), 0);
 	ck_assert_int_eq(stat_wait("cache", "leases_open", 0), 0);
 	ck_assert_int_eq(stat_wait("memory", "regions_mapped", 0), 0);
@@ -700,13 +548,13 @@ START_TEST(test_group_of_four_gets_identical_answers)
 	struct l3kv_restore_result	rr;
 	struct l3kv_completion		c;
 	struct l3kv_admit_args		args;
-	struct rank			r[GROUP];
+	struct test_rank		r[GROUP];
 	uint64_t			ticket[GROUP];
 	uint32_t			dst[8], i, g;
 	uint8_t				*h = test_page_hashes(40, 8);
 
 	for (g = 0; g < GROUP; g++) {
-		rank_init(&r[g], "tp4", GROUP, g);
+		test_rank_init(&r[g], &kv, "tp4", GROUP, g);
 		r[g].args.layout.attention = L3KV_ATTN_MHA;	/* a shard per TP rank */
 		rank_attach(&r[g]);
 	}
@@ -715,17 +563,14 @@ START_TEST(test_group_of_four_gets_identical_answers)
 		publish_prefix(&r[g], 40, g == 2 ? 5 : 8, 0, g == 2 ? 5 : 8);
 	for (g = 0; g < GROUP; g++)
 		ck_assert_uint_eq(probe(&r[g], 40, 8), 5);
-	memset(&args, 0, sizeof(args));
-	args.request_id = 77;
-	args.hashes = h;
-	args.npages = 8;
-	args.state_slot = L3KV_SLOT_NONE;
+	args = (struct l3kv_admit_args){ .request_id = 77, .hashes = h, .npages = 8,
+	    .state_slot = L3KV_SLOT_NONE };
 	for (g = 0; g < GROUP; g++) {
 		args.reserved_pages = g == 1 ? 4 : 8;
 		ck_assert_int_eq(l3kv_submit_admit(r[g].k, &args, &ticket[g]), 0);
 	}
 	for (g = 0; g < GROUP; g++) {
-		wait_completion(&r[g], &c);
+		test_rank_wait_completion(&r[g], &c);
 		ck_assert_int_eq(c.status, 0);
 		ck_assert_int_eq(l3kv_admit_result(&c, &res[g]), 0);
 		l3kv_completion_release(&c);
@@ -740,7 +585,7 @@ START_TEST(test_group_of_four_gets_identical_answers)
 		    &ticket[g]), 0);
 	}
 	for (g = 0; g < GROUP; g++) {
-		wait_completion(&r[g], &c);
+		test_rank_wait_completion(&r[g], &c);
 		ck_assert_int_eq(c.status, 0);
 		ck_assert_int_eq(l3kv_restore_result(&c, &rr), 0);
 		ck_assert_uint_eq(rr.pages, 4);
@@ -751,49 +596,38 @@ START_TEST(test_group_of_four_gets_identical_answers)
 	}
 	free(h);
 	for (g = 0; g < GROUP; g++)
-		rank_fini(&r[g]);
+		test_rank_fini(&r[g]);
 }
 END_TEST
 
 START_TEST(test_missing_rank_makes_admit_decline_for_all_at_the_deadline)
 {
-	struct l3kv_admit_result	res;
-	struct l3kv_completion		c;
+	struct l3kv_admit_result	res[GROUP - 1];
 	struct l3kv_admit_args		args;
-	struct rank			r[GROUP];
-	uint64_t			ticket[GROUP];
+	struct test_rank		r[GROUP];
 	uint32_t			g;
 	uint8_t				*h = test_page_hashes(41, 4);
 
 	test_daemon_stop(&td, SIGTERM, NULL);
 	start("{\"admit\": {\"timeout_ms\": 300}}");
 	for (g = 0; g < GROUP; g++) {
-		rank_init(&r[g], "tp4", GROUP, g);
+		test_rank_init(&r[g], &kv, "tp4", GROUP, g);
 		r[g].args.layout.attention = L3KV_ATTN_MHA;
 		rank_attach(&r[g]);
 		publish_prefix(&r[g], 41, 4, 0, 4);
 	}
-	memset(&args, 0, sizeof(args));
-	args.request_id = 5;
-	args.hashes = h;
-	args.npages = 4;
-	args.reserved_pages = 4;
-	args.state_slot = L3KV_SLOT_NONE;
-	for (g = 0; g < GROUP - 1; g++)		/* rank 3 never asks */
-		ck_assert_int_eq(l3kv_submit_admit(r[g].k, &args, &ticket[g]), 0);
+	args = (struct l3kv_admit_args){ .request_id = 5, .hashes = h, .npages = 4,
+	    .reserved_pages = 4, .state_slot = L3KV_SLOT_NONE };
+	test_rank_admit_group(r, GROUP - 1, &args, res);	/* rank 3 never asks */
 	for (g = 0; g < GROUP - 1; g++) {
-		wait_completion(&r[g], &c);
-		ck_assert_int_eq(c.status, 0);
-		ck_assert_int_eq(l3kv_admit_result(&c, &res), 0);
-		l3kv_completion_release(&c);
-		ck_assert_uint_eq(res.admitted_pages, 0);
-		ck_assert_uint_eq(res.lease, 0);
-		ck_assert_int_eq(res.decline, L3KV_DECLINE_GROUP_TIMEOUT);
+		ck_assert_uint_eq(res[g].admitted_pages, 0);
+		ck_assert_uint_eq(res[g].lease, 0);
+		ck_assert_int_eq(res[g].decline, L3KV_DECLINE_GROUP_TIMEOUT);
 	}
 	ck_assert_int_eq(stat_of("dram", "pins"), 0);
 	free(h);
 	for (g = 0; g < GROUP; g++)
-		rank_fini(&r[g]);
+		test_rank_fini(&r[g]);
 }
 END_TEST
 
@@ -801,11 +635,11 @@ START_TEST(test_lease_expires_and_restore_says_expired)
 {
 	struct l3kv_restore_result	res;
 	struct l3kv_admit_result	a;
-	struct rank			r;
+	struct test_rank		r;
 
 	test_daemon_stop(&td, SIGTERM, NULL);
 	start("{\"lease\": {\"ttl_ms\": 200}}");
-	rank_init(&r, "g1", 1, 0);
+	test_rank_init(&r, &kv, "g1", 1, 0);
 	rank_attach(&r);
 	publish_prefix(&r, 50, 4, 0, 4);
 	a = admit(&r, 1, 50, 4, 4);
@@ -813,10 +647,10 @@ START_TEST(test_lease_expires_and_restore_says_expired)
 	ck_assert_int_eq(stat_of("dram", "pins"), 4);
 	ck_assert_int_eq(stat_wait("cache", "lease_expiries", 1), 1);
 	ck_assert_int_eq(stat_of("dram", "pins"), 0);
-	ck_assert_int_eq(restore_into(&r, a.lease, 10, 4, &res), -ETIME);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 10, 4, &res), -ETIME);
 	ck_assert_int_eq(l3kv_last_status(r.k), PROTO_S_EXPIRED);
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 
@@ -828,11 +662,11 @@ START_TEST(test_leases_expire_in_admission_order_each_after_its_ttl)
 {
 	struct l3kv_restore_result	res;
 	struct l3kv_admit_result	a, b, c;
-	struct rank			r;
+	struct test_rank		r;
 
 	test_daemon_stop(&td, SIGTERM, NULL);
 	start("{\"lease\": {\"ttl_ms\": 400}}");
-	rank_init(&r, "g1", 1, 0);
+	test_rank_init(&r, &kv, "g1", 1, 0);
 	rank_attach(&r);
 	publish_prefix(&r, 52, 4, 0, 4);
 	publish_prefix(&r, 53, 3, 4, 3);
@@ -849,12 +683,12 @@ START_TEST(test_leases_expire_in_admission_order_each_after_its_ttl)
 	ck_assert_int_eq(stat_of("dram", "pins"), 3);	/* a's pins went, b's are held */
 	ck_assert_int_eq(stat_wait("cache", "lease_expiries", 2), 2);
 	ck_assert_int_eq(stat_of("dram", "pins"), 0);
-	ck_assert_int_eq(restore_into(&r, a.lease, 10, 4, &res), -ETIME);
-	ck_assert_int_eq(restore_into(&r, b.lease, 10, 3, &res), -ETIME);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 10, 4, &res), -ETIME);
+	ck_assert_int_eq(test_rank_restore(&r, b.lease, 10, 3, &res), -ETIME);
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
 	ck_assert_int_eq(l3kv_release(r.k, b.lease), 0);
 	ck_assert_int_eq(stat_of("cache", "leases_open"), 0);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 
@@ -862,81 +696,70 @@ START_TEST(test_best_effort_ends_at_its_deadline_with_whole_pages)
 {
 	struct l3kv_restore_result	res;
 	struct l3kv_admit_result	a;
-	struct rank			r;
+	struct test_rank		r;
 	uint32_t			i;
 
 	test_daemon_stop(&td, SIGTERM, NULL);
 	start("{\"testing\": {\"copy_delay_ms\": 100}}");
-	rank_init(&r, "g1", 1, 0);
+	test_rank_init(&r, &kv, "g1", 1, 0);
 	r.args.prefetch = L3KV_PREFETCH_BEST_EFFORT;
 	r.args.prefetch_timeout_ms = 350;
 	rank_attach(&r);
 	publish_prefix(&r, 60, 12, 0, 12);
 	a = admit(&r, 1, 60, 12, 12);
-	for (i = 0; i < 12; i++)
-		fill_sentinel(&r, 20 + i);
-	ck_assert_int_eq(restore_into(&r, a.lease, 20, 12, &res), 0);
+	test_rank_sentinel(&r, KV_REGION, 20, 12);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 20, 12, &res), 0);
 	ck_assert_int_eq(res.partial, 1);
 	ck_assert_uint_gt(res.pages, 0);
 	ck_assert_uint_lt(res.pages, 12);
 	for (i = 0; i < res.pages; i++)
 		ck_assert(page_is(&r, 20 + i, 60, i));
 	for (i = res.pages; i < 12; i++)
-		ck_assert(is_sentinel(&r, 20 + i));
+		ck_assert(test_rank_is_sentinel(&r, KV_REGION, 20 + i, 1));
 	ck_assert_int_eq(stat_of("cache", "restores_partial"), 1);
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 
 START_TEST(test_debug_is_refused_without_the_testing_knob)
 {
-	struct rank	r;
-	uint8_t		h[L3KV_HASH_LEN];
+	struct test_rank	r;
+	uint8_t			h[L3KV_HASH_LEN];
 
 	test_daemon_stop(&td, SIGTERM, NULL);
 	start(NULL);
-	rank_init(&r, "g1", 1, 0);
+	test_rank_init(&r, &kv, "g1", 1, 0);
 	rank_attach(&r);
 	publish_prefix(&r, 70, 1, 0, 1);
 	test_page_hash(70, 0, h);
 	ck_assert_int_lt(l3kv_debug(r.k, L3KV_DEBUG_CORRUPT, 0, h), 0);
 	ck_assert_int_eq(l3kv_last_status(r.k), PROTO_S_STATE);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 
 /* Two MHA ranks admitted together; returns their leases. */
 static void
-pair_admitted(struct rank r[2], uint32_t prefix, uint32_t n, uint64_t lease[2])
+pair_admitted(struct test_rank r[2], uint32_t prefix, uint32_t n, uint64_t lease[2])
 {
-	struct l3kv_admit_result	res;
-	struct l3kv_completion		c;
+	struct l3kv_admit_result	res[2];
 	struct l3kv_admit_args		args;
-	uint64_t			ticket[2];
 	uint8_t				*h = test_page_hashes(prefix, n);
 	uint32_t			g;
 
 	for (g = 0; g < 2; g++) {
-		rank_init(&r[g], "pair", 2, g);
+		test_rank_init(&r[g], &kv, "pair", 2, g);
 		r[g].args.layout.attention = L3KV_ATTN_MHA;
 		rank_attach(&r[g]);
 		publish_prefix(&r[g], prefix, n, 0, n);
 	}
-	memset(&args, 0, sizeof(args));
-	args.request_id = 9;
-	args.hashes = h;
-	args.npages = n;
-	args.reserved_pages = n;
-	args.state_slot = L3KV_SLOT_NONE;
-	for (g = 0; g < 2; g++)
-		ck_assert_int_eq(l3kv_submit_admit(r[g].k, &args, &ticket[g]), 0);
+	args = (struct l3kv_admit_args){ .request_id = 9, .hashes = h, .npages = n,
+	    .reserved_pages = n, .state_slot = L3KV_SLOT_NONE };
+	test_rank_admit_group(r, 2, &args, res);
 	for (g = 0; g < 2; g++) {
-		wait_completion(&r[g], &c);
-		ck_assert_int_eq(l3kv_admit_result(&c, &res), 0);
-		l3kv_completion_release(&c);
-		ck_assert_uint_eq(res.admitted_pages, n);
-		lease[g] = res.lease;
+		ck_assert_uint_eq(res[g].admitted_pages, n);
+		lease[g] = res[g].lease;
 	}
 	free(h);
 }
@@ -945,7 +768,7 @@ START_TEST(test_a_lost_page_on_one_rank_fails_every_rank)
 {
 	struct l3kv_restore_result	res;
 	struct l3kv_completion		c;
-	struct rank			r[2];
+	struct test_rank		r[2];
 	uint64_t			lease[2], ticket;
 	uint32_t			dst[6] = { 10, 11, 12, 13, 14, 15 };
 	uint8_t				h[L3KV_HASH_LEN];
@@ -955,22 +778,22 @@ START_TEST(test_a_lost_page_on_one_rank_fails_every_rank)
 	ck_assert_int_eq(l3kv_debug(r[1].k, L3KV_DEBUG_CORRUPT, 0, h), 0);
 	ck_assert_int_eq(l3kv_submit_restore(r[0].k, lease[0], KV_REGION, dst, 6, &ticket), 0);
 	ck_assert_int_eq(l3kv_restore(r[1].k, lease[1], KV_REGION, dst, 6, 5000, &res), -ENODATA);
-	wait_completion(&r[0], &c);
+	test_rank_wait_completion(&r[0], &c);
 	ck_assert_int_eq(c.status, -ENODATA);
 	ck_assert_ptr_nonnull(strstr(c.payload, "rank 1"));
 	l3kv_completion_release(&c);
 	ck_assert_int_eq(stat_of("cache", "restores_ready"), 0);
 	ck_assert_int_eq(l3kv_release(r[0].k, lease[0]), 0);
 	ck_assert_int_eq(l3kv_release(r[1].k, lease[1]), 0);
-	rank_fini(&r[0]);
-	rank_fini(&r[1]);
+	test_rank_fini(&r[0]);
+	test_rank_fini(&r[1]);
 }
 END_TEST
 
 START_TEST(test_a_rank_releasing_fails_the_waiting_rank)
 {
 	struct l3kv_completion	c;
-	struct rank		r[2];
+	struct test_rank	r[2];
 	uint64_t		lease[2], ticket;
 	uint32_t		dst[4] = { 1, 2, 3, 4 };
 
@@ -978,13 +801,13 @@ START_TEST(test_a_rank_releasing_fails_the_waiting_rank)
 	ck_assert_int_eq(l3kv_submit_restore(r[0].k, lease[0], KV_REGION, dst, 4, &ticket), 0);
 	usleep(100000);		/* rank 0's copy is done; it waits for rank 1 */
 	ck_assert_int_eq(l3kv_release(r[1].k, lease[1]), 0);
-	wait_completion(&r[0], &c);
+	test_rank_wait_completion(&r[0], &c);
 	ck_assert_int_eq(c.status, -ECANCELED);
 	l3kv_completion_release(&c);
 	ck_assert_int_eq(l3kv_release(r[0].k, lease[0]), 0);
 	ck_assert_int_eq(stat_of("dram", "pins"), 0);
-	rank_fini(&r[0]);
-	rank_fini(&r[1]);
+	test_rank_fini(&r[0]);
+	test_rank_fini(&r[1]);
 }
 END_TEST
 
@@ -992,15 +815,15 @@ START_TEST(test_release_without_waiting_drops_the_pins)
 {
 	struct l3kv_admit_result	a;
 	struct l3kv_completion		c;
-	struct rank			r;
+	struct test_rank		r;
 	uint64_t			ticket;
 
-	rank_init(&r, "g1", 1, 0);
+	test_rank_init(&r, &kv, "g1", 1, 0);
 	rank_attach(&r);
 	publish_prefix(&r, 90, 5, 0, 5);
 	a = admit(&r, 1, 90, 5, 5);
 	ck_assert_int_eq(l3kv_submit_release(r.k, a.lease, &ticket), 0);
-	wait_completion(&r, &c);
+	test_rank_wait_completion(&r, &c);
 	ck_assert_uint_eq(c.ticket, ticket);
 	ck_assert_int_eq(c.status, 0);
 	ck_assert_int_eq(c.op, L3KV_OP_RELEASE);
@@ -1008,7 +831,7 @@ START_TEST(test_release_without_waiting_drops_the_pins)
 	ck_assert_int_eq(stat_of("dram", "pins"), 0);
 	/* The lease is gone: a second release says so. */
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), -ENOENT);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 

@@ -5,7 +5,6 @@
  * take O_DIRECT reads. Every test asserts statuses and destination bytes,
  * and the teardown that no lease or pin (DRAM or file) is left.
  */
-#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -14,7 +13,6 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <jansson.h>
-#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -31,21 +29,16 @@
 #define PAGE_TOKENS	8
 #define TOKEN_BYTES	128
 #define PAGE_BYTES	(PAGE_TOKENS * LAYERS * TOKEN_BYTES)	/* 4096 */
-#define KV_REGION	0
+#define KV_REGION	TEST_RANK_KV
 #define HDR_BYTES	4096		/* FILETIER_HDR: the payload follows */
 
 static struct test_daemon	td;
 static char			root[PATH_MAX];	/* the file tier's directory */
 static int			fds_before;
 
-struct rank {
-	struct l3kv		*k;
-	int			 fd;
-	uint8_t			*mem;
-	struct l3kv_pool	 pool;
-	struct l3kv_region	 region;
-	struct l3kv_attach_args	 args;
-};
+/* Each engine rank (struct test_rank): MLA, a page_first KV memfd; rank_init names the model. */
+static const struct test_rank_kv	kv = { NULL, "latent:128:fp8_e4m3", L3KV_ATTN_MLA, PAGES,
+    PAGE_TOKENS, LAYERS, TOKEN_BYTES };
 
 /* A daemon over root; scan_delay_ms > 0 slows its scans (testing.scan_delay_ms). */
 static void
@@ -127,142 +120,45 @@ teardown(void)
 	ck_assert_int_eq(test_fd_count(), fds_before);
 }
 
+/* A group of one whose model and group are both `model`. */
 static void
-rank_init(struct rank *r, const char *model)
+rank_init(struct test_rank *r, const char *model)
 {
-	memset(r, 0, sizeof(*r));
-	r->fd = memfd_create("l3kv-engine", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	ck_assert_int_ge(r->fd, 0);
-	ck_assert_int_eq(ftruncate(r->fd, (off_t)PAGES * PAGE_BYTES), 0);
-	r->mem = mmap(NULL, (size_t)PAGES * PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
-	ck_assert(r->mem != MAP_FAILED);
-	r->pool = (struct l3kv_pool){ "kv", L3KV_POOL_KV, L3KV_HIT_ALL_PAGES, 0, LAYERS, PAGE_BYTES,
-	    "latent:128:fp8_e4m3" };
-	r->region = (struct l3kv_region){ .pool = 0, .kind = L3KV_MEM_MEMFD,
-	    .layout = L3KV_LAYOUT_PAGE_FIRST, .fd = r->fd, .size = (uint64_t)PAGES * PAGE_BYTES,
-	    .num_pages = PAGES, .page_tokens = PAGE_TOKENS, .layers = LAYERS,
-	    .token_bytes = TOKEN_BYTES, .page_stride = PAGE_BYTES, .layer_stride = TOKEN_BYTES,
-	    .token_stride = LAYERS * TOKEN_BYTES };
-	r->args.layout = (struct l3kv_layout){ .model = model, .kv_dtype = "fp8_e4m3",
-	    .hash_scheme = "sha256", .hash_len = 32, .tp_size = 1, .dcp_size = 1,
-	    .pp_size = 1, .cp_size = 1, .host_layout = L3KV_LAYOUT_PAGE_FIRST,
-	    .attention = L3KV_ATTN_MLA, .page_tokens = PAGE_TOKENS,
-	    .logical_page_tokens = PAGE_TOKENS };
-	r->args.pools = &r->pool;
-	r->args.npools = 1;
-	r->args.regions = &r->region;
-	r->args.nregions = 1;
-	r->args.group = model;
-	r->args.group_size = 1;
-	r->args.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
-	r->args.write = L3KV_WRITE_THROUGH;
+	test_rank_init(r, &kv, model, 1, 0);
+	r->args.layout.model = model;
 }
 
 /* Attaches and waits until the namespace's files are indexed (the scan runs off the loop). */
 static void
-rank_attach(struct rank *r)
+rank_attach(struct test_rank *r)
 {
-	ck_assert_int_eq(l3kv_connect(td.sock, 5000, &r->k), 0);
-	ck_assert_int_eq(l3kv_attach(r->k, &r->args, NULL), 0);
+	test_rank_attach(r, td.sock);
 	ck_assert_int_eq(stat_wait("file", "scanning", 0), 0);
 }
 
-static void
-rank_fini(struct rank *r)
-{
-	l3kv_close(r->k);
-	r->k = NULL;
-	munmap(r->mem, (size_t)PAGES * PAGE_BYTES);
-	close(r->fd);
-}
-
-static void
-page_bytes(uint32_t prefix, uint32_t i, uint8_t *p)
-{
-	uint32_t	j, x = prefix * 7919U + i * 104729U + 17;
-
-	for (j = 0; j < PAGE_BYTES; j++) {
-		x = x * 1103515245U + 12345U;
-		p[j] = (uint8_t)(x >> 16);
-	}
-}
-
 static int
-page_is(struct rank *r, uint32_t slot, uint32_t prefix, uint32_t i)
+page_is(struct test_rank *r, uint32_t slot, uint32_t prefix, uint32_t i)
 {
-	uint8_t	want[PAGE_BYTES];
-
-	page_bytes(prefix, i, want);
-	return memcmp(r->mem + (size_t)slot * PAGE_BYTES, want, PAGE_BYTES) == 0;
+	return test_rank_page_is(r, KV_REGION, slot, prefix, i);
 }
 
-/* Publishes pages [from, from+n) of a prefix from engine slots [first, first+n). */
+/* Publishes the first n pages of a prefix from engine slots [first, first+n). */
 static void
-publish_range(struct rank *r, uint32_t prefix, uint32_t from, uint32_t n, uint32_t first)
+publish_prefix(struct test_rank *r, uint32_t prefix, uint32_t n, uint32_t first)
 {
-	struct l3kv_publish_result	 res;
-	struct l3kv_publish_page	*pg = calloc(n, sizeof(*pg));
-	uint32_t			 i;
-
-	ck_assert_ptr_nonnull(pg);
-	for (i = 0; i < n; i++) {
-		page_bytes(prefix, from + i, r->mem + (size_t)(first + i) * PAGE_BYTES);
-		test_page_hash(prefix, from + i, pg[i].hash);
-		pg[i].src_page = first + i;
-	}
-	ck_assert_int_eq(l3kv_publish(r->k, KV_REGION, pg, n, &res), 0);
-	ck_assert_uint_eq(res.stored + res.present, n);
-	free(pg);
-}
-
-static void
-publish_prefix(struct rank *r, uint32_t prefix, uint32_t n, uint32_t first)
-{
-	publish_range(r, prefix, 0, n, first);
+	test_rank_publish_kv(r, prefix, 0, n, first, NULL);
 }
 
 static uint32_t
-probe(struct rank *r, uint32_t prefix, uint32_t n)
+probe(struct test_rank *r, uint32_t prefix, uint32_t n)
 {
-	uint8_t		*h = test_page_hashes(prefix, n);
-	uint32_t	 hit = UINT32_MAX;
-
-	ck_assert_int_eq(l3kv_probe(r->k, h, n, &hit), 0);
-	free(h);
-	return hit;
+	return test_rank_probe(r, prefix, n, NULL, NULL);
 }
 
 static struct l3kv_admit_result
-admit(struct rank *r, uint64_t req, uint32_t prefix, uint32_t n)
+admit(struct test_rank *r, uint64_t req, uint32_t prefix, uint32_t n)
 {
-	struct l3kv_admit_result	res;
-	struct l3kv_admit_args		a;
-	uint8_t				*h = test_page_hashes(prefix, n);
-
-	memset(&a, 0, sizeof(a));
-	a.request_id = req;
-	a.hashes = h;
-	a.npages = n;
-	a.reserved_pages = n;
-	a.state_slot = L3KV_SLOT_NONE;
-	ck_assert_int_eq(l3kv_admit(r->k, &a, &res), 0);
-	free(h);
-	return res;
-}
-
-static int
-restore_into(struct rank *r, uint64_t lease, uint32_t first, uint32_t n,
-    struct l3kv_restore_result *res)
-{
-	uint32_t	*dst = malloc(n * sizeof(*dst) + 1), i;
-	int		 rc;
-
-	ck_assert_ptr_nonnull(dst);
-	for (i = 0; i < n; i++)
-		dst[i] = first + i;
-	rc = l3kv_restore(r->k, lease, KV_REGION, dst, n, 10000, res);
-	free(dst);
-	return rc;
+	return test_rank_admit(r, req, prefix, n, n, L3KV_SLOT_NONE);
 }
 
 /* Object files under the root, and the one whose name is a given hash. */
@@ -316,13 +212,13 @@ obj_path(const char *dir, uint32_t prefix, uint32_t i, char *out, size_t len)
 static void
 publish_and_restart(const char *model, uint32_t prefix, uint32_t n)
 {
-	struct rank	r;
+	struct test_rank	r;
 
 	rank_init(&r, model);
 	rank_attach(&r);
 	publish_prefix(&r, prefix, n, 0);
 	ck_assert_int_eq(stat_wait("file", "objects", n), n);
-	rank_fini(&r);
+	test_rank_fini(&r);
 	assert_idle();
 	stop_daemon();
 	start_daemon();
@@ -330,7 +226,7 @@ publish_and_restart(const char *model, uint32_t prefix, uint32_t n)
 
 START_TEST(test_publish_writes_each_object_to_a_file)
 {
-	struct rank	r;
+	struct test_rank	r;
 
 	rank_init(&r, "ft-a");
 	rank_attach(&r);
@@ -342,7 +238,7 @@ START_TEST(test_publish_writes_each_object_to_a_file)
 	publish_prefix(&r, 1, 8, 8);
 	ck_assert_uint_eq(count_objs(root), 8);
 	ck_assert_int_eq(stat_of("file", "write_failures"), 0);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 
@@ -350,7 +246,7 @@ START_TEST(test_fresh_daemon_restores_earlier_publishes_byte_for_byte)
 {
 	struct l3kv_restore_result	res;
 	struct l3kv_admit_result	a;
-	struct rank			r;
+	struct test_rank		r;
 	uint32_t			i;
 
 	publish_and_restart("ft-a", 2, 12);
@@ -363,8 +259,8 @@ START_TEST(test_fresh_daemon_restores_earlier_publishes_byte_for_byte)
 	a = admit(&r, 1, 2, 16);
 	ck_assert_int_eq(a.decline, L3KV_DECLINE_NONE);
 	ck_assert_uint_eq(a.admitted_pages, 12);
-	memset(r.mem + 32 * PAGE_BYTES, 0xee, 16 * PAGE_BYTES);
-	ck_assert_int_eq(restore_into(&r, a.lease, 32, 12, &res), 0);
+	test_rank_sentinel(&r, KV_REGION, 32, 16);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 32, 12, &res), 0);
 	ck_assert_uint_eq(res.pages, 12);
 	ck_assert_int_eq(res.partial, 0);
 	for (i = 0; i < 12; i++)
@@ -375,10 +271,10 @@ START_TEST(test_fresh_daemon_restores_earlier_publishes_byte_for_byte)
 	ck_assert_int_eq(stat_of("dram", "objects"), 12);
 	a = admit(&r, 2, 2, 12);
 	ck_assert_uint_eq(a.admitted_pages, 12);
-	ck_assert_int_eq(restore_into(&r, a.lease, 0, 12, &res), 0);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 12, &res), 0);
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
 	ck_assert_int_eq(stat_of("file", "reads"), 12);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 
@@ -393,7 +289,7 @@ START_TEST(test_file_deleted_after_scan_fails_the_restore_as_lost)
 {
 	struct l3kv_restore_result	res;
 	struct l3kv_admit_result	a;
-	struct rank			r;
+	struct test_rank		r;
 	char				path[PATH_MAX];
 
 	publish_and_restart("ft-a", 3, 8);
@@ -404,12 +300,12 @@ START_TEST(test_file_deleted_after_scan_fails_the_restore_as_lost)
 	ck_assert_int_eq(unlink(path), 0);
 	a = admit(&r, 1, 3, 8);
 	ck_assert_uint_eq(a.admitted_pages, 8);
-	ck_assert_int_eq(restore_into(&r, a.lease, 0, 8, &res), -ENODATA);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 8, &res), -ENODATA);
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
 	ck_assert_int_eq(stat_of("file", "read_failures"), 1);
 	ck_assert_uint_eq(probe(&r, 3, 8), 5);
 	ck_assert_int_ge(stat_of("cache", "objects_lost"), 1);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 
@@ -417,7 +313,7 @@ START_TEST(test_corrupted_file_fails_the_restore_as_lost)
 {
 	struct l3kv_restore_result	res;
 	struct l3kv_admit_result	a;
-	struct rank			r;
+	struct test_rank		r;
 	char				path[PATH_MAX];
 	uint8_t				b;
 	int				fd;
@@ -434,12 +330,12 @@ START_TEST(test_corrupted_file_fails_the_restore_as_lost)
 	close(fd);
 	a = admit(&r, 1, 4, 8);
 	ck_assert_uint_eq(a.admitted_pages, 8);
-	ck_assert_int_eq(restore_into(&r, a.lease, 0, 8, &res), -ENODATA);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 8, &res), -ENODATA);
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
 	ck_assert_int_eq(stat_of("file", "read_failures"), 1);
 	ck_assert_uint_eq(probe(&r, 4, 8), 2);
 	ck_assert_int_eq(access(path, F_OK), -1);	/* the damaged file is gone */
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 
@@ -447,7 +343,7 @@ START_TEST(test_truncated_file_fails_the_restore_as_lost)
 {
 	struct l3kv_restore_result	res;
 	struct l3kv_admit_result	a;
-	struct rank			r;
+	struct test_rank		r;
 	char				path[PATH_MAX];
 
 	publish_and_restart("ft-a", 7, 8);
@@ -457,12 +353,12 @@ START_TEST(test_truncated_file_fails_the_restore_as_lost)
 	ck_assert_int_eq(truncate(path, HDR_BYTES + PAGE_BYTES / 2), 0);
 	a = admit(&r, 1, 7, 8);
 	ck_assert_uint_eq(a.admitted_pages, 8);
-	ck_assert_int_eq(restore_into(&r, a.lease, 0, 8, &res), -ENODATA);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 8, &res), -ENODATA);
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
 	ck_assert_int_eq(stat_of("file", "read_failures"), 1);
 	ck_assert_uint_eq(probe(&r, 7, 8), 0);
 	ck_assert_uint_eq(admit(&r, 2, 7, 8).decline, L3KV_DECLINE_NO_HIT);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 
@@ -475,15 +371,15 @@ START_TEST(test_admit_promises_only_what_dram_can_stage)
 {
 	struct l3kv_restore_result	res;
 	struct l3kv_admit_result	a;
-	struct rank			r;
+	struct test_rank		r;
 	uint32_t			i, n = 1024;
 
 	rank_init(&r, "ft-a");
 	rank_attach(&r);
 	for (i = 0; i < n; i += 64)
-		publish_range(&r, 8, i, 64, 0);
+		test_rank_publish_kv(&r, 8, i, 64, 0, NULL);
 	ck_assert_int_eq(stat_wait("file", "objects", n), n);
-	rank_fini(&r);
+	test_rank_fini(&r);
 	assert_idle();
 	stop_daemon();
 	start_daemon_dram("1 MiB");	/* far fewer than 1024 objects of 4 KiB */
@@ -511,12 +407,12 @@ START_TEST(test_admit_promises_only_what_dram_can_stage)
 	ck_assert_int_eq(stat_wait("dram", "writing", 0), 0);
 	a = admit(&r, 2, 8, 48);
 	ck_assert_uint_eq(a.admitted_pages, 48);
-	memset(r.mem, 0xee, 48 * PAGE_BYTES);
-	ck_assert_int_eq(restore_into(&r, a.lease, 0, 48, &res), 0);
+	test_rank_sentinel(&r, KV_REGION, 0, 48);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 48, &res), 0);
 	for (i = 0; i < 48; i++)
 		ck_assert_msg(page_is(&r, i, 8, i), "page %u", i);
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 
@@ -561,9 +457,9 @@ copy_file(const char *from, const char *to)
 
 START_TEST(test_file_with_another_fingerprint_is_a_miss)
 {
-	struct rank	a, b;
-	char		fa[PATH_MAX], fb[PATH_MAX], da[PATH_MAX], db[PATH_MAX + 512];
-	uint32_t	i;
+	struct test_rank	a, b;
+	char			fa[PATH_MAX], fb[PATH_MAX], da[PATH_MAX], db[PATH_MAX + 512];
+	uint32_t		i;
 
 	/* Both namespaces exist; only ft-a has pages. */
 	rank_init(&a, "ft-a");
@@ -578,8 +474,8 @@ START_TEST(test_file_with_another_fingerprint_is_a_miss)
 	obj_path(root, 6, 0, fb, sizeof(fb));
 	ns_dir_of(fb, db, sizeof(db));
 	ck_assert_str_ne(da, db);
-	rank_fini(&a);
-	rank_fini(&b);
+	test_rank_fini(&a);
+	test_rank_fini(&b);
 	assert_idle();
 	stop_daemon();
 	/* ft-a's files planted, at the right paths, in ft-b's directory. */
@@ -598,8 +494,8 @@ START_TEST(test_file_with_another_fingerprint_is_a_miss)
 	rank_init(&a, "ft-a");
 	rank_attach(&a);
 	ck_assert_uint_eq(probe(&a, 5, 4), 4);
-	rank_fini(&a);
-	rank_fini(&b);
+	test_rank_fini(&a);
+	test_rank_fini(&b);
 }
 END_TEST
 
@@ -611,7 +507,7 @@ START_TEST(test_sigkill_while_publishing_serves_no_torn_object)
 {
 	struct l3kv_restore_result	res;
 	struct l3kv_admit_result	a;
-	struct rank			r;
+	struct test_rank		r;
 	uint32_t			p, i, hit, total = 0;
 	int				st;
 
@@ -621,7 +517,7 @@ START_TEST(test_sigkill_while_publishing_serves_no_torn_object)
 		publish_prefix(&r, 100 + p, 8, (p % 4) * 8);
 	ck_assert_int_eq(test_daemon_stop(&td, SIGKILL, &st), 0);
 	ck_assert(WIFSIGNALED(st));
-	rank_fini(&r);
+	test_rank_fini(&r);
 	start_daemon();
 	rank_init(&r, "ft-a");
 	rank_attach(&r);
@@ -632,8 +528,8 @@ START_TEST(test_sigkill_while_publishing_serves_no_torn_object)
 			continue;
 		a = admit(&r, p + 1, 100 + p, 8);
 		ck_assert_uint_eq(a.admitted_pages, hit);
-		memset(r.mem, 0xee, 8 * PAGE_BYTES);
-		ck_assert_int_eq(restore_into(&r, a.lease, 0, hit, &res), 0);
+		test_rank_sentinel(&r, KV_REGION, 0, 8);
+		ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, hit, &res), 0);
 		ck_assert_uint_eq(res.pages, hit);
 		for (i = 0; i < hit; i++)
 			ck_assert_msg(page_is(&r, i, 100 + p, i), "prefix %u page %u", p, i);
@@ -641,7 +537,7 @@ START_TEST(test_sigkill_while_publishing_serves_no_torn_object)
 	}
 	ck_assert_int_eq(stat_of("file", "read_failures"), 0);
 	ck_assert_uint_le(total, 24 * 8);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 
@@ -657,9 +553,9 @@ END_TEST
 static void
 publish_many_and_restart(unsigned scan_delay_ms)
 {
-	struct rank	r;
-	uint32_t	p;
-	int		i;
+	struct test_rank	r;
+	uint32_t		p;
+	int			i;
 
 	stop_daemon();
 	start_daemon_dram("64 MiB");
@@ -673,7 +569,7 @@ publish_many_and_restart(unsigned scan_delay_ms)
 	}
 	ck_assert_int_eq(stat_of("file", "objects"), SCAN_OBJECTS);
 	ck_assert_int_eq(stat_of("file", "write_failures"), 0);
-	rank_fini(&r);
+	test_rank_fini(&r);
 	assert_idle();
 	stop_daemon();
 	start_daemon_with("64 MiB", scan_delay_ms);
@@ -700,7 +596,7 @@ ns_scanning(long long *objects)
 
 /* Restores a whole 64-page prefix and checks every byte; 0 when it all came. */
 static void
-restore_whole_prefix(struct rank *r, uint64_t req, uint32_t prefix)
+restore_whole_prefix(struct test_rank *r, uint64_t req, uint32_t prefix)
 {
 	struct l3kv_restore_result	res;
 	struct l3kv_admit_result	a;
@@ -709,8 +605,8 @@ restore_whole_prefix(struct rank *r, uint64_t req, uint32_t prefix)
 	a = admit(r, req, prefix, PAGES);
 	ck_assert_msg(a.admitted_pages == PAGES, "prefix %u: %u pages admitted", prefix,
 	    a.admitted_pages);
-	memset(r->mem, 0xee, (size_t)PAGES * PAGE_BYTES);
-	ck_assert_int_eq(restore_into(r, a.lease, 0, PAGES, &res), 0);
+	test_rank_sentinel(r, KV_REGION, 0, PAGES);
+	ck_assert_int_eq(test_rank_restore(r, a.lease, 0, PAGES, &res), 0);
 	ck_assert_uint_eq(res.pages, PAGES);
 	for (i = 0; i < PAGES; i++)
 		ck_assert_msg(page_is(r, i, prefix, i), "prefix %u page %u", prefix, i);
@@ -721,7 +617,7 @@ START_TEST(test_scan_runs_off_the_loop_and_serves_what_it_found)
 {
 	struct l3kv_restore_result	res;
 	struct l3kv_admit_result	a;
-	struct rank			r;
+	struct test_rank		r;
 	long long			found, found2;
 	uint32_t			p, i, hit;
 	char				*text = NULL;
@@ -744,8 +640,8 @@ START_TEST(test_scan_runs_off_the_loop_and_serves_what_it_found)
 	if (a.admitted_pages == 0) {
 		ck_assert_int_eq(a.decline, L3KV_DECLINE_NO_HIT);
 	} else {
-		memset(r.mem, 0xee, (size_t)PAGES * PAGE_BYTES);
-		ck_assert_int_eq(restore_into(&r, a.lease, 0, a.admitted_pages, &res), 0);
+		test_rank_sentinel(&r, KV_REGION, 0, PAGES);
+		ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, a.admitted_pages, &res), 0);
 		for (i = 0; i < a.admitted_pages; i++)
 			ck_assert_msg(page_is(&r, i, SCAN_BASE, i), "page %u", i);
 		ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
@@ -771,16 +667,16 @@ START_TEST(test_scan_runs_off_the_loop_and_serves_what_it_found)
 		restore_whole_prefix(&r, 100 + p, SCAN_BASE + p);
 	ck_assert_uint_eq(probe(&r, 2000, 8), 8);
 	ck_assert_int_eq(stat_of("file", "read_failures"), 0);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 
 /* SIGTERM while a namespace is being scanned: a clean exit, and the next start finds it all. */
 START_TEST(test_sigterm_during_a_scan_exits_cleanly)
 {
-	struct rank	r;
-	long long	found;
-	int		st, i;
+	struct test_rank	r;
+	long long		found;
+	int			st, i;
 
 	/* 256 directories over 32 threads, 2 s before each: 16 s, far past the 5 s stop bound. */
 	publish_many_and_restart(2000);
@@ -792,7 +688,7 @@ START_TEST(test_sigterm_during_a_scan_exits_cleanly)
 	ck_assert_int_eq(test_daemon_stop(&td, SIGTERM, &st), 0);
 	ck_assert(WIFEXITED(st));
 	ck_assert_int_eq(WEXITSTATUS(st), 0);
-	rank_fini(&r);
+	test_rank_fini(&r);
 	ck_assert_uint_eq(count_objs(root), SCAN_OBJECTS);
 	start_daemon_dram("64 MiB");
 	rank_init(&r, "ft-scan");
@@ -801,7 +697,7 @@ START_TEST(test_sigterm_during_a_scan_exits_cleanly)
 		ck_assert_int_ge(stat_wait("file", "scanning", 0), 0);
 	ck_assert_int_eq(stat_of("file", "objects"), SCAN_OBJECTS);
 	restore_whole_prefix(&r, 1, SCAN_BASE + 7);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 
@@ -825,7 +721,7 @@ walk_torn_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 
 /* Publishes a prefix and waits for its write-through to end (written or failed). */
 static void
-publish_settled(struct rank *r, uint32_t prefix, uint32_t n)
+publish_settled(struct test_rank *r, uint32_t prefix, uint32_t n)
 {
 	int	i;
 
@@ -844,11 +740,11 @@ publish_settled(struct rank *r, uint32_t prefix, uint32_t n)
  */
 START_TEST(test_full_filesystem_fails_writes_and_restores_go_on)
 {
-	struct rank	r;
-	json_t		*j;
-	uint8_t		h[L3KV_HASH_LEN];
-	long long	objects, failed, reads;
-	uint32_t	p, i;
+	struct test_rank	r;
+	json_t			*j;
+	uint8_t			h[L3KV_HASH_LEN];
+	long long		objects, failed, reads;
+	uint32_t		p, i;
 
 	stop_daemon();
 	/* The daemon is this test's child: it sees the mount, nobody else does. */
@@ -901,8 +797,8 @@ START_TEST(test_full_filesystem_fails_writes_and_restores_go_on)
 		struct l3kv_admit_result	a = admit(&r, 200, 1, 16);
 
 		ck_assert_uint_eq(a.admitted_pages, 16);
-		memset(r.mem, 0xee, 16 * PAGE_BYTES);
-		ck_assert_int_eq(restore_into(&r, a.lease, 0, 16, &res), 0);
+		test_rank_sentinel(&r, KV_REGION, 0, 16);
+		ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 16, &res), 0);
 		ck_assert_uint_eq(res.pages, 16);
 		for (i = 0; i < 16; i++)
 			ck_assert_msg(page_is(&r, i, 1, i), "page %u", i);
@@ -910,7 +806,7 @@ START_TEST(test_full_filesystem_fails_writes_and_restores_go_on)
 	}
 	ck_assert_int_eq(stat_of("file", "reads"), reads + 16);
 	ck_assert_int_eq(stat_of("file", "read_failures"), 0);
-	rank_fini(&r);
+	test_rank_fini(&r);
 	assert_idle();
 	stop_daemon();
 	ck_assert_int_eq(umount(root), 0);
@@ -922,117 +818,40 @@ END_TEST
  * Hybrid layouts: a KV pool, 4 KiB checkpoints in state slots and a
  * trailing_pages(2) sidecar of 4 KiB pages, each object its own file.
  */
-#define HY_KV		0
-#define HY_STATE	1
-#define HY_SIDE		2
+#define HY_KV		TEST_RANK_KV
+#define HY_STATE	TEST_RANK_STATE
+#define HY_SIDE		TEST_RANK_SIDE
 #define HY_SLOTS	4
 #define HY_TRAIL	2
-#define HY_STATE_SALT	50000	/* checkpoint bytes: page_bytes(prefix + salt, len) */
+#define HY_STATE_SALT	50000	/* checkpoint bytes: content of (prefix + salt, len) */
 #define HY_SIDE_SALT	90000
 
-struct hyrank {
-	struct l3kv		*k;
-	int			 fd[3];
-	uint8_t			*mem[3];
-	size_t			 len[3];
-	struct l3kv_pool	 pools[3];
-	struct l3kv_region	 regions[3];
-	struct l3kv_attach_args	 args;
-	uint32_t		 live[1];
-};
-
-static void
-hy_map(struct hyrank *h, int i, uint32_t pages)
-{
-	h->len[i] = (size_t)pages * PAGE_BYTES;
-	h->fd[i] = memfd_create("l3kv-hybrid", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	ck_assert_int_ge(h->fd[i], 0);
-	ck_assert_int_eq(ftruncate(h->fd[i], (off_t)h->len[i]), 0);
-	h->mem[i] = mmap(NULL, h->len[i], PROT_READ | PROT_WRITE, MAP_SHARED, h->fd[i], 0);
-	ck_assert(h->mem[i] != MAP_FAILED);
-}
+static const struct test_rank_kv	hy_kv = { "ft-hybrid", "kv:128:fp8_e4m3", L3KV_ATTN_MHA,
+    PAGES, PAGE_TOKENS, LAYERS, TOKEN_BYTES };
 
 /* One rank (group of one, MHA) with its three regions; state slot 0 is live. */
 static void
-hy_attach(struct hyrank *h)
+hy_attach(struct test_rank *h)
 {
-	memset(h, 0, sizeof(*h));
-	hy_map(h, HY_KV, PAGES);
-	hy_map(h, HY_STATE, HY_SLOTS);
-	hy_map(h, HY_SIDE, PAGES);
-	h->pools[HY_KV] = (struct l3kv_pool){ "kv", L3KV_POOL_KV, L3KV_HIT_ALL_PAGES, 0, LAYERS,
-	    PAGE_BYTES, "kv:128:fp8_e4m3" };
-	h->pools[HY_STATE] = (struct l3kv_pool){ "state", L3KV_POOL_STATE, L3KV_HIT_ALL_PAGES, 0, 1,
-	    PAGE_BYTES, "conv:4096" };
-	h->pools[HY_SIDE] = (struct l3kv_pool){ "swa", L3KV_POOL_SIDECAR, L3KV_HIT_TRAILING,
-	    HY_TRAIL, 1, PAGE_BYTES, "swa:512" };
-	h->regions[HY_KV] = (struct l3kv_region){ .pool = HY_KV, .kind = L3KV_MEM_MEMFD,
-	    .layout = L3KV_LAYOUT_PAGE_FIRST, .fd = h->fd[HY_KV], .size = h->len[HY_KV],
-	    .num_pages = PAGES, .page_tokens = PAGE_TOKENS, .layers = LAYERS,
-	    .token_bytes = TOKEN_BYTES, .page_stride = PAGE_BYTES, .layer_stride = TOKEN_BYTES,
-	    .token_stride = LAYERS * TOKEN_BYTES };
-	h->regions[HY_STATE] = (struct l3kv_region){ .pool = HY_STATE, .kind = L3KV_MEM_MEMFD,
-	    .layout = L3KV_LAYOUT_SLOTS, .fd = h->fd[HY_STATE], .size = h->len[HY_STATE],
-	    .num_pages = HY_SLOTS, .page_tokens = 1, .layers = 1, .token_bytes = PAGE_BYTES,
-	    .page_stride = PAGE_BYTES };
-	h->regions[HY_SIDE] = (struct l3kv_region){ .pool = HY_SIDE, .kind = L3KV_MEM_MEMFD,
-	    .layout = L3KV_LAYOUT_PAGE_FIRST, .fd = h->fd[HY_SIDE], .size = h->len[HY_SIDE],
-	    .num_pages = PAGES, .page_tokens = PAGE_TOKENS, .layers = 1,
-	    .token_bytes = PAGE_BYTES / PAGE_TOKENS, .page_stride = PAGE_BYTES,
-	    .layer_stride = PAGE_BYTES / PAGE_TOKENS, .token_stride = PAGE_BYTES / PAGE_TOKENS };
-	h->live[0] = 0;
-	h->args.layout = (struct l3kv_layout){ .model = "ft-hybrid", .kv_dtype = "fp8_e4m3",
-	    .hash_scheme = "sha256", .hash_len = 32, .tp_size = 1, .dcp_size = 1,
-	    .pp_size = 1, .cp_size = 1, .host_layout = L3KV_LAYOUT_PAGE_FIRST,
-	    .attention = L3KV_ATTN_MHA, .page_tokens = PAGE_TOKENS,
-	    .logical_page_tokens = PAGE_TOKENS };
-	h->args.pools = h->pools;
-	h->args.npools = 3;
-	h->args.regions = h->regions;
-	h->args.nregions = 3;
-	h->args.live_slots = h->live;
-	h->args.nlive = 1;
-	h->args.group = "ft-hybrid";
-	h->args.group_size = 1;
-	h->args.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
-	h->args.write = L3KV_WRITE_THROUGH;
-	ck_assert_int_eq(l3kv_connect(td.sock, 5000, &h->k), 0);
-	ck_assert_msg(l3kv_attach(h->k, &h->args, NULL) == 0, "attach: %s", l3kv_last_error(h->k));
-	ck_assert_int_eq(stat_wait("file", "scanning", 0), 0);
-}
-
-static void
-hy_fini(struct hyrank *h)
-{
-	int	i;
-
-	l3kv_close(h->k);
-	for (i = 0; i < 3; i++) {
-		munmap(h->mem[i], h->len[i]);
-		close(h->fd[i]);
-	}
+	test_rank_init(h, &hy_kv, "ft-hybrid", 1, 0);
+	test_rank_add_state(h, HY_SLOTS, PAGE_BYTES, "conv:4096");
+	test_rank_add_sidecar(h, L3KV_HIT_TRAILING, HY_TRAIL, PAGE_TOKENS, PAGE_BYTES / PAGE_TOKENS,
+	    "swa:512");
+	rank_attach(h);
 }
 
 /* Publishes one object of a pool from slot/page src of its region, under page `page`'s hash. */
 static void
-hy_publish(struct hyrank *h, unsigned region, uint32_t src, uint32_t prefix, uint32_t salt,
+hy_publish(struct test_rank *h, unsigned region, uint32_t src, uint32_t prefix, uint32_t salt,
     uint32_t page, uint32_t what)
 {
-	struct l3kv_publish_result	res;
-	struct l3kv_publish_page	pg;
-
-	memset(&pg, 0, sizeof(pg));
-	page_bytes(prefix + salt, what, h->mem[region] + (size_t)src * PAGE_BYTES);
-	test_page_hash(prefix, page, pg.hash);
-	pg.src_page = src;
-	ck_assert_msg(l3kv_publish(h->k, region, &pg, 1, &res) == 0, "publish: %s",
-	    l3kv_last_error(h->k));
-	ck_assert_uint_eq(res.stored + res.present, 1);
+	test_rank_fill_page(h, region, src, prefix + salt, what);
+	test_rank_publish(h, region, prefix, page, 1, src, NULL);
 }
 
 /* KV and sidecar pages 0..n-1 and checkpoints at the given lengths, all written to files. */
 static void
-hy_publish_prefix(struct hyrank *h, uint32_t prefix, uint32_t n, const uint32_t *stops,
+hy_publish_prefix(struct test_rank *h, uint32_t prefix, uint32_t n, const uint32_t *stops,
     unsigned nstops)
 {
 	uint32_t	i;
@@ -1048,7 +867,7 @@ hy_publish_prefix(struct hyrank *h, uint32_t prefix, uint32_t n, const uint32_t 
 
 /* DEBUG-drops whatever DRAM holds of the prefix's objects: its files are all that is left. */
 static void
-hy_drop_dram(struct hyrank *h, uint32_t prefix, uint32_t n)
+hy_drop_dram(struct test_rank *h, uint32_t prefix, uint32_t n)
 {
 	uint8_t		hash[L3KV_HASH_LEN];
 	uint32_t	i;
@@ -1062,27 +881,6 @@ hy_drop_dram(struct hyrank *h, uint32_t prefix, uint32_t n)
 	ck_assert_int_eq(stat_of("dram", "objects"), 0);
 }
 
-static int
-hy_is(const struct hyrank *h, unsigned region, uint32_t slot, uint32_t prefix, uint32_t salt,
-    uint32_t what)
-{
-	uint8_t	want[PAGE_BYTES];
-
-	page_bytes(prefix + salt, what, want);
-	return memcmp(h->mem[region] + (size_t)slot * PAGE_BYTES, want, PAGE_BYTES) == 0;
-}
-
-static int
-hy_untouched(const struct hyrank *h, unsigned region, uint32_t from, uint32_t n)
-{
-	size_t	i;
-
-	for (i = (size_t)from * PAGE_BYTES; i < (size_t)(from + n) * PAGE_BYTES; i++)
-		if (h->mem[region][i] != 0xee)
-			return 0;
-	return 1;
-}
-
 /*
  * ADMITs n pages with canonical slot 1 and RESTOREs them into pages
  * 0..n-1: returns the restore's result; on success checks every byte
@@ -1090,61 +888,41 @@ hy_untouched(const struct hyrank *h, unsigned region, uint32_t from, uint32_t n)
  * and in every case that nothing else was written.
  */
 static int
-hy_restore(struct hyrank *h, uint64_t req, uint32_t prefix, uint32_t ask, uint32_t n)
+hy_restore(struct test_rank *h, uint64_t req, uint32_t prefix, uint32_t ask, uint32_t n)
 {
 	struct l3kv_restore_result	res;
 	struct l3kv_state_dest		sd = { HY_STATE, 1 };
-	struct l3kv_admit_result	a;
-	struct l3kv_admit_args		aa;
-	uint8_t				*hs = test_page_hashes(prefix, ask);
+	struct l3kv_admit_result	a = test_rank_admit(h, req, prefix, ask, ask, 1);
 	uint32_t			dst[PAGES], i;
 	int				rc;
 
-	memset(&aa, 0, sizeof(aa));
-	aa.request_id = req;
-	aa.hashes = hs;
-	aa.npages = ask;
-	aa.reserved_pages = ask;
-	aa.state_slot = 1;
-	ck_assert_int_eq(l3kv_admit(h->k, &aa, &a), 0);
-	free(hs);
 	ck_assert_int_eq(a.decline, L3KV_DECLINE_NONE);
 	ck_assert_uint_eq(a.admitted_pages, n);
-	for (i = 0; i < 3; i++)
-		memset(h->mem[i], 0xee, h->len[i]);
+	for (i = 0; i < TEST_RANK_REGIONS; i++)
+		memset(h->mem[i], TEST_RANK_SENTINEL, h->len[i]);
 	for (i = 0; i < n; i++)
 		dst[i] = i;
 	rc = l3kv_restore_state(h->k, a.lease, HY_KV, dst, n, &sd, 10000, &res);
 	if (rc == 0) {
 		ck_assert_uint_eq(res.pages, n);
 		for (i = 0; i < n; i++)
-			ck_assert_msg(hy_is(h, HY_KV, i, prefix, 0, i), "kv page %u", i);
+			ck_assert_msg(test_rank_page_is(h, HY_KV, i, prefix, i), "kv page %u", i);
 		for (i = n - HY_TRAIL; i < n; i++)
-			ck_assert_msg(hy_is(h, HY_SIDE, i, prefix, HY_SIDE_SALT, i), "sidecar page %u", i);
-		ck_assert(hy_untouched(h, HY_SIDE, 0, n - HY_TRAIL));
-		ck_assert(hy_is(h, HY_STATE, 1, prefix, HY_STATE_SALT, n));
+			ck_assert_msg(test_rank_page_is(h, HY_SIDE, i, prefix + HY_SIDE_SALT, i),
+			    "sidecar page %u", i);
+		ck_assert(test_rank_is_sentinel(h, HY_SIDE, 0, n - HY_TRAIL));
+		ck_assert(test_rank_page_is(h, HY_STATE, 1, prefix + HY_STATE_SALT, n));
 	} else {
 		/* Nothing of a failed restore lands anywhere. */
-		ck_assert(hy_untouched(h, HY_KV, 0, PAGES));
-		ck_assert(hy_untouched(h, HY_SIDE, 0, PAGES));
-		ck_assert(hy_untouched(h, HY_STATE, 1, 1));
+		ck_assert(test_rank_is_sentinel(h, HY_KV, 0, PAGES));
+		ck_assert(test_rank_is_sentinel(h, HY_SIDE, 0, PAGES));
+		ck_assert(test_rank_is_sentinel(h, HY_STATE, 1, 1));
 	}
-	ck_assert(hy_untouched(h, HY_KV, n, PAGES - n));
-	ck_assert(hy_untouched(h, HY_STATE, 0, 1));		/* the live slot */
-	ck_assert(hy_untouched(h, HY_STATE, 2, HY_SLOTS - 2));
+	ck_assert(test_rank_is_sentinel(h, HY_KV, n, PAGES - n));
+	ck_assert(test_rank_is_sentinel(h, HY_STATE, 0, 1));		/* the live slot */
+	ck_assert(test_rank_is_sentinel(h, HY_STATE, 2, HY_SLOTS - 2));
 	ck_assert_int_eq(l3kv_release(h->k, a.lease), 0);
 	return rc;
-}
-
-static uint32_t
-hy_probe(struct hyrank *h, uint32_t prefix, uint32_t n, uint32_t *stops, uint32_t *nstops)
-{
-	uint8_t		*hs = test_page_hashes(prefix, n);
-	uint32_t	 hit = 0;
-
-	ck_assert_int_eq(l3kv_probe_stops(h->k, hs, n, &hit, stops, n, nstops), 0);
-	free(hs);
-	return hit;
 }
 
 /*
@@ -1156,7 +934,7 @@ hy_probe(struct hyrank *h, uint32_t prefix, uint32_t n, uint32_t *stops, uint32_
 START_TEST(test_hybrid_prefix_restores_from_files_all_or_nothing)
 {
 	static const uint32_t	stops_in[2] = { 4, 8 };
-	struct hyrank		h;
+	struct test_rank		h;
 	uint32_t		stops[8], nstops = 0;
 	uint8_t			hash[L3KV_HASH_LEN];
 	char			kvfile[PATH_MAX], nsdir[PATH_MAX], path[PATH_MAX + 128];
@@ -1167,7 +945,7 @@ START_TEST(test_hybrid_prefix_restores_from_files_all_or_nothing)
 	hy_publish_prefix(&h, 30, 8, stops_in, 2);
 	ck_assert_int_eq(stat_of("file", "objects"), 8 + 8 + 2);
 	hy_drop_dram(&h, 30, 8);
-	ck_assert_uint_eq(hy_probe(&h, 30, 8, stops, &nstops), 8);
+	ck_assert_uint_eq(test_rank_probe(&h, 30, 8, stops, &nstops), 8);
 	ck_assert_uint_eq(nstops, 2);
 	ck_assert_uint_eq(stops[0], 4);
 	ck_assert_uint_eq(stops[1], 8);
@@ -1177,13 +955,13 @@ START_TEST(test_hybrid_prefix_restores_from_files_all_or_nothing)
 	ck_assert_int_eq(stat_of("file", "reads"), 8 + HY_TRAIL + 1);
 
 	/* A fresh daemon finds them by its scan and restores them from the files. */
-	hy_fini(&h);
+	test_rank_fini(&h);
 	assert_idle();
 	stop_daemon();
 	start_daemon();
 	hy_attach(&h);
 	ck_assert_int_eq(stat_of("dram", "objects"), 0);
-	ck_assert_uint_eq(hy_probe(&h, 30, 8, stops, &nstops), 8);
+	ck_assert_uint_eq(test_rank_probe(&h, 30, 8, stops, &nstops), 8);
 	ck_assert_int_eq(hy_restore(&h, 1, 30, 8, 8), 0);
 	ck_assert_int_eq(stat_of("file", "reads"), 8 + HY_TRAIL + 1);
 
@@ -1203,34 +981,18 @@ START_TEST(test_hybrid_prefix_restores_from_files_all_or_nothing)
 	/* The failed lease's other reads own their staging until they end (cancelled). */
 	ck_assert_int_eq(stat_wait("file", "reads_inflight", 0), 0);
 	ck_assert_int_eq(stat_wait("dram", "writing", 0), 0);
-	ck_assert_uint_eq(hy_probe(&h, 30, 8, stops, &nstops), 4);
+	ck_assert_uint_eq(test_rank_probe(&h, 30, 8, stops, &nstops), 4);
 	ck_assert_uint_eq(nstops, 1);
 	ck_assert_int_eq(hy_restore(&h, 3, 30, 8, 4), 0);
-	hy_fini(&h);
+	test_rank_fini(&h);
 }
 END_TEST
-
-/* The next completion of a rank (within 20 s). */
-static void
-wait_completion(struct rank *r, struct l3kv_completion *c)
-{
-	struct pollfd	pfd = { l3kv_fd(r->k), POLLIN, 0 };
-	int		rc, i;
-
-	for (i = 0; i < 1000; i++) {
-		if ((rc = l3kv_poll_completion(r->k, c)) == 0)
-			return;
-		ck_assert_int_eq(rc, -EAGAIN);
-		poll(&pfd, 1, 20);
-	}
-	ck_abort_msg("no completion");
-}
 
 #define TP	2
 
 /* Rank t of an MLA TP-2 group: both ranks are DCP rank 0, one shard. */
 static void
-tp_rank_init(struct rank *r, unsigned t)
+tp_rank_init(struct test_rank *r, unsigned t)
 {
 	rank_init(r, "ft-tp");
 	r->args.layout.tp_size = TP;
@@ -1250,7 +1012,7 @@ START_TEST(test_tp_replicas_share_one_staging_read_per_object)
 	struct l3kv_restore_result	rr;
 	struct l3kv_completion		c;
 	struct l3kv_admit_args		a;
-	struct rank			r[TP];
+	struct test_rank		r[TP];
 	uint64_t			ticket;
 	uint32_t			dst[PAGES], i, n = 24;
 	uint8_t				*h;
@@ -1263,7 +1025,7 @@ START_TEST(test_tp_replicas_share_one_staging_read_per_object)
 	publish_prefix(&r[0], 40, n, 0);
 	ck_assert_int_eq(stat_wait("file", "objects", n), n);
 	for (t = 0; t < TP; t++)
-		rank_fini(&r[t]);
+		test_rank_fini(&r[t]);
 	assert_idle();
 	stop_daemon();
 	start_daemon();
@@ -1273,18 +1035,10 @@ START_TEST(test_tp_replicas_share_one_staging_read_per_object)
 	}
 	ck_assert_int_eq(stat_of("dram", "objects"), 0);
 	h = test_page_hashes(40, n);
-	memset(&a, 0, sizeof(a));
-	a.request_id = 7;
-	a.hashes = h;
-	a.npages = n;
-	a.reserved_pages = n;
-	a.state_slot = L3KV_SLOT_NONE;
-	for (t = 0; t < TP; t++)
-		ck_assert_int_eq(l3kv_submit_admit(r[t].k, &a, &ticket), 0);
+	a = (struct l3kv_admit_args){ .request_id = 7, .hashes = h, .npages = n,
+	    .reserved_pages = n, .state_slot = L3KV_SLOT_NONE };
+	test_rank_admit_group(r, TP, &a, res);
 	for (t = 0; t < TP; t++) {
-		wait_completion(&r[t], &c);
-		ck_assert_int_eq(l3kv_admit_result(&c, &res[t]), 0);
-		l3kv_completion_release(&c);
 		ck_assert_int_eq(res[t].decline, L3KV_DECLINE_NONE);
 		ck_assert_uint_eq(res[t].admitted_pages, n);
 	}
@@ -1292,12 +1046,12 @@ START_TEST(test_tp_replicas_share_one_staging_read_per_object)
 	for (i = 0; i < n; i++)
 		dst[i] = 10 + i;
 	for (t = 0; t < TP; t++) {
-		memset(r[t].mem, 0xee, (size_t)PAGES * PAGE_BYTES);
+		test_rank_sentinel(&r[t], KV_REGION, 0, PAGES);
 		ck_assert_int_eq(l3kv_submit_restore(r[t].k, res[t].lease, KV_REGION, dst, n, &ticket),
 		    0);
 	}
 	for (t = 0; t < TP; t++) {
-		wait_completion(&r[t], &c);
+		test_rank_wait_completion(&r[t], &c);
 		ck_assert_int_eq(c.status, 0);
 		ck_assert_int_eq(l3kv_restore_result(&c, &rr), 0);
 		l3kv_completion_release(&c);
@@ -1311,7 +1065,7 @@ START_TEST(test_tp_replicas_share_one_staging_read_per_object)
 	ck_assert_int_eq(stat_of("file", "reads"), n);
 	ck_assert_int_eq(stat_of("dram", "objects"), n);
 	for (t = 0; t < TP; t++)
-		rank_fini(&r[t]);
+		test_rank_fini(&r[t]);
 }
 END_TEST
 
@@ -1326,7 +1080,7 @@ START_TEST(test_released_lease_leaves_a_shared_read_to_the_other)
 	struct l3kv_restore_result	rr;
 	struct l3kv_completion		c;
 	struct l3kv_admit_args		a;
-	struct rank			r;
+	struct test_rank		r;
 	uint64_t			ticket;
 	uint32_t			i, n = 32;
 	uint8_t				*h;
@@ -1336,11 +1090,8 @@ START_TEST(test_released_lease_leaves_a_shared_read_to_the_other)
 	rank_init(&r, "ft-a");
 	rank_attach(&r);
 	h = test_page_hashes(41, n);
-	memset(&a, 0, sizeof(a));
-	a.hashes = h;
-	a.npages = n;
-	a.reserved_pages = n;
-	a.state_slot = L3KV_SLOT_NONE;
+	a = (struct l3kv_admit_args){ .hashes = h, .npages = n, .reserved_pages = n,
+	    .state_slot = L3KV_SLOT_NONE };
 	ck_assert_int_eq(l3kv_cork(r.k), 0);
 	for (k = 0; k < 2; k++) {
 		a.request_id = 1 + (uint64_t)k;
@@ -1348,21 +1099,21 @@ START_TEST(test_released_lease_leaves_a_shared_read_to_the_other)
 	}
 	ck_assert_int_eq(l3kv_uncork(r.k), 0);
 	for (k = 0; k < 2; k++) {
-		wait_completion(&r, &c);
+		test_rank_wait_completion(&r, &c);
 		ck_assert_int_eq(l3kv_admit_result(&c, &res[k]), 0);
 		l3kv_completion_release(&c);
 		ck_assert_uint_eq(res[k].admitted_pages, n);
 	}
 	free(h);
 	ck_assert_int_eq(l3kv_release(r.k, res[0].lease), 0);
-	memset(r.mem, 0xee, (size_t)PAGES * PAGE_BYTES);
-	ck_assert_int_eq(restore_into(&r, res[1].lease, 0, n, &rr), 0);
+	test_rank_sentinel(&r, KV_REGION, 0, PAGES);
+	ck_assert_int_eq(test_rank_restore(&r, res[1].lease, 0, n, &rr), 0);
 	for (i = 0; i < n; i++)
 		ck_assert_msg(page_is(&r, i, 41, i), "page %u", i);
 	ck_assert_int_eq(l3kv_release(r.k, res[1].lease), 0);
 	ck_assert_int_eq(stat_of("file", "reads"), n);
 	ck_assert_int_eq(stat_of("file", "read_failures"), 0);
-	rank_fini(&r);
+	test_rank_fini(&r);
 }
 END_TEST
 

@@ -4,12 +4,10 @@
  * state slots, all-or-nothing checkpoints, one writer per DCP shard,
  * SET_POLICY and its guards, and layout identity.
  */
-#include <sys/mman.h>
 #include <sys/wait.h>
 
 #include <errno.h>
 #include <jansson.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,28 +24,18 @@
 #define SLOTS		4
 #define SLOT_BYTES	512
 #define SIDE_BYTES	32	/* per token, one layer */
-#define R_KV		0
-#define R_STATE		1
-#define R_SIDE		2
+#define R_KV		TEST_RANK_KV
+#define R_STATE		TEST_RANK_STATE
+#define R_SIDE		TEST_RANK_SIDE
 
 static struct test_daemon	td;
 static int			fds_before;
 
 enum side { SIDE_NONE, SIDE_ALL, SIDE_TRAILING };
 
-/* One engine rank with a KV region, a state-slot region and maybe a sidecar. */
-struct hrank {
-	struct l3kv		*k;
-	int			 fd[3];
-	uint8_t			*mem[3];
-	size_t			 len[3];
-	struct l3kv_pool	 pools[3];
-	struct l3kv_region	 regions[3];
-	struct l3kv_attach_args	 args;
-	uint32_t		 live[1];
-	uint32_t		 page_tokens;
-	unsigned		 dcp_rank;
-};
+/* The KV pages of each engine rank (struct test_rank); a state region and maybe a sidecar follow. */
+static const struct test_rank_kv	kv = { "kimi-linear-test", "latent:64:fp8_e4m3", L3KV_ATTN_MHA,
+    PAGES, 8, LAYERS, TOKEN_BYTES };
 
 static json_t *
 stats(void)
@@ -83,21 +71,10 @@ teardown(void)
 	ck_assert_int_eq(test_fd_count(), fds_before);
 }
 
-static void
-hmap(struct hrank *h, int i, size_t len)
-{
-	h->fd[i] = memfd_create("l3kv-hybrid", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	ck_assert_int_ge(h->fd[i], 0);
-	ck_assert_int_eq(ftruncate(h->fd[i], (off_t)len), 0);
-	h->mem[i] = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, h->fd[i], 0);
-	ck_assert(h->mem[i] != MAP_FAILED);
-	h->len[i] = len;
-}
-
 static uint64_t
-kv_page_bytes(const struct hrank *h)
+kv_page_bytes(const struct test_rank *h)
 {
-	return (uint64_t)h->page_tokens * LAYERS * TOKEN_BYTES;
+	return (uint64_t)h->regions[R_KV].page_tokens * LAYERS * TOKEN_BYTES;
 }
 
 /*
@@ -105,82 +82,20 @@ kv_page_bytes(const struct hrank *h)
  * of the given policy. Slot 0 is live.
  */
 static void
-hrank_init(struct hrank *h, const char *group, unsigned size, unsigned idx, enum side side,
+hrank_init(struct test_rank *h, const char *group, unsigned size, unsigned idx, enum side side,
     unsigned trailing)
 {
-	uint64_t	page;
-	unsigned	n = 2;
-
-	memset(h, 0, sizeof(*h));
-	h->page_tokens = 8;
-	page = kv_page_bytes(h);
-	hmap(h, R_KV, PAGES * page);
-	hmap(h, R_STATE, SLOTS * SLOT_BYTES);
-	h->pools[0] = (struct l3kv_pool){ "kv", L3KV_POOL_KV, L3KV_HIT_ALL_PAGES, 0, LAYERS, page,
-	    "latent:64:fp8_e4m3" };
-	h->pools[1] = (struct l3kv_pool){ "state", L3KV_POOL_STATE, L3KV_HIT_ALL_PAGES, 0, 1,
-	    SLOT_BYTES, "conv:512" };
-	h->regions[R_KV] = (struct l3kv_region){ .pool = 0, .kind = L3KV_MEM_MEMFD,
-	    .layout = L3KV_LAYOUT_PAGE_FIRST, .fd = h->fd[R_KV], .size = PAGES * page,
-	    .num_pages = PAGES, .page_tokens = h->page_tokens, .layers = LAYERS,
-	    .token_bytes = TOKEN_BYTES, .page_stride = page, .layer_stride = TOKEN_BYTES,
-	    .token_stride = LAYERS * TOKEN_BYTES };
-	h->regions[R_STATE] = (struct l3kv_region){ .pool = 1, .kind = L3KV_MEM_MEMFD,
-	    .layout = L3KV_LAYOUT_SLOTS, .fd = h->fd[R_STATE], .size = SLOTS * SLOT_BYTES,
-	    .num_pages = SLOTS, .page_tokens = 1, .layers = 1, .token_bytes = SLOT_BYTES,
-	    .page_stride = SLOT_BYTES };
-	if (side != SIDE_NONE) {
-		hmap(h, R_SIDE, PAGES * 8 * SIDE_BYTES);
-		h->pools[2] = (struct l3kv_pool){ "swa", L3KV_POOL_SIDECAR,
-		    side == SIDE_ALL ? L3KV_HIT_ALL_PAGES : L3KV_HIT_TRAILING, trailing, 1,
-		    8 * SIDE_BYTES, "swa:32" };
-		h->regions[R_SIDE] = (struct l3kv_region){ .pool = 2, .kind = L3KV_MEM_MEMFD,
-		    .layout = L3KV_LAYOUT_PAGE_FIRST, .fd = h->fd[R_SIDE],
-		    .size = PAGES * 8 * SIDE_BYTES, .num_pages = PAGES, .page_tokens = 8,
-		    .layers = 1, .token_bytes = SIDE_BYTES, .page_stride = 8 * SIDE_BYTES,
-		    .layer_stride = SIDE_BYTES, .token_stride = SIDE_BYTES };
-		n = 3;
-	}
-	h->live[0] = 0;
-	h->args.layout = (struct l3kv_layout){ .model = "kimi-linear-test", .kv_dtype = "fp8_e4m3",
-	    .hash_scheme = "sha256", .hash_len = 32, .tp_size = size, .dcp_size = 1,
-	    .pp_size = 1, .cp_size = 1, .host_layout = L3KV_LAYOUT_PAGE_FIRST,
-	    .attention = L3KV_ATTN_MHA, .page_tokens = h->page_tokens,
-	    .logical_page_tokens = h->page_tokens };
-	h->args.pools = h->pools;
-	h->args.npools = n;
-	h->args.regions = h->regions;
-	h->args.nregions = n;
-	h->args.live_slots = h->live;
-	h->args.nlive = 1;
-	h->args.group = group;
-	h->args.group_size = size;
-	h->args.group_rank = idx;
-	h->args.tp_rank = idx;
-	h->args.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
-	h->args.write = L3KV_WRITE_THROUGH;
+	test_rank_init(h, &kv, group, size, idx);
+	test_rank_add_state(h, SLOTS, SLOT_BYTES, "conv:512");
+	if (side != SIDE_NONE)
+		test_rank_add_sidecar(h, side == SIDE_ALL ? L3KV_HIT_ALL_PAGES : L3KV_HIT_TRAILING,
+		    trailing, 8, SIDE_BYTES, "swa:32");
 }
 
 static void
-hrank_attach(struct hrank *h)
+hrank_attach(struct test_rank *h)
 {
-	ck_assert_int_eq(l3kv_connect(td.sock, 5000, &h->k), 0);
-	ck_assert_msg(l3kv_attach(h->k, &h->args, NULL) == 0, "attach: %s",
-	    l3kv_last_error(h->k));
-}
-
-static void
-hrank_fini(struct hrank *h)
-{
-	int	i;
-
-	l3kv_close(h->k);
-	for (i = 0; i < 3; i++) {
-		if (h->mem[i] != NULL) {
-			munmap(h->mem[i], h->len[i]);
-			close(h->fd[i]);
-		}
-	}
+	test_rank_attach(h, td.sock);
 }
 
 /* Deterministic bytes for (what, prefix, i, shard); `what` keeps pools apart. */
@@ -220,109 +135,67 @@ all_bytes(const uint8_t *p, size_t len, uint8_t v)
 	return 1;
 }
 
-/* Publishes one page of a pool from region r, slot/page `src`; expects stored or present. */
+/*
+ * Publishes one page of a pool from region r, slot/page `src`, with the
+ * content of (what, prefix, hash_index, the rank's DCP shard); expects
+ * stored or present.
+ */
 static void
-publish_one(struct hrank *h, unsigned r, uint32_t src, uint32_t prefix, uint32_t hash_index,
-    size_t bytes, uint32_t what)
+publish_one(struct test_rank *h, unsigned r, uint32_t src, uint32_t prefix, uint32_t hash_index,
+    uint32_t what)
 {
-	struct l3kv_publish_result	res;
-	struct l3kv_publish_page	pg;
+	size_t	bytes = h->regions[r].page_stride;
 
-	content(h->mem[r] + (size_t)src * bytes, bytes, what, prefix, hash_index, h->dcp_rank);
-	test_page_hash(prefix, hash_index, pg.hash);
-	pg.src_page = src;
-	ck_assert_msg(l3kv_publish(h->k, r, &pg, 1, &res) == 0, "publish: %s",
-	    l3kv_last_error(h->k));
-	ck_assert_uint_eq(res.stored + res.present, 1);
+	content(h->mem[r] + (size_t)src * bytes, bytes, what, prefix, hash_index,
+	    h->args.layout.dcp_rank);
+	test_rank_publish(h, r, prefix, hash_index, 1, src, NULL);
 }
 
 static void
-publish_kv(struct hrank *h, uint32_t prefix, uint32_t n)
+publish_kv(struct test_rank *h, uint32_t prefix, uint32_t n)
 {
 	uint32_t	i;
 
 	for (i = 0; i < n; i++)
-		publish_one(h, R_KV, i, prefix, i, kv_page_bytes(h), 1);
+		publish_one(h, R_KV, i, prefix, i, 1);
 }
 
 /* The checkpoint at `len` pages ends on page len-1; published from slot 3. */
 static void
-publish_state(struct hrank *h, uint32_t prefix, uint32_t len)
+publish_state(struct test_rank *h, uint32_t prefix, uint32_t len)
 {
-	publish_one(h, R_STATE, 3, prefix, len - 1, SLOT_BYTES, 2);
+	publish_one(h, R_STATE, 3, prefix, len - 1, 2);
 }
 
 static void
-publish_side(struct hrank *h, uint32_t prefix, uint32_t page)
+publish_side(struct test_rank *h, uint32_t prefix, uint32_t page)
 {
-	publish_one(h, R_SIDE, page, prefix, page, 8 * SIDE_BYTES, 3);
+	publish_one(h, R_SIDE, page, prefix, page, 3);
 }
 
-static uint32_t
-probe(struct hrank *h, uint32_t prefix, uint32_t n, uint32_t *stops, uint32_t *nstops)
-{
-	uint8_t		*hs = test_page_hashes(prefix, n);
-	uint32_t	 hit = 0, dummy;
-
-	ck_assert_int_eq(l3kv_probe_stops(h->k, hs, n, &hit, stops, stops ? n : 0,
-	    nstops ? nstops : &dummy), 0);
-	free(hs);
-	return hit;
-}
-
+/* ADMIT of n pages, all of them reserved, with canonical state slot `slot`. */
 static struct l3kv_admit_result
-admit(struct hrank *h, uint64_t req, uint32_t prefix, uint32_t n, uint32_t slot)
+admit(struct test_rank *h, uint64_t req, uint32_t prefix, uint32_t n, uint32_t slot)
 {
-	struct l3kv_admit_result	res;
-	struct l3kv_admit_args		a;
-	uint8_t				*hs = test_page_hashes(prefix, n);
-
-	memset(&a, 0, sizeof(a));
-	a.request_id = req;
-	a.hashes = hs;
-	a.npages = n;
-	a.reserved_pages = n;
-	a.state_slot = slot;
-	ck_assert_int_eq(l3kv_admit(h->k, &a, &res), 0);
-	free(hs);
-	return res;
+	return test_rank_admit(h, req, prefix, n, n, slot);
 }
 
-/* ADMIT on every rank of a group at once; all answers must agree. */
+/* ADMIT (canonical slot 1) on every rank of a group at once; all answers must agree. */
 static struct l3kv_admit_result
-admit_group(struct hrank *h, unsigned n, uint64_t req, uint32_t prefix, uint32_t pages,
+admit_group(struct test_rank *h, unsigned n, uint64_t req, uint32_t prefix, uint32_t pages,
     uint64_t *leases)
 {
 	struct l3kv_admit_result	res[8];
-	struct l3kv_completion		c;
 	struct l3kv_admit_args		a;
-	struct pollfd			pfd;
-	uint64_t			ticket;
 	uint8_t				*hs = test_page_hashes(prefix, pages);
 	unsigned			r;
-	int				rc, i;
 
-	memset(&a, 0, sizeof(a));
+	ck_assert_uint_le(n, 8);
+	a = (struct l3kv_admit_args){ .request_id = req, .hashes = hs, .npages = pages,
+	    .reserved_pages = pages, .state_slot = 1 };
 	memset(res, 0, sizeof(res));
-	a.request_id = req;
-	a.hashes = hs;
-	a.npages = pages;
-	a.reserved_pages = pages;
+	test_rank_admit_group(h, n, &a, res);
 	for (r = 0; r < n; r++) {
-		a.state_slot = 1;
-		ck_assert_int_eq(l3kv_submit_admit(h[r].k, &a, &ticket), 0);
-	}
-	for (r = 0; r < n; r++) {
-		pfd.fd = l3kv_fd(h[r].k);
-		pfd.events = POLLIN;
-		for (i = 0; i < 500; i++) {
-			if ((rc = l3kv_poll_completion(h[r].k, &c)) == 0)
-				break;
-			poll(&pfd, 1, 20);
-		}
-		ck_assert_int_eq(rc, 0);
-		ck_assert_int_eq(l3kv_admit_result(&c, &res[r]), 0);
-		l3kv_completion_release(&c);
 		leases[r] = res[r].lease;
 		ck_assert_uint_eq(res[r].admitted_pages, res[0].admitted_pages);
 		ck_assert_uint_eq(res[r].group_hit, res[0].group_hit);
@@ -335,7 +208,7 @@ admit_group(struct hrank *h, unsigned n, uint64_t req, uint32_t prefix, uint32_t
 START_TEST(test_state_and_sidecar_stop_points_intersect)
 {
 	struct l3kv_admit_result	a;
-	struct hrank			h;
+	struct test_rank		h;
 	uint32_t			stops[4], nstops;
 
 	hrank_init(&h, "hy", 1, 0, SIDE_TRAILING, 1);
@@ -345,7 +218,7 @@ START_TEST(test_state_and_sidecar_stop_points_intersect)
 	publish_state(&h, 1, 4);
 	publish_side(&h, 1, 0);
 	publish_side(&h, 1, 2);
-	ck_assert_uint_eq(probe(&h, 1, 4, stops, &nstops), 1);
+	ck_assert_uint_eq(test_rank_probe(&h, 1, 4, stops, &nstops), 1);
 	ck_assert_uint_eq(nstops, 1);
 	ck_assert_uint_eq(stops[0], 1);
 	a = admit(&h, 1, 1, 4, 1);
@@ -354,10 +227,10 @@ START_TEST(test_state_and_sidecar_stop_points_intersect)
 	ck_assert_int_eq(l3kv_release(h.k, a.lease), 0);
 	/* With the sidecar page at 3 the stop points are {1, 4}. */
 	publish_side(&h, 1, 3);
-	ck_assert_uint_eq(probe(&h, 1, 4, stops, &nstops), 4);
+	ck_assert_uint_eq(test_rank_probe(&h, 1, 4, stops, &nstops), 4);
 	ck_assert_uint_eq(nstops, 2);
 	ck_assert_uint_eq(stops[1], 4);
-	hrank_fini(&h);
+	test_rank_fini(&h);
 }
 END_TEST
 
@@ -365,7 +238,7 @@ END_TEST
 START_TEST(test_ranks_intersect_their_stop_points)
 {
 	struct l3kv_admit_result	a;
-	struct hrank			h[2];
+	struct test_rank		h[2];
 	uint64_t			leases[2];
 	uint32_t			r;
 
@@ -379,7 +252,7 @@ START_TEST(test_ranks_intersect_their_stop_points)
 	publish_state(&h[0], 2, 4);
 	publish_state(&h[1], 2, 3);
 	publish_state(&h[1], 2, 4);
-	ck_assert_uint_eq(probe(&h[0], 2, 4, NULL, NULL), 4);
+	ck_assert_uint_eq(test_rank_probe(&h[0], 2, 4, NULL, NULL), 4);
 	a = admit_group(h, 2, 10, 2, 4, leases);
 	ck_assert_uint_eq(a.admitted_pages, 4);
 	for (r = 0; r < 2; r++)
@@ -388,12 +261,12 @@ START_TEST(test_ranks_intersect_their_stop_points)
 	publish_state(&h[0], 3, 2);
 	publish_state(&h[0], 3, 4);
 	publish_state(&h[1], 3, 3);
-	ck_assert_uint_eq(probe(&h[1], 3, 4, NULL, NULL), 0);
+	ck_assert_uint_eq(test_rank_probe(&h[1], 3, 4, NULL, NULL), 0);
 	a = admit_group(h, 2, 11, 3, 4, leases);
 	ck_assert_uint_eq(a.admitted_pages, 0);
 	ck_assert_int_eq(a.decline, L3KV_DECLINE_NO_HIT);
 	for (r = 0; r < 2; r++)
-		hrank_fini(&h[r]);
+		test_rank_fini(&h[r]);
 }
 END_TEST
 
@@ -407,7 +280,7 @@ START_TEST(test_missing_checkpoint_admits_the_earlier_stop_exactly)
 	struct l3kv_restore_result	res;
 	struct l3kv_state_dest		sd = { R_STATE, 1 };
 	struct l3kv_admit_result	a;
-	struct hrank			h;
+	struct test_rank		h;
 	uint32_t			dst[2] = { 8, 9 }, i;
 	uint64_t			page;
 
@@ -429,7 +302,7 @@ START_TEST(test_missing_checkpoint_admits_the_earlier_stop_exactly)
 	ck_assert(all_bytes(h.mem[R_STATE], SLOT_BYTES, 0xee));		/* live slot 0 */
 	ck_assert(all_bytes(h.mem[R_STATE] + 2 * SLOT_BYTES, 2 * SLOT_BYTES, 0xee));
 	ck_assert_int_eq(l3kv_release(h.k, a.lease), 0);
-	hrank_fini(&h);
+	test_rank_fini(&h);
 }
 END_TEST
 
@@ -438,7 +311,7 @@ START_TEST(test_live_slot_is_refused_before_any_byte_moves)
 	struct l3kv_restore_result	res;
 	struct l3kv_state_dest		sd = { R_STATE, 0 };
 	struct l3kv_admit_result	a;
-	struct hrank			h;
+	struct test_rank		h;
 	uint32_t			dst[2] = { 3, 4 };
 
 	hrank_init(&h, "hy", 1, 0, SIDE_NONE, 0);
@@ -465,7 +338,7 @@ START_TEST(test_live_slot_is_refused_before_any_byte_moves)
 	ck_assert(has_content(h.mem[R_STATE] + 2 * SLOT_BYTES, SLOT_BYTES, 2, 5, 1, 0));
 	ck_assert(all_bytes(h.mem[R_STATE], SLOT_BYTES, 0x5a));
 	ck_assert_int_eq(l3kv_release(h.k, a.lease), 0);
-	hrank_fini(&h);
+	test_rank_fini(&h);
 }
 END_TEST
 
@@ -474,7 +347,7 @@ START_TEST(test_slot_is_outstanding_from_admit_until_the_restore_ends)
 	struct l3kv_restore_result	res;
 	struct l3kv_state_dest		sd = { R_STATE, 1 };
 	struct l3kv_admit_result	a, b;
-	struct hrank			h;
+	struct test_rank		h;
 	uint32_t			dst[2] = { 0, 1 };
 
 	hrank_init(&h, "hy", 1, 0, SIDE_NONE, 0);
@@ -498,7 +371,7 @@ START_TEST(test_slot_is_outstanding_from_admit_until_the_restore_ends)
 	ck_assert_uint_eq(b.admitted_pages, 2);
 	ck_assert_int_eq(l3kv_release(h.k, a.lease), 0);
 	ck_assert_int_eq(l3kv_release(h.k, b.lease), 0);
-	hrank_fini(&h);
+	test_rank_fini(&h);
 }
 END_TEST
 
@@ -508,7 +381,7 @@ START_TEST(test_lost_checkpoint_fails_without_falling_back)
 	struct l3kv_restore_result	res;
 	struct l3kv_state_dest		sd = { R_STATE, 1 };
 	struct l3kv_admit_result	a;
-	struct hrank			h;
+	struct test_rank		h;
 	uint32_t			dst[4] = { 0, 1, 2, 3 };
 	uint8_t				hs[L3KV_HASH_LEN];
 
@@ -531,7 +404,7 @@ START_TEST(test_lost_checkpoint_fails_without_falling_back)
 	a = admit(&h, 2, 7, 4, 1);
 	ck_assert_uint_eq(a.admitted_pages, 2);
 	ck_assert_int_eq(l3kv_release(h.k, a.lease), 0);
-	hrank_fini(&h);
+	test_rank_fini(&h);
 }
 END_TEST
 
@@ -544,7 +417,7 @@ START_TEST(test_dcp_shards_have_one_writer_and_restore_their_own)
 {
 	struct l3kv_restore_result	res;
 	struct l3kv_admit_result	a;
-	struct hrank			h[4];
+	struct test_rank		h[4];
 	uint64_t			leases[4], ticket;
 	uint32_t			dst[4] = { 4, 5, 6, 7 }, r, i;
 
@@ -558,8 +431,7 @@ START_TEST(test_dcp_shards_have_one_writer_and_restore_their_own)
 		h[r].args.tp_rank = r % 2;
 		h[r].args.layout.dcp_size = 2;
 		h[r].args.layout.dcp_rank = r / 2;
-		h[r].dcp_rank = r / 2;
-		h[r].args.layout.logical_page_tokens = 2 * h[r].page_tokens;
+		h[r].args.layout.logical_page_tokens = 2 * h[r].args.layout.page_tokens;
 		hrank_attach(&h[r]);
 	}
 	for (r = 0; r < 4; r++)
@@ -574,13 +446,8 @@ START_TEST(test_dcp_shards_have_one_writer_and_restore_their_own)
 	}
 	for (r = 0; r < 4; r++) {
 		struct l3kv_completion	c;
-		struct pollfd		pfd = { l3kv_fd(h[r].k), POLLIN, 0 };
-		int			rc = -EAGAIN, n;
 
-		for (n = 0; n < 500 && rc != 0; n++)
-			if ((rc = l3kv_poll_completion(h[r].k, &c)) != 0)
-				poll(&pfd, 1, 20);
-		ck_assert_int_eq(rc, 0);
+		test_rank_wait_completion(&h[r], &c);
 		ck_assert_int_eq(l3kv_restore_result(&c, &res), 0);
 		l3kv_completion_release(&c);
 		ck_assert_uint_eq(res.pages, 4);
@@ -595,12 +462,12 @@ START_TEST(test_dcp_shards_have_one_writer_and_restore_their_own)
 	publish_kv(&h[0], 9, 4);
 	publish_kv(&h[2], 9, 2);
 	for (r = 0; r < 4; r++)
-		ck_assert_uint_eq(probe(&h[r], 9, 4, NULL, NULL), 2);
+		ck_assert_uint_eq(test_rank_probe(&h[r], 9, 4, NULL, NULL), 2);
 	a = admit_group(h, 4, 21, 9, 4, leases);
 	ck_assert_uint_eq(a.admitted_pages, 2);
 	for (r = 0; r < 4; r++) {
 		ck_assert_int_eq(l3kv_release(h[r].k, leases[r]), 0);
-		hrank_fini(&h[r]);
+		test_rank_fini(&h[r]);
 	}
 }
 END_TEST
@@ -624,9 +491,9 @@ state_of_daemon(void)
 
 START_TEST(test_set_policy_guard_changes_nothing)
 {
-	struct hrank	 h[2];
-	char		*before, *after;
-	uint32_t	 r;
+	struct test_rank	 h[2];
+	char			*before, *after;
+	uint32_t		 r;
 
 	for (r = 0; r < 2; r++) {
 		hrank_init(&h[r], "dcp2", 2, r, SIDE_NONE, 0);
@@ -657,14 +524,14 @@ START_TEST(test_set_policy_guard_changes_nothing)
 	free(before);
 	free(after);
 	for (r = 0; r < 2; r++)
-		hrank_fini(&h[r]);
+		test_rank_fini(&h[r]);
 }
 END_TEST
 
 START_TEST(test_set_policy_waits_for_an_idle_group)
 {
 	struct l3kv_admit_result	a;
-	struct hrank			h;
+	struct test_rank		h;
 	json_t				*j;
 
 	hrank_init(&h, "solo", 1, 0, SIDE_NONE, 0);
@@ -684,13 +551,13 @@ START_TEST(test_set_policy_waits_for_an_idle_group)
 	ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "attach"),
 	    "guards_refused")), 0);
 	json_decref(j);
-	hrank_fini(&h);
+	test_rank_fini(&h);
 }
 END_TEST
 
 /* Fingerprints of a base layout and of one variant per field. */
 static void
-fingerprint(struct hrank *h, uint8_t out[16])
+fingerprint(struct test_rank *h, uint8_t out[16])
 {
 	struct l3kv_attach_info	info;
 
@@ -704,9 +571,9 @@ fingerprint(struct hrank *h, uint8_t out[16])
 
 START_TEST(test_every_layout_field_changes_the_fingerprint)
 {
-	struct hrank	h;
-	uint8_t		fp[20][16];
-	unsigned	n = 0, i, j;
+	struct test_rank	h;
+	uint8_t			fp[20][16];
+	unsigned		n = 0, i, j;
 
 	hrank_init(&h, "fp", 1, 0, SIDE_NONE, 0);
 	fingerprint(&h, fp[n++]);
@@ -732,10 +599,9 @@ START_TEST(test_every_layout_field_changes_the_fingerprint)
 	VARIANT(h.args.layout.attention = L3KV_ATTN_GQA, h.args.layout.attention = L3KV_ATTN_MHA);
 	VARIANT(h.args.layout.seed = 42, h.args.layout.seed = 0);
 	/* The physical page: the pool's objects and the region change with it. */
-	h.page_tokens = 4;
 	h.args.layout.page_tokens = h.args.layout.logical_page_tokens = 4;
-	h.pools[0].object_bytes = kv_page_bytes(&h);
 	h.regions[R_KV].page_tokens = 4;
+	h.pools[0].object_bytes = kv_page_bytes(&h);
 	h.regions[R_KV].page_stride = kv_page_bytes(&h);
 	fingerprint(&h, fp[n++]);
 #undef VARIANT
@@ -744,7 +610,7 @@ START_TEST(test_every_layout_field_changes_the_fingerprint)
 			ck_assert_msg(memcmp(fp[i], fp[j], 16) != 0, "variants %u and %u collide", i,
 			    j);
 	h.k = NULL;
-	hrank_fini(&h);
+	test_rank_fini(&h);
 }
 END_TEST
 
@@ -752,7 +618,7 @@ END_TEST
 START_TEST(test_layout_mismatch_is_a_miss_with_the_destination_untouched)
 {
 	struct l3kv_admit_result	a;
-	struct hrank			writer, reader;
+	struct test_rank		writer, reader;
 
 	hrank_init(&writer, "w", 1, 0, SIDE_NONE, 0);
 	hrank_attach(&writer);
@@ -762,14 +628,14 @@ START_TEST(test_layout_mismatch_is_a_miss_with_the_destination_untouched)
 	reader.args.layout.kv_dtype = "fp8_e5m2";	/* the same bytes' size, another meaning */
 	hrank_attach(&reader);
 	memset(reader.mem[R_KV], 0xee, reader.len[R_KV]);
-	ck_assert_uint_eq(probe(&reader, 13, 4, NULL, NULL), 0);
+	ck_assert_uint_eq(test_rank_probe(&reader, 13, 4, NULL, NULL), 0);
 	a = admit(&reader, 1, 13, 4, 1);
 	ck_assert_uint_eq(a.admitted_pages, 0);
 	ck_assert_int_eq(a.decline, L3KV_DECLINE_NO_HIT);
 	ck_assert(all_bytes(reader.mem[R_KV], reader.len[R_KV], 0xee));
-	ck_assert_uint_eq(probe(&writer, 13, 4, NULL, NULL), 4);
-	hrank_fini(&reader);
-	hrank_fini(&writer);
+	ck_assert_uint_eq(test_rank_probe(&writer, 13, 4, NULL, NULL), 4);
+	test_rank_fini(&reader);
+	test_rank_fini(&writer);
 }
 END_TEST
 

@@ -1,6 +1,7 @@
 /*
  * The l3kv test runner's shared declarations: one suite per check_*.c,
- * and helpers that start a real l3kvd on a temporary socket.
+ * helpers that start a real l3kvd on a temporary socket, and test engine
+ * ranks that drive it through libl3kv.
  */
 #ifndef L3KV_TESTS_H
 #define L3KV_TESTS_H
@@ -9,6 +10,8 @@
 
 #include <check.h>
 #include <limits.h>
+
+#include "l3kv.h"
 
 /* Suites, one per check_*.c file. */
 Suite	*suite_proto(void);
@@ -64,5 +67,70 @@ json_t	*test_stats(const char *sock);
 long long test_stat(const char *sock, const char *section, const char *key);
 long long test_stat_wait(const char *sock, const char *section, const char *key,
 	    long long want);
+
+/*
+ * A test engine rank (tests/util.c): one libl3kv connection and the memfd
+ * regions it attaches, mapped here too, so that a test fills the sources
+ * it publishes and reads the destinations a restore wrote. Region i
+ * belongs to pool i: the KV pages, then a state-slot region (slot 0
+ * live) and a sidecar, each where the suite adds one. A suite changes
+ * args (its layout, policies, ranks) between init and attach.
+ */
+#define TEST_RANK_KV		0
+#define TEST_RANK_STATE		1
+#define TEST_RANK_SIDE		2
+#define TEST_RANK_REGIONS	3
+#define TEST_RANK_SENTINEL	0xee	/* the bytes of a page nothing wrote */
+
+struct test_rank {
+	struct l3kv		*k;
+	int			 fd[TEST_RANK_REGIONS];
+	uint8_t			*mem[TEST_RANK_REGIONS];	/* NULL where no region */
+	size_t			 len[TEST_RANK_REGIONS];
+	struct l3kv_pool	 pools[TEST_RANK_REGIONS];
+	struct l3kv_region	 regions[TEST_RANK_REGIONS];
+	struct l3kv_attach_args	 args;
+	uint32_t		 live[1];
+};
+
+/* A rank's layout and KV pages (page_first: tokens x layers x token_bytes). */
+struct test_rank_kv {
+	const char		*model;
+	const char		*schema;	/* the KV pool's tensor schema */
+	enum l3kv_attention	 attention;
+	uint32_t		 pages;
+	uint32_t		 page_tokens;
+	uint32_t		 layers;
+	uint32_t		 token_bytes;
+};
+
+void	 test_rank_init(struct test_rank *, const struct test_rank_kv *, const char *group,
+	    unsigned size, unsigned idx);
+void	 test_rank_add_state(struct test_rank *, uint32_t slots, uint32_t slot_bytes,
+	    const char *schema);
+void	 test_rank_add_sidecar(struct test_rank *, enum l3kv_hit_policy, unsigned trailing,
+	    uint32_t page_tokens, uint32_t token_bytes, const char *schema);
+void	 test_rank_attach(struct test_rank *, const char *sock);
+void	 test_rank_fini(struct test_rank *);
+void	 test_rank_fill_page(struct test_rank *, unsigned region, uint32_t page, uint32_t prefix,
+	    uint32_t i);
+int	 test_rank_page_is(const struct test_rank *, unsigned region, uint32_t page,
+	    uint32_t prefix, uint32_t i);
+void	 test_rank_sentinel(struct test_rank *, unsigned region, uint32_t first, uint32_t n);
+int	 test_rank_is_sentinel(const struct test_rank *, unsigned region, uint32_t first,
+	    uint32_t n);
+void	 test_rank_publish(struct test_rank *, unsigned region, uint32_t prefix, uint32_t from,
+	    uint32_t n, uint32_t first, struct l3kv_publish_result *);
+void	 test_rank_publish_kv(struct test_rank *, uint32_t prefix, uint32_t from, uint32_t n,
+	    uint32_t first, struct l3kv_publish_result *);
+uint32_t test_rank_probe(struct test_rank *, uint32_t prefix, uint32_t n, uint32_t *stops,
+	    uint32_t *nstops);
+struct l3kv_admit_result test_rank_admit(struct test_rank *, uint64_t req, uint32_t prefix,
+	    uint32_t n, uint32_t reserved, uint32_t slot);
+void	 test_rank_admit_group(struct test_rank *, unsigned n, const struct l3kv_admit_args *,
+	    struct l3kv_admit_result *);
+int	 test_rank_restore(struct test_rank *, uint64_t lease, uint32_t first, uint32_t n,
+	    struct l3kv_restore_result *);
+void	 test_rank_wait_completion(struct test_rank *, struct l3kv_completion *);
 
 #endif

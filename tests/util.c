@@ -1,7 +1,16 @@
 /*
  * Test helpers: temporary directories, a real l3kvd started on a
- * temporary socket with a generated config, fd accounting.
+ * temporary socket with a generated config, fd accounting, page hashes,
+ * and test engine ranks.
+ *
+ * A test rank (struct test_rank) is what the cache, file-tier and hybrid
+ * suites attach with: memfd regions (KV pages; optionally state slots and
+ * a sidecar) that the daemon maps with its host copy engine and that the
+ * test maps too. Its helpers publish pages of known content, probe, admit
+ * and restore, and assert that each call succeeded; what the answer must
+ * be is left to the test.
  */
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -13,6 +22,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <jansson.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -313,4 +323,317 @@ test_page_hashes(uint32_t prefix, uint32_t n)
 	for (i = 0; i < n; i++)
 		test_page_hash(prefix, i, h + (size_t)i * L3KV_HASH_LEN);
 	return h;
+}
+
+/* Maps a memfd of len bytes as region i of a rank. */
+static void
+test_rank_map(struct test_rank *r, unsigned i, size_t len)
+{
+	r->fd[i] = memfd_create("l3kv-test-rank", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	ck_assert_int_ge(r->fd[i], 0);
+	ck_assert_int_eq(ftruncate(r->fd[i], (off_t)len), 0);
+	r->mem[i] = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd[i], 0);
+	ck_assert(r->mem[i] != MAP_FAILED);
+	r->len[i] = len;
+}
+
+/* Region i (pool i) of pages page_first: page, then token, then layer. */
+static void
+test_rank_pages(struct test_rank *r, unsigned i, uint32_t pages, uint32_t page_tokens,
+    uint32_t layers, uint32_t token_bytes)
+{
+	uint64_t	page = (uint64_t)page_tokens * layers * token_bytes;
+
+	test_rank_map(r, i, (size_t)pages * page);
+	r->regions[i] = (struct l3kv_region){ .pool = i, .kind = L3KV_MEM_MEMFD,
+	    .layout = L3KV_LAYOUT_PAGE_FIRST, .fd = r->fd[i], .size = (uint64_t)pages * page,
+	    .num_pages = pages, .page_tokens = page_tokens, .layers = layers,
+	    .token_bytes = token_bytes, .page_stride = page, .layer_stride = token_bytes,
+	    .token_stride = (uint64_t)layers * token_bytes };
+}
+
+/*
+ * A rank `idx` of a TP group of `size` ranks named `group` (borrowed, as
+ * are kv's strings), with a KV region only; wait_complete, write-through.
+ */
+void
+test_rank_init(struct test_rank *r, const struct test_rank_kv *kv, const char *group,
+    unsigned size, unsigned idx)
+{
+	memset(r, 0, sizeof(*r));
+	test_rank_pages(r, TEST_RANK_KV, kv->pages, kv->page_tokens, kv->layers, kv->token_bytes);
+	r->pools[TEST_RANK_KV] = (struct l3kv_pool){ "kv", L3KV_POOL_KV, L3KV_HIT_ALL_PAGES, 0,
+	    kv->layers, r->regions[TEST_RANK_KV].page_stride, kv->schema };
+	r->args.layout = (struct l3kv_layout){ .model = kv->model, .kv_dtype = "fp8_e4m3",
+	    .hash_scheme = "sha256", .hash_len = 32, .tp_size = size, .dcp_size = 1,
+	    .pp_size = 1, .cp_size = 1, .host_layout = L3KV_LAYOUT_PAGE_FIRST,
+	    .attention = kv->attention, .page_tokens = kv->page_tokens,
+	    .logical_page_tokens = kv->page_tokens };
+	r->args.pools = r->pools;
+	r->args.npools = 1;
+	r->args.regions = r->regions;
+	r->args.nregions = 1;
+	r->args.group = group;
+	r->args.group_size = size;
+	r->args.group_rank = idx;
+	r->args.tp_rank = idx;
+	r->args.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
+	r->args.write = L3KV_WRITE_THROUGH;
+}
+
+/* Adds the state pool: `slots` checkpoint slots of slot_bytes; slot 0 is live. */
+void
+test_rank_add_state(struct test_rank *r, uint32_t slots, uint32_t slot_bytes, const char *schema)
+{
+	ck_assert_uint_eq(r->args.nregions, TEST_RANK_STATE);
+	test_rank_map(r, TEST_RANK_STATE, (size_t)slots * slot_bytes);
+	r->pools[TEST_RANK_STATE] = (struct l3kv_pool){ "state", L3KV_POOL_STATE,
+	    L3KV_HIT_ALL_PAGES, 0, 1, slot_bytes, schema };
+	r->regions[TEST_RANK_STATE] = (struct l3kv_region){ .pool = TEST_RANK_STATE,
+	    .kind = L3KV_MEM_MEMFD, .layout = L3KV_LAYOUT_SLOTS, .fd = r->fd[TEST_RANK_STATE],
+	    .size = r->len[TEST_RANK_STATE], .num_pages = slots, .page_tokens = 1, .layers = 1,
+	    .token_bytes = slot_bytes, .page_stride = slot_bytes };
+	r->live[0] = 0;
+	r->args.live_slots = r->live;
+	r->args.nlive = 1;
+	r->args.npools = r->args.nregions = TEST_RANK_STATE + 1;
+}
+
+/* Adds a one-layer sidecar pool (after the state pool), a page per KV page. */
+void
+test_rank_add_sidecar(struct test_rank *r, enum l3kv_hit_policy hit, unsigned trailing,
+    uint32_t page_tokens, uint32_t token_bytes, const char *schema)
+{
+	ck_assert_uint_eq(r->args.nregions, TEST_RANK_SIDE);
+	test_rank_pages(r, TEST_RANK_SIDE, r->regions[TEST_RANK_KV].num_pages, page_tokens, 1,
+	    token_bytes);
+	r->pools[TEST_RANK_SIDE] = (struct l3kv_pool){ "swa", L3KV_POOL_SIDECAR, hit, trailing, 1,
+	    r->regions[TEST_RANK_SIDE].page_stride, schema };
+	r->args.npools = r->args.nregions = TEST_RANK_SIDE + 1;
+}
+
+void
+test_rank_attach(struct test_rank *r, const char *sock)
+{
+	ck_assert_int_eq(l3kv_connect(sock, 5000, &r->k), 0);
+	ck_assert_msg(l3kv_attach(r->k, &r->args, NULL) == 0, "attach: %s", l3kv_last_error(r->k));
+}
+
+/* Closes the connection and unmaps the regions; idempotent. */
+void
+test_rank_fini(struct test_rank *r)
+{
+	unsigned	i;
+
+	l3kv_close(r->k);
+	r->k = NULL;
+	for (i = 0; i < TEST_RANK_REGIONS; i++) {
+		if (r->mem[i] == NULL)
+			continue;
+		munmap(r->mem[i], r->len[i]);
+		close(r->fd[i]);
+		r->mem[i] = NULL;
+	}
+}
+
+/* Pages (or slots) [first, first+n) of a region, which must hold them; *len: one page's bytes. */
+static uint8_t *
+test_rank_page(const struct test_rank *r, unsigned region, uint32_t first, uint32_t n, size_t *len)
+{
+	*len = r->regions[region].page_stride;
+	ck_assert_uint_le(((size_t)first + n) * *len, r->len[region]);
+	return r->mem[region] + (size_t)first * *len;
+}
+
+/* Deterministic bytes of page i of a prefix. */
+static void
+test_page_content(uint8_t *p, size_t len, uint32_t prefix, uint32_t i)
+{
+	uint32_t	x = prefix * 7919U + i * 104729U + 17;
+	size_t		j;
+
+	for (j = 0; j < len; j++) {
+		x = x * 1103515245U + 12345U;
+		p[j] = (uint8_t)(x >> 16);
+	}
+}
+
+/* Fills page `page` of a region with the content of page i of a prefix. */
+void
+test_rank_fill_page(struct test_rank *r, unsigned region, uint32_t page, uint32_t prefix,
+    uint32_t i)
+{
+	size_t	 len;
+	uint8_t	*p = test_rank_page(r, region, page, 1, &len);
+
+	test_page_content(p, len, prefix, i);
+}
+
+/* 1 if page `page` of a region holds the content of page i of a prefix. */
+int
+test_rank_page_is(const struct test_rank *r, unsigned region, uint32_t page, uint32_t prefix,
+    uint32_t i)
+{
+	size_t	 len;
+	uint8_t	*p = test_rank_page(r, region, page, 1, &len), *want = malloc(len);
+	int	 ok;
+
+	ck_assert_ptr_nonnull(want);
+	test_page_content(want, len, prefix, i);
+	ok = memcmp(p, want, len) == 0;
+	free(want);
+	return ok;
+}
+
+/* Fills pages [first, first+n) of a region with the sentinel. */
+void
+test_rank_sentinel(struct test_rank *r, unsigned region, uint32_t first, uint32_t n)
+{
+	size_t	 len;
+	uint8_t	*p = test_rank_page(r, region, first, n, &len);
+
+	memset(p, TEST_RANK_SENTINEL, (size_t)n * len);
+}
+
+/* 1 if pages [first, first+n) of a region hold nothing but the sentinel. */
+int
+test_rank_is_sentinel(const struct test_rank *r, unsigned region, uint32_t first, uint32_t n)
+{
+	size_t		 len, j;
+	const uint8_t	*p = test_rank_page(r, region, first, n, &len);
+
+	for (j = 0; j < (size_t)n * len; j++)
+		if (p[j] != TEST_RANK_SENTINEL)
+			return 0;
+	return 1;
+}
+
+/*
+ * Publishes pages [first, first+n) of a region, as they are, under the
+ * hashes of pages [from, from+n) of a prefix: the call must succeed and
+ * each page be stored or found present. res may be NULL.
+ */
+void
+test_rank_publish(struct test_rank *r, unsigned region, uint32_t prefix, uint32_t from,
+    uint32_t n, uint32_t first, struct l3kv_publish_result *res)
+{
+	struct l3kv_publish_result	 mine;
+	struct l3kv_publish_page	*pg = calloc(n, sizeof(*pg));
+	uint32_t			 i;
+
+	ck_assert_ptr_nonnull(pg);
+	if (res == NULL)
+		res = &mine;
+	for (i = 0; i < n; i++) {
+		test_page_hash(prefix, from + i, pg[i].hash);
+		pg[i].src_page = first + i;
+	}
+	ck_assert_msg(l3kv_publish(r->k, region, pg, n, res) == 0, "publish: %s",
+	    l3kv_last_error(r->k));
+	ck_assert_uint_eq(res->stored + res->present, n);
+	free(pg);
+}
+
+/* Fills KV pages [first, first+n) with pages [from, from+n) of a prefix and publishes them. */
+void
+test_rank_publish_kv(struct test_rank *r, uint32_t prefix, uint32_t from, uint32_t n,
+    uint32_t first, struct l3kv_publish_result *res)
+{
+	uint32_t	i;
+
+	for (i = 0; i < n; i++)
+		test_rank_fill_page(r, TEST_RANK_KV, first + i, prefix, from + i);
+	test_rank_publish(r, TEST_RANK_KV, prefix, from, n, first, res);
+}
+
+/*
+ * PROBE of the first n pages of a prefix; returns the hit. Without stops
+ * and nstops it is l3kv_probe(), the call a plain engine makes; stops
+ * (room for n) gets the legal stop points.
+ */
+uint32_t
+test_rank_probe(struct test_rank *r, uint32_t prefix, uint32_t n, uint32_t *stops,
+    uint32_t *nstops)
+{
+	uint8_t		*h = test_page_hashes(prefix, n);
+	uint32_t	 hit = UINT32_MAX, dummy;
+
+	if (stops == NULL && nstops == NULL)
+		ck_assert_int_eq(l3kv_probe(r->k, h, n, &hit), 0);
+	else
+		ck_assert_int_eq(l3kv_probe_stops(r->k, h, n, &hit, stops, stops != NULL ? n : 0,
+		    nstops != NULL ? nstops : &dummy), 0);
+	free(h);
+	return hit;
+}
+
+/* ADMIT of the first n pages of a prefix; the call must succeed, the answer is the test's. */
+struct l3kv_admit_result
+test_rank_admit(struct test_rank *r, uint64_t req, uint32_t prefix, uint32_t n,
+    uint32_t reserved, uint32_t slot)
+{
+	struct l3kv_admit_result	res;
+	struct l3kv_admit_args		a;
+	uint8_t				*h = test_page_hashes(prefix, n);
+
+	a = (struct l3kv_admit_args){ .request_id = req, .hashes = h, .npages = n,
+	    .reserved_pages = reserved, .state_slot = slot };
+	memset(&res, 0xa5, sizeof(res));	/* every field must come from the reply */
+	ck_assert_int_eq(l3kv_admit(r->k, &a, &res), 0);
+	free(h);
+	return res;
+}
+
+/*
+ * The same ADMIT submitted on each of n ranks before any answer is
+ * awaited (as a group's ranks do); res[i] gets rank i's answer.
+ */
+void
+test_rank_admit_group(struct test_rank *r, unsigned n, const struct l3kv_admit_args *a,
+    struct l3kv_admit_result *res)
+{
+	struct l3kv_completion	c;
+	uint64_t		ticket;
+	unsigned		i;
+
+	for (i = 0; i < n; i++)
+		ck_assert_int_eq(l3kv_submit_admit(r[i].k, a, &ticket), 0);
+	for (i = 0; i < n; i++) {
+		test_rank_wait_completion(&r[i], &c);
+		ck_assert_int_eq(c.status, 0);
+		ck_assert_int_eq(l3kv_admit_result(&c, &res[i]), 0);
+		l3kv_completion_release(&c);
+	}
+}
+
+/* RESTOREs a lease into KV pages first..first+n-1 (10 s); returns l3kv_restore's result. */
+int
+test_rank_restore(struct test_rank *r, uint64_t lease, uint32_t first, uint32_t n,
+    struct l3kv_restore_result *res)
+{
+	uint32_t	*dst = malloc(n * sizeof(*dst) + 1), i;
+	int		 rc;
+
+	ck_assert_ptr_nonnull(dst);
+	for (i = 0; i < n; i++)
+		dst[i] = first + i;
+	rc = l3kv_restore(r->k, lease, TEST_RANK_KV, dst, n, 10000, res);
+	free(dst);
+	return rc;
+}
+
+/* The next completion of a rank (within 20 s). */
+void
+test_rank_wait_completion(struct test_rank *r, struct l3kv_completion *c)
+{
+	struct pollfd	pfd = { l3kv_fd(r->k), POLLIN, 0 };
+	int		rc, i;
+
+	for (i = 0; i < 1000; i++) {
+		if ((rc = l3kv_poll_completion(r->k, c)) == 0)
+			return;
+		ck_assert_int_eq(rc, -EAGAIN);
+		poll(&pfd, 1, 20);
+	}
+	ck_abort_msg("no completion");
 }
