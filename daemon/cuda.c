@@ -8,7 +8,10 @@
  * kernels_engine whose notify fd is an eventfd the loop watches. A CUDA
  * host callback writes it after every chunk; the loop callback reads it,
  * lets the engine issue its next chunks, polls the ops in flight and runs
- * the completions of those done. Nothing here blocks the loop: a cancel
+ * the completions of those done. An op waiting for an engine's event
+ * (RESTORE with PROTO_RESTORE_F_WAIT_EVENT) gets no callback when that
+ * event completes, so while any does, a timer polls the engine too
+ * (20 us, backing off to CUDA_POLL_MAX_US). Nothing here blocks the loop: a cancel
  * is kernels_op_cancel(), and the job's completion (which answers CANCEL)
  * runs only once every chunk already issued has finished.
  *
@@ -44,11 +47,15 @@
  * multiple of it, so offset + size rounded up to it lies inside.
  */
 #define CUDA_CUMEM_GRAN		(2ULL << 20)
+#define CUDA_POLL_MIN_US	20
+#define CUDA_POLL_MAX_US	500
 
 struct cuda_engine {
 	struct kernels_engine	*eng;
 	int			 efd;		/* the engine's notify fd */
 	struct event		*ev;
+	struct event		*poll;		/* while ops wait for engine events */
+	unsigned		 poll_us;	/* its interval, backing off */
 	void			*arena;		/* registered pinned, or NULL */
 	size_t			 slot_bytes;	/* the largest object a job may move */
 	struct copy_job_list	 running;	/* submitted to the engine */
@@ -189,18 +196,34 @@ cuda_job_pages(struct copy_job *job, struct cuda_job *cj)
 	return 0;
 }
 
-/* The notify fd is readable: issue more chunks, complete the done jobs. */
+/* While ops wait for engine events, the engine is polled on a timer. */
 static void
-cuda_notify_cb(evutil_socket_t fd, short ev, void *arg)
+cuda_arm_poll(struct cuda_engine *ce)
 {
-	struct cuda_engine	*ce = arg;
+	struct timeval	tv;
+
+	if (kernels_engine_gated(ce->eng) == 0) {
+		ce->poll_us = 0;
+		return;
+	}
+	if (evtimer_pending(ce->poll, NULL))
+		return;
+	ce->poll_us = ce->poll_us == 0 ? CUDA_POLL_MIN_US : ce->poll_us * 2;
+	if (ce->poll_us > CUDA_POLL_MAX_US)
+		ce->poll_us = CUDA_POLL_MAX_US;
+	tv.tv_sec = 0;
+	tv.tv_usec = ce->poll_us;
+	if (evtimer_add(ce->poll, &tv) != 0)
+		log_warn("cuda", "cannot arm the event poll timer");
+}
+
+/* Issues more chunks and completes the done jobs. */
+static void
+cuda_progress(struct cuda_engine *ce)
+{
 	struct copy_job_list	 done;
 	struct copy_job		*job, *next;
-	uint64_t		 n;
 
-	(void)ev;
-	if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
-		log_warn("cuda", "eventfd read: %s", strerror(errno));
 	kernels_engine_progress(ce->eng);
 	TAILQ_INIT(&done);
 	TAILQ_CONCAT(&done, &ce->refused, entry);
@@ -219,6 +242,27 @@ cuda_notify_cb(evutil_socket_t fd, short ev, void *arg)
 		ce->inflight--;
 		job->done(job);
 	}
+	cuda_arm_poll(ce);
+}
+
+/* The notify fd is readable: a chunk completed. */
+static void
+cuda_notify_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	uint64_t	n;
+
+	(void)ev;
+	if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+		log_warn("cuda", "eventfd read: %s", strerror(errno));
+	cuda_progress(arg);
+}
+
+static void
+cuda_poll_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	(void)fd;
+	(void)ev;
+	cuda_progress(arg);
 }
 
 /*
@@ -267,7 +311,8 @@ cuda_engine_new(struct event_base *base, struct dram *dram, struct cuda_engine *
 		goto fail;
 	}
 	ce->ev = event_new(base, ce->efd, EV_READ | EV_PERSIST, cuda_notify_cb, ce);
-	if (ce->ev == NULL || event_add(ce->ev, NULL) != 0) {
+	ce->poll = evtimer_new(base, cuda_poll_cb, ce);
+	if (ce->ev == NULL || ce->poll == NULL || event_add(ce->ev, NULL) != 0) {
 		snprintf(err, errlen, "out of memory for the cuda copy engine");
 		rc = -ENOMEM;
 		goto fail;
@@ -305,6 +350,8 @@ cuda_engine_free(struct cuda_engine *ce)
 	kernels_engine_free(ce->eng);
 	if (ce->ev != NULL)
 		event_free(ce->ev);
+	if (ce->poll != NULL)
+		event_free(ce->poll);
 	if (ce->efd >= 0)
 		close(ce->efd);
 	if (ce->arena != NULL && kernels_host_unregister(ce->arena, why, sizeof(why)) != 0)
@@ -399,6 +446,7 @@ cuda_submit(struct cuda_engine *ce, struct copy_job *job)
 	free(kp);
 	job->cuda = cj;
 	TAILQ_INSERT_TAIL(&ce->running, job, entry);
+	cuda_arm_poll(ce);
 	return;
 
 refuse:

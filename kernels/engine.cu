@@ -5,12 +5,17 @@
  *
  * Structure. An engine owns `slots` staging slots (device: the staging
  * bytes, the chunk digests, ok flags; mapped host memory: the chunk's
- * descriptors, which the kernels read directly, and its results, which
- * they write directly) and `streams` streams. An op is a list of pages;
- * ops queue FIFO, and the scheduler (engine_schedule) gives each free
- * slot the next chunk of the op at the head: as many of its next pages
- * as fit the slot. A chunk runs on the next stream in rotation, so the
- * DMA of one chunk overlaps the kernels of the one before. A slot is
+ * descriptors, copied to device memory per chunk, and its results,
+ * which the kernels write directly), `streams` kernel streams and one
+ * copy stream per direction. An op is a list of pages; ops queue FIFO,
+ * and the scheduler (engine_schedule) gives each free slot the next
+ * chunk of the op at the head: as many of its next pages as fit the
+ * slot. A chunk's DMA goes on the copy stream, its kernels on the next
+ * kernel stream in rotation, and the slot's `staged` event hands the
+ * chunk from one to the other. So the copies of consecutive chunks run
+ * back to back, and a chunk's DMA never queues behind a kernel stream
+ * held up by a slow kernel (measured: no change on an idle GPU, where
+ * the kernels are short). A slot is
  * reused only once the host has seen its chunk's event complete, so
  * neither its staging bytes nor its descriptors can be overwritten while
  * in use, whatever the streams' order.
@@ -21,8 +26,14 @@
  * (engine_csum_kernel), then per object over the digests
  * (engine_finish_kernel), which also compares it with the expected value
  * and sets the object's ok flag; the scatter kernel writes only objects
- * whose flag is set. Everything a chunk does is in one stream, so each
- * kernel sees the previous one's writes.
+ * whose flag is set. A chunk's kernels run in one stream, after its DMA
+ * (the `staged` event), so each sees the previous step's writes.
+ *
+ * Engine events: an op given one that has not completed is gated (see
+ * kernels.h): its chunks stage and verify, and wait in their slots (at
+ * most half of them) until engine_open_gates() sees the event complete
+ * with cudaEventQuery; engine_release_held() then scatters them, or
+ * drops them if the op was cancelled meanwhile.
  *
  * Ownership: ops and regions are the caller's until freed; the engine
  * borrows them while queued or in flight. Host registrations are
@@ -116,8 +127,12 @@ struct engine_slot {
 	uint32_t		 n;
 	uint64_t		 seq;		/* issue order, for waits */
 	int			 bad_issue;	/* something of this chunk failed to issue */
+	int			 held;		/* staged and verified; its scatter waits for the
+						   op's gate */
 	cudaEvent_t		 done;
+	cudaEvent_t		 staged;	/* hands the chunk between copy and kernel streams */
 	int			 have_done;
+	int			 have_staged;
 	uint8_t			*stage;		/* device */
 	uint64_t		*dig;
 	uint32_t		*ok;
@@ -133,14 +148,18 @@ struct engine_slot {
 	const struct engine_seg	*hsegs;
 	struct engine_res	*dres;
 	struct engine_run	*runs;		/* host scratch */
+	uint64_t		 maxb;		/* the chunk's largest object */
 };
 
 struct kernels_engine {
 	struct kernels_conf	 conf;
 	int			 device;
-	cudaStream_t		 streams[16];
+	cudaStream_t		 streams[16];	/* the kernels' */
 	unsigned		 nstreams;
 	unsigned		 rr;
+	cudaStream_t		 h2d;		/* every chunk's DMA, one after another */
+	cudaStream_t		 d2h;
+	int			 have_copy;	/* 0, 1 (h2d) or 2 (both) */
 	cudaStream_t		 notify;
 	int			 have_notify;
 	struct engine_slot	*slots;
@@ -152,6 +171,8 @@ struct kernels_engine {
 	struct kernels_op	*qhead;		/* ops with chunks left to issue, FIFO */
 	struct kernels_op	*qtail;
 	unsigned		 nops;		/* live ops */
+	unsigned		 ngated;	/* ops whose gate is shut */
+	struct kernels_op	*gated;		/* those ops, linked by gnext */
 	int			 broken;	/* a sticky CUDA error: every op fails */
 	char			 broken_err[192];
 };
@@ -185,6 +206,10 @@ struct kernels_op {
 	uint32_t		 next;		/* first page not issued */
 	uint32_t		 inflight;	/* chunks */
 	cudaEvent_t		 wait;		/* borrowed, or NULL */
+	int			 gate;		/* 1 while `wait` has not completed */
+	uint32_t		 held;		/* slots staged or staging while the gate is shut */
+	uint32_t		 scattered;	/* leading pages whose writes were issued */
+	uint32_t		 dropped;	/* pages staged, then dropped at a cancel */
 	int			 cancel;
 	int			 queued;
 	int			 failed;
@@ -192,6 +217,7 @@ struct kernels_op {
 	int			 rc;
 	char			 err[192];
 	struct kernels_op	*qnext;
+	struct kernels_op	*gnext;		/* the engine's gated ops */
 };
 
 struct kernels_event {
@@ -678,18 +704,28 @@ kernels_engine_free(struct kernels_engine *e)
 		return;
 	for (i = 0; i < e->nstreams; i++)
 		(void)cudaStreamSynchronize(e->streams[i]);
+	if (e->have_copy > 0)
+		(void)cudaStreamSynchronize(e->h2d);
+	if (e->have_copy > 1)
+		(void)cudaStreamSynchronize(e->d2h);
 	if (e->have_notify)
 		(void)cudaStreamSynchronize(e->notify);
 	if (e->slots != NULL) {
 		for (i = 0; i < e->conf.slots; i++) {
 			if (e->slots[i].have_done)
 				(void)cudaEventDestroy(e->slots[i].done);
+			if (e->slots[i].have_staged)
+				(void)cudaEventDestroy(e->slots[i].staged);
 			free(e->slots[i].runs);
 		}
 		free(e->slots);
 	}
 	for (i = 0; i < e->nstreams; i++)
 		(void)cudaStreamDestroy(e->streams[i]);
+	if (e->have_copy > 0)
+		(void)cudaStreamDestroy(e->h2d);
+	if (e->have_copy > 1)
+		(void)cudaStreamDestroy(e->d2h);
 	if (e->have_notify)
 		(void)cudaStreamDestroy(e->notify);
 	if (e->dmem != NULL)
@@ -705,6 +741,7 @@ kernels_engine_new(const struct kernels_conf *c, struct kernels_engine **out, ch
     size_t len)
 {
 	struct kernels_engine	*e;
+	struct cudaFuncAttributes fa;
 	struct engine_slot	*sl;
 	uint64_t		 dper, hper, o;
 	uint8_t			*dh;
@@ -733,12 +770,28 @@ kernels_engine_new(const struct kernels_conf *c, struct kernels_engine **out, ch
 	}								\
 } while (0)
 	ENGINE_FAIL(cudaGetDevice(&e->device), "cudaGetDevice");
+	/*
+	 * Load the kernels now: under lazy loading (CUDA's default) the
+	 * first launch of each loads it, and that waits for the work then
+	 * in flight in this process, with the loop inside the launch.
+	 */
+	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_desc_kernel), "loading the kernels");
+	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_copy_kernel), "loading the kernels");
+	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_csum_kernel), "loading the kernels");
+	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_finish_kernel), "loading the kernels");
+	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_scatter_kernel), "loading the kernels");
 	ENGINE_FAIL(cudaDeviceGetStreamPriorityRange(&lo, &hi), "cudaDeviceGetStreamPriorityRange");
 	for (i = 0; i < c->streams; i++) {
 		ENGINE_FAIL(cudaStreamCreateWithPriority(&e->streams[i], cudaStreamNonBlocking,
 		    c->high_priority ? hi : 0), "cudaStreamCreateWithPriority");
 		e->nstreams++;
 	}
+	ENGINE_FAIL(cudaStreamCreateWithPriority(&e->h2d, cudaStreamNonBlocking,
+	    c->high_priority ? hi : 0), "cudaStreamCreateWithPriority");
+	e->have_copy = 1;
+	ENGINE_FAIL(cudaStreamCreateWithPriority(&e->d2h, cudaStreamNonBlocking,
+	    c->high_priority ? hi : 0), "cudaStreamCreateWithPriority");
+	e->have_copy = 2;
 	ENGINE_FAIL(cudaStreamCreateWithFlags(&e->notify, cudaStreamNonBlocking),
 	    "cudaStreamCreate");
 	e->have_notify = 1;
@@ -798,6 +851,9 @@ kernels_engine_new(const struct kernels_conf *c, struct kernels_engine **out, ch
 		ENGINE_FAIL(cudaEventCreateWithFlags(&sl->done, cudaEventDisableTiming),
 		    "cudaEventCreate");
 		sl->have_done = 1;
+		ENGINE_FAIL(cudaEventCreateWithFlags(&sl->staged, cudaEventDisableTiming),
+		    "cudaEventCreate");
+		sl->have_staged = 1;
 	}
 #undef ENGINE_FAIL
 	*out = e;
@@ -946,6 +1002,25 @@ engine_fail(struct kernels_op *op, int rc, const char *err)
 	}
 }
 
+/* The op's gate opens (or it no longer matters): off the engine's list. */
+static void
+engine_ungate(struct kernels_op *op)
+{
+	struct kernels_op	**pp;
+
+	if (!op->gate)
+		return;
+	for (pp = &op->e->gated; *pp != NULL; pp = &(*pp)->gnext) {
+		if (*pp == op) {
+			*pp = op->gnext;
+			break;
+		}
+	}
+	op->gnext = NULL;
+	op->gate = 0;
+	op->e->ngated--;
+}
+
 /* Turns an op done once nothing of it is queued or in flight; 1 if it did. */
 static int
 engine_op_settle(struct kernels_op *op)
@@ -954,23 +1029,27 @@ engine_op_settle(struct kernels_op *op)
 
 	if (op->done || op->queued || op->inflight > 0)
 		return 0;
+	engine_ungate(op);
 	for (i = 0; i < op->n; i++)
 		nbad += op->status[i] == KERNELS_PAGE_BAD;
 	/* a failed op keeps the rc it failed with */
 	if (!op->failed)
-		op->rc = nbad > 0 ? -EBADMSG : op->next < op->n ? -ECANCELED : 0;
+		op->rc = nbad > 0 ? -EBADMSG : op->next < op->n || op->dropped > 0 ? -ECANCELED :
+		    0;
 	op->done = 1;
 	return 1;
 }
 
+/* Takes op, which follows prev (NULL: op is the head), off the queue. */
 static void
-engine_unqueue_head(struct kernels_engine *e)
+engine_unqueue(struct kernels_engine *e, struct kernels_op *prev, struct kernels_op *op)
 {
-	struct kernels_op	*op = e->qhead;
-
-	e->qhead = op->qnext;
-	if (e->qhead == NULL)
-		e->qtail = NULL;
+	if (prev == NULL)
+		e->qhead = op->qnext;
+	else
+		prev->qnext = op->qnext;
+	if (e->qtail == op)
+		e->qtail = prev;
 	op->qnext = NULL;
 	op->queued = 0;
 }
@@ -1002,6 +1081,52 @@ engine_bx(uint64_t maxb, unsigned cap)
 
 static void CUDART_CB engine_notify_cb(void *);
 
+/* The scatter of a staged, verified chunk into the op's regions, on s. */
+static cudaError_t
+engine_scatter(struct engine_slot *sl, cudaStream_t s)
+{
+	ENGINE_KERNEL(engine_scatter_kernel, dim3(engine_bx(sl->maxb, 128), sl->n),
+	    ENGINE_THREADS, s)(sl->ditems, sl->stage, sl->op->dregs, sl->ok, 1);
+	sl->op->scattered = sl->first + sl->n;
+	return cudaGetLastError();
+}
+
+/*
+ * Records the slot's event on fin, where the chunk's work ends, and has
+ * the notify fd written when it completes.
+ */
+static void
+engine_track(struct kernels_engine *e, struct engine_slot *sl, cudaStream_t fin)
+{
+	struct kernels_op	*op = sl->op;
+	cudaError_t		 ce;
+	char			 msg[192];
+
+	if ((ce = cudaEventRecord(sl->done, fin)) != cudaSuccess) {
+		/* untrackable: wait here, so that nothing of it can land later */
+		snprintf(msg, sizeof(msg), "cudaEventRecord: %s (CUDA error %d)",
+		    cudaGetErrorString(ce), (int)ce);
+		(void)cudaGetLastError();
+		engine_fail(op, -EIO, msg);
+		engine_break(e, msg);
+		(void)cudaStreamSynchronize(fin);
+		(void)cudaStreamSynchronize(op->publish ? e->d2h : e->h2d);
+		(void)cudaGetLastError();
+		if (sl->held)
+			op->held--;
+		sl->held = 0;
+		sl->op = NULL;
+		op->inflight--;
+		return;
+	}
+	if (e->conf.notify_fd >= 0 &&
+	    (cudaStreamWaitEvent(e->notify, sl->done, 0) != cudaSuccess ||
+	    cudaLaunchHostFunc(e->notify, engine_notify_cb, e) != cudaSuccess)) {
+		(void)cudaGetLastError();
+		/* the chunk still completes; the caller's progress or wait reaps it */
+	}
+}
+
 /* Whether a host run goes by DMA (else by the zero-copy kernel). */
 static int
 engine_run_dma(const struct kernels_op *op, const struct kernels_conf *c,
@@ -1026,9 +1151,10 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 	const struct engine_page	*p, *prev = NULL;
 	struct engine_item		*it;
 	struct engine_run		*run;
-	cudaStream_t			 s = e->streams[e->rr++ % e->nstreams];
+	cudaStream_t			 s = e->streams[e->rr++ % e->nstreams], fin;
 	struct engine_desc_spans	 dsp;
 	uint32_t			 i = op->next, ni = 0, nu = 0, nd = 0, ns = 0, nr = 0, k, units;
+	uint32_t			 ndma = 0;
 	uint64_t			 off = 0, start, maxb = 0, maxs = 0;
 	int				 verify = !(op->flags & KERNELS_F_NOVERIFY);
 	cudaError_t			 ce = cudaSuccess;
@@ -1082,20 +1208,44 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 	sl->n = ni;
 	sl->seq = e->seq++;
 	sl->bad_issue = 0;
+	sl->held = 0;
 	op->next = i;
 	op->inflight++;
+	if (op->publish)
+		op->scattered = i;	/* writes only host objects: counted as issued */
 
-	/* restore: the DMA runs now; publish: after the kernels, below */
-	for (k = 0; k < nr && ce == cudaSuccess; k++) {
-		run = &sl->runs[k];
-		if (engine_run_dma(op, c, run)) {
-			if (!op->publish) {
+	/*
+	 * The DMA runs go on the engine's copy stream for their direction,
+	 * the kernels on stream s, and an event hands the chunk from one to
+	 * the other: so the copies of consecutive chunks follow each other
+	 * back to back whatever the kernels are doing (with DMA and kernels
+	 * in one stream, the next chunk's copy waited for this one's kernels
+	 * and the link idled meanwhile). `fin` is where the chunk ends.
+	 */
+	fin = s;
+	for (k = 0; k < nr; k++)
+		if (engine_run_dma(op, c, &sl->runs[k]))
+			ndma++;
+	if (!op->publish) {
+		for (k = 0; k < nr && ce == cudaSuccess; k++) {
+			run = &sl->runs[k];
+			if (engine_run_dma(op, c, run)) {
 				what = "cudaMemcpyAsync";
 				ce = cudaMemcpyAsync(sl->stage + run->off, run->host, run->bytes,
-				    cudaMemcpyHostToDevice, s);
+				    cudaMemcpyHostToDevice, e->h2d);
 			}
-			continue;
 		}
+		if (ndma > 0 && ce == cudaSuccess) {
+			what = "cudaEventRecord (staged)";
+			ce = cudaEventRecord(sl->staged, e->h2d);
+		}
+		if (ce != cudaSuccess)
+			goto record;
+	}
+	for (k = 0; k < nr; k++) {
+		run = &sl->runs[k];
+		if (engine_run_dma(op, c, run))
+			continue;
 		if (op->publish) {
 			sl->segs[ns].src = (uintptr_t)(sl->stage + run->off);
 			sl->segs[ns].dst = (uintptr_t)run->hdev;
@@ -1108,14 +1258,18 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 			maxs = run->bytes;
 		ns++;
 	}
-	if (ce != cudaSuccess)
-		goto record;
 
 #define ENGINE_LAUNCH(what_, ...) do {					\
 	if (ce == cudaSuccess) {					\
 		what = what_;						\
 		__VA_ARGS__;						\
 		ce = cudaGetLastError();				\
+	}								\
+} while (0)
+#define ENGINE_CALL(what_, call) do {					\
+	if (ce == cudaSuccess) {					\
+		what = what_;						\
+		ce = (call);						\
 	}								\
 } while (0)
 	/* every span a multiple of 16: the capacities are ENGINE_ALIGN-rounded */
@@ -1131,28 +1285,29 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 	ENGINE_LAUNCH("the descriptor kernel", ENGINE_KERNEL(engine_desc_kernel,
 	    ENGINE_DESC_BLOCKS, ENGINE_THREADS, s)(dsp));
 	if (!op->publish) {
-		/* the DMA runs were issued above, ahead of this gather */
+		/* the zero-copy gather needs no DMA; the rest waits for it */
 		if (ns > 0)
 			ENGINE_LAUNCH("the host gather kernel", ENGINE_KERNEL(engine_copy_kernel,
 			    dim3(engine_bx(maxs, 256), ns), ENGINE_THREADS, s)(sl->dsegs));
+		if (ndma > 0)
+			ENGINE_CALL("cudaStreamWaitEvent (staged)",
+			    cudaStreamWaitEvent(s, sl->staged, 0));
 		if (verify && nu > 0)
 			ENGINE_LAUNCH("the checksum kernel", ENGINE_KERNEL(engine_csum_kernel,
 			    engine_warps(nu), ENGINE_THREADS, s)(sl->dunits, nu, sl->stage, sl->dig));
 		ENGINE_LAUNCH("the verify kernel", ENGINE_KERNEL(engine_finish_kernel,
 		    engine_warps(ni), ENGINE_THREADS, s)(sl->ditems, ni, sl->dig, sl->dres, sl->ok,
 		    verify ? ENGINE_FIN_VERIFY : ENGINE_FIN_SKIP));
-		if (op->wait != NULL && ce == cudaSuccess) {
-			what = "cudaStreamWaitEvent";
-			ce = cudaStreamWaitEvent(s, op->wait, 0);
+		/* behind a shut gate the chunk stays staged: engine_open_gates() */
+		sl->maxb = maxb;
+		if (ce == cudaSuccess && op->gate) {
+			sl->held = 1;
+			op->held++;
+		} else if (ce == cudaSuccess) {
+			what = "the scatter kernel";
+			ce = engine_scatter(sl, s);
 		}
-		ENGINE_LAUNCH("the scatter kernel", ENGINE_KERNEL(engine_scatter_kernel,
-		    dim3(engine_bx(maxb, 128), ni), ENGINE_THREADS, s)(sl->ditems, sl->stage,
-		    op->dregs, sl->ok, 1));
 	} else {
-		if (op->wait != NULL) {
-			what = "cudaStreamWaitEvent";
-			ce = cudaStreamWaitEvent(s, op->wait, 0);
-		}
 		ENGINE_LAUNCH("the gather kernel", ENGINE_KERNEL(engine_scatter_kernel,
 		    dim3(engine_bx(maxb, 128), ni), ENGINE_THREADS, s)(sl->ditems, sl->stage,
 		    op->dregs, sl->ok, 0));
@@ -1162,19 +1317,25 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 		ENGINE_LAUNCH("the checksum kernel (objects)", ENGINE_KERNEL(engine_finish_kernel,
 		    engine_warps(ni), ENGINE_THREADS, s)(sl->ditems, ni, sl->dig, sl->dres, sl->ok,
 		    ENGINE_FIN_COMPUTE));
-		/* the DMA runs go after the kernels, in the same stream */
-		for (k = 0; k < nr && ce == cudaSuccess; k++) {
-			run = &sl->runs[k];
-			if (engine_run_dma(op, c, run)) {
-				what = "cudaMemcpyAsync";
-				ce = cudaMemcpyAsync((void *)run->host, sl->stage + run->off, run->bytes,
-				    cudaMemcpyDeviceToHost, s);
-			}
-		}
 		if (ns > 0)
 			ENGINE_LAUNCH("the host scatter kernel", ENGINE_KERNEL(engine_copy_kernel,
 			    dim3(engine_bx(maxs, 256), ns), ENGINE_THREADS, s)(sl->dsegs));
+		if (ndma > 0) {
+			ENGINE_CALL("cudaEventRecord (staged)", cudaEventRecord(sl->staged, s));
+			ENGINE_CALL("cudaStreamWaitEvent (staged)",
+			    cudaStreamWaitEvent(e->d2h, sl->staged, 0));
+			if (ce == cudaSuccess)
+				fin = e->d2h;
+			for (k = 0; k < nr && ce == cudaSuccess; k++) {
+				run = &sl->runs[k];
+				if (engine_run_dma(op, c, run))
+					ENGINE_CALL("cudaMemcpyAsync", cudaMemcpyAsync((void *)run->host,
+					    sl->stage + run->off, run->bytes, cudaMemcpyDeviceToHost,
+					    e->d2h));
+			}
+		}
 	}
+#undef ENGINE_CALL
 #undef ENGINE_LAUNCH
 record:
 	if (ce != cudaSuccess) {
@@ -1183,26 +1344,15 @@ record:
 		(void)cudaGetLastError();
 		engine_fail(op, -EIO, msg);
 		sl->bad_issue = 1;
-	}
-	if ((ce = cudaEventRecord(sl->done, s)) != cudaSuccess) {
-		/* untrackable: wait here, so that nothing of it can land later */
-		snprintf(msg, sizeof(msg), "cudaEventRecord: %s (CUDA error %d)",
-		    cudaGetErrorString(ce), (int)ce);
+		/*
+		 * The hand-off may be missing: wait here for the copies
+		 * issued, so that the chunk's event covers all of it.
+		 */
+		(void)cudaStreamSynchronize(op->publish ? e->d2h : e->h2d);
 		(void)cudaGetLastError();
-		engine_fail(op, -EIO, msg);
-		engine_break(e, msg);
-		(void)cudaStreamSynchronize(s);
-		(void)cudaGetLastError();
-		sl->op = NULL;
-		op->inflight--;
-		return;
+		fin = s;
 	}
-	if (e->conf.notify_fd >= 0 &&
-	    (cudaStreamWaitEvent(e->notify, sl->done, 0) != cudaSuccess ||
-	    cudaLaunchHostFunc(e->notify, engine_notify_cb, e) != cudaSuccess)) {
-		(void)cudaGetLastError();
-		/* the chunk still completes; the caller's progress or wait reaps it */
-	}
+	engine_track(e, sl, fin);
 }
 
 static void CUDART_CB
@@ -1237,25 +1387,38 @@ engine_reap(struct kernels_engine *e, struct engine_slot *sl, cudaError_t q)
 			op->csum[sl->first + k] = sl->res[k].csum;
 		}
 	}
+	if (sl->held)
+		op->held--;
+	sl->held = 0;
 	sl->op = NULL;
 	op->inflight--;
 	return engine_op_settle(op);
 }
 
-/* Issues chunks into free slots, FIFO by op; returns the ops that turned done. */
+/*
+ * Issues chunks into free slots, FIFO by op, except that an op behind a
+ * shut gate does not hold the others up: a publish waits whole (its
+ * first kernel reads the engine's memory), a restore stages at most half
+ * the slots ahead. Returns the ops that turned done.
+ */
 static int
 engine_schedule(struct kernels_engine *e)
 {
-	struct kernels_op	*op;
-	unsigned		 i;
+	struct kernels_op	*op, *prev = NULL, *next;
+	unsigned		 i, cap = e->conf.slots / 2;
 	int			 ndone = 0;
 
-	while ((op = e->qhead) != NULL) {
+	for (op = e->qhead; op != NULL; op = next) {
+		next = op->qnext;
 		if (op->cancel || op->failed || op->next >= op->n || e->broken) {
 			if (e->broken)
 				engine_fail(op, -EIO, e->broken_err);
-			engine_unqueue_head(e);
+			engine_unqueue(e, prev, op);
 			ndone += engine_op_settle(op);
+			continue;
+		}
+		if (op->gate && (op->publish || op->held >= cap)) {
+			prev = op;
 			continue;
 		}
 		for (i = 0; i < e->conf.slots; i++)
@@ -1264,8 +1427,68 @@ engine_schedule(struct kernels_engine *e)
 		if (i == e->conf.slots)
 			break;
 		engine_issue(e, &e->slots[i], op);
+		next = op;	/* the same op again, while it has chunks and slots */
 	}
 	return ndone;
+}
+
+/* Opens the gates whose event completed; one whose event fails fails its op. */
+static void
+engine_open_gates(struct kernels_engine *e)
+{
+	struct kernels_op	*op, *next;
+	cudaError_t		 q;
+	char			 msg[192];
+
+	for (op = e->gated; op != NULL; op = next) {
+		next = op->gnext;
+		if ((q = cudaEventQuery(op->wait)) == cudaErrorNotReady)
+			continue;
+		if (q != cudaSuccess) {
+			snprintf(msg, sizeof(msg), "the engine's event: %s (CUDA error %d)",
+			    cudaGetErrorString(q), (int)q);
+			(void)cudaGetLastError();
+			engine_fail(op, -EIO, msg);
+		}
+		engine_ungate(op);
+	}
+}
+
+/*
+ * A staged chunk whose op's gate opened is scattered now; one whose op
+ * was cancelled or failed meanwhile is dropped, nothing of it written.
+ * Returns 1 if the op turned done.
+ */
+static int
+engine_release_held(struct kernels_engine *e, struct engine_slot *sl)
+{
+	struct kernels_op	*op = sl->op;
+	cudaStream_t		 s;
+	cudaError_t		 ce;
+	char			 msg[192];
+
+	if (op->cancel || op->failed || e->broken) {
+		op->dropped += sl->n;
+		sl->held = 0;
+		op->held--;
+		sl->op = NULL;
+		op->inflight--;
+		return engine_op_settle(op);
+	}
+	if (op->gate)
+		return 0;
+	sl->held = 0;
+	op->held--;
+	s = e->streams[e->rr++ % e->nstreams];
+	if ((ce = engine_scatter(sl, s)) != cudaSuccess) {
+		snprintf(msg, sizeof(msg), "the scatter kernel: %s (CUDA error %d)",
+		    cudaGetErrorString(ce), (int)ce);
+		(void)cudaGetLastError();
+		engine_fail(op, -EIO, msg);
+		sl->bad_issue = 1;
+	}
+	engine_track(e, sl, s);
+	return 0;
 }
 
 static int
@@ -1276,6 +1499,8 @@ engine_progress(struct kernels_engine *e)
 	unsigned		 i;
 	int			 ndone = 0;
 
+	if (e->gated != NULL)
+		engine_open_gates(e);
 	for (i = 0; i < e->conf.slots; i++) {
 		sl = &e->slots[i];
 		if (sl->op == NULL)
@@ -1283,7 +1508,10 @@ engine_progress(struct kernels_engine *e)
 		q = cudaEventQuery(sl->done);
 		if (q == cudaErrorNotReady)
 			continue;
-		ndone += engine_reap(e, sl, q);
+		if (q == cudaSuccess && sl->held)
+			ndone += engine_release_held(e, sl);
+		else
+			ndone += engine_reap(e, sl, q);
 	}
 	return ndone + engine_schedule(e);
 }
@@ -1293,6 +1521,12 @@ kernels_engine_progress(struct kernels_engine *e)
 {
 	(void)cudaSetDevice(e->device);
 	return engine_progress(e);
+}
+
+extern "C" unsigned
+kernels_engine_gated(const struct kernels_engine *e)
+{
+	return e->ngated;
 }
 
 /* ---- ops: the API ------------------------------------------------------- */
@@ -1310,6 +1544,7 @@ engine_submit(struct kernels_engine *e, int publish, struct kernels_region *cons
 	uint32_t		 i;
 	unsigned		 r;
 	int			 rc = -EINVAL;
+	cudaError_t		 q;
 
 	if (e->broken) {
 		snprintf(err, len, "the engine is broken: %s", e->broken_err);
@@ -1395,6 +1630,21 @@ engine_submit(struct kernels_engine *e, int publish, struct kernels_region *cons
 	op->flags = flags;
 	op->n = n;
 	op->wait = wait != NULL ? wait->ev : NULL;
+	if (op->wait != NULL) {
+		(void)cudaSetDevice(e->device);
+		q = cudaEventQuery(op->wait);
+		if (q != cudaSuccess && q != cudaErrorNotReady) {
+			rc = kernels_cuda_err(q, "cudaEventQuery (the engine's event)", err, len);
+			goto fail;
+		}
+		if (q == cudaErrorNotReady) {
+			/* polled by engine_open_gates(); no stream ever waits on it */
+			op->gate = 1;
+			op->gnext = e->gated;
+			e->gated = op;
+			e->ngated++;
+		}
+	}
 	op->queued = 1;
 	if (e->qtail != NULL)
 		e->qtail->qnext = op;
@@ -1457,8 +1707,14 @@ kernels_op_wait(struct kernels_op *op)
 			break;
 		oldest = NULL;
 		for (i = 0; i < e->conf.slots; i++)
-			if (e->slots[i].op != NULL && (oldest == NULL || e->slots[i].seq < oldest->seq))
+			if (e->slots[i].op != NULL && !e->slots[i].held &&
+			    (oldest == NULL || e->slots[i].seq < oldest->seq))
 				oldest = &e->slots[i];
+		if (oldest == NULL && e->ngated > 0) {
+			/* only gates to wait for: poll them */
+			usleep(50);
+			continue;
+		}
 		if (oldest == NULL) {
 			/* cannot happen: a queued op gets a free slot, an idle one settles */
 			engine_fail(op, -EIO, "internal: op neither queued nor in flight");
@@ -1488,7 +1744,7 @@ kernels_op_result(const struct kernels_op *op, struct kernels_result *r, uint8_t
 	memset(r, 0, sizeof(*r));
 	r->status = op->rc;
 	r->pages = op->n;
-	r->launched = op->next;
+	r->launched = op->scattered;
 	r->first_bad = UINT32_MAX;
 	for (i = 0; i < op->n; i++) {
 		if (op->status[i] == KERNELS_PAGE_DONE)

@@ -22,12 +22,15 @@
  *      mapped host memory (zero-copy), which avoids the ~3 us per copy;
  *   2. the chunked checksum (dram_checksum's) of every staged object,
  *      computed on the GPU, compared with the expected value;
- *   3. the stream waits on the engine's event, if one was given;
+ *   3. if an engine event was given and has not completed, the chunk
+ *      stays staged until the engine sees it complete (below);
  *   4. a scatter kernel writes the verified objects into the region
  *      (16-byte accesses where the geometry allows); an object whose
  *      checksum did not match is not written at all.
- * Chunks rotate over conf.streams streams and conf.slots staging slots,
- * so the copy of one chunk overlaps the kernels of the previous one.
+ * Chunks use conf.slots staging slots; their copies go back to back on
+ * one copy stream per direction and their kernels rotate over
+ * conf.streams streams, so the copy of one chunk overlaps the kernels of
+ * the previous one and the link never waits for a kernel.
  *
  * Publish is the reverse: a gather kernel from the region into staging,
  * the checksum on the GPU, then device -> host into the objects.
@@ -36,7 +39,15 @@
  * issues more from kernels_engine_progress(), which the daemon calls
  * whenever conf.notify_fd (an eventfd) turns readable: a CUDA host
  * callback writes 1 to it after every chunk. kernels_op_poll() also
- * progresses. Nothing blocks except kernels_op_wait() and the _free
+ * progresses. An op given an engine event that has not completed yet
+ * is gated: no stream ever waits on another process's event (one whose
+ * process died would never complete and would wedge the stream), so the
+ * engine queries the event at every progress and scatters (restore) or
+ * starts (publish) only once it has completed; while kernels_engine_gated()
+ * is nonzero the caller must call kernels_engine_progress() periodically,
+ * since no callback reports another process's event. A gated restore
+ * stages at most half the slots ahead; a gated publish waits whole; other
+ * ops go on meanwhile. Nothing blocks except kernels_op_wait() and the _free
  * functions.
  *
  * Cancellation: kernels_op_cancel() sets a flag that the engine reads
@@ -112,9 +123,9 @@ int	kernels_cumem_unmap(void *dptr, size_t size, char *err, size_t len);
 
 /*
  * Events: an engine's CUDA IPC event handle (cudaIpcEventHandle_t, 64
- * bytes). A restore or publish given one makes its streams wait for the
- * event's last record (as of each chunk's issue) before touching the
- * region. The event must outlive every op that names it.
+ * bytes). A restore or publish given one touches the region only after
+ * the event's last record (as of the engine's query) has completed. The
+ * event must outlive every op that names it.
  */
 struct kernels_event;
 int	kernels_event_open_ipc(const void *handle, struct kernels_event **out, char *err,
@@ -126,7 +137,7 @@ struct kernels_engine;
 struct kernels_conf {
 	size_t		slot_bytes;	/* one staging slot; the largest object */
 	unsigned	slots;		/* staging slots = chunks in flight (>= 2) */
-	unsigned	streams;	/* streams the chunks rotate over (>= 1) */
+	unsigned	streams;	/* kernel streams the chunks rotate over (>= 1) */
 	unsigned	max_items;	/* pages per chunk */
 	size_t		dma_min_bytes;	/* shorter host runs: zero-copy gather kernel */
 	int		high_priority;	/* streams at the device's highest priority */
@@ -144,6 +155,8 @@ void	kernels_engine_free(struct kernels_engine *);
  * the notify fd is readable, after reading the fd.
  */
 int	kernels_engine_progress(struct kernels_engine *);
+/* Ops waiting for an engine event: while nonzero, progress must be polled. */
+unsigned kernels_engine_gated(const struct kernels_engine *);
 
 /*
  * A destination in device memory, with proto_region's geometry: byte

@@ -151,6 +151,13 @@ kernels_engine_progress(struct kernels_engine *e)
 	return -ENOSYS;
 }
 
+unsigned
+kernels_engine_gated(const struct kernels_engine *e)
+{
+	(void)e;
+	return 0;
+}
+
 int
 kernels_region_new(struct kernels_engine *e, const struct kernels_geom *g,
     struct kernels_region **out, char *err, size_t len)

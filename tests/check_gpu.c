@@ -837,6 +837,95 @@ START_TEST(test_gpu_cancel_leaves_later_pages_untouched)
 }
 END_TEST
 
+/*
+ * A restore given an event that has not completed is gated: staged, not
+ * written, until the event completes, with no stream waiting on it.
+ * Round 0 cancels it behind the gate: nothing of it lands, even once the
+ * event completes. Round 1 lets it through: it lands after the late
+ * kernel's writes. An event already complete gates nothing.
+ */
+START_TEST(test_gpu_gated_restore_waits_for_its_event_or_drops_at_cancel)
+{
+	struct kernels_engine	*e;
+	struct kernels_event	*ev = NULL;
+	struct kernels_region	*kr;
+	struct kernels_result	 res;
+	struct kernels_op	*op = NULL;
+	struct kernels_page	 pg[8];
+	struct gpu_reg		 r;
+	uint8_t			*objs[8], *arena, st[8];
+	uint32_t		 pages[8], i, n = 8, round;
+	size_t			 alen;
+	char			 err[256] = "";
+	int			 rc, polls;
+
+	gpu_init();
+	/* 5 MiB slots of two objects: 4 chunks, more than a gated op may stage */
+	e = gpu_engine(5 * GPU_MIB, 4, 2, -1);
+	gpu_reg_geom(&r, GPU_LAYER_FIRST, 16, 64, 61, 576, 0);
+	gpu_reg_make(&r, e, NULL);
+	kr = r.kr;
+	alen = gpu_arena_bytes(n, r.obj);
+	arena = gpu_host(alen, 1);
+	gpu_place(objs, n, r.obj, arena, GPU_CONTIG, 0);
+	gpu_pick_pages(pages, n, r.g.num_pages);
+	for (i = 0; i < n; i++) {
+		memset(&pg[i], 0, sizeof(pg[i]));
+		pg[i].host = objs[i];
+		pg[i].checksum = dram_checksum(objs[i], r.obj);
+		pg[i].page = pages[i];
+	}
+	rc = kernels_event_new(0, &ev, err, sizeof(err));
+	CHECK(rc == 0, "kernels_event_new: %d %s", rc, err);
+	for (round = 0; round < 2; round++) {
+		/* the whole region turns 0xee 300 ms from now; the event marks that */
+		rc = kernels_late_fill(r.dev[0], r.bytes, r.bytes, 1, 0xee, 300, err, sizeof(err));
+		CHECK(rc == 0, "kernels_late_fill: %d %s", rc, err);
+		rc = kernels_event_record(ev, err, sizeof(err));
+		CHECK(rc == 0, "kernels_event_record: %d %s", rc, err);
+		memset(r.mirror[0], 0xee, r.bytes);
+		rc = kernels_restore_submit(e, &kr, 1, pg, n, ev, 0, &op, err, sizeof(err));
+		CHECK(rc == 0, "submit: %d %s", rc, err);
+		EQ(kernels_engine_gated(e), 1);
+		for (polls = 0; polls < 20; polls++) {
+			EQ(kernels_op_poll(op), 0);
+			usleep(2000);
+		}
+		if (round == 0) {
+			kernels_op_cancel(op);
+			EQ(kernels_op_wait(op), -ECANCELED);
+			EQ(kernels_op_result(op, &res, st, NULL), 0);
+			EQ(res.launched, 0);
+			EQ(res.done, 0);
+			for (i = 0; i < n; i++)
+				EQ(st[i], KERNELS_PAGE_SKIPPED);
+		} else {
+			EQ(kernels_op_wait(op), 0);
+			EQ(kernels_op_result(op, &res, st, NULL), 0);
+			EQ(res.launched, n);
+			EQ(res.done, n);
+			for (i = 0; i < n; i++)
+				gpu_reg_apply(&r, pg[i].page, objs[i], 1);
+		}
+		EQ(kernels_engine_gated(e), 0);
+		kernels_op_free(op);
+		/* read back on the default stream: after the late kernel */
+		gpu_reg_compare(&r, round == 0 ? "a gated restore cancelled" :
+		    "a gated restore after its event");
+	}
+	/* the event has completed: the next restore is not gated */
+	rc = kernels_restore_submit(e, &kr, 1, pg, n, ev, 0, &op, err, sizeof(err));
+	CHECK(rc == 0, "submit: %d %s", rc, err);
+	EQ(kernels_engine_gated(e), 0);
+	EQ(kernels_op_wait(op), 0);
+	kernels_op_free(op);
+	kernels_event_free(ev);
+	gpu_reg_free(&r, 1);
+	gpu_host_free(arena, alen, 1);
+	kernels_engine_free(e);
+}
+END_TEST
+
 START_TEST(test_gpu_notify_eventfd_drives_completion)
 {
 	struct kernels_engine	*e;
@@ -1282,9 +1371,12 @@ enum gd_mode {
 	GD_EVENT,		/* restores racing a late kernel of the engine, with and
 				   without waiting for its IPC event */
 	GD_STATE,		/* a hybrid engine: gd_state_engine() */
+	GD_EVENT_KILLED,	/* a RESTORE waiting on the engine's own event, whose
+				   kernel is still running when the engine is killed */
 };
 #define GD_F_CUMEM	0x100	/* the region is a cuMem allocation shared as a POSIX fd */
 #define GD_LATE_MS	400	/* how long the engine's late kernel waits before writing */
+#define GD_DOOMED_MS	3000	/* GD_EVENT_KILLED: the late kernel the engine dies in */
 
 /* What the engine process and the test share (MAP_SHARED, set up before the fork). */
 struct gd_share {
@@ -1496,7 +1588,7 @@ gd_engine(const char *sock, struct gd_share *sh, int mode, uint32_t n, uint32_t 
 	reg->token_stride = GD_TOKEN_BYTES;
 	if (!cumem && (rc = kernels_ipc_export(d, reg->handle, err, sizeof(err))) != 0)
 		GD_FAIL(6, "engine: kernels_ipc_export: %d %s", rc, err);
-	if (mode == GD_EVENT) {
+	if (mode == GD_EVENT || mode == GD_EVENT_KILLED) {
 		regs[1].kind = L3KV_MEM_CUDA_EVENT;
 		regs[1].fd = -1;
 		if ((rc = kernels_event_new(1, &ev, err, sizeof(err))) != 0 ||
@@ -1511,7 +1603,7 @@ gd_engine(const char *sock, struct gd_share *sh, int mode, uint32_t n, uint32_t 
 	args.pools = &pool;
 	args.npools = 1;
 	args.regions = regs;
-	args.nregions = mode == GD_EVENT ? 2 : 1;
+	args.nregions = mode == GD_EVENT || mode == GD_EVENT_KILLED ? 2 : 1;
 	args.group = "gpu";
 	args.group_size = 1;
 	args.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
@@ -1554,6 +1646,29 @@ gd_engine(const char *sock, struct gd_share *sh, int mode, uint32_t n, uint32_t 
 		kernels_event_free(ev);
 		kernels_dev_free(d);
 		return 0;
+	}
+	if (mode == GD_EVENT_KILLED) {
+		struct l3kv_restore_args ra = { .lease = ar.lease, .pages = dst, .npages = n,
+		    .region = 0, .state_region = L3KV_REGION_NONE,
+		    .state_slot = L3KV_SLOT_NONE, .event_region = 1 };
+		char			*health = NULL;
+
+		/* The event completes only after a kernel this process will not outlive. */
+		rc = kernels_late_fill((uint8_t *)d + (size_t)n * GD_BLOCK, (size_t)pages * GD_BLOCK,
+		    (size_t)n * GD_BLOCK, GD_LAYERS, 0xee, GD_DOOMED_MS, err, sizeof(err));
+		if (rc != 0 || (rc = kernels_event_record(ev, err, sizeof(err))) != 0)
+			GD_FAIL(41, "engine: the late kernel and its event: %d %s", rc, err);
+		if ((rc = l3kv_submit_restore_with(k, &ra, &ticket)) != 0)
+			GD_FAIL(14, "engine: submitting RESTORE: %d", rc);
+		/* HEALTH behind it: the daemon has taken the RESTORE in when it answers. */
+		if ((rc = l3kv_health(k, &health)) != 0)
+			GD_FAIL(14, "engine: HEALTH behind the RESTORE: %d %s", rc,
+			    l3kv_last_error(k));
+		l3kv_free(health);
+		if (write(wfd, "S", 1) != 1)
+			GD_FAIL(15, "engine: write: %s", strerror(errno));
+		for (;;)
+			pause();
 	}
 	if (mode == GD_CORRUPT) {
 		if ((rc = l3kv_debug(k, L3KV_DEBUG_CORRUPT, 0, pg[5].hash)) != 0)
@@ -2019,17 +2134,24 @@ START_TEST(test_gpu_daemon_cancel_is_answered_after_the_copies)
 }
 END_TEST
 
-START_TEST(test_gpu_daemon_survives_an_engine_killed_mid_restore)
+/*
+ * Forks an engine in mode (GD_KILLED or GD_EVENT_KILLED), kills it once
+ * it has submitted its RESTORE, and checks that its session drains (no
+ * lease, pin, mapping or event left) and that a new engine is served
+ * byte for byte afterwards.
+ */
+static void
+gd_kill_case(struct test_daemon *td, struct gd_share *sh, int mode, uint32_t n,
+    uint32_t prefix)
 {
-	struct test_daemon	 td;
-	struct gd_share		*sh = gd_start(&td, "512 MiB");
-	struct pollfd		 pfd;
-	pid_t			 pid;
-	char			 c = 0;
-	int			 p[2], st = 0;
+	struct timespec	 t0, t1;
+	struct pollfd	 pfd;
+	pid_t		 pid;
+	char		 c = 0;
+	int		 p[2], st = 0;
 
 	CHECK(pipe(p) == 0, "pipe: %s", strerror(errno));
-	pid = gd_fork_engine(&td, sh, GD_KILLED, 256, 4, p[0], p[1]);
+	pid = gd_fork_engine(td, sh, mode, n, prefix, p[0], p[1]);
 	close(p[1]);
 	pfd.fd = p[0];
 	pfd.events = POLLIN;
@@ -2041,13 +2163,43 @@ START_TEST(test_gpu_daemon_survives_an_engine_killed_mid_restore)
 	kill(pid, SIGKILL);
 	CHECK(waitpid(pid, &st, 0) == pid, "waitpid: %s", strerror(errno));
 	close(p[0]);
-	/* The session drains: no lease, no pin, no mapping left. */
-	EQ(gd_stat_wait(td.sock, "cache", "leases_open", 0), 0);
-	EQ(gd_stat_wait(td.sock, "dram", "pins", 0), 0);
-	EQ(gd_stat_wait(td.sock, "memory", "regions_mapped", 0), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	/* The session drains: no lease, no pin, no mapping, no event left. */
+	EQ(gd_stat_wait(td->sock, "cache", "leases_open", 0), 0);
+	EQ(gd_stat_wait(td->sock, "dram", "pins", 0), 0);
+	EQ(gd_stat_wait(td->sock, "memory", "regions_mapped", 0), 0);
+	EQ(gd_stat_wait(td->sock, "memory", "events_open", 0), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	fprintf(stderr, "gpu: engine killed (%s): its session drained in %.0f ms\n",
+	    mode == GD_KILLED ? "mid-restore" : "its RESTORE waiting on its own event",
+	    (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
 	/* And the daemon still serves a GPU engine, byte for byte. */
-	gd_wait_engine(gd_fork_engine(&td, sh, GD_ROUND_TRIP, 32, 5, -1, -1), sh,
+	gd_wait_engine(gd_fork_engine(td, sh, GD_ROUND_TRIP, 32, prefix + 100, -1, -1), sh,
 	    "engine after the kill");
+}
+
+START_TEST(test_gpu_daemon_survives_an_engine_killed_mid_restore)
+{
+	struct test_daemon	 td;
+	struct gd_share		*sh = gd_start(&td, "512 MiB");
+
+	gd_kill_case(&td, sh, GD_KILLED, 256, 4);
+	gd_daemon_done(&td);
+	munmap(sh, sizeof(*sh));
+}
+END_TEST
+
+/*
+ * The engine dies while the daemon's stream waits on the engine's own
+ * event, recorded behind a kernel that dies with it: the wait must not
+ * wedge the daemon's streams.
+ */
+START_TEST(test_gpu_daemon_survives_an_engine_killed_while_its_event_is_pending)
+{
+	struct test_daemon	 td;
+	struct gd_share		*sh = gd_start(&td, "256 MiB");
+
+	gd_kill_case(&td, sh, GD_EVENT_KILLED, 16, 10);
 	gd_daemon_done(&td);
 	munmap(sh, sizeof(*sh));
 }
@@ -2070,6 +2222,7 @@ suite_gpu(void)
 	tcase_add_test(tc, test_gpu_checksum_kernel_equals_dram_checksum);
 	tcase_add_test(tc, test_gpu_publish_round_trip);
 	tcase_add_test(tc, test_gpu_cancel_leaves_later_pages_untouched);
+	tcase_add_test(tc, test_gpu_gated_restore_waits_for_its_event_or_drops_at_cancel);
 	tcase_add_test(tc, test_gpu_notify_eventfd_drives_completion);
 	tcase_add_test(tc, test_gpu_submit_rejects_bad_input);
 	tcase_add_test(tc, test_gpu_restore_while_a_busy_kernel_holds_the_gpu);
@@ -2081,6 +2234,7 @@ suite_gpu(void)
 	tcase_add_test(tc, test_gpu_daemon_live_state_slot_survives_a_hybrid_restore);
 	tcase_add_test(tc, test_gpu_daemon_cancel_is_answered_after_the_copies);
 	tcase_add_test(tc, test_gpu_daemon_survives_an_engine_killed_mid_restore);
+	tcase_add_test(tc, test_gpu_daemon_survives_an_engine_killed_while_its_event_is_pending);
 	suite_add_tcase(s, tc);
 	return s;
 }
