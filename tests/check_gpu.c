@@ -2190,9 +2190,10 @@ START_TEST(test_gpu_daemon_survives_an_engine_killed_mid_restore)
 END_TEST
 
 /*
- * The engine dies while the daemon's stream waits on the engine's own
- * event, recorded behind a kernel that dies with it: the wait must not
- * wedge the daemon's streams.
+ * The engine dies while its RESTORE waits on the engine's own event,
+ * recorded behind a kernel that dies with it (the event never
+ * completes): the session must still drain and the daemon's streams stay
+ * usable.
  */
 START_TEST(test_gpu_daemon_survives_an_engine_killed_while_its_event_is_pending)
 {
