@@ -10,7 +10,7 @@
  * files by name must. Also: the startup scan of many small objects, its
  * time and its memory.
  *
- *   bench_file -d DIR [-s SIZES] [-t MIB] [-r RUNS] [-R READERS] [-q DEPTH] [-F FDS] [-b]
+ *   bench_file -d DIR [-s SIZES] [-t MIB] [-r RUNS] [-R READERS] [-q DEPTH] [-F FDS] [-b] [-O]
  *   bench_file -d DIR --gpu [-s SIZES] [-t MIB] [-r RUNS] [-R READERS] [-q DEPTH] [-F FDS]
  *   bench_file -d DIR -S OBJECTS [-l LEN] [-T SCAN_THREADS]
  *
@@ -18,15 +18,21 @@
  * 61 layers, mid-size pages, 64-token MLA pages); -t MiB of payload per
  * size (default 1024); -b adds buffered runs (both sides through the page
  * cache); -F sets the tier's open-file cache (entries, 0 for none; the
- * default is the tier's). --gpu restores into GPU memory: reads land in
- * staging registered with CUDA, and each batch of reads is copied to the
- * device (H2D) while the next batch is read; the raw loop does the same
- * with the same copies. Without a CUDA device it says so and exits 0.
+ * default is the tier's); -O runs the tier's loop alone, to profile it (the
+ * raw columns then read 1.00 and mean nothing). The "rq" columns are the
+ * read requests DIR's device completed per object, after the block layer
+ * merged neighbouring files (other processes' reads count too; cold, the
+ * tier's include the directory and inode blocks its opens read). --gpu
+ * restores into GPU memory: reads land in staging registered with CUDA,
+ * and each batch of reads is copied to the device (H2D) while the next
+ * batch is read; the raw loop does the same with the same copies. Without
+ * a CUDA device it says so and exits 0.
  * DIR must be on the filesystem to measure; the benchmark's files are
  * removed at the end.
  */
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 
 #include <dirent.h>
@@ -103,6 +109,26 @@ bench_cpu(void)
 }
 
 static double	bench_raw_cpu;		/* CPU seconds of bench_raw_preopened's timed reads */
+static char	bench_dev_stat[64];	/* /sys/dev/block/M:m/stat of DIR's device, or "" */
+static uint64_t	bench_raw_rq;		/* device reads of bench_raw_preopened's timed reads */
+
+/*
+ * Read requests the device of DIR completed so far (after merging), or 0
+ * when /sys does not say; other processes' reads count too.
+ */
+static uint64_t
+bench_dev_reads(void)
+{
+	unsigned long long	n = 0;
+	FILE			*f;
+
+	if (bench_dev_stat[0] == '\0' || (f = fopen(bench_dev_stat, "r")) == NULL)
+		return 0;
+	if (fscanf(f, "%llu", &n) != 1)
+		n = 0;
+	fclose(f);
+	return n;
+}
 
 static int
 bench_drop_caches(void)
@@ -150,6 +176,7 @@ bench_status_kib(const char *field)
 
 static unsigned	bench_scan_threads;	/* 0: the default */
 static long	bench_fd_cache = -1;	/* -F: the tier's open-file cache; -1: its default */
+static int	bench_tier_only;	/* -O: the tier's loop alone, to profile it */
 
 /* Descriptors open now: the raw loop's windows leave room for the tier's cache. */
 static long
@@ -587,16 +614,20 @@ bench_raw_preopened(const char *root, unsigned pool, uint64_t n, uint64_t len, u
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && (long)rl.rlim_cur > open_now + 512)
 		w = (uint64_t)((long)rl.rlim_cur - open_now - 256);
 	bench_raw_cpu = 0;
+	bench_raw_rq = 0;
 	for (first = 0; first < n; first += cnt) {
-		double	c0;
+		double		c0;
+		uint64_t	q0;
 
 		cnt = n - first < w ? n - first : w;
 		fds = bench_open_all(root, pool, first, cnt, direct);
 		if (cold)
 			bench_drop_caches();	/* the opens stay in the fds; the data goes */
 		c0 = bench_cpu();
+		q0 = bench_dev_reads();
 		t += g != NULL ? bench_raw_read_gpu(cnt, len, g, fds) :
 		    bench_raw_read(root, pool, first, cnt, len, bufs, depth, fds, direct);
+		bench_raw_rq += bench_dev_reads() - q0;
 		bench_raw_cpu += bench_cpu() - c0;
 		bench_close_all(fds, cnt);
 	}
@@ -615,7 +646,9 @@ bench_reads(const char *dir, const char *sizes, uint64_t total, int runs, unsign
 	char			 root[PATH_MAX], list[256], *tok, *save = NULL;
 	uint64_t		 len, n;
 	uint8_t			*bufs;
-	double			 tier[16], raw[16], rawo[16], tcpu[16], rcpu[16], tw, gb, c0;
+	double			 tier[16], raw[16], rawo[16], tcpu[16], rcpu[16], trq[16], rrq[16];
+	double			 tw, gb, c0;
+	uint64_t		 q0;
 	int			 can_drop, mode, run;
 	unsigned		 pool = 0, inflight = readers * depth, i;
 
@@ -626,9 +659,11 @@ bench_reads(const char *dir, const char *sizes, uint64_t total, int runs, unsign
 	printf("file tier: %u readers x %u reads in flight; raw: one ring, %u reads in flight\n",
 	    readers, depth, inflight);
 	printf("(cpu: CPU time of the whole process per object, us: the tier's threads; the raw "
-	    "loop's reads alone)\n");
-	printf("%-9s %-8s %7s %6s | %9s %9s %9s | %6s %6s | %8s %8s\n", "size", "cache", "objects",
-	    "GiB", "tier GB/s", "raw GB/s", "raw+open", "ratio", "r+open", "tier cpu", "raw cpu");
+	    "loop's reads alone;\n rq/obj: read requests the device completed per object, after "
+	    "merging, metadata included)\n");
+	printf("%-9s %-8s %7s %6s | %9s %9s %9s | %6s %6s | %8s %8s | %6s %6s\n", "size", "cache",
+	    "objects", "GiB", "tier GB/s", "raw GB/s", "raw+open", "ratio", "r+open", "tier cpu",
+	    "raw cpu", "tier rq", "raw rq");
 	snprintf(list, sizeof(list), "%s", sizes);
 	for (tok = strtok_r(list, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save), pool++) {
 		len = strtoull(tok, NULL, 0) * KIB;
@@ -659,13 +694,20 @@ bench_reads(const char *dir, const char *sizes, uint64_t total, int runs, unsign
 				 * favour whichever comes at a given place.
 				 */
 				for (i = 0; i < 3; i++) {
+					if (bench_tier_only && (i + (unsigned)run) % 3 != 0) {
+						raw[run] = rawo[run] = 1;
+						rcpu[run] = rrq[run] = 0;
+						continue;
+					}
 					switch ((i + (unsigned)run) % 3) {
 					case 0:
 						if (mode == B_COLD)
 							bench_drop_caches();
 						c0 = bench_cpu();
+						q0 = bench_dev_reads();
 						tier[run] = gb / bench_tier_read(base, ftb, pool, n,
 						    len, bufs, inflight);
+						trq[run] = (double)(bench_dev_reads() - q0) / (double)n;
 						tcpu[run] = (bench_cpu() - c0) * 1e6 / (double)n;
 						break;
 					case 1:
@@ -678,6 +720,7 @@ bench_reads(const char *dir, const char *sizes, uint64_t total, int runs, unsign
 						raw[run] = gb / bench_raw_preopened(root, pool, n, len, bufs,
 						    inflight, direct, mode == B_COLD, NULL);
 						rcpu[run] = bench_raw_cpu * 1e6 / (double)n;
+						rrq[run] = (double)bench_raw_rq / (double)n;
 						break;
 					}
 				}
@@ -689,9 +732,10 @@ bench_reads(const char *dir, const char *sizes, uint64_t total, int runs, unsign
 				double ro = bench_median(rawo, runs);
 
 				printf("%-9s %-8s %7llu %6.2f | %9.2f %9.2f %9.2f | %6.2f %6.2f | %8.1f "
-				    "%8.1f\n", tok, bench_mode_name[mode], (unsigned long long)n,
-				    (double)(n * len) / (1 << 30), t, r, ro, t / r, t / ro,
-				    bench_median(tcpu, runs), bench_median(rcpu, runs));
+				    "%8.1f | %6.2f %6.2f\n", tok, bench_mode_name[mode],
+				    (unsigned long long)n, (double)(n * len) / (1 << 30), t, r, ro, t / r,
+				    t / ro, bench_median(tcpu, runs), bench_median(rcpu, runs),
+				    bench_median(trq, runs), bench_median(rrq, runs));
 			}
 			fflush(stdout);
 		}
@@ -858,6 +902,7 @@ main(int argc, char **argv)
 	const char	*dir = NULL, *sizes = "2304,256,36";
 	uint64_t	 total = 1024 * MIB, objects = 0, len = 4096;
 	struct rlimit	 rl = { 1 << 20, 1 << 20 };
+	struct stat	 st;
 	unsigned	 readers = 2, depth = 32;
 	const char	*measure = NULL;	/* -M: one scan, in this fresh process */
 	int		 runs = 3, buffered = 0, gpu = 0, c, rc;
@@ -867,7 +912,7 @@ main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 }
 	};
 
-	while ((c = getopt_long(argc, argv, "d:s:t:r:R:q:F:bgS:l:T:M:", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "d:s:t:r:R:q:F:bgOS:l:T:M:", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'd': dir = optarg; break;
 		case 's': sizes = optarg; break;
@@ -877,6 +922,7 @@ main(int argc, char **argv)
 		case 'q': depth = (unsigned)atoi(optarg); break;
 		case 'F': bench_fd_cache = atol(optarg); break;
 		case 'b': buffered = 1; break;
+		case 'O': bench_tier_only = 1; break;
 		case 'g': gpu = 1; break;
 		case 'S': objects = strtoull(optarg, NULL, 0); break;
 		case 'l': len = strtoull(optarg, NULL, 0); break;
@@ -884,7 +930,7 @@ main(int argc, char **argv)
 		case 'M': measure = optarg; break;
 		default:
 			fprintf(stderr, "usage: bench_file -d DIR [--gpu] [-s KIB,..] [-t MIB] [-r RUNS] "
-			    "[-R READERS] [-q DEPTH] [-F FDS] [-b] | -d DIR -S OBJECTS [-l LEN] "
+			    "[-R READERS] [-q DEPTH] [-F FDS] [-b] [-O] | -d DIR -S OBJECTS [-l LEN] "
 			    "[-T THREADS]\n");
 			return 2;
 		}
@@ -912,6 +958,9 @@ main(int argc, char **argv)
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
 	log_init(LOG_LEVEL_WARN);
+	if (stat(dir, &st) == 0)
+		snprintf(bench_dev_stat, sizeof(bench_dev_stat), "/sys/dev/block/%u:%u/stat",
+		    major(st.st_dev), minor(st.st_dev));
 	if (measure != NULL) {
 		bench_scan_measure(dir, measure);
 		return 0;
