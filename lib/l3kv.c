@@ -244,6 +244,16 @@ l3kv_req_free(struct l3kv_req *r)
 	free(r);
 }
 
+/* Takes r off sendq, dropping what it has not sent: the rest of its frame, its fds. */
+static void
+l3kv_req_unqueue(struct l3kv *k, struct l3kv_req *r)
+{
+	TAILQ_REMOVE(&k->sendq, r, send_entry);
+	l3kv_req_close_fds(r);
+	free(r->out);
+	r->out = NULL;
+}
+
 /* Copies text into a new NUL-terminated string, or NULL (also when empty). */
 static char *
 l3kv_text(const char *s, size_t len)
@@ -275,11 +285,8 @@ l3kv_complete(struct l3kv *k, struct l3kv_req *r, int status, unsigned proto_sta
 		 * rest would be pointless, and half a frame desynchronises
 		 * every frame queued behind it.
 		 */
-		TAILQ_REMOVE(&k->sendq, r, send_entry);
 		cut = r->out_off > 0;
-		l3kv_req_close_fds(r);
-		free(r->out);
-		r->out = NULL;
+		l3kv_req_unqueue(k, r);
 	}
 	if (r->flags & L3KV_REQ_F_ORPHAN) {
 		free(payload);
@@ -314,12 +321,8 @@ l3kv_break(struct l3kv *k, int err, unsigned proto_status, const char *msg)
 	k->sock = -1;
 	k->cause = err;
 	k->epoll_out = 0;
-	while ((r = TAILQ_FIRST(&k->sendq)) != NULL) {
-		TAILQ_REMOVE(&k->sendq, r, send_entry);
-		l3kv_req_close_fds(r);
-		free(r->out);
-		r->out = NULL;
-	}
+	while ((r = TAILQ_FIRST(&k->sendq)) != NULL)
+		l3kv_req_unqueue(k, r);
 	free(k->rpay);
 	k->rpay = NULL;
 	k->rreq = NULL;
@@ -691,9 +694,7 @@ l3kv_flush(struct l3kv *k)
 			l3kv_req_close_fds(r);	/* they went with the first byte */
 			if (r->out_off < r->out_len)
 				return 0;
-			TAILQ_REMOVE(&k->sendq, r, send_entry);
-			free(r->out);
-			r->out = NULL;
+			l3kv_req_unqueue(k, r);
 		}
 	}
 	return k->sock >= 0 ? 0 : k->cause;
@@ -1442,14 +1443,31 @@ l3kv_submit_async(struct l3kv *k, unsigned type, const struct iovec *iov, int ni
 	return 0;
 }
 
+/*
+ * The start of a call: clears the caller's result (out, size bytes;
+ * NULL: none), refuses a missing argument (args_ok 0), and clears the
+ * last error, so that what encoding refuses is what l3kv_last_error()
+ * says.
+ */
+static int
+l3kv_begin(struct l3kv *k, int args_ok, void *out, size_t size)
+{
+	if (out != NULL)
+		memset(out, 0, size);
+	if (k == NULL || !args_ok)
+		return -EINVAL;
+	l3kv_clear_last(k);
+	return 0;
+}
+
 /* A non-blocking request with no payload. */
 static int
 l3kv_submit_empty(struct l3kv *k, unsigned type, uint64_t *ticket)
 {
-	if (k == NULL || ticket == NULL)
-		return -EINVAL;
-	*ticket = 0;
-	l3kv_clear_last(k);
+	int	rc;
+
+	if ((rc = l3kv_begin(k, ticket != NULL, ticket, sizeof(*ticket))) != 0)
+		return rc;
 	return l3kv_submit_async(k, type, NULL, 0, ticket);
 }
 
@@ -1637,14 +1655,122 @@ l3kv_wire_submit(struct l3kv *k, unsigned type, struct l3kv_wire *w, uint64_t *t
 	return rc;
 }
 
-/* The payload of a completion that is a successful reply of type, len bytes long; or NULL. */
-static const char *
-l3kv_completion_reply(const struct l3kv_completion *c, unsigned type, size_t len)
+static void
+l3kv_decode_admit(const char *p, struct l3kv_admit_result *out)
 {
-	if (c == NULL || c->op != (int)type || c->status != 0 || c->len != len ||
-	    c->payload == NULL)
+	struct proto_admit_reply	r;
+
+	memcpy(&r, p, sizeof(r));
+	out->lease = r.lease;
+	out->admitted_pages = r.admitted_pages;
+	out->decline = r.decline;
+	out->ttl_ms = r.ttl_ms;
+	out->group_hit = r.group_hit;
+}
+
+static void
+l3kv_decode_restore(const char *p, struct l3kv_restore_result *out)
+{
+	struct proto_restore_reply	r;
+
+	memcpy(&r, p, sizeof(r));
+	out->pages = r.pages;
+	out->partial = (r.flags & PROTO_RESTORE_F_PARTIAL) != 0;
+	out->bytes = r.bytes;
+}
+
+static void
+l3kv_decode_cancel(const char *p, uint32_t *pages_landed)
+{
+	struct proto_cancel_reply	r;
+
+	memcpy(&r, p, sizeof(r));
+	*pages_landed = r.pages_landed;
+}
+
+static void
+l3kv_decode_publish(const char *p, struct l3kv_publish_result *out)
+{
+	struct proto_publish_reply	r;
+
+	memcpy(&r, p, sizeof(r));
+	out->stored = r.stored;
+	out->present = r.present;
+	out->bytes = r.bytes;
+}
+
+/*
+ * Decodes a successful reply of type into out, the caller's result for
+ * that type: struct l3kv_admit_result for ADMIT, l3kv_restore_result
+ * for RESTORE, l3kv_publish_result for PUBLISH, the pages landed
+ * (uint32_t) for CANCEL. The blocking calls and the *_result() of their
+ * completions share it.
+ */
+static void
+l3kv_decode(unsigned type, const char *p, void *out)
+{
+	switch (type) {
+	case PROTO_T_ADMIT:
+		l3kv_decode_admit(p, out);
+		break;
+	case PROTO_T_RESTORE:
+		l3kv_decode_restore(p, out);
+		break;
+	case PROTO_T_CANCEL:
+		l3kv_decode_cancel(p, out);
+		break;
+	case PROTO_T_PUBLISH:
+		l3kv_decode_publish(p, out);
+		break;
+	}
+}
+
+/*
+ * A blocking cache call whose reply is decoded into out (NULL: the
+ * caller wants only the status).
+ */
+static int
+l3kv_wire_run(struct l3kv *k, unsigned type, struct l3kv_wire *w, int timeout_ms, void *out)
+{
+	char		*reply;
+	uint32_t	 len;
+	int		 rc;
+
+	if ((rc = l3kv_wire_call(k, type, w, timeout_ms, &reply, &len)) != 0)
+		return rc;
+	if (out != NULL)
+		l3kv_decode(type, reply, out);
+	free(reply);
+	return 0;
+}
+
+/*
+ * Clears a *_result()'s out (size bytes) and returns c's payload when c
+ * is a successful reply of type, of a length that type's replies have;
+ * NULL otherwise, and when out is NULL.
+ */
+static const char *
+l3kv_completion_reply(const struct l3kv_completion *c, unsigned type, void *out, size_t size)
+{
+	if (out == NULL)
+		return NULL;
+	memset(out, 0, size);
+	if (c == NULL || c->op != (int)type || c->status != 0 || c->len > PROTO_FRAME_MAX ||
+	    !l3kv_reply_size_ok(type, (uint32_t)c->len))
 		return NULL;
 	return c->payload;
+}
+
+/* A *_result(): c decoded into out, or -EINVAL (out cleared). */
+static int
+l3kv_result(const struct l3kv_completion *c, unsigned type, void *out, size_t size)
+{
+	const char	*p;
+
+	if ((p = l3kv_completion_reply(c, type, out, size)) == NULL)
+		return -EINVAL;
+	l3kv_decode(type, p, out);
+	return 0;
 }
 
 int
@@ -1671,6 +1797,20 @@ l3kv_encode_probe(struct l3kv *k, const uint8_t *hashes, uint32_t npages, struct
 }
 
 /*
+ * Reads a PROBE reply's fixed part into r; -EINVAL unless its stop
+ * points (u32) fill exactly the rest of its len bytes.
+ */
+static int
+l3kv_probe_reply(const char *p, size_t len, struct proto_probe_reply *r)
+{
+	memset(r, 0, sizeof(*r));
+	if (p == NULL || len < sizeof(*r))
+		return -EINVAL;
+	memcpy(r, p, sizeof(*r));
+	return (uint64_t)len == sizeof(*r) + (uint64_t)r->nstops * sizeof(uint32_t) ? 0 : -EINVAL;
+}
+
+/*
  * PROBE with the legal stop points: stops gets at most max of them
  * (ascending), *nstops how many the daemon sent (0: every length up to
  * the hit is one).
@@ -1685,17 +1825,16 @@ l3kv_probe_stops(struct l3kv *k, const uint8_t *hashes, uint32_t npages, uint32_
 	uint32_t			 len, n;
 	int				 rc;
 
-	if (k == NULL || hit_pages == NULL || nstops == NULL || (stops == NULL && max > 0))
-		return -EINVAL;
+	if ((rc = l3kv_begin(k, hit_pages != NULL && nstops != NULL && (stops != NULL || max == 0),
+	    NULL, 0)) != 0)
+		return rc;
 	*hit_pages = 0;
 	*nstops = 0;
-	l3kv_clear_last(k);
 	if ((rc = l3kv_encode_probe(k, hashes, npages, &w)) != 0)
 		return rc;
 	if ((rc = l3kv_wire_call(k, PROTO_T_PROBE, &w, L3KV_TIMEOUT_DEFAULT, &reply, &len)) != 0)
 		return rc;
-	memcpy(&r, reply, sizeof(r));
-	if ((uint64_t)len != sizeof(r) + (uint64_t)r.nstops * sizeof(uint32_t)) {
+	if (l3kv_probe_reply(reply, len, &r) != 0) {
 		free(reply);
 		return l3kv_bad_reply(k, "libl3kv: PROBE reply of %u bytes with %u stop points",
 		    len, r.nstops);
@@ -1714,22 +1853,16 @@ int
 l3kv_set_policy(struct l3kv *k, enum l3kv_prefetch prefetch, enum l3kv_write write,
     uint32_t prefetch_timeout_ms)
 {
-	struct l3kv_wire	 w;
-	char			*reply;
-	uint32_t		 len;
-	int			 rc;
+	struct l3kv_wire	w;
+	int			rc;
 
-	if (k == NULL)
-		return -EINVAL;
-	l3kv_clear_last(k);
+	if ((rc = l3kv_begin(k, 1, NULL, 0)) != 0)
+		return rc;
 	l3kv_wire_init(&w, sizeof(w.u.set_policy));
 	L3KV_PUT(w.u.set_policy.prefetch, (unsigned)prefetch, "prefetch");
 	L3KV_PUT(w.u.set_policy.write, (unsigned)write, "write");
 	w.u.set_policy.prefetch_timeout_ms = prefetch_timeout_ms;
-	rc = l3kv_wire_call(k, PROTO_T_SET_POLICY, &w, L3KV_TIMEOUT_DEFAULT, &reply, &len);
-	if (rc == 0)
-		free(reply);
-	return rc;
+	return l3kv_wire_run(k, PROTO_T_SET_POLICY, &w, L3KV_TIMEOUT_DEFAULT, NULL);
 }
 
 /* PROBE without waiting: an engine's scheduler asks and reads the answer on its next poll. */
@@ -1739,12 +1872,8 @@ l3kv_submit_probe(struct l3kv *k, const uint8_t *hashes, uint32_t npages, uint64
 	struct l3kv_wire	w;
 	int			rc;
 
-	if (ticket != NULL)
-		*ticket = 0;
-	if (k == NULL || ticket == NULL)
-		return -EINVAL;
-	l3kv_clear_last(k);
-	if ((rc = l3kv_encode_probe(k, hashes, npages, &w)) != 0)
+	if ((rc = l3kv_begin(k, ticket != NULL, ticket, sizeof(*ticket))) != 0 ||
+	    (rc = l3kv_encode_probe(k, hashes, npages, &w)) != 0)
 		return rc;
 	return l3kv_wire_submit(k, PROTO_T_PROBE, &w, ticket);
 }
@@ -1755,16 +1884,9 @@ l3kv_probe_result(const struct l3kv_completion *c, uint32_t *hit_pages)
 	struct proto_probe_reply	 r;
 	const char			*p;
 
-	if (hit_pages == NULL)
-		return -EINVAL;
-	*hit_pages = 0;
 	/* A hybrid layout's reply carries its stop points after the fixed part. */
-	if (c == NULL || c->op != PROTO_T_PROBE || c->status != 0 || c->payload == NULL ||
-	    c->len < sizeof(r))
-		return -EINVAL;
-	p = c->payload;
-	memcpy(&r, p, sizeof(r));
-	if ((uint64_t)c->len != sizeof(r) + (uint64_t)r.nstops * sizeof(uint32_t))
+	if ((p = l3kv_completion_reply(c, PROTO_T_PROBE, hit_pages, sizeof(*hit_pages))) == NULL ||
+	    l3kv_probe_reply(p, c->len, &r) != 0)
 		return -EINVAL;
 	*hit_pages = r.hit_pages;
 	return 0;
@@ -1786,38 +1908,16 @@ l3kv_encode_admit(struct l3kv *k, const struct l3kv_admit_args *a, struct l3kv_w
 	return 0;
 }
 
-static void
-l3kv_decode_admit(const char *p, struct l3kv_admit_result *out)
-{
-	struct proto_admit_reply	r;
-
-	memcpy(&r, p, sizeof(r));
-	out->lease = r.lease;
-	out->admitted_pages = r.admitted_pages;
-	out->decline = r.decline;
-	out->ttl_ms = r.ttl_ms;
-	out->group_hit = r.group_hit;
-}
-
 int
 l3kv_admit(struct l3kv *k, const struct l3kv_admit_args *a, struct l3kv_admit_result *out)
 {
-	struct l3kv_wire	 w;
-	char			*reply;
-	uint32_t		 len;
-	int			 rc;
+	struct l3kv_wire	w;
+	int			rc;
 
-	if (out != NULL)
-		memset(out, 0, sizeof(*out));
-	if (k == NULL || a == NULL || out == NULL)
-		return -EINVAL;
-	l3kv_clear_last(k);
-	if ((rc = l3kv_encode_admit(k, a, &w)) != 0 ||
-	    (rc = l3kv_wire_call(k, PROTO_T_ADMIT, &w, a->timeout_ms, &reply, &len)) != 0)
+	if ((rc = l3kv_begin(k, a != NULL && out != NULL, out, sizeof(*out))) != 0 ||
+	    (rc = l3kv_encode_admit(k, a, &w)) != 0)
 		return rc;
-	l3kv_decode_admit(reply, out);
-	free(reply);
-	return 0;
+	return l3kv_wire_run(k, PROTO_T_ADMIT, &w, a->timeout_ms, out);
 }
 
 int
@@ -1826,12 +1926,8 @@ l3kv_submit_admit(struct l3kv *k, const struct l3kv_admit_args *a, uint64_t *tic
 	struct l3kv_wire	w;
 	int			rc;
 
-	if (ticket != NULL)
-		*ticket = 0;
-	if (k == NULL || a == NULL || ticket == NULL)
-		return -EINVAL;
-	l3kv_clear_last(k);
-	if ((rc = l3kv_encode_admit(k, a, &w)) != 0)
+	if ((rc = l3kv_begin(k, a != NULL && ticket != NULL, ticket, sizeof(*ticket))) != 0 ||
+	    (rc = l3kv_encode_admit(k, a, &w)) != 0)
 		return rc;
 	return l3kv_wire_submit(k, PROTO_T_ADMIT, &w, ticket);
 }
@@ -1839,15 +1935,7 @@ l3kv_submit_admit(struct l3kv *k, const struct l3kv_admit_args *a, uint64_t *tic
 int
 l3kv_admit_result(const struct l3kv_completion *c, struct l3kv_admit_result *out)
 {
-	const char	*p;
-
-	if (out == NULL)
-		return -EINVAL;
-	memset(out, 0, sizeof(*out));
-	if ((p = l3kv_completion_reply(c, PROTO_T_ADMIT, sizeof(struct proto_admit_reply))) == NULL)
-		return -EINVAL;
-	l3kv_decode_admit(p, out);
-	return 0;
+	return l3kv_result(c, PROTO_T_ADMIT, out, sizeof(*out));
 }
 
 static int
@@ -1894,17 +1982,6 @@ l3kv_restore_args_of(struct l3kv *k, uint64_t lease, unsigned region, const uint
 	return 0;
 }
 
-static void
-l3kv_decode_restore(const char *p, struct l3kv_restore_result *out)
-{
-	struct proto_restore_reply	r;
-
-	memcpy(&r, p, sizeof(r));
-	out->pages = r.pages;
-	out->partial = (r.flags & PROTO_RESTORE_F_PARTIAL) != 0;
-	out->bytes = r.bytes;
-}
-
 int
 l3kv_restore(struct l3kv *k, uint64_t lease, unsigned region, const uint32_t *dst_pages,
     uint32_t npages, int timeout_ms, struct l3kv_restore_result *out)
@@ -1920,12 +1997,8 @@ l3kv_restore_state(struct l3kv *k, uint64_t lease, unsigned region, const uint32
 	struct l3kv_restore_args	a;
 	int				rc;
 
-	if (out != NULL)
-		memset(out, 0, sizeof(*out));
-	if (k == NULL)
-		return -EINVAL;
-	l3kv_clear_last(k);
-	if ((rc = l3kv_restore_args_of(k, lease, region, dst_pages, npages, state, &a)) != 0)
+	if ((rc = l3kv_begin(k, 1, out, sizeof(*out))) != 0 ||
+	    (rc = l3kv_restore_args_of(k, lease, region, dst_pages, npages, state, &a)) != 0)
 		return rc;
 	return l3kv_restore_with(k, &a, timeout_ms, out);
 }
@@ -1934,23 +2007,13 @@ int
 l3kv_restore_with(struct l3kv *k, const struct l3kv_restore_args *a, int timeout_ms,
     struct l3kv_restore_result *out)
 {
-	struct l3kv_wire	 w;
-	char			*reply;
-	uint32_t		 len;
-	int			 rc;
+	struct l3kv_wire	w;
+	int			rc;
 
-	if (out != NULL)
-		memset(out, 0, sizeof(*out));
-	if (k == NULL || a == NULL)
-		return -EINVAL;
-	l3kv_clear_last(k);
-	if ((rc = l3kv_encode_restore(k, a, &w)) != 0 ||
-	    (rc = l3kv_wire_call(k, PROTO_T_RESTORE, &w, timeout_ms, &reply, &len)) != 0)
+	if ((rc = l3kv_begin(k, a != NULL, out, sizeof(*out))) != 0 ||
+	    (rc = l3kv_encode_restore(k, a, &w)) != 0)
 		return rc;
-	if (out != NULL)
-		l3kv_decode_restore(reply, out);
-	free(reply);
-	return 0;
+	return l3kv_wire_run(k, PROTO_T_RESTORE, &w, timeout_ms, out);
 }
 
 int
@@ -1968,12 +2031,8 @@ l3kv_submit_restore_state(struct l3kv *k, uint64_t lease, unsigned region,
 	struct l3kv_restore_args	a;
 	int				rc;
 
-	if (ticket != NULL)
-		*ticket = 0;
-	if (k == NULL || ticket == NULL)
-		return -EINVAL;
-	l3kv_clear_last(k);
-	if ((rc = l3kv_restore_args_of(k, lease, region, dst_pages, npages, state, &a)) != 0)
+	if ((rc = l3kv_begin(k, ticket != NULL, ticket, sizeof(*ticket))) != 0 ||
+	    (rc = l3kv_restore_args_of(k, lease, region, dst_pages, npages, state, &a)) != 0)
 		return rc;
 	return l3kv_submit_restore_with(k, &a, ticket);
 }
@@ -1984,12 +2043,8 @@ l3kv_submit_restore_with(struct l3kv *k, const struct l3kv_restore_args *a, uint
 	struct l3kv_wire	w;
 	int			rc;
 
-	if (ticket != NULL)
-		*ticket = 0;
-	if (k == NULL || a == NULL || ticket == NULL)
-		return -EINVAL;
-	l3kv_clear_last(k);
-	if ((rc = l3kv_encode_restore(k, a, &w)) != 0)
+	if ((rc = l3kv_begin(k, a != NULL && ticket != NULL, ticket, sizeof(*ticket))) != 0 ||
+	    (rc = l3kv_encode_restore(k, a, &w)) != 0)
 		return rc;
 	return l3kv_wire_submit(k, PROTO_T_RESTORE, &w, ticket);
 }
@@ -1997,98 +2052,62 @@ l3kv_submit_restore_with(struct l3kv *k, const struct l3kv_restore_args *a, uint
 int
 l3kv_restore_result(const struct l3kv_completion *c, struct l3kv_restore_result *out)
 {
-	const char	*p;
-
-	if (out == NULL)
-		return -EINVAL;
-	memset(out, 0, sizeof(*out));
-	p = l3kv_completion_reply(c, PROTO_T_RESTORE, sizeof(struct proto_restore_reply));
-	if (p == NULL)
-		return -EINVAL;
-	l3kv_decode_restore(p, out);
-	return 0;
+	return l3kv_result(c, PROTO_T_RESTORE, out, sizeof(*out));
 }
 
-static void
-l3kv_encode_lease(struct l3kv_wire *w, uint64_t lease)
+/*
+ * CANCEL and RELEASE carry only the lease: blocking, pages_landed gets
+ * CANCEL's answer (NULL: not wanted, and always for RELEASE).
+ */
+static int
+l3kv_lease_call(struct l3kv *k, unsigned type, uint64_t lease, uint32_t *pages_landed)
 {
-	l3kv_wire_init(w, sizeof(w->u.lease));
-	w->u.lease.lease = lease;
+	struct l3kv_wire	w;
+	int			rc;
+
+	if ((rc = l3kv_begin(k, 1, pages_landed, sizeof(*pages_landed))) != 0)
+		return rc;
+	l3kv_wire_init(&w, sizeof(w.u.lease));
+	w.u.lease.lease = lease;
+	return l3kv_wire_run(k, type, &w, L3KV_TIMEOUT_DEFAULT, pages_landed);
 }
 
-static uint32_t
-l3kv_decode_cancel(const char *p)
+/* CANCEL or RELEASE without waiting. */
+static int
+l3kv_lease_submit(struct l3kv *k, unsigned type, uint64_t lease, uint64_t *ticket)
 {
-	struct proto_cancel_reply	r;
+	struct l3kv_wire	w;
+	int			rc;
 
-	memcpy(&r, p, sizeof(r));
-	return r.pages_landed;
+	if ((rc = l3kv_begin(k, ticket != NULL, ticket, sizeof(*ticket))) != 0)
+		return rc;
+	l3kv_wire_init(&w, sizeof(w.u.lease));
+	w.u.lease.lease = lease;
+	return l3kv_wire_submit(k, type, &w, ticket);
 }
 
 int
 l3kv_cancel(struct l3kv *k, uint64_t lease, uint32_t *pages_landed)
 {
-	struct l3kv_wire	 w;
-	char			*reply;
-	uint32_t		 len;
-	int			 rc;
-
-	if (pages_landed != NULL)
-		*pages_landed = 0;
-	if (k == NULL)
-		return -EINVAL;
-	l3kv_encode_lease(&w, lease);
-	if ((rc = l3kv_wire_call(k, PROTO_T_CANCEL, &w, L3KV_TIMEOUT_DEFAULT, &reply, &len)) != 0)
-		return rc;
-	if (pages_landed != NULL)
-		*pages_landed = l3kv_decode_cancel(reply);
-	free(reply);
-	return 0;
+	return l3kv_lease_call(k, PROTO_T_CANCEL, lease, pages_landed);
 }
 
 int
 l3kv_submit_cancel(struct l3kv *k, uint64_t lease, uint64_t *ticket)
 {
-	struct l3kv_wire	w;
-
-	if (ticket != NULL)
-		*ticket = 0;
-	if (k == NULL || ticket == NULL)
-		return -EINVAL;
-	l3kv_clear_last(k);
-	l3kv_encode_lease(&w, lease);
-	return l3kv_wire_submit(k, PROTO_T_CANCEL, &w, ticket);
+	return l3kv_lease_submit(k, PROTO_T_CANCEL, lease, ticket);
 }
 
 int
 l3kv_cancel_result(const struct l3kv_completion *c, uint32_t *pages_landed)
 {
-	const char	*p;
-
-	if (pages_landed == NULL)
-		return -EINVAL;
-	*pages_landed = 0;
-	p = l3kv_completion_reply(c, PROTO_T_CANCEL, sizeof(struct proto_cancel_reply));
-	if (p == NULL)
-		return -EINVAL;
-	*pages_landed = l3kv_decode_cancel(p);
-	return 0;
+	return l3kv_result(c, PROTO_T_CANCEL, pages_landed, sizeof(*pages_landed));
 }
 
 int
 l3kv_release(struct l3kv *k, uint64_t lease)
 {
-	struct l3kv_wire	 w;
-	char			*reply;
-	uint32_t		 len;
-	int			 rc;
-
-	if (k == NULL)
-		return -EINVAL;
-	l3kv_encode_lease(&w, lease);
-	rc = l3kv_wire_call(k, PROTO_T_RELEASE, &w, L3KV_TIMEOUT_DEFAULT, &reply, &len);
-	free(reply);
-	return rc;
+	return l3kv_lease_call(k, PROTO_T_RELEASE, lease, NULL);
 }
 
 /*
@@ -2098,15 +2117,7 @@ l3kv_release(struct l3kv *k, uint64_t lease)
 int
 l3kv_submit_release(struct l3kv *k, uint64_t lease, uint64_t *ticket)
 {
-	struct l3kv_wire	w;
-
-	if (ticket != NULL)
-		*ticket = 0;
-	if (k == NULL || ticket == NULL)
-		return -EINVAL;
-	l3kv_clear_last(k);
-	l3kv_encode_lease(&w, lease);
-	return l3kv_wire_submit(k, PROTO_T_RELEASE, &w, ticket);
+	return l3kv_lease_submit(k, PROTO_T_RELEASE, lease, ticket);
 }
 
 /* PUBLISH's pages are converted: the wire's have 4 bytes of padding. */
@@ -2138,38 +2149,17 @@ l3kv_encode_publish(struct l3kv *k, unsigned region, const struct l3kv_publish_p
 	return 0;
 }
 
-static void
-l3kv_decode_publish(const char *p, struct l3kv_publish_result *out)
-{
-	struct proto_publish_reply	r;
-
-	memcpy(&r, p, sizeof(r));
-	out->stored = r.stored;
-	out->present = r.present;
-	out->bytes = r.bytes;
-}
-
 int
 l3kv_publish(struct l3kv *k, unsigned region, const struct l3kv_publish_page *pages,
     uint32_t npages, struct l3kv_publish_result *out)
 {
-	struct l3kv_wire	 w;
-	char			*reply;
-	uint32_t		 len;
-	int			 rc;
+	struct l3kv_wire	w;
+	int			rc;
 
-	if (out != NULL)
-		memset(out, 0, sizeof(*out));
-	if (k == NULL)
-		return -EINVAL;
-	l3kv_clear_last(k);
-	if ((rc = l3kv_encode_publish(k, region, pages, npages, &w)) != 0 ||
-	    (rc = l3kv_wire_call(k, PROTO_T_PUBLISH, &w, L3KV_TIMEOUT_DEFAULT, &reply, &len)) != 0)
+	if ((rc = l3kv_begin(k, 1, out, sizeof(*out))) != 0 ||
+	    (rc = l3kv_encode_publish(k, region, pages, npages, &w)) != 0)
 		return rc;
-	if (out != NULL)
-		l3kv_decode_publish(reply, out);
-	free(reply);
-	return 0;
+	return l3kv_wire_run(k, PROTO_T_PUBLISH, &w, L3KV_TIMEOUT_DEFAULT, out);
 }
 
 int
@@ -2179,12 +2169,8 @@ l3kv_submit_publish(struct l3kv *k, unsigned region, const struct l3kv_publish_p
 	struct l3kv_wire	w;
 	int			rc;
 
-	if (ticket != NULL)
-		*ticket = 0;
-	if (k == NULL || ticket == NULL)
-		return -EINVAL;
-	l3kv_clear_last(k);
-	if ((rc = l3kv_encode_publish(k, region, pages, npages, &w)) != 0)
+	if ((rc = l3kv_begin(k, ticket != NULL, ticket, sizeof(*ticket))) != 0 ||
+	    (rc = l3kv_encode_publish(k, region, pages, npages, &w)) != 0)
 		return rc;
 	return l3kv_wire_submit(k, PROTO_T_PUBLISH, &w, ticket);
 }
@@ -2192,36 +2178,22 @@ l3kv_submit_publish(struct l3kv *k, unsigned region, const struct l3kv_publish_p
 int
 l3kv_publish_result(const struct l3kv_completion *c, struct l3kv_publish_result *out)
 {
-	const char	*p;
-
-	if (out == NULL)
-		return -EINVAL;
-	memset(out, 0, sizeof(*out));
-	p = l3kv_completion_reply(c, PROTO_T_PUBLISH, sizeof(struct proto_publish_reply));
-	if (p == NULL)
-		return -EINVAL;
-	l3kv_decode_publish(p, out);
-	return 0;
+	return l3kv_result(c, PROTO_T_PUBLISH, out, sizeof(*out));
 }
 
 int
 l3kv_debug(struct l3kv *k, unsigned op, unsigned pool, const uint8_t *hash)
 {
-	struct l3kv_wire	 w;
-	char			*reply;
-	uint32_t		 len;
-	int			 rc;
+	struct l3kv_wire	w;
+	int			rc;
 
-	if (k == NULL || hash == NULL)
-		return -EINVAL;
-	l3kv_clear_last(k);
+	if ((rc = l3kv_begin(k, hash != NULL, NULL, 0)) != 0)
+		return rc;
 	l3kv_wire_init(&w, sizeof(w.u.debug));
 	L3KV_PUT(w.u.debug.pool, pool, "pool");
 	w.u.debug.op = op;
 	memcpy(w.u.debug.hash, hash, sizeof(w.u.debug.hash));
-	rc = l3kv_wire_call(k, PROTO_T_DEBUG, &w, L3KV_TIMEOUT_DEFAULT, &reply, &len);
-	free(reply);
-	return rc;
+	return l3kv_wire_run(k, PROTO_T_DEBUG, &w, L3KV_TIMEOUT_DEFAULT, NULL);
 }
 
 /*
