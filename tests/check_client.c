@@ -67,40 +67,34 @@ ct_bind(const char *dir, const char *name, int backlog, char *path, size_t len)
 	return s;
 }
 
+/* Reads len bytes into buf, or sends them from it when out is set; -1 short of that. */
 static int
-fake_read_full(int fd, void *buf, size_t len)
+fake_io_full(int fd, uint8_t *buf, size_t len, int out)
 {
-	uint8_t	*p = buf;
-	ssize_t	 n;
+	ssize_t	n;
 
 	while (len > 0) {
-		n = read(fd, p, len);
+		n = out ? send(fd, buf, len, MSG_NOSIGNAL) : read(fd, buf, len);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
 			return -1;
-		p += n;
+		buf += n;
 		len -= (size_t)n;
 	}
 	return 0;
 }
 
 static int
+fake_read_full(int fd, void *buf, size_t len)
+{
+	return fake_io_full(fd, buf, len, 0);
+}
+
+static int
 fake_write_full(int fd, const void *buf, size_t len)
 {
-	const uint8_t	*p = buf;
-	ssize_t		 n;
-
-	while (len > 0) {
-		n = send(fd, p, len, MSG_NOSIGNAL);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
+	return fake_io_full(fd, (uint8_t *)(uintptr_t)buf, len, 1);
 }
 
 /*
@@ -244,7 +238,7 @@ fake_drain(int fd)
  * the script on the connection.
  */
 static void
-fake_start_with(struct fake *f, fake_script script, int hello)
+fake_start(struct fake *f, fake_script script, int hello)
 {
 	int	lfd, fd, rc;
 
@@ -265,12 +259,6 @@ fake_start_with(struct fake *f, fake_script script, int hello)
 	close(lfd);
 }
 
-static void
-fake_start(struct fake *f, fake_script script)
-{
-	fake_start_with(f, script, 1);
-}
-
 /* Waits for the fake (killing it after 3 s) and returns its exit status. */
 static int
 fake_stop(struct fake *f)
@@ -286,6 +274,73 @@ fake_stop(struct fake *f)
 	}
 	test_rmtree(f->dir);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* A test's connection to its fake, and the fds that were open before either. */
+struct ct_conn {
+	struct fake	 f;
+	struct l3kv	*k;
+	int		 fds;
+};
+
+/*
+ * Counts the fds open, starts a fake that runs script (after answering
+ * the HELLO when hello is set) and connects to it: l3kv_connect() must
+ * return want. Returns the connection, NULL when it failed.
+ */
+static struct l3kv *
+ct_open_with(struct ct_conn *c, fake_script script, int hello, int want)
+{
+	c->fds = test_fd_count();
+	c->k = NULL;
+	fake_start(&c->f, script, hello);
+	ck_assert_int_eq(l3kv_connect(c->f.sock, 2000, &c->k), want);
+	return c->k;
+}
+
+static struct l3kv *
+ct_open(struct ct_conn *c, fake_script script)
+{
+	return ct_open_with(c, script, 1, 0);
+}
+
+/*
+ * Closes the connection; the fake must exit 0 (every expectation of its
+ * script met), and no fd be left open that was not before ct_open().
+ */
+static void
+ct_close(struct ct_conn *c)
+{
+	l3kv_close(c->k);
+	c->k = NULL;
+	ck_assert_int_eq(fake_stop(&c->f), 0);
+	ck_assert_int_eq(test_fd_count(), c->fds);
+}
+
+/* Asserts that what began at t0 took at least min_ms and less than max_ms. */
+static void
+ct_assert_took(int64_t t0, int64_t min_ms, int64_t max_ms)
+{
+	int64_t	dt = ct_now_ms() - t0;
+
+	ck_assert_int_ge(dt, min_ms);
+	ck_assert_int_lt(dt, max_ms);
+}
+
+/*
+ * Connecting to path, where no daemon answers, fails with err at once
+ * (well within its 5 s timeout) and leaves no connection.
+ */
+static void
+ct_assert_connect_fails_fast(const char *path, int err)
+{
+	struct l3kv	*k = (struct l3kv *)&k;
+	int64_t		 t0;
+
+	t0 = ct_now_ms();
+	ck_assert_int_eq(l3kv_connect(path, 5000, &k), err);
+	ct_assert_took(t0, 0, 500);
+	ck_assert_ptr_null(k);
 }
 
 /* Waits on l3kv_fd() for the next completion. */
@@ -340,17 +395,12 @@ END_TEST
 
 START_TEST(test_connect_to_a_missing_socket_is_enoent_fast)
 {
-	struct l3kv	*k = (struct l3kv *)&k;
-	char		 dir[PATH_MAX], path[PATH_MAX + 16];
-	int		 fds = test_fd_count();
-	int64_t		 t0;
+	char	dir[PATH_MAX], path[PATH_MAX + 16];
+	int	fds = test_fd_count();
 
 	ck_assert_ptr_nonnull(test_mkdtemp(dir, sizeof(dir)));
 	ck_assert_int_lt(snprintf(path, sizeof(path), "%s/none.sock", dir), (int)sizeof(path));
-	t0 = ct_now_ms();
-	ck_assert_int_eq(l3kv_connect(path, 5000, &k), -ENOENT);
-	ck_assert_int_lt(ct_now_ms() - t0, 500);
-	ck_assert_ptr_null(k);
+	ct_assert_connect_fails_fast(path, -ENOENT);
 	test_rmtree(dir);
 	ck_assert_int_eq(test_fd_count(), fds);
 }
@@ -358,18 +408,13 @@ END_TEST
 
 START_TEST(test_connect_where_nothing_listens_is_refused_fast)
 {
-	struct l3kv	*k = NULL;
-	char		 dir[PATH_MAX], path[PATH_MAX];
-	int		 fds = test_fd_count();
-	int64_t		 t0;
+	char	dir[PATH_MAX], path[PATH_MAX];
+	int	fds = test_fd_count();
 
 	/* A socket file whose listener is gone: what a crashed daemon leaves. */
 	ck_assert_ptr_nonnull(test_mkdtemp(dir, sizeof(dir)));
 	close(ct_bind(dir, "stale.sock", 0, path, sizeof(path)));
-	t0 = ct_now_ms();
-	ck_assert_int_eq(l3kv_connect(path, 5000, &k), -ECONNREFUSED);
-	ck_assert_int_lt(ct_now_ms() - t0, 500);
-	ck_assert_ptr_null(k);
+	ct_assert_connect_fails_fast(path, -ECONNREFUSED);
 	test_rmtree(dir);
 	ck_assert_int_eq(test_fd_count(), fds);
 }
@@ -410,12 +455,10 @@ script_hello_info(int fd)
 START_TEST(test_connect_reads_the_hello_reply)
 {
 	struct l3kv_server_info	 info;
-	struct fake		 f;
+	struct ct_conn		 cn;
 	struct l3kv		*k;
-	int			 fds = test_fd_count();
 
-	fake_start(&f, script_hello_info);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_hello_info);
 	ck_assert_int_eq(l3kv_server_info(k, &info), 0);
 	ck_assert_uint_eq(info.protocol, 1);
 	ck_assert_uint_eq(info.caps, L3KV_CAP_HOST_COPY | L3KV_CAP_NONBLOCK);
@@ -427,35 +470,47 @@ START_TEST(test_connect_reads_the_hello_reply)
 	ck_assert(!ct_readable(k));
 	ck_assert_int_eq(l3kv_last_status(k), 0);
 	ck_assert_str_eq(l3kv_last_error(k), "");
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ct_close(&cn);
 }
 END_TEST
+
+/*
+ * Reads a STATS and a HEALTH, then answers {"a":1} to the STATS and
+ * {"b":2} to the HEALTH: in that order, or the HEALTH first when
+ * reverse is set.
+ */
+static int
+fake_stats_health(int fd, int reverse)
+{
+	static const char *const	json[2] = { "{\"a\":1}", "{\"b\":2}" };
+	struct proto_hdr		h[2];
+	int				i, j;
+
+	if (fake_expect(fd, PROTO_T_STATS, &h[0]) != 0 || fake_expect(fd, PROTO_T_HEALTH, &h[1]) != 0)
+		return 1;
+	for (i = 0; i < 2; i++) {
+		j = reverse ? 1 - i : i;
+		if (fake_reply(fd, &h[j], 0, json[j], 7) != 0)
+			return 2;
+	}
+	return fake_drain(fd);
+}
 
 /* Two requests answered in reverse order. */
 static int
 script_reverse(int fd)
 {
-	struct proto_hdr	a, b;
-
-	if (fake_expect(fd, PROTO_T_STATS, &a) != 0 || fake_expect(fd, PROTO_T_HEALTH, &b) != 0)
-		return 1;
-	if (fake_reply(fd, &b, 0, "{\"b\":2}", 7) != 0 || fake_reply(fd, &a, 0, "{\"a\":1}", 7) != 0)
-		return 2;
-	return fake_drain(fd);
+	return fake_stats_health(fd, 1);
 }
 
 START_TEST(test_replies_out_of_order_reach_their_tickets)
 {
 	struct l3kv_completion	 c1, c2;
-	struct fake		 f;
+	struct ct_conn		 cn;
 	struct l3kv		*k;
 	uint64_t		 ta, tb;
-	int			 fds = test_fd_count();
 
-	fake_start(&f, script_reverse);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_reverse);
 	ck_assert_int_eq(l3kv_submit_stats(k, &ta), 0);
 	ck_assert_int_eq(l3kv_submit_health(k, &tb), 0);
 	ck_assert_uint_ne(ta, 0);
@@ -476,9 +531,7 @@ START_TEST(test_replies_out_of_order_reach_their_tickets)
 	ck_assert_ptr_null(c2.payload);
 	ck_assert_int_eq(l3kv_poll_completion(k, &c1), -EAGAIN);
 	ck_assert(!ct_readable(k));
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ct_close(&cn);
 }
 END_TEST
 
@@ -486,26 +539,18 @@ END_TEST
 static int
 script_answer_both(int fd)
 {
-	struct proto_hdr	a, b;
-
-	if (fake_expect(fd, PROTO_T_STATS, &a) != 0 || fake_expect(fd, PROTO_T_HEALTH, &b) != 0)
-		return 1;
-	if (fake_reply(fd, &a, 0, "{\"a\":1}", 7) != 0 || fake_reply(fd, &b, 0, "{\"b\":2}", 7) != 0)
-		return 2;
-	return fake_drain(fd);
+	return fake_stats_health(fd, 0);
 }
 
 START_TEST(test_blocking_call_queues_other_completions)
 {
 	struct l3kv_completion	 c;
-	struct fake		 f;
+	struct ct_conn		 cn;
 	struct l3kv		*k;
 	uint64_t		 ta;
 	char			*json;
-	int			 fds = test_fd_count();
 
-	fake_start(&f, script_answer_both);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_answer_both);
 	ck_assert_int_eq(l3kv_submit_stats(k, &ta), 0);
 	ck_assert_int_eq(l3kv_health(k, &json), 0);
 	ck_assert_str_eq(json, "{\"b\":2}");
@@ -518,9 +563,7 @@ START_TEST(test_blocking_call_queues_other_completions)
 	l3kv_completion_release(&c);
 	ck_assert_int_eq(l3kv_poll_completion(k, &c), -EAGAIN);
 	ck_assert(!ct_readable(k));
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ct_close(&cn);
 }
 END_TEST
 
@@ -542,14 +585,13 @@ script_three_stats(int fd)
 START_TEST(test_corked_requests_wait_for_uncork_and_complete_in_order)
 {
 	struct l3kv_completion	 c[4];
-	struct fake		 f;
+	struct ct_conn		 cn;
 	struct l3kv		*k;
 	uint64_t		 t[3];
 	char			*json;
-	int			 i, j, n = 0, rc, fds = test_fd_count();
+	int			 i, j, n = 0, rc;
 
-	fake_start(&f, script_three_stats);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_three_stats);
 	ck_assert_int_eq(l3kv_cork(k), 0);
 	for (i = 0; i < 3; i++)
 		ck_assert_int_eq(l3kv_submit_stats(k, &t[i]), 0);
@@ -572,23 +614,20 @@ START_TEST(test_corked_requests_wait_for_uncork_and_complete_in_order)
 	ck_assert_int_eq(n, 3);
 	ck_assert_int_eq(l3kv_health(k, &json), 0);
 	l3kv_free(json);
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ct_close(&cn);
 }
 END_TEST
 
 START_TEST(test_poll_completions_takes_a_batch_and_keeps_the_rest_pollable)
 {
 	struct l3kv_completion	 c[2];
-	struct fake		 f;
+	struct ct_conn		 cn;
 	struct l3kv		*k;
 	uint64_t		 t[3];
 	char			*json;
-	int			 i, fds = test_fd_count();
+	int			 i;
 
-	fake_start(&f, script_three_stats);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_three_stats);
 	for (i = 0; i < 3; i++)
 		ck_assert_int_eq(l3kv_submit_stats(k, &t[i]), 0);
 	/* The blocking call reads the three STATS replies before its own. */
@@ -609,9 +648,7 @@ START_TEST(test_poll_completions_takes_a_batch_and_keeps_the_rest_pollable)
 	l3kv_completion_release(&c[0]);
 	ck_assert(!ct_readable(k));
 	ck_assert_int_eq(l3kv_poll_completions(k, c, 2), -EAGAIN);
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ct_close(&cn);
 }
 END_TEST
 
@@ -633,14 +670,12 @@ script_bad_magic(int fd)
 START_TEST(test_reply_with_bad_magic_is_eproto_and_breaks)
 {
 	struct l3kv_completion	 c;
-	struct fake		 f;
+	struct ct_conn		 cn;
 	struct l3kv		*k;
 	char			*json = NULL;
 	uint64_t		 t;
-	int			 fds = test_fd_count();
 
-	fake_start(&f, script_bad_magic);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_bad_magic);
 	ck_assert_int_eq(l3kv_stats(k, &json), -EPROTO);
 	ck_assert_ptr_null(json);
 	ck_assert_str_eq(l3kv_last_error(k), "libl3kv: reply with bad magic 0x12345678");
@@ -650,82 +685,60 @@ START_TEST(test_reply_with_bad_magic_is_eproto_and_breaks)
 	ck_assert_int_eq(l3kv_submit_stats(k, &t), -ENOTCONN);
 	ck_assert(ct_readable(k));
 	ck_assert_int_eq(l3kv_poll_completion(k, &c), -ENOTCONN);
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ct_close(&cn);
 }
 END_TEST
 
-static int
-script_oversize(int fd)
-{
-	struct proto_hdr	h;
-
-	if (fake_expect(fd, PROTO_T_STATS, &h) != 0 ||
-	    fake_send_raw(fd, PROTO_T_STATS, PROTO_F_REPLY, 0, PROTO_FRAME_MAX + 1, h.seq, NULL,
-	    0) != 0)
-		return 1;
-	return fake_drain(fd);
-}
-
-static int
-script_unknown_seq(int fd)
-{
-	struct proto_hdr	h;
-
-	if (fake_expect(fd, PROTO_T_STATS, &h) != 0 ||
-	    fake_send_raw(fd, PROTO_T_STATS, PROTO_F_REPLY, 0, 2, h.seq + 100, "{}", 2) != 0)
-		return 1;
-	return fake_drain(fd);
-}
-
-static int
-script_wrong_type(int fd)
-{
-	struct proto_hdr	h;
-
-	if (fake_expect(fd, PROTO_T_STATS, &h) != 0 ||
-	    fake_send_raw(fd, PROTO_T_HEALTH, PROTO_F_REPLY, 0, 2, h.seq, "{}", 2) != 0)
-		return 1;
-	return fake_drain(fd);
-}
-
-static int
-script_no_reply_flag(int fd)
-{
-	struct proto_hdr	h;
-
-	if (fake_expect(fd, PROTO_T_STATS, &h) != 0 ||
-	    fake_send_raw(fd, PROTO_T_STATS, 0, 0, 2, h.seq, "{}", 2) != 0)
-		return 1;
-	return fake_drain(fd);
-}
-
-static const struct {
-	fake_script	 script;
+/*
+ * Replies to a STATS that libl3kv cannot parse: the header each sends,
+ * its seq the request's plus seq_off, with the payload bytes (none,
+ * whatever the length says, when NULL), and what l3kv_last_error() says
+ * about it.
+ */
+static const struct ct_bad_reply {
+	unsigned	 type;
+	unsigned	 flags;
+	uint32_t	 length;
+	uint64_t	 seq_off;
+	const char	*payload;
 	const char	*error;
 } ct_bad_replies[] = {
-	{ script_oversize, "libl3kv: reply of 67108865 bytes is over the protocol's 67108864" },
-	{ script_unknown_seq, "libl3kv: STATS reply to seq 102, which is not in flight" },
-	{ script_wrong_type, "libl3kv: HEALTH reply to seq 2, a STATS request" },
-	{ script_no_reply_flag, "libl3kv: reply with flags 0x0" },
+	{ PROTO_T_STATS, PROTO_F_REPLY, PROTO_FRAME_MAX + 1, 0, NULL,
+	    "libl3kv: reply of 67108865 bytes is over the protocol's 67108864" },
+	{ PROTO_T_STATS, PROTO_F_REPLY, 2, 100, "{}",
+	    "libl3kv: STATS reply to seq 102, which is not in flight" },
+	{ PROTO_T_HEALTH, PROTO_F_REPLY, 2, 0, "{}", "libl3kv: HEALTH reply to seq 2, a STATS request" },
+	{ PROTO_T_STATS, 0, 2, 0, "{}", "libl3kv: reply with flags 0x0" },
 };
+
+/* The reply script_bad_reply() sends: set by the test before the fake forks. */
+static const struct ct_bad_reply	*ct_bad_reply;
+
+static int
+script_bad_reply(int fd)
+{
+	const struct ct_bad_reply	*b = ct_bad_reply;
+	struct proto_hdr		 h;
+
+	if (fake_expect(fd, PROTO_T_STATS, &h) != 0 ||
+	    fake_send_raw(fd, b->type, b->flags, 0, b->length, h.seq + b->seq_off, b->payload,
+	    b->payload != NULL ? strlen(b->payload) : 0) != 0)
+		return 1;
+	return fake_drain(fd);
+}
 
 START_TEST(test_unparseable_replies_are_eproto)
 {
-	struct fake	 f;
+	struct ct_conn	 cn;
 	struct l3kv	*k;
 	char		*json = NULL;
-	int		 fds = test_fd_count();
 
-	fake_start(&f, ct_bad_replies[_i].script);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ct_bad_reply = &ct_bad_replies[_i];
+	k = ct_open(&cn, script_bad_reply);
 	ck_assert_int_eq(l3kv_stats(k, &json), -EPROTO);
 	ck_assert_str_eq(l3kv_last_error(k), ct_bad_replies[_i].error);
 	ck_assert_int_eq(l3kv_health(k, &json), -ENOTCONN);
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ct_close(&cn);
 }
 END_TEST
 
@@ -742,24 +755,20 @@ script_close_mid_reply(int fd)
 
 START_TEST(test_close_mid_reply_fails_without_hanging)
 {
-	struct fake	 f;
+	struct ct_conn	 cn;
 	struct l3kv	*k;
 	char		*json = NULL;
-	int		 fds = test_fd_count();
 	int64_t		 t0;
 
-	fake_start(&f, script_close_mid_reply);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_close_mid_reply);
 	ck_assert_int_eq(l3kv_set_timeout(k, L3KV_TIMEOUT_INFINITE), 0);
 	t0 = ct_now_ms();
 	ck_assert_int_eq(l3kv_stats(k, &json), -ECONNRESET);
-	ck_assert_int_lt(ct_now_ms() - t0, 1000);
+	ct_assert_took(t0, 0, 1000);
 	ck_assert_ptr_null(json);
 	ck_assert_str_eq(l3kv_last_error(k), "libl3kv: the daemon closed the connection inside a reply");
 	ck_assert_int_eq(l3kv_stats(k, &json), -ENOTCONN);
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ct_close(&cn);
 }
 END_TEST
 
@@ -775,24 +784,18 @@ script_silent(int fd)
 
 START_TEST(test_blocking_call_times_out)
 {
-	struct fake	 f;
+	struct ct_conn	 cn;
 	struct l3kv	*k;
 	char		*json = NULL;
-	int		 fds = test_fd_count();
-	int64_t		 t0, dt;
+	int64_t		 t0;
 
-	fake_start(&f, script_silent);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_silent);
 	ck_assert_int_eq(l3kv_set_timeout(k, 100), 0);
 	t0 = ct_now_ms();
 	ck_assert_int_eq(l3kv_stats(k, &json), -ETIMEDOUT);
-	dt = ct_now_ms() - t0;
-	ck_assert_int_ge(dt, 95);
-	ck_assert_int_lt(dt, 1000);
+	ct_assert_took(t0, 95, 1000);
 	ck_assert_str_eq(l3kv_last_error(k), "libl3kv: no reply to STATS within the timeout");
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ct_close(&cn);
 }
 END_TEST
 
@@ -815,13 +818,11 @@ script_late(int fd)
 START_TEST(test_late_reply_after_timeout_is_dropped)
 {
 	struct l3kv_completion	 c;
-	struct fake		 f;
+	struct ct_conn		 cn;
 	struct l3kv		*k;
 	char			*json = NULL;
-	int			 fds = test_fd_count();
 
-	fake_start(&f, script_late);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_late);
 	ck_assert_int_eq(l3kv_set_timeout(k, 50), 0);
 	ck_assert_int_eq(l3kv_stats(k, &json), -ETIMEDOUT);
 	ck_assert_int_eq(l3kv_set_timeout(k, 2000), 0);
@@ -831,9 +832,7 @@ START_TEST(test_late_reply_after_timeout_is_dropped)
 	ck_assert_str_eq(l3kv_last_error(k), "");
 	/* Nobody submitted the orphan: it is never handed out. */
 	ck_assert_int_eq(l3kv_poll_completion(k, &c), -EAGAIN);
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ct_close(&cn);
 }
 END_TEST
 
@@ -852,13 +851,11 @@ script_busy(int fd)
 
 START_TEST(test_error_status_maps_to_errno_and_keeps_the_connection)
 {
-	struct fake	 f;
+	struct ct_conn	 cn;
 	struct l3kv	*k;
 	char		*json = NULL;
-	int		 fds = test_fd_count();
 
-	fake_start(&f, script_busy);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_busy);
 	ck_assert_int_eq(l3kv_stats(k, &json), -EBUSY);
 	ck_assert_ptr_null(json);
 	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BUSY);
@@ -868,9 +865,7 @@ START_TEST(test_error_status_maps_to_errno_and_keeps_the_connection)
 	l3kv_free(json);
 	ck_assert_int_eq(l3kv_last_status(k), 0);
 	ck_assert_str_eq(l3kv_last_error(k), "");
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ct_close(&cn);
 }
 END_TEST
 
@@ -890,14 +885,12 @@ script_error_frame(int fd)
 START_TEST(test_error_frame_fails_every_request_in_flight)
 {
 	struct l3kv_completion	 c;
-	struct fake		 f;
+	struct ct_conn		 cn;
 	struct l3kv		*k;
 	char			*json = NULL;
 	uint64_t		 t;
-	int			 fds = test_fd_count();
 
-	fake_start(&f, script_error_frame);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_error_frame);
 	ck_assert_int_eq(l3kv_submit_stats(k, &t), 0);
 	ck_assert_int_eq(ct_next(k, &c, 2000), 0);
 	ck_assert_uint_eq(c.ticket, t);
@@ -908,9 +901,7 @@ START_TEST(test_error_frame_fails_every_request_in_flight)
 	l3kv_completion_release(&c);
 	ck_assert_int_eq(l3kv_poll_completion(k, &c), -ENOTCONN);
 	ck_assert_int_eq(l3kv_stats(k, &json), -ENOTCONN);
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ct_close(&cn);
 }
 END_TEST
 
@@ -927,20 +918,16 @@ START_TEST(test_daemon_hang_up_makes_the_fd_readable)
 {
 	struct l3kv_completion	 c;
 	struct pollfd		 pfd;
-	struct fake		 f;
+	struct ct_conn		 cn;
 	struct l3kv		*k;
-	int			 fds = test_fd_count();
 
-	fake_start(&f, script_hang_up);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_hang_up);
 	pfd.fd = l3kv_fd(k);
 	pfd.events = POLLIN;
 	ck_assert_int_eq(poll(&pfd, 1, 2000), 1);
 	ck_assert_int_eq(l3kv_poll_completion(k, &c), -ENOTCONN);
 	ck_assert(ct_readable(k));
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ct_close(&cn);
 }
 END_TEST
 
@@ -949,16 +936,14 @@ START_TEST(test_connect_times_out_without_hello_reply)
 	struct l3kv	*k = NULL;
 	char		 dir[PATH_MAX], path[PATH_MAX];
 	int		 fds = test_fd_count(), s, c;
-	int64_t		 t0, dt;
+	int64_t		 t0;
 
 	/* A listener that accepts (in the kernel) but never speaks. */
 	ck_assert_ptr_nonnull(test_mkdtemp(dir, sizeof(dir)));
 	s = ct_bind(dir, "mute.sock", 4, path, sizeof(path));
 	t0 = ct_now_ms();
 	ck_assert_int_eq(l3kv_connect(path, 100, &k), -ETIMEDOUT);
-	dt = ct_now_ms() - t0;
-	ck_assert_int_ge(dt, 95);
-	ck_assert_int_lt(dt, 1000);
+	ct_assert_took(t0, 95, 1000);
 	ck_assert_ptr_null(k);
 	c = accept(s, NULL, NULL);
 	ck_assert_int_ge(c, 0);
@@ -979,16 +964,11 @@ script_denied(int fd)
 
 START_TEST(test_refusal_before_hello_is_its_errno)
 {
-	struct fake	 f;
-	struct l3kv	*k = NULL;
-	int		 fds = test_fd_count();
+	struct ct_conn	cn;
 
-	fake_start_with(&f, script_denied, 0);
 	/* Whether HELLO went out before the close or hit EPIPE, the refusal is what counts. */
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), -EACCES);
-	ck_assert_ptr_null(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ck_assert_ptr_null(ct_open_with(&cn, script_denied, 0, -EACCES));
+	ct_close(&cn);
 }
 END_TEST
 
@@ -1028,29 +1008,22 @@ script_hello_then_error(int fd)
 
 START_TEST(test_error_right_after_hello_fails_the_connect)
 {
-	struct fake	 f;
-	struct l3kv	*k = NULL;
-	int		 fds = test_fd_count();
+	struct ct_conn	cn;
 
-	fake_start_with(&f, script_hello_then_error, 0);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), -ESHUTDOWN);
-	ck_assert_ptr_null(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ck_assert_ptr_null(ct_open_with(&cn, script_hello_then_error, 0, -ESHUTDOWN));
+	ct_close(&cn);
 }
 END_TEST
 
 START_TEST(test_send_after_the_daemon_left_reports_why)
 {
-	struct fake	 f;
+	struct ct_conn	 cn;
 	struct l3kv	*k;
 	char		*json = NULL;
-	int		 fds = test_fd_count();
 
-	fake_start(&f, script_error_later_and_leave);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_error_later_and_leave);
 	/* The fake has exited: the STATS send fails, and the unread ERROR says why. */
-	ck_assert_int_eq(fake_stop(&f), 0);
+	ck_assert_int_eq(fake_stop(&cn.f), 0);
 	ck_assert_int_eq(l3kv_stats(k, &json), -ESHUTDOWN);
 	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_SHUTTING_DOWN);
 	ck_assert_str_eq(l3kv_last_error(k), "stopping");
@@ -1058,7 +1031,7 @@ START_TEST(test_send_after_the_daemon_left_reports_why)
 	ck_assert_str_eq(l3kv_last_error(k),
 	    "libl3kv: the connection broke earlier: daemon is shutting down");
 	l3kv_close(k);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ck_assert_int_eq(test_fd_count(), cn.fds);
 }
 END_TEST
 
@@ -1085,61 +1058,82 @@ script_big(int fd)
 
 START_TEST(test_large_reply_arrives_whole)
 {
-	struct fake	 f;
+	struct ct_conn	 cn;
 	struct l3kv	*k;
 	char		*json = NULL;
-	int		 fds = test_fd_count();
 
-	fake_start(&f, script_big);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_big);
 	ck_assert_int_eq(l3kv_stats(k, &json), 0);
 	ck_assert_uint_eq(strlen(json), CT_BIG);
 	ck_assert_int_eq(json[CT_BIG - 2], 'x');
 	l3kv_free(json);
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ct_close(&cn);
 }
 END_TEST
 
 #define CT_MAGIC	"l3kv-memfd-check"
 
+/* What a script checks in an ATTACH, given the one fd it carried: 0, or its exit status. */
+typedef int (*fake_attach_check)(const struct proto_attach_view *, int memfd);
+
 /*
- * Checks an ATTACH as the daemon would: the fd came with the header and
- * the FDS flag, the payload decodes, both regions name the one fd, and
- * the fd is the caller's memfd. Then answers it, and a DETACH.
+ * Reads an ATTACH as the daemon would: its one fd came with the header
+ * and the FDS flag, and the payload checks and decodes. Then check (NULL:
+ * none) judges the rest, and the ATTACH is answered with r. Returns 0,
+ * or the script's exit status for what was wrong.
  */
 static int
-script_attach(int fd)
+fake_attach(int fd, fake_attach_check check, const struct proto_attach_reply *r)
 {
 	static struct proto_attach_view	 v;
-	struct proto_attach_reply	 r;
 	struct proto_hdr		 h;
 	uint8_t				*p;
-	char				 err[256], got[sizeof(CT_MAGIC)];
+	char				 err[256];
 	int				 fds[PROTO_FDS_MAX], nfds, rc = 0, i;
 
 	if (fake_read_frame(fd, &h, &p, fds, &nfds) != 0 || h.type != PROTO_T_ATTACH)
-		return 1;
-	if (nfds != 1 || !(h.flags & PROTO_F_FDS))
+		rc = 1;
+	else if (nfds != 1 || !(h.flags & PROTO_F_FDS))
 		rc = 2;
 	else if (proto_payload_check(h.type, h.length, p) != 0 ||
 	    proto_attach_decode(p, h.length, &v, err, sizeof(err)) != 0)
 		rc = 3;
-	else if (v.fixed.nregions != 2 || v.regions[0].fd_index != 0 ||
-	    v.regions[1].fd_index != 0 || v.fixed.nlive != 2 || proto_attach_live(&v, 0) != 1 ||
-	    proto_attach_live(&v, 1) != 5 || strcmp(v.fixed.layout.model, "tiny") != 0 ||
-	    strcmp(v.pools[1].name, "state") != 0 || v.regions[1].offset != 65536 ||
-	    v.fixed.prefetch != PROTO_PREFETCH_WAIT_COMPLETE)
-		rc = 4;
-	else if (pread(fds[0], got, sizeof(got), 0) != (ssize_t)sizeof(got) ||
-	    memcmp(got, CT_MAGIC, sizeof(got)) != 0)
-		rc = 5;
+	else if (check != NULL)
+		rc = check(&v, fds[0]);
 	for (i = 0; i < nfds; i++)
 		close(fds[i]);
 	free(p);
 	if (rc != 0)
 		return rc;
+	return fake_reply(fd, &h, 0, r, sizeof(*r)) == 0 ? 0 : 6;
+}
+
+/* The engine of ct_engine_init(): both regions name the one fd, which is its memfd. */
+static int
+check_attach_engine(const struct proto_attach_view *v, int memfd)
+{
+	char	got[sizeof(CT_MAGIC)];
+
+	if (v->fixed.nregions != 2 || v->regions[0].fd_index != 0 ||
+	    v->regions[1].fd_index != 0 || v->fixed.nlive != 2 || proto_attach_live(v, 0) != 1 ||
+	    proto_attach_live(v, 1) != 5 || strcmp(v->fixed.layout.model, "tiny") != 0 ||
+	    strcmp(v->pools[1].name, "state") != 0 || v->regions[1].offset != 65536 ||
+	    v->fixed.prefetch != PROTO_PREFETCH_WAIT_COMPLETE)
+		return 4;
+	if (pread(memfd, got, sizeof(got), 0) != (ssize_t)sizeof(got) ||
+	    memcmp(got, CT_MAGIC, sizeof(got)) != 0)
+		return 5;
+	return 0;
+}
+
+/* Checks the engine's ATTACH (check_attach_engine()) and answers it, then a DETACH. */
+static int
+script_attach(int fd)
+{
+	struct proto_attach_reply	r;
+	struct proto_hdr		h;
+	int				rc, i;
+
 	memset(&r, 0, sizeof(r));
 	for (i = 0; i < 16; i++)
 		r.fingerprint[i] = (uint8_t)i;
@@ -1147,9 +1141,10 @@ script_attach(int fd)
 	r.session = 7;
 	r.lease_ttl_ms = 1234;
 	r.group_members = 1;
-	if (fake_reply(fd, &h, 0, &r, sizeof(r)) != 0 ||
-	    fake_expect(fd, PROTO_T_DETACH, &h) != 0 || fake_reply(fd, &h, 0, NULL, 0) != 0)
-		return 6;
+	if ((rc = fake_attach(fd, check_attach_engine, &r)) != 0)
+		return rc;
+	if (fake_expect(fd, PROTO_T_DETACH, &h) != 0 || fake_reply(fd, &h, 0, NULL, 0) != 0)
+		return 7;
 	return fake_drain(fd);
 }
 
@@ -1233,13 +1228,11 @@ START_TEST(test_attach_sends_the_memfd_with_the_frame)
 {
 	struct l3kv_attach_info	 info;
 	struct ct_engine	 e;
-	struct fake		 f;
+	struct ct_conn		 cn;
 	struct l3kv		*k;
-	int			 fds = test_fd_count();
 
 	ct_engine_init(&e);
-	fake_start(&f, script_attach);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_attach);
 	ck_assert_int_eq(l3kv_attach(k, &e.args, &info), 0);
 	ck_assert_uint_eq(info.session, 7);
 	ck_assert_uint_eq(info.lease_ttl_ms, 1234);
@@ -1247,10 +1240,8 @@ START_TEST(test_attach_sends_the_memfd_with_the_frame)
 	ck_assert_str_eq(info.ns, "decode/tiny-000102");
 	ck_assert_uint_eq(info.fingerprint[15], 15);
 	ck_assert_int_eq(l3kv_detach(k), 0);
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
+	ct_close(&cn);
 	close(e.mfd);
-	ck_assert_int_eq(test_fd_count(), fds);
 }
 END_TEST
 
@@ -1281,14 +1272,12 @@ START_TEST(test_corked_frames_keep_fds_with_their_own_frame)
 	struct l3kv_completion	 c;
 	struct l3kv_attach_info	 info;
 	struct ct_engine	 e;
-	struct fake		 f;
+	struct ct_conn		 cn;
 	struct l3kv		*k;
 	uint64_t		 t;
-	int			 fds = test_fd_count();
 
 	ct_engine_init(&e);
-	fake_start(&f, script_stats_then_attach);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_stats_then_attach);
 	ck_assert_int_eq(l3kv_cork(k), 0);
 	ck_assert_int_eq(l3kv_submit_stats(k, &t), 0);
 	/* A blocking call sends what is queued first: two frames, the fd with the second. */
@@ -1300,10 +1289,8 @@ START_TEST(test_corked_frames_keep_fds_with_their_own_frame)
 	l3kv_completion_release(&c);
 	ck_assert_int_eq(l3kv_uncork(k), 0);
 	ck_assert_int_eq(l3kv_detach(k), 0);
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
+	ct_close(&cn);
 	close(e.mfd);
-	ck_assert_int_eq(test_fd_count(), fds);
 }
 END_TEST
 
@@ -1314,34 +1301,24 @@ END_TEST
  * whole.
  */
 static int
+check_attach_live_max(const struct proto_attach_view *v, int memfd)
+{
+	(void)memfd;
+	return v->fixed.nlive == PROTO_LIVE_MAX &&
+	    proto_attach_live(v, PROTO_LIVE_MAX - 1) == PROTO_LIVE_MAX - 1 ? 0 : 4;
+}
+
+static int
 script_attach_big(int fd)
 {
-	static struct proto_attach_view	 v;
-	struct proto_attach_reply	 r;
-	struct proto_hdr		 h;
-	uint8_t				*p;
-	char				 err[256];
-	int				 fds[PROTO_FDS_MAX], nfds, rc = 0, i;
+	struct proto_attach_reply	r;
+	int				rc;
 
 	poll(NULL, 0, 100);
-	if (fake_read_frame(fd, &h, &p, fds, &nfds) != 0 || h.type != PROTO_T_ATTACH)
-		return 1;
-	if (nfds != 1 || !(h.flags & PROTO_F_FDS))
-		rc = 2;
-	else if (proto_attach_decode(p, h.length, &v, err, sizeof(err)) != 0)
-		rc = 3;
-	else if (v.fixed.nlive != PROTO_LIVE_MAX ||
-	    proto_attach_live(&v, PROTO_LIVE_MAX - 1) != PROTO_LIVE_MAX - 1)
-		rc = 4;
-	for (i = 0; i < nfds; i++)
-		close(fds[i]);
-	free(p);
-	if (rc != 0)
-		return rc;
 	memset(&r, 0, sizeof(r));
 	strcpy(r.ns, "decode/tiny-big");
-	if (fake_reply(fd, &h, 0, &r, sizeof(r)) != 0)
-		return 5;
+	if ((rc = fake_attach(fd, check_attach_live_max, &r)) != 0)
+		return rc;
 	return fake_drain(fd);
 }
 
@@ -1349,10 +1326,9 @@ START_TEST(test_attach_larger_than_the_socket_buffer_goes_whole)
 {
 	struct l3kv_attach_info	 info;
 	struct ct_engine	 e;
-	struct fake		 f;
+	struct ct_conn		 cn;
 	struct l3kv		*k;
 	uint32_t		*live;
-	int			 fds = test_fd_count();
 	uint32_t		 i;
 
 	ct_engine_init(&e);
@@ -1362,15 +1338,12 @@ START_TEST(test_attach_larger_than_the_socket_buffer_goes_whole)
 		live[i] = i;
 	e.args.live_slots = live;
 	e.args.nlive = PROTO_LIVE_MAX;
-	fake_start(&f, script_attach_big);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_attach_big);
 	ck_assert_int_eq(l3kv_attach(k, &e.args, &info), 0);
 	ck_assert_str_eq(info.ns, "decode/tiny-big");
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
+	ct_close(&cn);
 	free(live);
 	close(e.mfd);
-	ck_assert_int_eq(test_fd_count(), fds);
 }
 END_TEST
 
@@ -1379,13 +1352,11 @@ START_TEST(test_attach_refuses_what_cannot_be_encoded)
 	struct l3kv_attach_args	 a;
 	struct l3kv_region	 region;
 	struct l3kv_pool	 pool;
-	struct fake		 f;
+	struct ct_conn		 cn;
 	struct l3kv		*k;
 	char			 longname[200];
-	int			 fds = test_fd_count();
 
-	fake_start(&f, script_hello_info);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_hello_info);
 	memset(&a, 0, sizeof(a));
 	memset(&pool, 0, sizeof(pool));
 	memset(&region, 0, sizeof(region));
@@ -1412,9 +1383,7 @@ START_TEST(test_attach_refuses_what_cannot_be_encoded)
 	ck_assert_int_eq(l3kv_attach(k, &a, NULL), -EBADF);
 	ck_assert_str_eq(l3kv_last_error(k), "libl3kv: regions[0].fd: -1 is not an fd");
 	ck_assert_int_eq(l3kv_attach(k, NULL, NULL), -EINVAL);
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ct_close(&cn);
 }
 END_TEST
 
@@ -1462,6 +1431,19 @@ ct_admit_bytes(uint8_t *out, uint64_t request_id, uint32_t n, uint32_t reserved,
 	return 24 + (size_t)n * L3KV_HASH_LEN;
 }
 
+/* The same ADMIT as libl3kv's arguments; every other field 0. */
+static void
+ct_admit_args(struct l3kv_admit_args *a, uint64_t request_id, const uint8_t *hashes, uint32_t n,
+    uint32_t reserved, uint32_t slot)
+{
+	memset(a, 0, sizeof(*a));
+	a->request_id = request_id;
+	a->hashes = hashes;
+	a->npages = n;
+	a->reserved_pages = reserved;
+	a->state_slot = slot;
+}
+
 /*
  * Reads the next request: it must be of type, without flags, and carry
  * exactly the n bytes of want.
@@ -1482,14 +1464,28 @@ fake_expect_bytes(int fd, unsigned type, const void *want, size_t n, struct prot
 	return rc;
 }
 
+/* Expects an ADMIT of the 3 pages ct_hashes() makes, byte for byte, and answers it with ar. */
+static int
+fake_admit(int fd, uint64_t request_id, uint32_t reserved, uint32_t slot,
+    const struct proto_admit_reply *ar)
+{
+	struct proto_hdr	h;
+	uint8_t			want[24 + 3 * L3KV_HASH_LEN];
+	size_t			n;
+
+	n = ct_admit_bytes(want, request_id, 3, reserved, slot);
+	if (fake_expect_bytes(fd, PROTO_T_ADMIT, want, n, &h) != 0)
+		return -1;
+	return fake_reply(fd, &h, 0, ar, sizeof(*ar));
+}
+
 static int
 script_probe_admit(int fd)
 {
 	struct proto_probe_reply	pr;
 	struct proto_admit_reply	ar;
 	struct proto_hdr		h;
-	uint8_t				want[24 + 3 * L3KV_HASH_LEN], *p, stops[12];
-	size_t				n;
+	uint8_t				want[8 + 3 * L3KV_HASH_LEN], *p, stops[12];
 
 	/* PROBE of 3 pages: npages, pool 0 (no ATTACH: the default), flags, hashes. */
 	p = ct_le(want, 3, 4);
@@ -1512,26 +1508,20 @@ script_probe_admit(int fd)
 	if (fake_reply(fd, &h, 0, stops, sizeof(stops)) != 0)
 		return 4;
 
-	n = ct_admit_bytes(want, CT_REQ_ID, 3, 2, 5);
-	if (fake_expect_bytes(fd, PROTO_T_ADMIT, want, n, &h) != 0)
-		return 5;
 	memset(&ar, 0, sizeof(ar));
 	ar.lease = CT_LEASE;
 	ar.admitted_pages = 2;
 	ar.ttl_ms = 1234;
 	ar.group_hit = 3;
-	if (fake_reply(fd, &h, 0, &ar, sizeof(ar)) != 0)
-		return 6;
+	if (fake_admit(fd, CT_REQ_ID, 2, 5, &ar) != 0)
+		return 5;
 	/* The next is declined: a successful reply all the same. */
-	n = ct_admit_bytes(want, CT_REQ_ID + 1, 3, 0, UINT32_MAX);
-	if (fake_expect_bytes(fd, PROTO_T_ADMIT, want, n, &h) != 0)
-		return 7;
 	memset(&ar, 0, sizeof(ar));
 	ar.decline = PROTO_DECLINE_NO_RESERVATION;
 	ar.ttl_ms = 1234;
 	ar.group_hit = 3;
-	if (fake_reply(fd, &h, 0, &ar, sizeof(ar)) != 0)
-		return 8;
+	if (fake_admit(fd, CT_REQ_ID + 1, 0, UINT32_MAX, &ar) != 0)
+		return 6;
 	return fake_drain(fd);
 }
 
@@ -1539,26 +1529,19 @@ START_TEST(test_probe_and_admit_encode_and_decode_exactly)
 {
 	struct l3kv_admit_result r;
 	struct l3kv_admit_args	 a;
-	struct fake		 f;
+	struct ct_conn		 cn;
 	struct l3kv		*k;
 	uint8_t			 hashes[3 * L3KV_HASH_LEN];
 	uint32_t		 hit = 99;
-	int			 fds = test_fd_count();
 
 	ct_hashes(hashes, 3);
-	fake_start(&f, script_probe_admit);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_probe_admit);
 	ck_assert_int_eq(l3kv_probe(k, hashes, 3, &hit), 0);
 	ck_assert_uint_eq(hit, 2);
 	ck_assert_int_eq(l3kv_probe(k, hashes, 3, &hit), 0);
 	ck_assert_uint_eq(hit, 1);
 
-	memset(&a, 0, sizeof(a));
-	a.request_id = CT_REQ_ID;
-	a.hashes = hashes;
-	a.npages = 3;
-	a.reserved_pages = 2;
-	a.state_slot = 5;
+	ct_admit_args(&a, CT_REQ_ID, hashes, 3, 2, 5);
 	ck_assert_int_eq(l3kv_admit(k, &a, &r), 0);
 	ck_assert_uint_eq(r.lease, CT_LEASE);
 	ck_assert_uint_eq(r.admitted_pages, 2);
@@ -1576,9 +1559,7 @@ START_TEST(test_probe_and_admit_encode_and_decode_exactly)
 	ck_assert_uint_eq(r.group_hit, 3);
 	ck_assert_int_eq(l3kv_last_status(k), 0);
 	ck_assert_str_eq(l3kv_last_error(k), "");
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ct_close(&cn);
 }
 END_TEST
 
@@ -1639,13 +1620,11 @@ script_restore_cancel_release(int fd)
 START_TEST(test_restore_cancel_release_encode_and_decode_exactly)
 {
 	struct l3kv_restore_result	 r;
-	struct fake			 f;
+	struct ct_conn			 cn;
 	struct l3kv			*k;
 	uint32_t			 dst[3] = { 7, 3, 0xfffffffe }, landed = 99;
-	int				 fds = test_fd_count();
 
-	fake_start(&f, script_restore_cancel_release);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_restore_cancel_release);
 	ck_assert_int_eq(l3kv_restore(k, CT_LEASE, 0x0102, dst, 3, 0, &r), 0);
 	ck_assert_uint_eq(r.pages, 2);
 	ck_assert_int_eq(r.partial, 1);
@@ -1661,9 +1640,7 @@ START_TEST(test_restore_cancel_release_encode_and_decode_exactly)
 	ck_assert_int_eq(l3kv_release(k, CT_LEASE), -EBUSY);
 	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BUSY);
 	ck_assert_int_eq(l3kv_release(k, CT_LEASE), 0);
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ct_close(&cn);
 }
 END_TEST
 
@@ -1724,18 +1701,16 @@ START_TEST(test_publish_and_debug_encode_and_decode_exactly)
 {
 	struct l3kv_publish_result	 r;
 	struct l3kv_publish_page	 pages[2];
-	struct fake			 f;
+	struct ct_conn			 cn;
 	struct l3kv			*k;
 	uint8_t				 hashes[2 * L3KV_HASH_LEN];
-	int				 fds = test_fd_count();
 
 	ct_hashes(hashes, 2);
 	memcpy(pages[0].hash, hashes, L3KV_HASH_LEN);
 	pages[0].src_page = 9;
 	memcpy(pages[1].hash, hashes + L3KV_HASH_LEN, L3KV_HASH_LEN);
 	pages[1].src_page = 0x01020304;
-	fake_start(&f, script_publish_debug);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_publish_debug);
 	ck_assert_int_eq(l3kv_publish(k, 2, pages, 2, &r), 0);
 	ck_assert_uint_eq(r.stored, 1);
 	ck_assert_uint_eq(r.present, 1);
@@ -1747,9 +1722,7 @@ START_TEST(test_publish_and_debug_encode_and_decode_exactly)
 	ck_assert_int_eq(l3kv_debug(k, L3KV_DEBUG_CORRUPT, 1, pages[1].hash), 0);
 	ck_assert_int_eq(l3kv_debug(k, L3KV_DEBUG_CORRUPT, 1, pages[1].hash), -EISCONN);
 	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_STATE);
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ct_close(&cn);
 }
 END_TEST
 
@@ -1762,19 +1735,12 @@ script_probe_pool(int fd)
 	struct proto_probe		 p;
 	struct proto_hdr		 h;
 	uint8_t				*pay;
-	int				 fds[PROTO_FDS_MAX], nfds, i;
+	int				 rc;
 
-	if (fake_read_frame(fd, &h, &pay, fds, &nfds) != 0 || h.type != PROTO_T_ATTACH) {
-		free(pay);
-		return 1;
-	}
-	for (i = 0; i < nfds; i++)
-		close(fds[i]);
-	free(pay);
 	memset(&ar, 0, sizeof(ar));
 	strcpy(ar.ns, "decode/tiny-0");
-	if (fake_reply(fd, &h, 0, &ar, sizeof(ar)) != 0)
-		return 2;
+	if ((rc = fake_attach(fd, NULL, &ar)) != 0)
+		return rc;
 	if (fake_read_frame(fd, &h, &pay, NULL, NULL) != 0 || h.type != PROTO_T_PROBE ||
 	    h.length != sizeof(p) + L3KV_HASH_LEN) {
 		free(pay);
@@ -1795,11 +1761,10 @@ START_TEST(test_probe_asks_about_the_pool_admit_uses)
 {
 	struct ct_engine	 e;
 	struct l3kv_pool	 kv;
-	struct fake		 f;
+	struct ct_conn		 cn;
 	struct l3kv		*k;
 	uint8_t			 hash[L3KV_HASH_LEN];
 	uint32_t		 hit = 0;
-	int			 fds = test_fd_count();
 
 	ct_engine_init(&e);
 	kv = e.pools[0];
@@ -1808,15 +1773,12 @@ START_TEST(test_probe_asks_about_the_pool_admit_uses)
 	e.regions[0].pool = 1;
 	e.regions[1].pool = 0;
 	ct_hashes(hash, 1);
-	fake_start(&f, script_probe_pool);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_probe_pool);
 	ck_assert_int_eq(l3kv_attach(k, &e.args, NULL), 0);
 	ck_assert_int_eq(l3kv_probe(k, hash, 1, &hit), 0);
 	ck_assert_uint_eq(hit, 1);
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
+	ct_close(&cn);
 	close(e.mfd);
-	ck_assert_int_eq(test_fd_count(), fds);
 }
 END_TEST
 
@@ -1859,24 +1821,18 @@ START_TEST(test_cache_submits_complete_out_of_order)
 	struct l3kv_publish_page	 page;
 	struct l3kv_admit_args		 a;
 	struct l3kv_completion		 c[4];
-	struct fake			 f;
+	struct ct_conn			 cn;
 	struct l3kv			*k;
 	uint64_t			 ta, tr, tp, tc;
 	uint32_t			 dst[2] = { 0, 1 }, landed;
 	uint8_t				 hashes[2 * L3KV_HASH_LEN];
-	int				 fds = test_fd_count(), i;
+	int				 i;
 
 	ct_hashes(hashes, 2);
-	memset(&a, 0, sizeof(a));
-	a.request_id = CT_REQ_ID;
-	a.hashes = hashes;
-	a.npages = 2;
-	a.reserved_pages = 2;
-	a.state_slot = L3KV_SLOT_NONE;
+	ct_admit_args(&a, CT_REQ_ID, hashes, 2, 2, L3KV_SLOT_NONE);
 	memcpy(page.hash, hashes, L3KV_HASH_LEN);
 	page.src_page = 4;
-	fake_start(&f, script_cache_reverse);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_cache_reverse);
 	ck_assert_int_eq(l3kv_submit_admit(k, &a, &ta), 0);
 	ck_assert_int_eq(l3kv_submit_restore(k, 9, 0, dst, 2, &tr), 0);
 	ck_assert_int_eq(l3kv_submit_publish(k, 0, &page, 1, &tp), 0);
@@ -1923,9 +1879,7 @@ START_TEST(test_cache_submits_complete_out_of_order)
 	for (i = 0; i < 4; i++)
 		l3kv_completion_release(&c[i]);
 	ck_assert_int_eq(l3kv_poll_completion(k, &c[0]), -EAGAIN);
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ct_close(&cn);
 }
 END_TEST
 
@@ -1960,13 +1914,12 @@ START_TEST(test_cache_calls_refuse_what_cannot_be_encoded)
 	struct l3kv_publish_page	*pages;
 	struct l3kv_admit_result	 ar;
 	struct l3kv_admit_args		 a;
-	struct fake			 f;
+	struct ct_conn			 cn;
 	struct l3kv			*k;
 	uint8_t				*hashes;
 	uint32_t			 hit, dst = 0, publish_over;
 	uint64_t			 t = 99;
 	char				*json;
-	int				 fds = test_fd_count();
 
 	/* Enough for the largest ADMIT that fits, and a PUBLISH that does not. */
 	publish_over = ((1U << 20) - 8) / 40 + 1;
@@ -1974,16 +1927,13 @@ START_TEST(test_cache_calls_refuse_what_cannot_be_encoded)
 	pages = calloc(publish_over, sizeof(*pages));
 	ck_assert_ptr_nonnull(hashes);
 	ck_assert_ptr_nonnull(pages);
-	fake_start(&f, script_largest_admit);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	k = ct_open(&cn, script_largest_admit);
 
 	/* More pages than a request may carry, whatever max_frame says. */
 	ck_assert_int_eq(l3kv_probe(k, hashes, L3KV_PAGES_MAX + 1, &hit), -EMSGSIZE);
 	ck_assert_str_eq(l3kv_last_error(k),
 	    "libl3kv: PROBE of 65537 pages is over the 65536 one request may carry");
-	memset(&a, 0, sizeof(a));
-	a.hashes = hashes;
-	a.npages = L3KV_PAGES_MAX + 1;
+	ct_admit_args(&a, 0, hashes, L3KV_PAGES_MAX + 1, 0, 0);
 	ck_assert_int_eq(l3kv_admit(k, &a, &ar), -EMSGSIZE);
 	ck_assert_int_eq(l3kv_submit_admit(k, &a, &t), -EMSGSIZE);
 	ck_assert_uint_eq(t, 0);
@@ -2027,11 +1977,9 @@ START_TEST(test_cache_calls_refuse_what_cannot_be_encoded)
 	ck_assert_int_eq(ar.decline, L3KV_DECLINE_NO_HIT);
 	ck_assert_int_eq(l3kv_stats(k, &json), 0);
 	l3kv_free(json);
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
+	ct_close(&cn);
 	free(pages);
 	free(hashes);
-	ck_assert_int_eq(test_fd_count(), fds);
 }
 END_TEST
 
@@ -2051,35 +1999,26 @@ START_TEST(test_admit_and_restore_take_their_own_timeout)
 	struct l3kv_restore_result	 rr;
 	struct l3kv_admit_result	 ar;
 	struct l3kv_admit_args		 a;
-	struct fake			 f;
+	struct ct_conn			 cn;
 	struct l3kv			*k;
 	uint8_t				 hash[L3KV_HASH_LEN];
 	uint32_t			 dst = 0;
-	int				 fds = test_fd_count();
-	int64_t				 t0, dt;
+	int64_t				 t0;
 
 	ct_hashes(hash, 1);
-	memset(&a, 0, sizeof(a));
-	a.hashes = hash;
-	a.npages = 1;
-	a.reserved_pages = 1;
+	ct_admit_args(&a, 0, hash, 1, 1, 0);
 	a.timeout_ms = 100;
-	fake_start(&f, script_silent_cache);
-	ck_assert_int_eq(l3kv_connect(f.sock, 5000, &k), 0);
+	k = ct_open(&cn, script_silent_cache);
+	/* A default longer than either call's timeout: it must not be the one waited. */
+	ck_assert_int_eq(l3kv_set_timeout(k, 5000), 0);
 	t0 = ct_now_ms();
 	ck_assert_int_eq(l3kv_admit(k, &a, &ar), -ETIMEDOUT);
-	dt = ct_now_ms() - t0;
-	ck_assert_int_ge(dt, 95);
-	ck_assert_int_lt(dt, 1000);
+	ct_assert_took(t0, 95, 1000);
 	ck_assert_str_eq(l3kv_last_error(k), "libl3kv: no reply to ADMIT within the timeout");
 	t0 = ct_now_ms();
 	ck_assert_int_eq(l3kv_restore(k, 1, 0, &dst, 1, 100, &rr), -ETIMEDOUT);
-	dt = ct_now_ms() - t0;
-	ck_assert_int_ge(dt, 95);
-	ck_assert_int_lt(dt, 1000);
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ct_assert_took(t0, 95, 1000);
+	ct_close(&cn);
 }
 END_TEST
 
@@ -2100,23 +2039,17 @@ START_TEST(test_cache_reply_of_the_wrong_length_is_eproto)
 {
 	struct l3kv_admit_result	 ar;
 	struct l3kv_admit_args		 a;
-	struct fake			 f;
+	struct ct_conn			 cn;
 	struct l3kv			*k;
 	uint8_t				 hash[L3KV_HASH_LEN];
-	int				 fds = test_fd_count();
 
 	ct_hashes(hash, 1);
-	memset(&a, 0, sizeof(a));
-	a.hashes = hash;
-	a.npages = 1;
-	fake_start(&f, script_short_admit_reply);
-	ck_assert_int_eq(l3kv_connect(f.sock, 2000, &k), 0);
+	ct_admit_args(&a, 0, hash, 1, 0, 0);
+	k = ct_open(&cn, script_short_admit_reply);
 	ck_assert_int_eq(l3kv_admit(k, &a, &ar), -EPROTO);
 	ck_assert_str_eq(l3kv_last_error(k), "libl3kv: ADMIT reply of 23 bytes");
 	ck_assert_int_eq(l3kv_release(k, 1), -ENOTCONN);
-	l3kv_close(k);
-	ck_assert_int_eq(fake_stop(&f), 0);
-	ck_assert_int_eq(test_fd_count(), fds);
+	ct_close(&cn);
 }
 END_TEST
 
