@@ -333,7 +333,12 @@ l3kv_break(struct l3kv *k, int err, unsigned proto_status, const char *msg)
 	l3kv_update(k);
 }
 
-/* Breaks the connection for a reply that cannot be parsed. */
+/*
+ * Breaks the connection for a reply that cannot be parsed. The text is
+ * the last error too: a reply found bad only once its call has its
+ * payload (a PROBE's stop points, an ATTACH's namespace) completes no
+ * request that would carry it there.
+ */
 __attribute__((format(printf, 2, 3)))
 static int
 l3kv_bad_reply(struct l3kv *k, const char *fmt, ...)
@@ -344,6 +349,7 @@ l3kv_bad_reply(struct l3kv *k, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	l3kv_seterr(k, "%s", msg);
 	l3kv_break(k, -EPROTO, 0, msg);
 	return -EPROTO;
 }

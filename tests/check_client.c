@@ -2053,6 +2053,55 @@ START_TEST(test_cache_reply_of_the_wrong_length_is_eproto)
 }
 END_TEST
 
+/* Two PROBEs answered with 2 stop points announced and 1 sent: 12 bytes, a whole u32 short. */
+static int
+script_probe_stops_short(int fd)
+{
+	struct proto_probe_reply	pr;
+	struct proto_hdr		h;
+	uint8_t				reply[sizeof(pr) + 4];
+	int				i;
+
+	memset(&pr, 0, sizeof(pr));
+	pr.hit_pages = 1;
+	pr.nstops = 2;
+	memcpy(reply, &pr, sizeof(pr));
+	ct_le(reply + sizeof(pr), 1, 4);
+	for (i = 0; i < 2; i++)
+		if (fake_expect(fd, PROTO_T_PROBE, &h) != 0 ||
+		    fake_reply(fd, &h, 0, reply, sizeof(reply)) != 0)
+			return 1;
+	return fake_drain(fd);
+}
+
+START_TEST(test_probe_reply_short_of_its_stop_points_is_refused_and_says_why)
+{
+	struct l3kv_completion	 c;
+	struct ct_conn		 cn;
+	struct l3kv		*k;
+	uint8_t			 hash[L3KV_HASH_LEN];
+	uint64_t		 t;
+	uint32_t		 hit = 99;
+
+	ct_hashes(hash, 1);
+	k = ct_open(&cn, script_probe_stops_short);
+	/* Its length suits a PROBE reply: the completion is a success that does not decode. */
+	ck_assert_int_eq(l3kv_submit_probe(k, hash, 1, &t), 0);
+	ck_assert_int_eq(ct_next(k, &c, 2000), 0);
+	ck_assert_int_eq(c.status, 0);
+	ck_assert_int_eq(l3kv_probe_result(&c, &hit), -EINVAL);
+	ck_assert_uint_eq(hit, 0);
+	l3kv_completion_release(&c);
+	/* Waited for, it breaks the connection. */
+	hit = 99;
+	ck_assert_int_eq(l3kv_probe(k, hash, 1, &hit), -EPROTO);
+	ck_assert_uint_eq(hit, 0);
+	ck_assert_str_eq(l3kv_last_error(k), "libl3kv: PROBE reply of 12 bytes with 2 stop points");
+	ck_assert_int_eq(l3kv_probe(k, hash, 1, &hit), -ENOTCONN);
+	ct_close(&cn);
+}
+END_TEST
+
 Suite *
 suite_client(void)
 {
@@ -2095,6 +2144,7 @@ suite_client(void)
 	tcase_add_test(tc, test_cache_calls_refuse_what_cannot_be_encoded);
 	tcase_add_test(tc, test_admit_and_restore_take_their_own_timeout);
 	tcase_add_test(tc, test_cache_reply_of_the_wrong_length_is_eproto);
+	tcase_add_test(tc, test_probe_reply_short_of_its_stop_points_is_refused_and_says_why);
 	suite_add_tcase(s, tc);
 	return s;
 }
