@@ -119,6 +119,22 @@ ctl_table_clear(struct ctl_table *t)
 	t->n = 0;
 }
 
+static int	ctl_flatten(struct ctl_table *, const char *, json_t *);
+
+/* Flattens child, named key under prefix. */
+static int
+ctl_flatten_child(struct ctl_table *t, const char *prefix, const char *key, json_t *child)
+{
+	char	*name;
+	int	 rc;
+
+	if (asprintf(&name, "%s%s%s", prefix, *prefix ? "." : "", key) < 0)
+		return -ENOMEM;
+	rc = ctl_flatten(t, name, child);
+	free(name);
+	return rc;
+}
+
 /*
  * Flattens v under the dotted name prefix: objects by key, arrays by
  * index, so that "groups": [{"id": "a"}] becomes groups.0.id.
@@ -128,28 +144,20 @@ ctl_flatten(struct ctl_table *t, const char *prefix, json_t *v)
 {
 	const char	*key;
 	json_t		*child;
-	char		*name;
+	char		 index[24];
 	size_t		 i;
-	int		 rc = 0;
+	int		 rc;
 
 	if (json_is_object(v) && json_object_size(v) > 0) {
-		json_object_foreach(v, key, child) {
-			if (asprintf(&name, "%s%s%s", prefix, *prefix ? "." : "", key) < 0)
-				return -ENOMEM;
-			rc = ctl_flatten(t, name, child);
-			free(name);
-			if (rc != 0)
+		json_object_foreach(v, key, child)
+			if ((rc = ctl_flatten_child(t, prefix, key, child)) != 0)
 				return rc;
-		}
 		return 0;
 	}
 	if (json_is_array(v) && json_array_size(v) > 0) {
 		json_array_foreach(v, i, child) {
-			if (asprintf(&name, "%s%s%zu", prefix, *prefix ? "." : "", i) < 0)
-				return -ENOMEM;
-			rc = ctl_flatten(t, name, child);
-			free(name);
-			if (rc != 0)
+			snprintf(index, sizeof(index), "%zu", i);
+			if ((rc = ctl_flatten_child(t, prefix, index, child)) != 0)
 				return rc;
 		}
 		return 0;

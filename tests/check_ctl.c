@@ -72,6 +72,16 @@ ctl_run(const char *args, char **out, char **err)
 	return WEXITSTATUS(rc);
 }
 
+/* ctl_run() against the test's daemon: `l3kvctl -s SOCKET CMD`. */
+static int
+ctl_run_here(const char *cmd, char **out, char **err)
+{
+	char	args[PATH_MAX + 64];
+
+	ck_assert_int_lt(snprintf(args, sizeof(args), "-s %s %s", td.sock, cmd), (int)sizeof(args));
+	return ctl_run(args, out, err);
+}
+
 static json_t *
 ctl_json(const char *text)
 {
@@ -84,11 +94,10 @@ ctl_json(const char *text)
 
 START_TEST(test_health_prints_the_daemons_document)
 {
-	char	args[PATH_MAX + 16], *out, *err;
+	char	*out, *err;
 	json_t	*j;
 
-	snprintf(args, sizeof(args), "-s %s health", td.sock);
-	ck_assert_int_eq(ctl_run(args, &out, &err), 0);
+	ck_assert_int_eq(ctl_run_here("health", &out, &err), 0);
 	j = ctl_json(out);
 	ck_assert_str_eq(json_string_value(json_object_get(j, "status")), "ok");
 	ck_assert_str_eq(json_string_value(json_object_get(j, "role")), "decode");
@@ -134,13 +143,34 @@ START_TEST(test_stats_json_and_table_agree)
 }
 END_TEST
 
+/* Arrays (the groups attached) become one row per element's counter, named by index. */
+START_TEST(test_stats_table_names_array_elements_by_index)
+{
+	static const struct test_rank_kv	kv = { "ctl-test", "latent:64:fp8_e4m3",
+						    L3KV_ATTN_MLA, 4, 16, 2, 64 };
+	struct test_rank			r;
+	char					*out, *err, *groups;
+
+	test_rank_init(&r, &kv, "ctl-group", 1, 0);
+	test_rank_attach(&r, td.sock);
+	ck_assert_int_eq(ctl_run_here("stats -H", &out, &err), 0);
+	ck_assert_str_eq(err, "");
+	groups = strstr(out, "\ngroups\n");
+	ck_assert_msg(groups != NULL, "no groups section: %s", out);
+	ck_assert_msg(strstr(groups, "\ngroups\n  0.id        ctl-group\n  0.size      1\n"
+	    "  0.attached  1\n") != NULL, "groups: %s", groups);
+	test_rank_fini(&r);
+	free(out);
+	free(err);
+}
+END_TEST
+
 START_TEST(test_version_names_client_and_server)
 {
-	char	args[PATH_MAX + 16], *out, *err;
+	char	*out, *err;
 	json_t	*j;
 
-	snprintf(args, sizeof(args), "-s %s version", td.sock);
-	ck_assert_int_eq(ctl_run(args, &out, &err), 0);
+	ck_assert_int_eq(ctl_run_here("version", &out, &err), 0);
 	j = ctl_json(out);
 	ck_assert(json_is_string(json_object_get(json_object_get(j, "client"), "version")));
 	ck_assert(json_is_object(json_object_get(j, "server")));
@@ -204,6 +234,7 @@ suite_ctl(void)
 	tcase_set_timeout(tc, 20);
 	tcase_add_test(tc, test_health_prints_the_daemons_document);
 	tcase_add_test(tc, test_stats_json_and_table_agree);
+	tcase_add_test(tc, test_stats_table_names_array_elements_by_index);
 	tcase_add_test(tc, test_version_names_client_and_server);
 	tcase_add_test(tc, test_no_daemon_is_exit_1_with_a_reason);
 	tcase_add_test(tc, test_bad_usage_is_exit_2);
