@@ -66,8 +66,11 @@ ctl_value_text(const json_t *v)
 			return NULL;
 		return s;
 	case JSON_NULL:
-		/* a section the daemon does not have: a tier that is off */
-		return strdup("off");
+		return strdup("null");
+	case JSON_OBJECT:
+	case JSON_ARRAY:
+		/* only empty ones get here: ctl_flatten() descends into the rest */
+		return strdup("(none)");
 	default:
 		return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
 	}
@@ -177,9 +180,17 @@ ctl_table_print(const struct ctl_table *t, const char *indent)
 		printf("%s%-*s  %s\n", indent, (int)w, t->rows[i].name, t->rows[i].value);
 }
 
+/* A top-level member that prints as a group: an object, an array, or null (off). */
+static int
+ctl_is_section(const json_t *v)
+{
+	return json_is_object(v) || json_is_array(v) || json_is_null(v);
+}
+
 /*
  * The table for people: top-level scalars first, then one group per
- * top-level object or array, its counters named relative to it.
+ * top-level object, array or null section (in the daemon's order), its
+ * counters named relative to it.
  */
 static int
 ctl_print_table(json_t *doc)
@@ -192,7 +203,7 @@ ctl_print_table(json_t *doc)
 	if (!json_is_object(doc))
 		return ctl_print_json(doc);
 	json_object_foreach(doc, key, v) {
-		if (json_is_object(v) || json_is_array(v))
+		if (ctl_is_section(v))
 			continue;
 		if ((rc = ctl_table_add(&t, key, v)) != 0)
 			goto out;
@@ -201,9 +212,14 @@ ctl_print_table(json_t *doc)
 	groups = t.n > 0;
 	ctl_table_clear(&t);
 	json_object_foreach(doc, key, v) {
-		if (!json_is_object(v) && !json_is_array(v))
+		if (!ctl_is_section(v))
 			continue;
 		printf("%s%s\n", groups++ ? "\n" : "", key);
+		if (json_is_null(v)) {
+			/* a section the daemon does not have: a tier that is off */
+			printf("  off\n");
+			continue;
+		}
 		if ((json_is_object(v) ? json_object_size(v) : json_array_size(v)) == 0) {
 			printf("  (none)\n");
 			continue;
