@@ -28,26 +28,12 @@
 #define SLOTS		4
 #define SLOT_BYTES	4096
 
-static struct test_daemon	td;
-static int			fds_before;
+/* Each engine rank (struct test_rank): an MLA page_first KV memfd, then a slot region. */
+static const struct test_rank_kv	kv = { "test-model", "latent:576:fp8_e4m3", L3KV_ATTN_MLA,
+    PAGES, PAGE_TOKENS, LAYERS, TOKEN_BYTES };
 
-static void
-setup(void)
-{
-	fds_before = test_fd_count();
-	ck_assert_int_eq(test_daemon_start(&td, NULL), 0);
-}
-
-static void
-teardown(void)
-{
-	int	st;
-
-	test_daemon_stop(&td, SIGTERM, &st);
-	ck_assert(WIFEXITED(st));
-	ck_assert_int_eq(WEXITSTATUS(st), 0);
-	ck_assert_int_eq(test_fd_count(), fds_before);
-}
+/* The text of a host region refused next to GPU memory. */
+#define MIXED	"host (memfd) memory cannot be mixed with GPU memory or CUDA events"
 
 static int
 memfd(size_t size, unsigned flags)
@@ -59,61 +45,20 @@ memfd(size_t size, unsigned flags)
 	return fd;
 }
 
-/* An engine rank's memory and arguments: a page_first KV region and a slot region. */
-struct engine {
-	struct l3kv_pool	pools[2];
-	struct l3kv_region	regions[2];
-	struct l3kv_attach_args	args;
-	uint32_t		live[2];
-	int			kv_fd;
-	int			slot_fd;
-};
-
+/*
+ * Rank `rank` of a group of `size` ranks that are all TP 1 (they differ
+ * in group_rank alone), namespace seed 7; state slots 0 and 2 are live.
+ */
 static void
-engine_init(struct engine *e, const char *group, unsigned size, unsigned rank)
+engine_init(struct test_rank *e, const char *group, unsigned size, unsigned rank)
 {
-	uint64_t	page = (uint64_t)PAGE_TOKENS * LAYERS * TOKEN_BYTES;
-
-	memset(e, 0, sizeof(*e));
-	e->kv_fd = memfd(PAGES * page, MFD_ALLOW_SEALING);
-	e->slot_fd = memfd(SLOTS * SLOT_BYTES, MFD_ALLOW_SEALING);
-	e->pools[0] = (struct l3kv_pool){ "kv", L3KV_POOL_KV, L3KV_HIT_ALL_PAGES, 0, LAYERS,
-	    page, "latent:576:fp8_e4m3" };
-	e->pools[1] = (struct l3kv_pool){ "state", L3KV_POOL_STATE, L3KV_HIT_ALL_PAGES, 0, 1,
-	    SLOT_BYTES, "conv:4096" };
-	e->regions[0] = (struct l3kv_region){ .pool = 0, .kind = L3KV_MEM_MEMFD,
-	    .layout = L3KV_LAYOUT_PAGE_FIRST, .fd = e->kv_fd, .offset = 0, .size = PAGES * page,
-	    .num_pages = PAGES, .page_tokens = PAGE_TOKENS, .layers = LAYERS,
-	    .token_bytes = TOKEN_BYTES, .page_stride = page, .layer_stride = TOKEN_BYTES,
-	    .token_stride = (uint64_t)LAYERS * TOKEN_BYTES };
-	e->regions[1] = (struct l3kv_region){ .pool = 1, .kind = L3KV_MEM_MEMFD,
-	    .layout = L3KV_LAYOUT_SLOTS, .fd = e->slot_fd, .offset = 0,
-	    .size = SLOTS * SLOT_BYTES, .num_pages = SLOTS, .page_tokens = 1, .layers = 1,
-	    .token_bytes = SLOT_BYTES, .page_stride = SLOT_BYTES };
-	e->live[0] = 0;
+	test_rank_init(e, &kv, group, size, rank);
+	test_rank_add_state(e, SLOTS, SLOT_BYTES, "conv:4096");
 	e->live[1] = 2;
-	e->args.layout = (struct l3kv_layout){ .model = "test-model", .kv_dtype = "fp8_e4m3",
-	    .hash_scheme = "sha256", .hash_len = 32, .tp_size = 1, .dcp_size = 1, .pp_size = 1,
-	    .cp_size = 1, .host_layout = L3KV_LAYOUT_PAGE_FIRST, .attention = L3KV_ATTN_MLA,
-	    .page_tokens = PAGE_TOKENS, .logical_page_tokens = PAGE_TOKENS, .seed = 7 };
-	e->args.pools = e->pools;
-	e->args.npools = 2;
-	e->args.regions = e->regions;
-	e->args.nregions = 2;
-	e->args.live_slots = e->live;
 	e->args.nlive = 2;
-	e->args.group = group;
-	e->args.group_size = size;
-	e->args.group_rank = rank;
-	e->args.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
-	e->args.write = L3KV_WRITE_THROUGH;
-}
-
-static void
-engine_fini(struct engine *e)
-{
-	close(e->kv_fd);
-	close(e->slot_fd);
+	e->args.layout.tp_size = 1;
+	e->args.tp_rank = 0;
+	e->args.layout.seed = 7;
 }
 
 static struct l3kv *
@@ -121,15 +66,8 @@ client(void)
 {
 	struct l3kv	*k = NULL;
 
-	ck_assert_int_eq(l3kv_connect(td.sock, 5000, &k), 0);
+	ck_assert_int_eq(l3kv_connect(test_td.sock, 5000, &k), 0);
 	return k;
-}
-
-/* The daemon's STATS document, parsed. */
-static json_t *
-stats(void)
-{
-	return test_stats(td.sock);
 }
 
 static json_int_t
@@ -145,7 +83,7 @@ stat_int(json_t *j, const char *section, const char *key)
 static char *
 state_of_daemon(void)
 {
-	json_t	*j = stats(), *keep;
+	json_t	*j = test_td_stats(), *keep;
 	char	*out;
 
 	keep = json_pack("{s:O, s:O, s:O, s:I}", "namespaces", json_object_get(j, "namespaces"),
@@ -157,12 +95,48 @@ state_of_daemon(void)
 	return out;
 }
 
+/* The daemon is still as state_of_daemon() said it was (before, which is freed). */
+static void
+assert_state_is(char *before)
+{
+	char	*after = state_of_daemon();
+
+	ck_assert_str_eq(before, after);
+	free(before);
+	free(after);
+}
+
+/* STATS with the test's one session attached (n = 1) or none (n = 0). */
+static void
+assert_sessions(int n)
+{
+	json_t	*j = test_td_stats();
+
+	ck_assert_int_eq(stat_int(j, "attach", "sessions"), n);
+	ck_assert_int_eq(stat_int(j, "memory", "regions_mapped"), 2 * n);
+	ck_assert_int_eq(stat_int(j, "memory", "region_bytes_mapped") > 0, n > 0);
+	ck_assert_uint_eq(json_array_size(json_object_get(j, "namespaces")), n);
+	ck_assert_uint_eq(json_array_size(json_object_get(j, "groups")), n);
+	json_decref(j);
+}
+
+/* ATTACH of e on k is refused with status (and its errno), with want (unless NULL) in its text. */
+static void
+assert_refused(struct l3kv *k, const struct test_rank *e, unsigned status, const char *want)
+{
+	ck_assert_int_eq(l3kv_attach(k, &e->args, NULL), proto_status_errno(status));
+	ck_assert_msg(l3kv_last_status(k) == (int)status, "status %s, want %s",
+	    proto_status_name((unsigned)l3kv_last_status(k)), proto_status_name(status));
+	if (want != NULL)
+		ck_assert_msg(strstr(l3kv_last_error(k), want) != NULL, "no \"%s\" in \"%s\"", want,
+		    l3kv_last_error(k));
+}
+
 START_TEST(test_attach_and_detach_map_and_unmap_memory)
 {
 	struct l3kv_attach_info	 info;
-	struct engine		 e;
+	struct test_rank	 e;
 	struct l3kv		*k = client();
-	json_t			*j;
 	char			 want[64];
 
 	engine_init(&e, "g-attach", 1, 0);
@@ -174,91 +148,67 @@ START_TEST(test_attach_and_detach_map_and_unmap_memory)
 	    info.fingerprint[1]);
 	ck_assert_msg(strncmp(info.ns, want, strlen(want)) == 0, "ns %s", info.ns);
 	ck_assert_uint_eq(strlen(info.ns), strlen("decode/test-model-") + 32);
-
-	j = stats();
-	ck_assert_int_eq(stat_int(j, "memory", "regions_mapped"), 2);
-	ck_assert_int_eq(stat_int(j, "attach", "sessions"), 1);
-	ck_assert_uint_eq(json_array_size(json_object_get(j, "namespaces")), 1);
-	ck_assert_uint_eq(json_array_size(json_object_get(j, "groups")), 1);
-	json_decref(j);
-
+	assert_sessions(1);
 	ck_assert_int_eq(l3kv_detach(k), 0);
-	j = stats();
-	ck_assert_int_eq(stat_int(j, "memory", "regions_mapped"), 0);
-	ck_assert_int_eq(stat_int(j, "memory", "region_bytes_mapped"), 0);
-	ck_assert_int_eq(stat_int(j, "attach", "sessions"), 0);
-	ck_assert_uint_eq(json_array_size(json_object_get(j, "namespaces")), 0);
-	ck_assert_uint_eq(json_array_size(json_object_get(j, "groups")), 0);
-	json_decref(j);
+	assert_sessions(0);
 
 	/* Detach twice: a state error, and the connection still works. */
 	ck_assert_int_lt(l3kv_detach(k), 0);
 	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_STATE);
 	ck_assert_int_eq(l3kv_attach(k, &e.args, NULL), 0);
-	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
-	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_STATE);
+	assert_refused(k, &e, PROTO_S_STATE, NULL);
 	l3kv_close(k);
-	engine_fini(&e);
+	test_rank_fini(&e);
 }
 END_TEST
 
 START_TEST(test_dcp_guard_refuses_best_effort_with_nothing_changed)
 {
-	struct engine	 e;
-	struct l3kv	*k = client(), *other = client();
-	char		*before, *after;
-	json_t		*j;
+	struct test_rank	 e;
+	struct l3kv		*k = client(), *other = client();
+	char			*before;
 
 	engine_init(&e, "g-other", 1, 0);
 	ck_assert_int_eq(l3kv_attach(other, &e.args, NULL), 0);
-	engine_fini(&e);
+	test_rank_fini(&e);
 
 	engine_init(&e, "g-dcp", 2, 0);
 	e.args.layout.dcp_size = 2;
 	e.args.prefetch = L3KV_PREFETCH_BEST_EFFORT;
 	before = state_of_daemon();
-	ck_assert_int_eq(l3kv_attach(k, &e.args, NULL), -EPERM);
-	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_GUARD);
-	ck_assert_ptr_nonnull(strstr(l3kv_last_error(k), "wait_complete"));
-	after = state_of_daemon();
-	ck_assert_str_eq(before, after);
-	j = stats();
-	ck_assert_int_eq(stat_int(j, "attach", "guards_refused"), 1);
-	json_decref(j);
+	assert_refused(k, &e, PROTO_S_GUARD, "wait_complete");
+	assert_state_is(before);
+	ck_assert_int_eq(test_td_stat("attach", "guards_refused"), 1);
 
 	/* The same rank with wait_complete is accepted: the refusal left nothing behind. */
 	e.args.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
 	ck_assert_int_eq(l3kv_attach(k, &e.args, NULL), 0);
-	free(before);
-	free(after);
 	l3kv_close(k);
 	l3kv_close(other);
-	engine_fini(&e);
+	test_rank_fini(&e);
 }
 END_TEST
 
 START_TEST(test_dcp_guard_refuses_offload_and_non_mla)
 {
-	struct engine	 e;
-	struct l3kv	*k = client();
+	struct test_rank	 e;
+	struct l3kv		*k = client();
 
 	engine_init(&e, "g-dcp", 2, 1);
 	e.args.layout.dcp_size = 2;
 	e.args.layout.dcp_rank = 1;
 	e.args.write = L3KV_WRITE_OFFLOAD;
-	ck_assert_int_eq(l3kv_attach(k, &e.args, NULL), -EPERM);
-	ck_assert_ptr_nonnull(strstr(l3kv_last_error(k), "offload"));
+	assert_refused(k, &e, PROTO_S_GUARD, "offload");
 	e.args.write = L3KV_WRITE_THROUGH;
 	e.args.layout.attention = L3KV_ATTN_MHA;
-	ck_assert_int_eq(l3kv_attach(k, &e.args, NULL), -EPERM);
-	ck_assert_ptr_nonnull(strstr(l3kv_last_error(k), "MLA"));
+	assert_refused(k, &e, PROTO_S_GUARD, "MLA");
 	l3kv_close(k);
-	engine_fini(&e);
+	test_rank_fini(&e);
 }
 END_TEST
 
 static void
-fingerprint_of(struct engine *e, uint8_t out[16])
+fingerprint_of(const struct test_rank *e, uint8_t out[16])
 {
 	struct l3kv_attach_info	 info;
 	struct l3kv		*k = client();
@@ -270,8 +220,8 @@ fingerprint_of(struct engine *e, uint8_t out[16])
 
 START_TEST(test_fingerprint_is_stable_and_changes_with_the_layout)
 {
-	struct engine	e;
-	uint8_t		a[16], b[16], c[16];
+	struct test_rank	e;
+	uint8_t			a[16], b[16], c[16];
 
 	engine_init(&e, "g-fp", 1, 0);
 	fingerprint_of(&e, a);
@@ -288,14 +238,14 @@ START_TEST(test_fingerprint_is_stable_and_changes_with_the_layout)
 	e.args.layout.hash_len = 8;
 	fingerprint_of(&e, c);
 	ck_assert(memcmp(a, c, 16) != 0);
-	engine_fini(&e);
+	test_rank_fini(&e);
 }
 END_TEST
 
 START_TEST(test_group_ranks_must_agree)
 {
 	struct l3kv_attach_info	 info;
-	struct engine		 e0, e1;
+	struct test_rank	 e0, e1;
 	struct l3kv		*k0 = client(), *k1 = client(), *k2 = client();
 
 	engine_init(&e0, "g-pair", 2, 0);
@@ -303,17 +253,14 @@ START_TEST(test_group_ranks_must_agree)
 	ck_assert_int_eq(l3kv_attach(k0, &e0.args, &info), 0);
 	ck_assert_uint_eq(info.group_members, 1);
 	/* The same rank twice. */
-	ck_assert_int_lt(l3kv_attach(k1, &e0.args, NULL), 0);
-	ck_assert_int_eq(l3kv_last_status(k1), PROTO_S_GROUP_MISMATCH);
+	assert_refused(k1, &e0, PROTO_S_GROUP_MISMATCH, NULL);
 	/* Another size. */
 	e1.args.group_size = 3;
-	ck_assert_int_lt(l3kv_attach(k1, &e1.args, NULL), 0);
-	ck_assert_int_eq(l3kv_last_status(k1), PROTO_S_GROUP_MISMATCH);
+	assert_refused(k1, &e1, PROTO_S_GROUP_MISMATCH, NULL);
 	/* Another policy. */
 	e1.args.group_size = 2;
 	e1.args.write = L3KV_WRITE_BACK;
-	ck_assert_int_lt(l3kv_attach(k1, &e1.args, NULL), 0);
-	ck_assert_int_eq(l3kv_last_status(k1), PROTO_S_GROUP_MISMATCH);
+	assert_refused(k1, &e1, PROTO_S_GROUP_MISMATCH, NULL);
 	e1.args.write = L3KV_WRITE_THROUGH;
 	ck_assert_int_eq(l3kv_attach(k1, &e1.args, &info), 0);
 	ck_assert_uint_eq(info.group_members, 2);
@@ -324,69 +271,58 @@ START_TEST(test_group_ranks_must_agree)
 	ck_assert_uint_eq(info.group_members, 2);
 	l3kv_close(k1);
 	l3kv_close(k2);
-	engine_fini(&e0);
-	engine_fini(&e1);
+	test_rank_fini(&e0);
+	test_rank_fini(&e1);
 }
 END_TEST
 
 START_TEST(test_bad_registrations_are_refused_with_nothing_mapped)
 {
-	struct engine	 e;
-	struct l3kv	*k = client();
-	char		*before, *after, path[64];
-	int		 plain, ro;
+	struct test_rank	 e;
+	struct l3kv		*k = client();
+	char			*before, path[64];
+	int			 plain, ro;
 
 	engine_init(&e, "g-bad", 1, 0);
 	before = state_of_daemon();
 
 	/* Memory smaller than the geometry. */
-	ck_assert_int_eq(ftruncate(e.kv_fd, 4096), 0);
-	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
-	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BAD_REGION);
-	ck_assert_ptr_nonnull(strstr(l3kv_last_error(k), "regions[0]"));
-	ck_assert_int_eq(ftruncate(e.kv_fd, (off_t)e.regions[0].size), 0);
+	ck_assert_int_eq(ftruncate(e.fd[TEST_RANK_KV], 4096), 0);
+	assert_refused(k, &e, PROTO_S_BAD_REGION, "regions[0]");
+	ck_assert_int_eq(ftruncate(e.fd[TEST_RANK_KV], (off_t)e.regions[0].size), 0);
 
 	/* A memfd that cannot be sealed against shrinking. */
 	plain = memfd(e.regions[1].size, 0);
 	e.regions[1].fd = plain;
-	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
-	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BAD_REGION);
-	ck_assert_ptr_nonnull(strstr(l3kv_last_error(k), "MFD_ALLOW_SEALING"));
+	assert_refused(k, &e, PROTO_S_BAD_REGION, "MFD_ALLOW_SEALING");
 	close(plain);
 
 	/* A read-only fd. */
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", e.slot_fd);
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", e.fd[TEST_RANK_STATE]);
 	ro = open(path, O_RDONLY | O_CLOEXEC);
 	ck_assert_int_ge(ro, 0);
 	e.regions[1].fd = ro;
-	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
-	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BAD_REGION);
+	assert_refused(k, &e, PROTO_S_BAD_REGION, NULL);
 	close(ro);
-	e.regions[1].fd = e.slot_fd;
+	e.regions[1].fd = e.fd[TEST_RANK_STATE];
 
 	/* A live slot outside the slot region, and one listed twice. */
 	e.live[1] = SLOTS;
-	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
-	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BAD_REGION);
+	assert_refused(k, &e, PROTO_S_BAD_REGION, NULL);
 	e.live[1] = 0;
-	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
-	ck_assert_ptr_nonnull(strstr(l3kv_last_error(k), "twice"));
+	assert_refused(k, &e, PROTO_S_BAD_REGION, "twice");
 	e.live[1] = 2;
 
 	/* Geometry that overflows: refused by the protocol check. */
 	e.regions[0].page_stride = UINT64_MAX / 2;
-	ck_assert_int_eq(l3kv_attach(k, &e.args, NULL), -EINVAL);
-	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_INVALID);
+	assert_refused(k, &e, PROTO_S_INVALID, NULL);
 	e.regions[0].page_stride = (uint64_t)PAGE_TOKENS * LAYERS * TOKEN_BYTES;
 
-	after = state_of_daemon();
-	ck_assert_str_eq(before, after);
+	assert_state_is(before);
 	/* And the corrected registration is accepted on the same connection. */
 	ck_assert_int_eq(l3kv_attach(k, &e.args, NULL), 0);
-	free(before);
-	free(after);
 	l3kv_close(k);
-	engine_fini(&e);
+	test_rank_fini(&e);
 }
 END_TEST
 
@@ -398,9 +334,9 @@ END_TEST
 START_TEST(test_gpu_memory_is_refused_cleanly_without_a_gpu)
 {
 	struct l3kv_server_info	 si;
-	struct engine		 e;
+	struct test_rank	 e;
 	struct l3kv		*k = client();
-	char			*before, *after;
+	char			*before;
 	int			 gpu;
 
 	engine_init(&e, "g-gpu", 1, 0);
@@ -412,124 +348,82 @@ START_TEST(test_gpu_memory_is_refused_cleanly_without_a_gpu)
 	e.regions[1].kind = L3KV_MEM_CUDA_IPC;
 	memset(e.regions[0].handle, 0x5a, sizeof(e.regions[0].handle));
 	memset(e.regions[1].handle, 0xa5, sizeof(e.regions[1].handle));
-	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
-	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BAD_REGION);
-	ck_assert_ptr_nonnull(strstr(l3kv_last_error(k), "regions[0]"));
-	if (!gpu)
-		ck_assert_msg(strstr(l3kv_last_error(k), "cuda_ipc memory needs the cuda copy engine, "
-		    "and this daemon has none (no GPU)") != NULL, "%s", l3kv_last_error(k));
+	assert_refused(k, &e, PROTO_S_BAD_REGION, gpu ? "regions[0]" : "regions[0]: cuda_ipc memory "
+	    "needs the cuda copy engine, and this daemon has none (no GPU)");
 
 	/* A cuMem fd (here a memfd: no GPU could import it either). */
 	e.regions[0].kind = L3KV_MEM_CUMEM_FD;
 	e.regions[1].kind = L3KV_MEM_CUMEM_FD;
-	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
-	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BAD_REGION);
-	if (!gpu)
-		ck_assert_msg(strstr(l3kv_last_error(k), "regions[0]: cumem_fd memory needs the cuda "
-		    "copy engine") != NULL, "%s", l3kv_last_error(k));
+	assert_refused(k, &e, PROTO_S_BAD_REGION, gpu ? NULL :
+	    "regions[0]: cumem_fd memory needs the cuda copy engine");
 
 	/* Host and GPU memory in one session. */
 	e.regions[0].kind = L3KV_MEM_MEMFD;
 	e.regions[1].kind = L3KV_MEM_CUDA_IPC;
-	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
-	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BAD_REGION);
-	ck_assert_msg(strstr(l3kv_last_error(k), "regions[1]: host (memfd) memory cannot be mixed "
-	    "with GPU memory or CUDA events") != NULL, "%s", l3kv_last_error(k));
+	assert_refused(k, &e, PROTO_S_BAD_REGION, "regions[1]: " MIXED);
 
 	/* A CUDA IPC event: not with host memory, and not without a GPU. */
 	e.regions[1] = (struct l3kv_region){ .kind = L3KV_MEM_CUDA_EVENT, .fd = -1 };
 	e.args.nlive = 0;	/* no slot region any more */
 	memset(e.regions[1].handle, 0x77, sizeof(e.regions[1].handle));
-	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
-	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BAD_REGION);
-	ck_assert_msg(strstr(l3kv_last_error(k), "regions[1]: host (memfd) memory cannot be mixed "
-	    "with GPU memory or CUDA events") != NULL, "%s", l3kv_last_error(k));
+	assert_refused(k, &e, PROTO_S_BAD_REGION, "regions[1]: " MIXED);
 	e.regions[0].kind = L3KV_MEM_CUDA_IPC;
-	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
-	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BAD_REGION);
-	if (!gpu)
-		ck_assert_msg(strstr(l3kv_last_error(k), "regions[0]: cuda_ipc memory needs the cuda "
-		    "copy engine") != NULL, "%s", l3kv_last_error(k));
+	assert_refused(k, &e, PROTO_S_BAD_REGION, gpu ? NULL :
+	    "regions[0]: cuda_ipc memory needs the cuda copy engine");
 	e.regions[0] = e.regions[1];
 	e.args.nregions = 1;
-	ck_assert_int_lt(l3kv_attach(k, &e.args, NULL), 0);
-	ck_assert_int_eq(l3kv_last_status(k), PROTO_S_BAD_REGION);
-	if (!gpu)
-		ck_assert_msg(strstr(l3kv_last_error(k), "regions[0]: a CUDA IPC event needs the cuda "
-		    "copy engine, and this daemon has none") != NULL, "%s", l3kv_last_error(k));
-	engine_fini(&e);
+	assert_refused(k, &e, PROTO_S_BAD_REGION, gpu ? NULL :
+	    "regions[0]: a CUDA IPC event needs the cuda copy engine, and this daemon has none");
+	test_rank_fini(&e);
 	engine_init(&e, "g-gpu", 1, 0);
 
-	after = state_of_daemon();
-	ck_assert_str_eq(before, after);
+	assert_state_is(before);
 	/* The memfd registration is accepted on the same connection. */
 	e.regions[1].kind = L3KV_MEM_MEMFD;
 	ck_assert_int_eq(l3kv_attach(k, &e.args, NULL), 0);
-	free(before);
-	free(after);
 	l3kv_close(k);
-	engine_fini(&e);
+	test_rank_fini(&e);
 }
 END_TEST
 
 START_TEST(test_configured_model_refuses_other_models)
 {
-	struct engine	 e;
-	struct l3kv	*k;
-	int		 st;
+	struct test_rank	 e;
+	struct l3kv		*k;
 
-	test_daemon_stop(&td, SIGTERM, &st);
-	ck_assert_int_eq(test_daemon_start(&td, "{\"model\": \"kimi-linear\"}"), 0);
+	test_td_restart("{\"model\": \"kimi-linear\"}");
 	k = client();
 	engine_init(&e, "g-model", 1, 0);
-	ck_assert_int_eq(l3kv_attach(k, &e.args, NULL), -EINVAL);
-	ck_assert_ptr_nonnull(strstr(l3kv_last_error(k), "kimi-linear"));
+	assert_refused(k, &e, PROTO_S_INVALID, "kimi-linear");
 	e.args.layout.model = "kimi-linear";
 	ck_assert_int_eq(l3kv_attach(k, &e.args, NULL), 0);
 	l3kv_close(k);
-	engine_fini(&e);
+	test_rank_fini(&e);
 }
 END_TEST
 
 /* An engine killed without DETACH: its session and mappings go. */
 START_TEST(test_killed_engine_releases_its_session)
 {
-	struct engine	 e;
-	struct l3kv	*k;
-	json_t		*j;
-	pid_t		 pid;
-	int		 st, i;
+	struct test_rank	 e;
+	struct l3kv		*k;
+	pid_t			 pid;
+	int			 st;
 
 	engine_init(&e, "g-kill", 1, 0);
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
-		if (l3kv_connect(td.sock, 5000, &k) != 0 || l3kv_attach(k, &e.args, NULL) != 0)
+		if (l3kv_connect(test_td.sock, 5000, &k) != 0 || l3kv_attach(k, &e.args, NULL) != 0)
 			_exit(1);
 		pause();
 		_exit(0);
 	}
-	for (i = 0; i < 200; i++) {
-		j = stats();
-		st = (int)stat_int(j, "attach", "sessions");
-		json_decref(j);
-		if (st == 1)
-			break;
-		usleep(10000);
-	}
-	ck_assert_int_eq(st, 1);
+	ck_assert_int_eq(test_td_stat_wait("attach", "sessions", 1), 1);
 	kill(pid, SIGKILL);
 	waitpid(pid, &st, 0);
-	for (i = 0; i < 200; i++) {
-		j = stats();
-		st = (int)stat_int(j, "memory", "regions_mapped");
-		json_decref(j);
-		if (st == 0)
-			break;
-		usleep(10000);
-	}
-	ck_assert_int_eq(st, 0);
-	engine_fini(&e);
+	ck_assert_int_eq(test_td_stat_wait("memory", "regions_mapped", 0), 0);
+	test_rank_fini(&e);
 }
 END_TEST
 
@@ -545,7 +439,7 @@ START_TEST(test_200_concurrent_clients_are_served)
 	int			 done[CLIENTS] = { 0 }, ndone = 0, i, rc;
 
 	for (i = 0; i < CLIENTS; i++) {
-		ck_assert_int_eq(l3kv_connect(td.sock, 5000, &k[i]), 0);
+		ck_assert_int_eq(l3kv_connect(test_td.sock, 5000, &k[i]), 0);
 		ck_assert_int_eq(l3kv_submit_health(k[i], &ticket[i]), 0);
 	}
 	while (ndone < CLIENTS) {
@@ -578,10 +472,8 @@ Suite *
 suite_attach(void)
 {
 	Suite	*s = suite_create("attach");
-	TCase	*tc = tcase_create("attach");
+	TCase	*tc = test_tcase(s, "attach", 30, test_td_setup, test_td_teardown);
 
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_attach_and_detach_map_and_unmap_memory);
 	tcase_add_test(tc, test_dcp_guard_refuses_best_effort_with_nothing_changed);
 	tcase_add_test(tc, test_dcp_guard_refuses_offload_and_non_mla);
@@ -592,6 +484,5 @@ suite_attach(void)
 	tcase_add_test(tc, test_configured_model_refuses_other_models);
 	tcase_add_test(tc, test_killed_engine_releases_its_session);
 	tcase_add_test(tc, test_200_concurrent_clients_are_served);
-	suite_add_tcase(s, tc);
 	return s;
 }

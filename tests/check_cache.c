@@ -28,64 +28,40 @@
 #define PAGE_BYTES	(PAGE_TOKENS * LAYERS * TOKEN_BYTES)
 #define KV_REGION	TEST_RANK_KV
 
-static struct test_daemon	td;
-static int			fds_before;
-
 /* Each engine rank: an MLA layout, a page_first KV memfd (struct test_rank). */
 static const struct test_rank_kv	kv = { "cache-test", "latent:64:fp8_e4m3", L3KV_ATTN_MLA,
     PAGES, PAGE_TOKENS, LAYERS, TOKEN_BYTES };
 
 static void
-start(const char *extra)
-{
-	fds_before = test_fd_count();
-	ck_assert_int_eq(test_daemon_start(&td, extra), 0);
-}
-
-static void
 setup(void)
 {
-	start("{\"testing\": {\"debug_ops\": true}, \"tiers\": {\"dram\": {\"size\": \"8 MiB\"}}}");
-}
-
-static json_t *
-stats(void)
-{
-	return test_stats(td.sock);
-}
-
-static long long
-stat_of(const char *section, const char *key)
-{
-	return test_stat(td.sock, section, key);
-}
-
-static long long
-stat_wait(const char *section, const char *key, long long want)
-{
-	return test_stat_wait(td.sock, section, key, want);
+	test_td_setup_with("{\"testing\": {\"debug_ops\": true}, \"tiers\": {\"dram\": {\"size\": "
+	    "\"8 MiB\"}}}");
 }
 
 static void
 teardown(void)
 {
-	int	st;
-
 	/* Nothing held once every engine is gone. */
-	ck_assert_int_eq(stat_wait("cache", "leases_open", 0), 0);
-	ck_assert_int_eq(stat_wait("dram", "pins", 0), 0);
-	ck_assert_int_eq(stat_of("dram", "pinned_objects"), 0);
-	ck_assert_int_eq(stat_of("dram", "writing"), 0);
-	test_daemon_stop(&td, SIGTERM, &st);
-	ck_assert(WIFEXITED(st));
-	ck_assert_int_eq(WEXITSTATUS(st), 0);
-	ck_assert_int_eq(test_fd_count(), fds_before);
+	ck_assert_int_eq(test_td_stat_wait("cache", "leases_open", 0), 0);
+	ck_assert_int_eq(test_td_stat_wait("dram", "pins", 0), 0);
+	ck_assert_int_eq(test_td_stat("dram", "pinned_objects"), 0);
+	ck_assert_int_eq(test_td_stat("dram", "writing"), 0);
+	test_td_teardown();
 }
 
 static void
 rank_attach(struct test_rank *r)
 {
-	test_rank_attach(r, td.sock);
+	test_rank_attach(r, test_td.sock);
+}
+
+/* A rank alone in group g1, attached. */
+static void
+solo_attach(struct test_rank *r)
+{
+	test_rank_init(r, &kv, "g1", 1, 0);
+	rank_attach(r);
 }
 
 /*
@@ -128,8 +104,7 @@ START_TEST(test_publish_then_restore_lands_the_exact_bytes)
 	struct test_rank		r;
 	uint32_t			i;
 
-	test_rank_init(&r, &kv, "g1", 1, 0);
-	rank_attach(&r);
+	solo_attach(&r);
 	publish_prefix(&r, 1, 8, 0, 8);
 	ck_assert_uint_eq(probe(&r, 1, 12), 8);
 	a = admit(&r, 100, 1, 12, 12);
@@ -146,8 +121,8 @@ START_TEST(test_publish_then_restore_lands_the_exact_bytes)
 		ck_assert_msg(page_is(&r, 32 + i, 1, i), "page %u", i);
 	ck_assert(test_rank_is_sentinel(&r, KV_REGION, 32 + 8, 8));
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
-	ck_assert_int_eq(stat_of("cache", "pages_restored"), 8);
-	ck_assert_int_eq(stat_of("cache", "restores_ready"), 1);
+	ck_assert_int_eq(test_td_stat("cache", "pages_restored"), 8);
+	ck_assert_int_eq(test_td_stat("cache", "restores_ready"), 1);
 	test_rank_fini(&r);
 }
 END_TEST
@@ -157,15 +132,14 @@ START_TEST(test_promise_never_exceeds_the_reservation)
 	struct l3kv_admit_result	a;
 	struct test_rank		r;
 
-	test_rank_init(&r, &kv, "g1", 1, 0);
-	rank_attach(&r);
+	solo_attach(&r);
 	publish_prefix(&r, 2, 10, 0, 10);
 	a = admit(&r, 1, 2, 10, 3);
 	ck_assert_uint_eq(a.admitted_pages, 3);
 	ck_assert_uint_eq(a.group_hit, 10);
-	ck_assert_int_eq(stat_of("dram", "pins"), 3);
+	ck_assert_int_eq(test_td_stat("dram", "pins"), 3);
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
-	ck_assert_int_eq(stat_of("dram", "pins"), 0);
+	ck_assert_int_eq(test_td_stat("dram", "pins"), 0);
 
 	/* A declined admission promises 0 and holds nothing; it is not an error. */
 	a = admit(&r, 2, 2, 10, 0);
@@ -175,8 +149,8 @@ START_TEST(test_promise_never_exceeds_the_reservation)
 	a = admit(&r, 3, 99, 4, 4);
 	ck_assert_uint_eq(a.admitted_pages, 0);
 	ck_assert_int_eq(a.decline, L3KV_DECLINE_NO_HIT);
-	ck_assert_int_eq(stat_of("dram", "pins"), 0);
-	ck_assert_int_eq(stat_of("cache", "leases_open"), 0);
+	ck_assert_int_eq(test_td_stat("dram", "pins"), 0);
+	ck_assert_int_eq(test_td_stat("cache", "leases_open"), 0);
 	test_rank_fini(&r);
 }
 END_TEST
@@ -185,7 +159,7 @@ END_TEST
 static char *
 state_without_probe_counters(void)
 {
-	json_t	*j = stats();
+	json_t	*j = test_td_stats();
 	char	*out;
 
 	json_object_del(json_object_get(j, "cache"), "probes");
@@ -204,15 +178,14 @@ START_TEST(test_probe_changes_nothing)
 	char			*before, *after;
 	int			 i;
 
-	test_rank_init(&r, &kv, "g1", 1, 0);
-	rank_attach(&r);
+	solo_attach(&r);
 	publish_prefix(&r, 3, 6, 0, 6);
 	before = state_without_probe_counters();
 	for (i = 0; i < 5; i++)
 		ck_assert_uint_eq(probe(&r, 3, 10), 6);
 	after = state_without_probe_counters();
 	ck_assert_str_eq(before, after);
-	ck_assert_int_eq(stat_of("cache", "probes"), 5);
+	ck_assert_int_eq(test_td_stat("cache", "probes"), 5);
 	free(before);
 	free(after);
 	test_rank_fini(&r);
@@ -226,15 +199,14 @@ START_TEST(test_eviction_pressure_never_evicts_a_leased_object)
 	struct test_rank		r;
 	uint32_t			p, i;
 
-	test_rank_init(&r, &kv, "g1", 1, 0);
-	rank_attach(&r);
+	solo_attach(&r);
 	publish_prefix(&r, 4, 16, 0, 16);
 	a = admit(&r, 1, 4, 16, 16);
 	ck_assert_uint_eq(a.admitted_pages, 16);
 	/* 8 MiB of 2 KiB objects is 4096: publish three times that. */
 	for (p = 0; p < 200; p++)
 		publish_prefix(&r, 1000 + p, 60, 0, 60);
-	ck_assert_int_gt(stat_of("dram", "evictions"), 0);
+	ck_assert_int_gt(test_td_stat("dram", "evictions"), 0);
 	ck_assert_uint_eq(probe(&r, 4, 16), 16);
 	test_rank_sentinel(&r, KV_REGION, 40, 16);
 	ck_assert_int_eq(test_rank_restore(&r, a.lease, 40, 16, &res), 0);
@@ -254,8 +226,7 @@ lost_after_admit(unsigned op)
 	struct test_rank		r;
 	uint8_t				h[L3KV_HASH_LEN];
 
-	test_rank_init(&r, &kv, "g1", 1, 0);
-	rank_attach(&r);
+	solo_attach(&r);
 	publish_prefix(&r, 5, 8, 0, 8);
 	a = admit(&r, 1, 5, 8, 8);
 	ck_assert_uint_eq(a.admitted_pages, 8);
@@ -266,8 +237,8 @@ lost_after_admit(unsigned op)
 	ck_assert_int_eq(l3kv_last_status(r.k), PROTO_S_LOST);
 	/* Never a shorter success; pages from the bad one on are untouched. */
 	ck_assert(test_rank_is_sentinel(&r, KV_REGION, 20 + 5, 3));
-	ck_assert_int_eq(stat_of("cache", "restores_ready"), 0);
-	ck_assert_int_eq(stat_of("cache", "pages_restored"), 0);
+	ck_assert_int_eq(test_td_stat("cache", "restores_ready"), 0);
+	ck_assert_int_eq(test_td_stat("cache", "pages_restored"), 0);
 	/* The bad object is gone from the index. */
 	ck_assert_uint_eq(probe(&r, 5, 8), 5);
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
@@ -277,14 +248,14 @@ lost_after_admit(unsigned op)
 START_TEST(test_object_corrupted_after_admit_fails_the_restore)
 {
 	lost_after_admit(L3KV_DEBUG_CORRUPT);
-	ck_assert_int_eq(stat_of("cache", "objects_lost"), 1);
+	ck_assert_int_eq(test_td_stat("cache", "objects_lost"), 1);
 }
 END_TEST
 
 START_TEST(test_object_deleted_after_admit_fails_the_restore)
 {
 	lost_after_admit(L3KV_DEBUG_DROP);
-	ck_assert_int_eq(stat_of("cache", "objects_lost"), 1);
+	ck_assert_int_eq(test_td_stat("cache", "objects_lost"), 1);
 }
 END_TEST
 
@@ -296,8 +267,7 @@ START_TEST(test_out_of_bounds_destination_is_refused_with_nothing_written)
 	struct test_rank		r;
 	uint32_t			dst[4] = { 1, 2, PAGES, 3 }, i;
 
-	test_rank_init(&r, &kv, "g1", 1, 0);
-	rank_attach(&r);
+	solo_attach(&r);
 	publish_prefix(&r, 7, 4, 0, 4);
 	a = admit(&r, 1, 7, 4, 4);
 	test_rank_sentinel(&r, KV_REGION, 0, PAGES);
@@ -333,12 +303,11 @@ START_TEST(test_duplicate_publish_is_present_not_rewritten)
 {
 	struct test_rank	r;
 
-	test_rank_init(&r, &kv, "g1", 1, 0);
-	rank_attach(&r);
+	solo_attach(&r);
 	publish_prefix(&r, 8, 6, 0, 6);
 	publish_prefix(&r, 8, 10, 0, 4);	/* 6 present, 4 new */
-	ck_assert_int_eq(stat_of("dram", "objects"), 10);
-	ck_assert_int_eq(stat_of("cache", "pages_present"), 6);
+	ck_assert_int_eq(test_td_stat("dram", "objects"), 10);
+	ck_assert_int_eq(test_td_stat("cache", "pages_present"), 6);
 	test_rank_fini(&r);
 }
 END_TEST
@@ -350,8 +319,7 @@ START_TEST(test_publish_with_bad_source_indices_stores_nothing)
 	struct test_rank		r;
 	uint32_t			i;
 
-	test_rank_init(&r, &kv, "g1", 1, 0);
-	rank_attach(&r);
+	solo_attach(&r);
 	for (i = 0; i < 3; i++) {
 		test_page_hash(9, i, pg[i].hash);
 		pg[i].src_page = i;
@@ -361,8 +329,8 @@ START_TEST(test_publish_with_bad_source_indices_stores_nothing)
 	ck_assert_int_eq(l3kv_last_status(r.k), PROTO_S_OUT_OF_BOUNDS);
 	ck_assert_ptr_nonnull(strstr(l3kv_last_error(r.k), "source 2"));
 	ck_assert_uint_eq(probe(&r, 9, 3), 0);
-	ck_assert_int_eq(stat_of("dram", "objects"), 0);
-	ck_assert_int_eq(stat_of("cache", "publishes_failed"), 1);
+	ck_assert_int_eq(test_td_stat("dram", "objects"), 0);
+	ck_assert_int_eq(test_td_stat("cache", "publishes_failed"), 1);
 	test_rank_fini(&r);
 }
 END_TEST
@@ -391,8 +359,7 @@ START_TEST(test_publish_without_space_stores_nothing)
 	uint32_t			p, n = 0, i;
 	int				rc = 0;
 
-	test_rank_init(&r, &kv, "g1", 1, 0);
-	rank_attach(&r);
+	solo_attach(&r);
 	/* Fill the 8 MiB tier with leased (pinned) prefixes until a publish fails. */
 	for (p = 0; p < 100; p++) {
 		if ((rc = try_publish(&r, 2000 + p)) != 0)
@@ -406,8 +373,8 @@ START_TEST(test_publish_without_space_stores_nothing)
 	ck_assert_uint_gt(n, 10);
 	/* The failed publish left nothing visible and nothing half-written. */
 	ck_assert_uint_eq(probe(&r, 2000 + p, 60), 0);
-	ck_assert_int_eq(stat_of("dram", "writing"), 0);
-	ck_assert_int_eq(stat_of("dram", "objects"), (long long)n * 60);
+	ck_assert_int_eq(test_td_stat("dram", "writing"), 0);
+	ck_assert_int_eq(test_td_stat("dram", "objects"), (long long)n * 60);
 	for (i = 0; i < n; i++)
 		ck_assert_int_eq(l3kv_release(r.k, leases[i]), 0);
 	/* With the pins gone, eviction makes room again. */
@@ -425,10 +392,8 @@ START_TEST(test_cancel_during_slow_copy_is_answered_after_the_copy)
 	uint32_t			dst[10], i, landed = 0;
 	uint64_t			ticket;
 
-	test_daemon_stop(&td, SIGTERM, NULL);
-	start("{\"testing\": {\"copy_delay_ms\": 100}}");
-	test_rank_init(&r, &kv, "g1", 1, 0);
-	rank_attach(&r);
+	test_td_restart("{\"testing\": {\"copy_delay_ms\": 100}}");
+	solo_attach(&r);
 	publish_prefix(&r, 10, 10, 0, 10);
 	a = admit(&r, 1, 10, 10, 10);
 	for (i = 0; i < 10; i++) {
@@ -452,8 +417,8 @@ START_TEST(test_cancel_during_slow_copy_is_answered_after_the_copy)
 	ck_assert_int_eq(c.status, -ECANCELED);
 	ck_assert_int_eq(l3kv_restore_result(&c, &res), -EINVAL);
 	l3kv_completion_release(&c);
-	ck_assert_int_eq(stat_of("dram", "pins"), 0);
-	ck_assert_int_eq(stat_of("cache", "pages_restored"), 0);
+	ck_assert_int_eq(test_td_stat("dram", "pins"), 0);
+	ck_assert_int_eq(test_td_stat("cache", "pages_restored"), 0);
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
 	test_rank_fini(&r);
 }
@@ -508,8 +473,7 @@ START_TEST(test_engine_killed_mid_restore_leaves_no_pins)
 	pid_t				pid;
 	int				st;
 
-	test_daemon_stop(&td, SIGTERM, NULL);
-	start("{\"testing\": {\"copy_delay_ms\": 100}}");
+	test_td_restart("{\"testing\": {\"copy_delay_ms\": 100}}");
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
@@ -524,7 +488,7 @@ START_TEST(test_engine_killed_mid_restore_leaves_no_pins)
 		pause();
 		_exit(0);
 	}
-	ck_assert_int_eq(stat_wait("dram", "pins", 10), 10);
+	ck_assert_int_eq(test_td_stat_wait("dram", "pins", 10), 10);
 	usleep(150000);		/* the copy is under way */
 	kill(pid, SIGKILL);
 	waitpid(pid, &st, 0);
@@ -533,10 +497,10 @@ START_TEST(test_engine_killed_mid_restore_leaves_no_pins)
 	rank_attach(&other);
 	ck_assert_uint_eq(probe(&other, 30, 10), 10);
 	test_rank_fini(&other);
-	ck_assert_int_eq(stat_wait("dram", "pins", 0), 0);
-	ck_assert_int_eq(stat_wait("cache", "leases_open", 0), 0);
-	ck_assert_int_eq(stat_wait("memory", "regions_mapped", 0), 0);
-	ck_assert_int_eq(stat_of("cache", "pages_restored"), 0);
+	ck_assert_int_eq(test_td_stat_wait("dram", "pins", 0), 0);
+	ck_assert_int_eq(test_td_stat_wait("cache", "leases_open", 0), 0);
+	ck_assert_int_eq(test_td_stat_wait("memory", "regions_mapped", 0), 0);
+	ck_assert_int_eq(test_td_stat("cache", "pages_restored"), 0);
 }
 END_TEST
 
@@ -608,8 +572,7 @@ START_TEST(test_missing_rank_makes_admit_decline_for_all_at_the_deadline)
 	uint32_t			g;
 	uint8_t				*h = test_page_hashes(41, 4);
 
-	test_daemon_stop(&td, SIGTERM, NULL);
-	start("{\"admit\": {\"timeout_ms\": 300}}");
+	test_td_restart("{\"admit\": {\"timeout_ms\": 300}}");
 	for (g = 0; g < GROUP; g++) {
 		test_rank_init(&r[g], &kv, "tp4", GROUP, g);
 		r[g].args.layout.attention = L3KV_ATTN_MHA;
@@ -624,7 +587,7 @@ START_TEST(test_missing_rank_makes_admit_decline_for_all_at_the_deadline)
 		ck_assert_uint_eq(res[g].lease, 0);
 		ck_assert_int_eq(res[g].decline, L3KV_DECLINE_GROUP_TIMEOUT);
 	}
-	ck_assert_int_eq(stat_of("dram", "pins"), 0);
+	ck_assert_int_eq(test_td_stat("dram", "pins"), 0);
 	free(h);
 	for (g = 0; g < GROUP; g++)
 		test_rank_fini(&r[g]);
@@ -637,16 +600,14 @@ START_TEST(test_lease_expires_and_restore_says_expired)
 	struct l3kv_admit_result	a;
 	struct test_rank		r;
 
-	test_daemon_stop(&td, SIGTERM, NULL);
-	start("{\"lease\": {\"ttl_ms\": 200}}");
-	test_rank_init(&r, &kv, "g1", 1, 0);
-	rank_attach(&r);
+	test_td_restart("{\"lease\": {\"ttl_ms\": 200}}");
+	solo_attach(&r);
 	publish_prefix(&r, 50, 4, 0, 4);
 	a = admit(&r, 1, 50, 4, 4);
 	ck_assert_uint_eq(a.ttl_ms, 200);
-	ck_assert_int_eq(stat_of("dram", "pins"), 4);
-	ck_assert_int_eq(stat_wait("cache", "lease_expiries", 1), 1);
-	ck_assert_int_eq(stat_of("dram", "pins"), 0);
+	ck_assert_int_eq(test_td_stat("dram", "pins"), 4);
+	ck_assert_int_eq(test_td_stat_wait("cache", "lease_expiries", 1), 1);
+	ck_assert_int_eq(test_td_stat("dram", "pins"), 0);
 	ck_assert_int_eq(test_rank_restore(&r, a.lease, 10, 4, &res), -ETIME);
 	ck_assert_int_eq(l3kv_last_status(r.k), PROTO_S_EXPIRED);
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
@@ -664,10 +625,8 @@ START_TEST(test_leases_expire_in_admission_order_each_after_its_ttl)
 	struct l3kv_admit_result	a, b, c;
 	struct test_rank		r;
 
-	test_daemon_stop(&td, SIGTERM, NULL);
-	start("{\"lease\": {\"ttl_ms\": 400}}");
-	test_rank_init(&r, &kv, "g1", 1, 0);
-	rank_attach(&r);
+	test_td_restart("{\"lease\": {\"ttl_ms\": 400}}");
+	solo_attach(&r);
 	publish_prefix(&r, 52, 4, 0, 4);
 	publish_prefix(&r, 53, 3, 4, 3);
 	a = admit(&r, 1, 52, 4, 4);
@@ -678,16 +637,16 @@ START_TEST(test_leases_expire_in_admission_order_each_after_its_ttl)
 	ck_assert_int_eq(l3kv_release(r.k, c.lease), 0);
 	b = admit(&r, 3, 53, 3, 3);
 	ck_assert_uint_eq(b.admitted_pages, 3);
-	ck_assert_int_eq(stat_of("dram", "pins"), 7);
-	ck_assert_int_eq(stat_wait("cache", "lease_expiries", 1), 1);
-	ck_assert_int_eq(stat_of("dram", "pins"), 3);	/* a's pins went, b's are held */
-	ck_assert_int_eq(stat_wait("cache", "lease_expiries", 2), 2);
-	ck_assert_int_eq(stat_of("dram", "pins"), 0);
+	ck_assert_int_eq(test_td_stat("dram", "pins"), 7);
+	ck_assert_int_eq(test_td_stat_wait("cache", "lease_expiries", 1), 1);
+	ck_assert_int_eq(test_td_stat("dram", "pins"), 3);	/* a's pins went, b's are held */
+	ck_assert_int_eq(test_td_stat_wait("cache", "lease_expiries", 2), 2);
+	ck_assert_int_eq(test_td_stat("dram", "pins"), 0);
 	ck_assert_int_eq(test_rank_restore(&r, a.lease, 10, 4, &res), -ETIME);
 	ck_assert_int_eq(test_rank_restore(&r, b.lease, 10, 3, &res), -ETIME);
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
 	ck_assert_int_eq(l3kv_release(r.k, b.lease), 0);
-	ck_assert_int_eq(stat_of("cache", "leases_open"), 0);
+	ck_assert_int_eq(test_td_stat("cache", "leases_open"), 0);
 	test_rank_fini(&r);
 }
 END_TEST
@@ -699,8 +658,7 @@ START_TEST(test_best_effort_ends_at_its_deadline_with_whole_pages)
 	struct test_rank		r;
 	uint32_t			i;
 
-	test_daemon_stop(&td, SIGTERM, NULL);
-	start("{\"testing\": {\"copy_delay_ms\": 100}}");
+	test_td_restart("{\"testing\": {\"copy_delay_ms\": 100}}");
 	test_rank_init(&r, &kv, "g1", 1, 0);
 	r.args.prefetch = L3KV_PREFETCH_BEST_EFFORT;
 	r.args.prefetch_timeout_ms = 350;
@@ -716,7 +674,7 @@ START_TEST(test_best_effort_ends_at_its_deadline_with_whole_pages)
 		ck_assert(page_is(&r, 20 + i, 60, i));
 	for (i = res.pages; i < 12; i++)
 		ck_assert(test_rank_is_sentinel(&r, KV_REGION, 20 + i, 1));
-	ck_assert_int_eq(stat_of("cache", "restores_partial"), 1);
+	ck_assert_int_eq(test_td_stat("cache", "restores_partial"), 1);
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
 	test_rank_fini(&r);
 }
@@ -727,10 +685,8 @@ START_TEST(test_debug_is_refused_without_the_testing_knob)
 	struct test_rank	r;
 	uint8_t			h[L3KV_HASH_LEN];
 
-	test_daemon_stop(&td, SIGTERM, NULL);
-	start(NULL);
-	test_rank_init(&r, &kv, "g1", 1, 0);
-	rank_attach(&r);
+	test_td_restart(NULL);
+	solo_attach(&r);
 	publish_prefix(&r, 70, 1, 0, 1);
 	test_page_hash(70, 0, h);
 	ck_assert_int_lt(l3kv_debug(r.k, L3KV_DEBUG_CORRUPT, 0, h), 0);
@@ -782,7 +738,7 @@ START_TEST(test_a_lost_page_on_one_rank_fails_every_rank)
 	ck_assert_int_eq(c.status, -ENODATA);
 	ck_assert_ptr_nonnull(strstr(c.payload, "rank 1"));
 	l3kv_completion_release(&c);
-	ck_assert_int_eq(stat_of("cache", "restores_ready"), 0);
+	ck_assert_int_eq(test_td_stat("cache", "restores_ready"), 0);
 	ck_assert_int_eq(l3kv_release(r[0].k, lease[0]), 0);
 	ck_assert_int_eq(l3kv_release(r[1].k, lease[1]), 0);
 	test_rank_fini(&r[0]);
@@ -805,7 +761,7 @@ START_TEST(test_a_rank_releasing_fails_the_waiting_rank)
 	ck_assert_int_eq(c.status, -ECANCELED);
 	l3kv_completion_release(&c);
 	ck_assert_int_eq(l3kv_release(r[0].k, lease[0]), 0);
-	ck_assert_int_eq(stat_of("dram", "pins"), 0);
+	ck_assert_int_eq(test_td_stat("dram", "pins"), 0);
 	test_rank_fini(&r[0]);
 	test_rank_fini(&r[1]);
 }
@@ -818,8 +774,7 @@ START_TEST(test_release_without_waiting_drops_the_pins)
 	struct test_rank		r;
 	uint64_t			ticket;
 
-	test_rank_init(&r, &kv, "g1", 1, 0);
-	rank_attach(&r);
+	solo_attach(&r);
 	publish_prefix(&r, 90, 5, 0, 5);
 	a = admit(&r, 1, 90, 5, 5);
 	ck_assert_int_eq(l3kv_submit_release(r.k, a.lease, &ticket), 0);
@@ -828,7 +783,7 @@ START_TEST(test_release_without_waiting_drops_the_pins)
 	ck_assert_int_eq(c.status, 0);
 	ck_assert_int_eq(c.op, L3KV_OP_RELEASE);
 	l3kv_completion_release(&c);
-	ck_assert_int_eq(stat_of("dram", "pins"), 0);
+	ck_assert_int_eq(test_td_stat("dram", "pins"), 0);
 	/* The lease is gone: a second release says so. */
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), -ENOENT);
 	test_rank_fini(&r);
@@ -839,10 +794,8 @@ Suite *
 suite_cache(void)
 {
 	Suite	*s = suite_create("cache");
-	TCase	*tc = tcase_create("dram");
+	TCase	*tc = test_tcase(s, "dram", 60, setup, teardown);
 
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_publish_then_restore_lands_the_exact_bytes);
 	tcase_add_test(tc, test_promise_never_exceeds_the_reservation);
 	tcase_add_test(tc, test_probe_changes_nothing);
@@ -865,6 +818,5 @@ suite_cache(void)
 	tcase_add_test(tc, test_a_lost_page_on_one_rank_fails_every_rank);
 	tcase_add_test(tc, test_a_rank_releasing_fails_the_waiting_rank);
 	tcase_add_test(tc, test_release_without_waiting_drops_the_pins);
-	suite_add_tcase(s, tc);
 	return s;
 }

@@ -22,20 +22,26 @@
 #include "proto.h"
 #include "tests.h"
 
-static struct test_daemon	td;
-static int			fds_before;
+/* A socket of type (and SOCK_CLOEXEC) and the address of the path; sun gets it. */
+static int
+raw_socket(int type, const char *path, struct sockaddr_un *sun)
+{
+	int	fd;
+
+	memset(sun, 0, sizeof(*sun));
+	sun->sun_family = AF_UNIX;
+	snprintf(sun->sun_path, sizeof(sun->sun_path), "%s", path);
+	fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(fd, 0);
+	return fd;
+}
 
 static int
 raw_connect(const char *path)
 {
 	struct sockaddr_un	sun;
-	int			fd;
+	int			fd = raw_socket(SOCK_STREAM, path, &sun);
 
-	memset(&sun, 0, sizeof(sun));
-	sun.sun_family = AF_UNIX;
-	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	ck_assert_int_ge(fd, 0);
 	if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
 		close(fd);
 		return -errno;
@@ -117,6 +123,14 @@ raw_reply(int fd, char *buf, size_t len)
 	return h;
 }
 
+/* Sends a frame without payload and reads its reply (into buf, as raw_reply). */
+static struct proto_hdr
+raw_request(int fd, unsigned type, uint64_t seq, char *buf, size_t len)
+{
+	raw_frame(fd, type, seq, NULL, 0);
+	return raw_reply(fd, buf, len);
+}
+
 /* 1 when the daemon closed the connection (EOF within 5 s). */
 static int
 raw_eof(int fd)
@@ -155,186 +169,111 @@ assert_daemon_serves(const char *sock)
 	fd = raw_connect(sock);
 	ck_assert_int_ge(fd, 0);
 	raw_hello(fd);
-	raw_frame(fd, PROTO_T_HEALTH, 2, NULL, 0);
-	h = raw_reply(fd, buf, sizeof(buf));
+	h = raw_request(fd, PROTO_T_HEALTH, 2, buf, sizeof(buf));
 	ck_assert_uint_eq(h.status, PROTO_S_OK);
 	ck_assert_ptr_nonnull(strstr(buf, "\"status\":\"ok\""));
 	close(fd);
 }
 
-static void
-setup(void)
-{
-	fds_before = test_fd_count();
-	ck_assert_int_eq(test_daemon_start(&td, NULL), 0);
-}
+/*
+ * Each malformed frame, answered with its exact status and reply type:
+ * a header (proto_hdr_init's, with magic, version and flags where set)
+ * and a payload of zeros, sent whole or only its first `cut` bytes (then
+ * the write side shut where `shut`), with a /dev/null fd attached where
+ * `fd`, after a HELLO unless `no_hello`.
+ */
+#define HDR	sizeof(struct proto_hdr)
 
-static void
-teardown(void)
-{
-	int	st;
-
-	test_daemon_stop(&td, SIGTERM, &st);
-	ck_assert(WIFEXITED(st));
-	ck_assert_int_eq(WEXITSTATUS(st), 0);
-	ck_assert_int_eq(test_fd_count(), fds_before);
-}
+static const struct {
+	const char	*name;
+	unsigned	 type;
+	uint32_t	 length;
+	uint32_t	 magic;
+	uint16_t	 version;
+	uint16_t	 flags;
+	size_t		 cut;		/* 0: the whole frame */
+	int		 shut;
+	int		 fd;
+	int		 no_hello;
+	unsigned	 status;
+	unsigned	 reply;		/* the reply's type */
+} framing[] = {
+	{ "short header", PROTO_T_HEALTH, 0, .cut = 10, .shut = 1,
+	    .status = PROTO_S_SHORT_HEADER, .reply = PROTO_T_ERROR },
+	{ "bad magic", PROTO_T_HEALTH, 0, .magic = 0x11223344,
+	    .status = PROTO_S_BAD_MAGIC, .reply = PROTO_T_ERROR },
+	{ "wrong version", PROTO_T_HEALTH, 0, .version = 9,
+	    .status = PROTO_S_BAD_VERSION, .reply = PROTO_T_HEALTH },
+	/* Only the header is sent: the daemon must not wait for 4 GiB. */
+	{ "oversize length, refused before allocation", PROTO_T_ATTACH, 0xfffffff0U, .cut = HDR,
+	    .status = PROTO_S_TOO_BIG, .reply = PROTO_T_ATTACH },
+	{ "unknown type", 999, 0, .status = PROTO_S_BAD_TYPE, .reply = PROTO_T_ERROR },
+	{ "reserved type (a number no message has)", 23, 0,
+	    .status = PROTO_S_BAD_TYPE, .reply = PROTO_T_ERROR },
+	{ "wrong payload length", PROTO_T_HEALTH, 4,
+	    .status = PROTO_S_BAD_LENGTH, .reply = PROTO_T_HEALTH },
+	{ "short HELLO", PROTO_T_HELLO, 8, .no_hello = 1,
+	    .status = PROTO_S_BAD_LENGTH, .reply = PROTO_T_HELLO },
+	{ "frame cut mid payload", PROTO_T_HELLO, sizeof(struct proto_hello), .cut = HDR + 10,
+	    .shut = 1, .no_hello = 1, .status = PROTO_S_TRUNCATED, .reply = PROTO_T_HELLO },
+	{ "fds on HEALTH", PROTO_T_HEALTH, 0, .flags = PROTO_F_FDS, .fd = 1,
+	    .status = PROTO_S_UNEXPECTED_FDS, .reply = PROTO_T_HEALTH },
+	{ "unflagged fds", PROTO_T_STATS, 0, .fd = 1,
+	    .status = PROTO_S_UNEXPECTED_FDS, .reply = PROTO_T_STATS },
+	{ "reply flag from a client", PROTO_T_HEALTH, 0, .flags = PROTO_F_REPLY,
+	    .status = PROTO_S_BAD_FLAGS, .reply = PROTO_T_HEALTH },
+};
 
 /*
- * One malformed case: bytes sent (optionally followed by a shutdown of
- * the write side), the exact status and reply type expected, the
+ * One malformed frame: the exact status and reply type, a reason, the
  * connection closed, and a second client, connected before, still served.
  */
-static void
-expect_framing_error(const void *bytes, size_t len, int shut, int sendfd, unsigned want_status,
-    unsigned want_type, int hello_first)
+START_TEST(test_malformed_frame_is_answered_with_its_status_and_closed)
 {
+	uint8_t			bytes[HDR + sizeof(struct proto_hello)] = { 0 };
 	struct proto_hdr	h;
+	const char		*name = framing[_i].name;
 	char			buf[512];
-	int			bad, other;
+	size_t			len = framing[_i].cut;
+	int			bad, other, fd = -1;
 
-	other = raw_connect(td.sock);
+	proto_hdr_init(&h, framing[_i].type, framing[_i].length, 42);
+	if (framing[_i].magic != 0)
+		h.magic = framing[_i].magic;
+	if (framing[_i].version != 0)
+		h.version = framing[_i].version;
+	h.flags = framing[_i].flags;
+	memcpy(bytes, &h, sizeof(h));
+	if (len == 0)
+		len = HDR + framing[_i].length;
+	ck_assert_uint_le(len, sizeof(bytes));
+	if (framing[_i].fd)
+		ck_assert_int_ge(fd = open("/dev/null", O_RDONLY | O_CLOEXEC), 0);
+
+	other = raw_connect(test_td.sock);
 	ck_assert_int_ge(other, 0);
 	raw_hello(other);
-	bad = raw_connect(td.sock);
+	bad = raw_connect(test_td.sock);
 	ck_assert_int_ge(bad, 0);
-	if (hello_first)
+	if (!framing[_i].no_hello)
 		raw_hello(bad);
-	raw_send(bad, bytes, len, sendfd);
-	if (shut)
+	raw_send(bad, bytes, len, fd);
+	if (framing[_i].shut)
 		shutdown(bad, SHUT_WR);
 	h = raw_reply(bad, buf, sizeof(buf));
-	ck_assert_msg(h.status == want_status, "status %s (%s), want %s",
-	    proto_status_name(h.status), buf, proto_status_name(want_status));
-	ck_assert_uint_eq(h.type, want_type);
-	ck_assert_uint_gt(h.length, 0);		/* a reason is always given */
-	ck_assert(raw_eof(bad));
+	ck_assert_msg(h.status == framing[_i].status, "%s: status %s (%s), want %s", name,
+	    proto_status_name(h.status), buf, proto_status_name(framing[_i].status));
+	ck_assert_msg(h.type == framing[_i].reply, "%s: reply type %u", name, h.type);
+	ck_assert_msg(h.length > 0, "%s: no reason given", name);
+	ck_assert_msg(raw_eof(bad), "%s: the connection stayed open", name);
 	close(bad);
+	if (fd >= 0)
+		close(fd);
 
-	raw_frame(other, PROTO_T_HEALTH, 7, NULL, 0);
-	h = raw_reply(other, buf, sizeof(buf));
+	h = raw_request(other, PROTO_T_HEALTH, 7, buf, sizeof(buf));
 	ck_assert_uint_eq(h.status, PROTO_S_OK);
 	ck_assert_uint_eq(h.seq, 7);
 	close(other);
-}
-
-static struct proto_hdr
-good_hdr(unsigned type, uint32_t len)
-{
-	struct proto_hdr	h;
-
-	proto_hdr_init(&h, type, len, 42);
-	return h;
-}
-
-START_TEST(test_short_header_is_answered_short_header)
-{
-	struct proto_hdr h = good_hdr(PROTO_T_HEALTH, 0);
-
-	expect_framing_error(&h, 10, 1, -1, PROTO_S_SHORT_HEADER, PROTO_T_ERROR, 1);
-}
-END_TEST
-
-START_TEST(test_bad_magic_is_answered_bad_magic)
-{
-	struct proto_hdr h = good_hdr(PROTO_T_HEALTH, 0);
-
-	h.magic = 0x11223344;
-	expect_framing_error(&h, sizeof(h), 0, -1, PROTO_S_BAD_MAGIC, PROTO_T_ERROR, 1);
-}
-END_TEST
-
-START_TEST(test_wrong_version_is_answered_bad_version)
-{
-	struct proto_hdr h = good_hdr(PROTO_T_HEALTH, 0);
-
-	h.version = 9;
-	expect_framing_error(&h, sizeof(h), 0, -1, PROTO_S_BAD_VERSION, PROTO_T_HEALTH, 1);
-}
-END_TEST
-
-START_TEST(test_oversize_length_is_refused_before_allocation)
-{
-	struct proto_hdr h = good_hdr(PROTO_T_ATTACH, 0xfffffff0U);
-
-	/* Only the header is sent: the daemon must not wait for 4 GiB. */
-	expect_framing_error(&h, sizeof(h), 0, -1, PROTO_S_TOO_BIG, PROTO_T_ATTACH, 1);
-}
-END_TEST
-
-START_TEST(test_unknown_type_is_answered_bad_type)
-{
-	struct proto_hdr h = good_hdr(999, 0);
-
-	expect_framing_error(&h, sizeof(h), 0, -1, PROTO_S_BAD_TYPE, PROTO_T_ERROR, 1);
-}
-END_TEST
-
-START_TEST(test_reserved_type_is_answered_bad_type)
-{
-	struct proto_hdr h = good_hdr(23, 0);	/* a number no message has */
-
-	expect_framing_error(&h, sizeof(h), 0, -1, PROTO_S_BAD_TYPE, PROTO_T_ERROR, 1);
-}
-END_TEST
-
-START_TEST(test_wrong_payload_length_is_answered_bad_length)
-{
-	uint8_t			buf[sizeof(struct proto_hdr) + 4] = { 0 };
-	struct proto_hdr	h = good_hdr(PROTO_T_HEALTH, 4);
-
-	memcpy(buf, &h, sizeof(h));
-	expect_framing_error(buf, sizeof(buf), 0, -1, PROTO_S_BAD_LENGTH, PROTO_T_HEALTH, 1);
-}
-END_TEST
-
-START_TEST(test_short_hello_is_answered_bad_length)
-{
-	uint8_t			buf[sizeof(struct proto_hdr) + 8] = { 0 };
-	struct proto_hdr	h = good_hdr(PROTO_T_HELLO, 8);
-
-	memcpy(buf, &h, sizeof(h));
-	expect_framing_error(buf, sizeof(buf), 0, -1, PROTO_S_BAD_LENGTH, PROTO_T_HELLO, 0);
-}
-END_TEST
-
-START_TEST(test_frame_cut_mid_payload_is_answered_truncated)
-{
-	uint8_t			buf[sizeof(struct proto_hdr) + 10] = { 0 };
-	struct proto_hdr	h = good_hdr(PROTO_T_HELLO, sizeof(struct proto_hello));
-
-	memcpy(buf, &h, sizeof(h));
-	expect_framing_error(buf, sizeof(buf), 1, -1, PROTO_S_TRUNCATED, PROTO_T_HELLO, 0);
-}
-END_TEST
-
-START_TEST(test_fds_on_health_are_answered_unexpected_fds)
-{
-	struct proto_hdr	h = good_hdr(PROTO_T_HEALTH, 0);
-	int			fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-
-	h.flags = PROTO_F_FDS;
-	expect_framing_error(&h, sizeof(h), 0, fd, PROTO_S_UNEXPECTED_FDS, PROTO_T_HEALTH, 1);
-	close(fd);
-}
-END_TEST
-
-START_TEST(test_unflagged_fds_are_answered_unexpected_fds)
-{
-	struct proto_hdr	h = good_hdr(PROTO_T_STATS, 0);
-	int			fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-
-	expect_framing_error(&h, sizeof(h), 0, fd, PROTO_S_UNEXPECTED_FDS, PROTO_T_STATS, 1);
-	close(fd);
-}
-END_TEST
-
-START_TEST(test_reply_flag_from_client_is_answered_bad_flags)
-{
-	struct proto_hdr h = good_hdr(PROTO_T_HEALTH, 0);
-
-	h.flags = PROTO_F_REPLY;
-	expect_framing_error(&h, sizeof(h), 0, -1, PROTO_S_BAD_FLAGS, PROTO_T_HEALTH, 1);
 }
 END_TEST
 
@@ -342,16 +281,14 @@ START_TEST(test_request_before_hello_is_answered_state_and_kept_open)
 {
 	struct proto_hdr	h;
 	char			buf[4096];
-	int			fd = raw_connect(td.sock);
+	int			fd = raw_connect(test_td.sock);
 
-	raw_frame(fd, PROTO_T_STATS, 3, NULL, 0);
-	h = raw_reply(fd, buf, sizeof(buf));
+	h = raw_request(fd, PROTO_T_STATS, 3, buf, sizeof(buf));
 	ck_assert_uint_eq(h.status, PROTO_S_STATE);
 	ck_assert_uint_eq(h.seq, 3);
 	ck_assert_ptr_nonnull(strstr(buf, "before HELLO"));
 	raw_hello(fd);
-	raw_frame(fd, PROTO_T_STATS, 4, NULL, 0);
-	h = raw_reply(fd, buf, sizeof(buf));
+	h = raw_request(fd, PROTO_T_STATS, 4, buf, sizeof(buf));
 	ck_assert_uint_eq(h.status, PROTO_S_OK);
 	ck_assert_ptr_nonnull(strstr(buf, "\"frames\""));
 	close(fd);
@@ -363,7 +300,7 @@ START_TEST(test_hello_without_common_version_is_refused)
 	struct proto_hello	hello;
 	struct proto_hdr	h;
 	char			buf[512];
-	int			fd = raw_connect(td.sock);
+	int			fd = raw_connect(test_td.sock);
 
 	memset(&hello, 0, sizeof(hello));
 	hello.version_min = 2;
@@ -381,7 +318,7 @@ START_TEST(test_second_hello_is_answered_state)
 	struct proto_hello	hello;
 	struct proto_hdr	h;
 	char			buf[512];
-	int			fd = raw_connect(td.sock);
+	int			fd = raw_connect(test_td.sock);
 
 	raw_hello(fd);
 	memset(&hello, 0, sizeof(hello));
@@ -390,7 +327,7 @@ START_TEST(test_second_hello_is_answered_state)
 	h = raw_reply(fd, buf, sizeof(buf));
 	ck_assert_uint_eq(h.status, PROTO_S_STATE);
 	close(fd);
-	assert_daemon_serves(td.sock);
+	assert_daemon_serves(test_td.sock);
 }
 END_TEST
 
@@ -402,10 +339,10 @@ START_TEST(test_garbage_stream_does_not_stop_the_daemon)
 
 	for (i = 0; i < sizeof(junk); i++)
 		junk[i] = (uint8_t)(i * 131 + 7);
-	fd = raw_connect(td.sock);
+	fd = raw_connect(test_td.sock);
 	raw_send(fd, junk, sizeof(junk), -1);
 	close(fd);
-	assert_daemon_serves(td.sock);
+	assert_daemon_serves(test_td.sock);
 }
 END_TEST
 
@@ -415,18 +352,18 @@ START_TEST(test_sigterm_exits_zero_and_removes_the_socket)
 	char		sock[PATH_MAX];
 	int		status, fd;
 
-	snprintf(sock, sizeof(sock), "%s", td.sock);
-	fd = raw_connect(td.sock);	/* an idle client must not block the exit */
+	snprintf(sock, sizeof(sock), "%s", test_td.sock);
+	fd = raw_connect(test_td.sock);	/* an idle client must not block the exit */
 	raw_hello(fd);
-	ck_assert_int_eq(kill(td.pid, SIGTERM), 0);
+	ck_assert_int_eq(kill(test_td.pid, SIGTERM), 0);
 	ck_assert(raw_eof(fd));
 	close(fd);
-	ck_assert_int_eq(waitpid(td.pid, &status, 0), td.pid);
-	td.pid = 0;
+	ck_assert_int_eq(waitpid(test_td.pid, &status, 0), test_td.pid);
+	test_td.pid = 0;
 	ck_assert(WIFEXITED(status));
 	ck_assert_int_eq(WEXITSTATUS(status), 0);
 	ck_assert_int_eq(stat(sock, &st), -1);
-	ck_assert(test_daemon_log_has(&td, "stopping"));
+	ck_assert(test_daemon_log_has(&test_td, "stopping"));
 }
 END_TEST
 
@@ -437,11 +374,11 @@ START_TEST(test_second_daemon_on_live_socket_is_refused)
 	int	rc;
 
 	test_path("l3kvd", bin, sizeof(bin));
-	snprintf(cmd, sizeof(cmd), "%s -f %s 2>%s/second.log", bin, td.config, td.dir);
+	snprintf(cmd, sizeof(cmd), "%s -f %s 2>%s/second.log", bin, test_td.config, test_td.dir);
 	rc = system(cmd);
 	ck_assert(WIFEXITED(rc));
 	ck_assert_int_eq(WEXITSTATUS(rc), 1);
-	assert_daemon_serves(td.sock);
+	assert_daemon_serves(test_td.sock);
 }
 END_TEST
 
@@ -476,13 +413,12 @@ START_TEST(test_per_uid_connection_cap_refuses_with_limit)
 	char			buf[512];
 	int			fds[3], extra, i;
 
-	test_daemon_stop(&td, SIGTERM, NULL);
-	ck_assert_int_eq(test_daemon_start(&td, "{\"limits\": {\"max_connections_per_uid\": 3}}"), 0);
+	test_td_restart("{\"limits\": {\"max_connections_per_uid\": 3}}");
 	for (i = 0; i < 3; i++) {
-		fds[i] = raw_connect(td.sock);
+		fds[i] = raw_connect(test_td.sock);
 		raw_hello(fds[i]);
 	}
-	extra = raw_connect(td.sock);
+	extra = raw_connect(test_td.sock);
 	h = raw_reply(extra, buf, sizeof(buf));
 	ck_assert_uint_eq(h.status, PROTO_S_LIMIT);
 	ck_assert_uint_eq(h.type, PROTO_T_ERROR);
@@ -491,9 +427,8 @@ START_TEST(test_per_uid_connection_cap_refuses_with_limit)
 	close(fds[0]);
 	/* A slot frees when a connection goes. */
 	for (i = 0; i < 100; i++) {
-		extra = raw_connect(td.sock);
-		raw_frame(extra, PROTO_T_HEALTH, 1, NULL, 0);
-		h = raw_reply(extra, buf, sizeof(buf));
+		extra = raw_connect(test_td.sock);
+		h = raw_request(extra, PROTO_T_HEALTH, 1, buf, sizeof(buf));
 		close(extra);
 		if (h.status == PROTO_S_STATE)	/* served: HEALTH before HELLO */
 			break;
@@ -511,25 +446,14 @@ START_TEST(test_socket_gets_the_configured_mode)
 {
 	struct stat	st;
 
-	ck_assert_int_eq(stat(td.sock, &st), 0);
+	ck_assert_int_eq(stat(test_td.sock, &st), 0);
 	ck_assert(S_ISSOCK(st.st_mode));
 	ck_assert_uint_eq(st.st_mode & 07777, 0600);
-	test_daemon_stop(&td, SIGTERM, NULL);
-	ck_assert_int_eq(test_daemon_start(&td, "{\"socket\": {\"mode\": \"0660\"}}"), 0);
-	ck_assert_int_eq(stat(td.sock, &st), 0);
+	test_td_restart("{\"socket\": {\"mode\": \"0660\"}}");
+	ck_assert_int_eq(stat(test_td.sock, &st), 0);
 	ck_assert_uint_eq(st.st_mode & 07777, 0660);
 }
 END_TEST
-
-static TCase *
-tcase(const char *name)
-{
-	TCase	*tc = tcase_create(name);
-
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 30);
-	return tc;
-}
 
 /* Tests that start their daemon themselves. */
 
@@ -537,13 +461,8 @@ static int
 bind_stale_socket(const char *path)
 {
 	struct sockaddr_un	sun;
-	int			fd;
+	int			fd = raw_socket(SOCK_STREAM, path, &sun);
 
-	memset(&sun, 0, sizeof(sun));
-	sun.sun_family = AF_UNIX;
-	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
-	fd = socket(AF_UNIX, SOCK_STREAM, 0);
-	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
 	close(fd);	/* the path stays, nobody listens: stale */
 	return 0;
@@ -589,39 +508,39 @@ START_TEST(test_non_socket_at_the_path_is_left_alone)
 }
 END_TEST
 
+/* The next datagram on fd (within 5 s) is want. */
+static void
+notify_expect(int fd, const char *want)
+{
+	struct pollfd	pfd = { fd, POLLIN, 0 };
+	char		msg[64];
+	ssize_t		n;
+
+	ck_assert_int_eq(poll(&pfd, 1, 5000), 1);
+	n = recv(fd, msg, sizeof(msg) - 1, 0);
+	ck_assert_int_gt(n, 0);
+	msg[n] = '\0';
+	ck_assert_str_eq(msg, want);
+}
+
 /* NOTIFY_SOCKET gets READY=1 once the socket accepts, STOPPING=1 at SIGTERM. */
 START_TEST(test_notify_socket_gets_ready_and_stopping)
 {
 	struct test_daemon	d;
 	struct sockaddr_un	sun;
-	struct pollfd		pfd;
-	char			dir[PATH_MAX], path[PATH_MAX], msg[64];
-	ssize_t			n;
+	char			dir[PATH_MAX], path[PATH_MAX];
 	int			fd, st;
 
 	ck_assert_ptr_nonnull(test_mkdtemp(dir, sizeof(dir)));
 	snprintf(path, sizeof(path), "%s/notify", dir);
-	memset(&sun, 0, sizeof(sun));
-	sun.sun_family = AF_UNIX;
-	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
-	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	fd = raw_socket(SOCK_DGRAM, path, &sun);
 	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
 	setenv("NOTIFY_SOCKET", path, 1);
 	ck_assert_int_eq(test_daemon_start_in(&d, dir, NULL), 0);
 	unsetenv("NOTIFY_SOCKET");
-	pfd.fd = fd;
-	pfd.events = POLLIN;
-	ck_assert_int_eq(poll(&pfd, 1, 5000), 1);
-	n = recv(fd, msg, sizeof(msg) - 1, 0);
-	ck_assert_int_gt(n, 0);
-	msg[n] = '\0';
-	ck_assert_str_eq(msg, "READY=1");
+	notify_expect(fd, "READY=1");
 	kill(d.pid, SIGTERM);
-	ck_assert_int_eq(poll(&pfd, 1, 5000), 1);
-	n = recv(fd, msg, sizeof(msg) - 1, 0);
-	ck_assert_int_gt(n, 0);
-	msg[n] = '\0';
-	ck_assert_str_eq(msg, "STOPPING=1");
+	notify_expect(fd, "STOPPING=1");
 	close(fd);
 	test_daemon_stop(&d, SIGTERM, &st);
 	ck_assert_int_eq(WEXITSTATUS(st), 0);
@@ -691,39 +610,25 @@ suite_daemon(void)
 	Suite	*s = suite_create("daemon");
 	TCase	*tc;
 
-	tc = tcase("framing");
-	tcase_add_test(tc, test_short_header_is_answered_short_header);
-	tcase_add_test(tc, test_bad_magic_is_answered_bad_magic);
-	tcase_add_test(tc, test_wrong_version_is_answered_bad_version);
-	tcase_add_test(tc, test_oversize_length_is_refused_before_allocation);
-	tcase_add_test(tc, test_unknown_type_is_answered_bad_type);
-	tcase_add_test(tc, test_reserved_type_is_answered_bad_type);
-	tcase_add_test(tc, test_wrong_payload_length_is_answered_bad_length);
-	tcase_add_test(tc, test_short_hello_is_answered_bad_length);
-	tcase_add_test(tc, test_frame_cut_mid_payload_is_answered_truncated);
-	tcase_add_test(tc, test_fds_on_health_are_answered_unexpected_fds);
-	tcase_add_test(tc, test_unflagged_fds_are_answered_unexpected_fds);
-	tcase_add_test(tc, test_reply_flag_from_client_is_answered_bad_flags);
+	tc = test_tcase(s, "framing", 30, test_td_setup, test_td_teardown);
+	tcase_add_loop_test(tc, test_malformed_frame_is_answered_with_its_status_and_closed, 0,
+	    (int)(sizeof(framing) / sizeof(framing[0])));
 	tcase_add_test(tc, test_request_before_hello_is_answered_state_and_kept_open);
 	tcase_add_test(tc, test_hello_without_common_version_is_refused);
 	tcase_add_test(tc, test_second_hello_is_answered_state);
 	tcase_add_test(tc, test_garbage_stream_does_not_stop_the_daemon);
-	suite_add_tcase(s, tc);
 
-	tc = tcase("lifecycle");
+	tc = test_tcase(s, "lifecycle", 30, test_td_setup, test_td_teardown);
 	tcase_add_test(tc, test_sigterm_exits_zero_and_removes_the_socket);
 	tcase_add_test(tc, test_second_daemon_on_live_socket_is_refused);
 	tcase_add_test(tc, test_soft_open_file_limit_is_raised_to_the_hard_one);
 	tcase_add_test(tc, test_per_uid_connection_cap_refuses_with_limit);
 	tcase_add_test(tc, test_socket_gets_the_configured_mode);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("socket");
-	tcase_set_timeout(tc, 30);
+	tc = test_tcase(s, "socket", 30, NULL, NULL);
 	tcase_add_test(tc, test_stale_socket_is_removed_and_replaced);
 	tcase_add_test(tc, test_non_socket_at_the_path_is_left_alone);
 	tcase_add_test(tc, test_notify_socket_gets_ready_and_stopping);
-	suite_add_tcase(s, tc);
 	return s;
 }
 
@@ -731,10 +636,8 @@ Suite *
 suite_root(void)
 {
 	Suite	*s = suite_create("root");
-	TCase	*tc = tcase_create("access");
+	TCase	*tc = test_tcase(s, "access", 30, NULL, NULL);
 
-	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_foreign_uid_is_denied_and_logged);
-	suite_add_tcase(s, tc);
 	return s;
 }

@@ -32,57 +32,44 @@
 #define KV_REGION	TEST_RANK_KV
 #define HDR_BYTES	4096		/* FILETIER_HDR: the payload follows */
 
-static struct test_daemon	td;
 static char			root[PATH_MAX];	/* the file tier's directory */
-static int			fds_before;
 
 /* Each engine rank (struct test_rank): MLA, a page_first KV memfd; rank_init names the model. */
 static const struct test_rank_kv	kv = { NULL, "latent:128:fp8_e4m3", L3KV_ATTN_MLA, PAGES,
     PAGE_TOKENS, LAYERS, TOKEN_BYTES };
 
-/* A daemon over root; scan_delay_ms > 0 slows its scans (testing.scan_delay_ms). */
+/* The config of a daemon over root; scan_delay_ms > 0 slows its scans (testing.scan_delay_ms). */
+static const char *
+file_config(char *buf, size_t len, const char *dram, unsigned scan_delay_ms)
+{
+	ck_assert((size_t)snprintf(buf, len,
+	    "{\"tiers\": {\"dram\": {\"size\": \"%s\"}, \"file\": {\"path\": \"%s\"}},"
+	    " \"testing\": {\"scan_delay_ms\": %u, \"debug_ops\": true}}", dram, root,
+	    scan_delay_ms) < len);
+	return buf;
+}
+
 static void
 start_daemon_with(const char *dram, unsigned scan_delay_ms)
 {
 	char	extra[PATH_MAX + 256];
 
-	snprintf(extra, sizeof(extra),
-	    "{\"tiers\": {\"dram\": {\"size\": \"%s\"}, \"file\": {\"path\": \"%s\"}},"
-	    " \"testing\": {\"scan_delay_ms\": %u, \"debug_ops\": true}}", dram, root,
-	    scan_delay_ms);
-	ck_assert_int_eq(test_daemon_start(&td, extra), 0);
-}
-
-static void
-start_daemon_dram(const char *dram)
-{
-	start_daemon_with(dram, 0);
+	test_td_start(file_config(extra, sizeof(extra), dram, scan_delay_ms));
 }
 
 static void
 start_daemon(void)
 {
-	start_daemon_dram("8 MiB");
+	start_daemon_with("8 MiB", 0);
 }
 
 static void
 setup(void)
 {
-	fds_before = test_fd_count();
+	char	extra[PATH_MAX + 256];
+
 	ck_assert_ptr_nonnull(test_mkdtemp(root, sizeof(root)));
-	start_daemon();
-}
-
-static long long
-stat_of(const char *section, const char *key)
-{
-	return test_stat(td.sock, section, key);
-}
-
-static long long
-stat_wait(const char *section, const char *key, long long want)
-{
-	return test_stat_wait(td.sock, section, key, want);
+	test_td_setup_with(file_config(extra, sizeof(extra), "8 MiB", 0));
 }
 
 /*
@@ -93,31 +80,35 @@ stat_wait(const char *section, const char *key, long long want)
 static void
 assert_idle(void)
 {
-	ck_assert_int_eq(stat_wait("cache", "leases_open", 0), 0);
-	ck_assert_int_eq(stat_wait("file", "reads_inflight", 0), 0);
-	ck_assert_int_eq(stat_wait("dram", "pins", 0), 0);
-	ck_assert_int_eq(stat_wait("dram", "writing", 0), 0);
-	ck_assert_int_eq(stat_wait("file", "pins", 0), 0);
-	ck_assert_int_eq(stat_wait("file", "writes_inflight", 0), 0);
+	ck_assert_int_eq(test_td_stat_wait("cache", "leases_open", 0), 0);
+	ck_assert_int_eq(test_td_stat_wait("file", "reads_inflight", 0), 0);
+	ck_assert_int_eq(test_td_stat_wait("dram", "pins", 0), 0);
+	ck_assert_int_eq(test_td_stat_wait("dram", "writing", 0), 0);
+	ck_assert_int_eq(test_td_stat_wait("file", "pins", 0), 0);
+	ck_assert_int_eq(test_td_stat_wait("file", "writes_inflight", 0), 0);
+}
+
+/* The daemon, idle, stopped (it must exit 0) and started again over root. */
+static void
+restart_daemon_with(const char *dram, unsigned scan_delay_ms)
+{
+	assert_idle();
+	test_td_stop();
+	start_daemon_with(dram, scan_delay_ms);
 }
 
 static void
-stop_daemon(void)
+restart_daemon(void)
 {
-	int	st;
-
-	ck_assert_int_eq(test_daemon_stop(&td, SIGTERM, &st), 0);
-	ck_assert(WIFEXITED(st));
-	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	restart_daemon_with("8 MiB", 0);
 }
 
 static void
 teardown(void)
 {
 	assert_idle();
-	stop_daemon();
+	test_td_teardown();
 	test_rmtree(root);
-	ck_assert_int_eq(test_fd_count(), fds_before);
 }
 
 /* A group of one whose model and group are both `model`. */
@@ -132,8 +123,16 @@ rank_init(struct test_rank *r, const char *model)
 static void
 rank_attach(struct test_rank *r)
 {
-	test_rank_attach(r, td.sock);
-	ck_assert_int_eq(stat_wait("file", "scanning", 0), 0);
+	test_rank_attach(r, test_td.sock);
+	ck_assert_int_eq(test_td_stat_wait("file", "scanning", 0), 0);
+}
+
+/* rank_init, then rank_attach. */
+static void
+rank_open(struct test_rank *r, const char *model)
+{
+	rank_init(r, model);
+	rank_attach(r);
 }
 
 static int
@@ -214,30 +213,51 @@ publish_and_restart(const char *model, uint32_t prefix, uint32_t n)
 {
 	struct test_rank	r;
 
-	rank_init(&r, model);
-	rank_attach(&r);
+	rank_open(&r, model);
 	publish_prefix(&r, prefix, n, 0);
-	ck_assert_int_eq(stat_wait("file", "objects", n), n);
+	ck_assert_int_eq(test_td_stat_wait("file", "objects", n), n);
 	test_rank_fini(&r);
-	assert_idle();
-	stop_daemon();
-	start_daemon();
+	restart_daemon();
+}
+
+/*
+ * A rank of ft-a on a fresh daemon that indexed the 8 pages of a prefix
+ * an earlier one published; path gets page `page`'s file, to damage.
+ */
+static void
+rank_over_files(struct test_rank *r, uint32_t prefix, uint32_t page, char *path, size_t len)
+{
+	publish_and_restart("ft-a", prefix, 8);
+	rank_open(r, "ft-a");
+	obj_path(root, prefix, page, path, len);
+}
+
+/* ADMIT promises the prefix's 8 pages, and RESTORE fails them as lost: a file read failed. */
+static void
+restore_fails_lost(struct test_rank *r, uint32_t prefix)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a = admit(r, 1, prefix, 8);
+
+	ck_assert_uint_eq(a.admitted_pages, 8);
+	ck_assert_int_eq(test_rank_restore(r, a.lease, 0, 8, &res), -ENODATA);
+	ck_assert_int_eq(l3kv_release(r->k, a.lease), 0);
+	ck_assert_int_eq(test_td_stat("file", "read_failures"), 1);
 }
 
 START_TEST(test_publish_writes_each_object_to_a_file)
 {
 	struct test_rank	r;
 
-	rank_init(&r, "ft-a");
-	rank_attach(&r);
+	rank_open(&r, "ft-a");
 	publish_prefix(&r, 1, 8, 0);
-	ck_assert_int_eq(stat_wait("file", "objects", 8), 8);
+	ck_assert_int_eq(test_td_stat_wait("file", "objects", 8), 8);
 	ck_assert_uint_eq(count_objs(root), 8);
-	ck_assert_int_eq(stat_of("file", "bytes_used"), 8LL * (HDR_BYTES + PAGE_BYTES));
+	ck_assert_int_eq(test_td_stat("file", "bytes_used"), 8LL * (HDR_BYTES + PAGE_BYTES));
 	/* Publishing the same pages again writes nothing twice. */
 	publish_prefix(&r, 1, 8, 8);
 	ck_assert_uint_eq(count_objs(root), 8);
-	ck_assert_int_eq(stat_of("file", "write_failures"), 0);
+	ck_assert_int_eq(test_td_stat("file", "write_failures"), 0);
 	test_rank_fini(&r);
 }
 END_TEST
@@ -250,12 +270,11 @@ START_TEST(test_fresh_daemon_restores_earlier_publishes_byte_for_byte)
 	uint32_t			i;
 
 	publish_and_restart("ft-a", 2, 12);
-	ck_assert_int_eq(stat_of("dram", "objects"), 0);
-	rank_init(&r, "ft-a");
-	rank_attach(&r);
-	ck_assert_int_eq(stat_of("file", "objects"), 12);
+	ck_assert_int_eq(test_td_stat("dram", "objects"), 0);
+	rank_open(&r, "ft-a");
+	ck_assert_int_eq(test_td_stat("file", "objects"), 12);
 	ck_assert_uint_eq(probe(&r, 2, 16), 12);	/* PROBE sees the files, DRAM is empty */
-	ck_assert_int_eq(stat_of("file", "reads"), 0);	/* and PROBE read nothing */
+	ck_assert_int_eq(test_td_stat("file", "reads"), 0);	/* and PROBE read nothing */
 	a = admit(&r, 1, 2, 16);
 	ck_assert_int_eq(a.decline, L3KV_DECLINE_NONE);
 	ck_assert_uint_eq(a.admitted_pages, 12);
@@ -265,15 +284,15 @@ START_TEST(test_fresh_daemon_restores_earlier_publishes_byte_for_byte)
 	ck_assert_int_eq(res.partial, 0);
 	for (i = 0; i < 12; i++)
 		ck_assert_msg(page_is(&r, 32 + i, 2, i), "page %u", i);
-	ck_assert_int_eq(stat_of("file", "reads"), 12);
+	ck_assert_int_eq(test_td_stat("file", "reads"), 12);
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
 	/* The objects were promoted to DRAM: a second restore reads no file. */
-	ck_assert_int_eq(stat_of("dram", "objects"), 12);
+	ck_assert_int_eq(test_td_stat("dram", "objects"), 12);
 	a = admit(&r, 2, 2, 12);
 	ck_assert_uint_eq(a.admitted_pages, 12);
 	ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 12, &res), 0);
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
-	ck_assert_int_eq(stat_of("file", "reads"), 12);
+	ck_assert_int_eq(test_td_stat("file", "reads"), 12);
 	test_rank_fini(&r);
 }
 END_TEST
@@ -287,52 +306,34 @@ END_TEST
  */
 START_TEST(test_file_deleted_after_scan_fails_the_restore_as_lost)
 {
-	struct l3kv_restore_result	res;
-	struct l3kv_admit_result	a;
-	struct test_rank		r;
-	char				path[PATH_MAX];
+	struct test_rank	r;
+	char			path[PATH_MAX];
 
-	publish_and_restart("ft-a", 3, 8);
-	rank_init(&r, "ft-a");
-	rank_attach(&r);
+	rank_over_files(&r, 3, 5, path, sizeof(path));
 	ck_assert_uint_eq(probe(&r, 3, 8), 8);
-	obj_path(root, 3, 5, path, sizeof(path));
 	ck_assert_int_eq(unlink(path), 0);
-	a = admit(&r, 1, 3, 8);
-	ck_assert_uint_eq(a.admitted_pages, 8);
-	ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 8, &res), -ENODATA);
-	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
-	ck_assert_int_eq(stat_of("file", "read_failures"), 1);
+	restore_fails_lost(&r, 3);
 	ck_assert_uint_eq(probe(&r, 3, 8), 5);
-	ck_assert_int_ge(stat_of("cache", "objects_lost"), 1);
+	ck_assert_int_ge(test_td_stat("cache", "objects_lost"), 1);
 	test_rank_fini(&r);
 }
 END_TEST
 
 START_TEST(test_corrupted_file_fails_the_restore_as_lost)
 {
-	struct l3kv_restore_result	res;
-	struct l3kv_admit_result	a;
-	struct test_rank		r;
-	char				path[PATH_MAX];
-	uint8_t				b;
-	int				fd;
+	struct test_rank	r;
+	char			path[PATH_MAX];
+	uint8_t			b;
+	int			fd;
 
-	publish_and_restart("ft-a", 4, 8);
-	rank_init(&r, "ft-a");
-	rank_attach(&r);
-	obj_path(root, 4, 2, path, sizeof(path));
+	rank_over_files(&r, 4, 2, path, sizeof(path));
 	fd = open(path, O_RDWR);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(pread(fd, &b, 1, HDR_BYTES + 100), 1);
 	b ^= 0x01;
 	ck_assert_int_eq(pwrite(fd, &b, 1, HDR_BYTES + 100), 1);
 	close(fd);
-	a = admit(&r, 1, 4, 8);
-	ck_assert_uint_eq(a.admitted_pages, 8);
-	ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 8, &res), -ENODATA);
-	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
-	ck_assert_int_eq(stat_of("file", "read_failures"), 1);
+	restore_fails_lost(&r, 4);
 	ck_assert_uint_eq(probe(&r, 4, 8), 2);
 	ck_assert_int_eq(access(path, F_OK), -1);	/* the damaged file is gone */
 	test_rank_fini(&r);
@@ -341,21 +342,12 @@ END_TEST
 
 START_TEST(test_truncated_file_fails_the_restore_as_lost)
 {
-	struct l3kv_restore_result	res;
-	struct l3kv_admit_result	a;
-	struct test_rank		r;
-	char				path[PATH_MAX];
+	struct test_rank	r;
+	char			path[PATH_MAX];
 
-	publish_and_restart("ft-a", 7, 8);
-	rank_init(&r, "ft-a");
-	rank_attach(&r);
-	obj_path(root, 7, 0, path, sizeof(path));
+	rank_over_files(&r, 7, 0, path, sizeof(path));
 	ck_assert_int_eq(truncate(path, HDR_BYTES + PAGE_BYTES / 2), 0);
-	a = admit(&r, 1, 7, 8);
-	ck_assert_uint_eq(a.admitted_pages, 8);
-	ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 8, &res), -ENODATA);
-	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
-	ck_assert_int_eq(stat_of("file", "read_failures"), 1);
+	restore_fails_lost(&r, 7);
 	ck_assert_uint_eq(probe(&r, 7, 8), 0);
 	ck_assert_uint_eq(admit(&r, 2, 7, 8).decline, L3KV_DECLINE_NO_HIT);
 	test_rank_fini(&r);
@@ -374,17 +366,13 @@ START_TEST(test_admit_promises_only_what_dram_can_stage)
 	struct test_rank		r;
 	uint32_t			i, n = 1024;
 
-	rank_init(&r, "ft-a");
-	rank_attach(&r);
+	rank_open(&r, "ft-a");
 	for (i = 0; i < n; i += 64)
 		test_rank_publish_kv(&r, 8, i, 64, 0, NULL);
-	ck_assert_int_eq(stat_wait("file", "objects", n), n);
+	ck_assert_int_eq(test_td_stat_wait("file", "objects", n), n);
 	test_rank_fini(&r);
-	assert_idle();
-	stop_daemon();
-	start_daemon_dram("1 MiB");	/* far fewer than 1024 objects of 4 KiB */
-	rank_init(&r, "ft-a");
-	rank_attach(&r);
+	restart_daemon_with("1 MiB", 0);	/* far fewer than 1024 objects of 4 KiB */
+	rank_open(&r, "ft-a");
 	ck_assert_uint_eq(probe(&r, 8, n), n);
 	a = admit(&r, 1, 8, n);
 	ck_assert_int_eq(a.decline, L3KV_DECLINE_NONE);
@@ -403,8 +391,8 @@ START_TEST(test_admit_promises_only_what_dram_can_stage)
 		ck_assert_int_eq(a.decline, L3KV_DECLINE_NO_RESERVATION);
 	else
 		ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
-	ck_assert_int_eq(stat_wait("file", "reads_inflight", 0), 0);
-	ck_assert_int_eq(stat_wait("dram", "writing", 0), 0);
+	ck_assert_int_eq(test_td_stat_wait("file", "reads_inflight", 0), 0);
+	ck_assert_int_eq(test_td_stat_wait("dram", "writing", 0), 0);
 	a = admit(&r, 2, 8, 48);
 	ck_assert_uint_eq(a.admitted_pages, 48);
 	test_rank_sentinel(&r, KV_REGION, 0, 48);
@@ -462,13 +450,11 @@ START_TEST(test_file_with_another_fingerprint_is_a_miss)
 	uint32_t		i;
 
 	/* Both namespaces exist; only ft-a has pages. */
-	rank_init(&a, "ft-a");
-	rank_attach(&a);
-	rank_init(&b, "ft-b");
-	rank_attach(&b);
+	rank_open(&a, "ft-a");
+	rank_open(&b, "ft-b");
 	publish_prefix(&a, 5, 4, 0);
 	publish_prefix(&b, 6, 1, 0);
-	ck_assert_int_eq(stat_wait("file", "objects", 5), 5);
+	ck_assert_int_eq(test_td_stat_wait("file", "objects", 5), 5);
 	obj_path(root, 5, 0, fa, sizeof(fa));
 	ns_dir_of(fa, da, sizeof(da));
 	obj_path(root, 6, 0, fb, sizeof(fb));
@@ -477,7 +463,7 @@ START_TEST(test_file_with_another_fingerprint_is_a_miss)
 	test_rank_fini(&a);
 	test_rank_fini(&b);
 	assert_idle();
-	stop_daemon();
+	test_td_stop();
 	/* ft-a's files planted, at the right paths, in ft-b's directory. */
 	for (i = 0; i < 4; i++) {
 		obj_path(root, 5, i, fa, sizeof(fa));
@@ -486,13 +472,11 @@ START_TEST(test_file_with_another_fingerprint_is_a_miss)
 	}
 	ck_assert_uint_eq(count_objs(root), 9);
 	start_daemon();
-	rank_init(&b, "ft-b");
-	rank_attach(&b);
+	rank_open(&b, "ft-b");
 	ck_assert_uint_eq(probe(&b, 5, 4), 0);
 	ck_assert_uint_eq(admit(&b, 1, 5, 4).decline, L3KV_DECLINE_NO_HIT);
 	ck_assert_uint_eq(probe(&b, 6, 1), 1);
-	rank_init(&a, "ft-a");
-	rank_attach(&a);
+	rank_open(&a, "ft-a");
 	ck_assert_uint_eq(probe(&a, 5, 4), 4);
 	test_rank_fini(&a);
 	test_rank_fini(&b);
@@ -511,16 +495,14 @@ START_TEST(test_sigkill_while_publishing_serves_no_torn_object)
 	uint32_t			p, i, hit, total = 0;
 	int				st;
 
-	rank_init(&r, "ft-a");
-	rank_attach(&r);
+	rank_open(&r, "ft-a");
 	for (p = 0; p < 24; p++)
 		publish_prefix(&r, 100 + p, 8, (p % 4) * 8);
-	ck_assert_int_eq(test_daemon_stop(&td, SIGKILL, &st), 0);
+	ck_assert_int_eq(test_daemon_stop(&test_td, SIGKILL, &st), 0);
 	ck_assert(WIFSIGNALED(st));
 	test_rank_fini(&r);
 	start_daemon();
-	rank_init(&r, "ft-a");
-	rank_attach(&r);
+	rank_open(&r, "ft-a");
 	for (p = 0; p < 24; p++) {
 		hit = probe(&r, 100 + p, 8);
 		total += hit;
@@ -535,7 +517,7 @@ START_TEST(test_sigkill_while_publishing_serves_no_torn_object)
 			ck_assert_msg(page_is(&r, i, 100 + p, i), "prefix %u page %u", p, i);
 		ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
 	}
-	ck_assert_int_eq(stat_of("file", "read_failures"), 0);
+	ck_assert_int_eq(test_td_stat("file", "read_failures"), 0);
 	ck_assert_uint_le(total, 24 * 8);
 	test_rank_fini(&r);
 }
@@ -557,29 +539,26 @@ publish_many_and_restart(unsigned scan_delay_ms)
 	uint32_t		p;
 	int			i;
 
-	stop_daemon();
-	start_daemon_dram("64 MiB");
-	rank_init(&r, "ft-scan");
-	rank_attach(&r);
+	test_td_stop();
+	start_daemon_with("64 MiB", 0);
+	rank_open(&r, "ft-scan");
 	/* A prefix at a time: past tiers.file's write queue, write-through is refused. */
 	for (p = 0; p < SCAN_PREFIXES; p++) {
 		publish_prefix(&r, SCAN_BASE + p, PAGES, 0);
-		for (i = 0; i < 10 && stat_of("file", "writes_inflight") != 0; i++)
-			ck_assert_int_ge(stat_wait("file", "writes_inflight", 0), 0);
+		for (i = 0; i < 10 && test_td_stat("file", "writes_inflight") != 0; i++)
+			ck_assert_int_ge(test_td_stat_wait("file", "writes_inflight", 0), 0);
 	}
-	ck_assert_int_eq(stat_of("file", "objects"), SCAN_OBJECTS);
-	ck_assert_int_eq(stat_of("file", "write_failures"), 0);
+	ck_assert_int_eq(test_td_stat("file", "objects"), SCAN_OBJECTS);
+	ck_assert_int_eq(test_td_stat("file", "write_failures"), 0);
 	test_rank_fini(&r);
-	assert_idle();
-	stop_daemon();
-	start_daemon_with("64 MiB", scan_delay_ms);
+	restart_daemon_with("64 MiB", scan_delay_ms);
 }
 
 /* The one namespace's file_scan in STATS, and its file_objects. */
 static int
 ns_scanning(long long *objects)
 {
-	json_t		*j = test_stats(td.sock);
+	json_t		*j = test_stats(test_td.sock);
 	json_t		*ns = json_array_get(json_object_get(j, "namespaces"), 0);
 	const char	*st = json_string_value(json_object_get(ns, "file_scan"));
 	int		 scanning;
@@ -625,7 +604,7 @@ START_TEST(test_scan_runs_off_the_loop_and_serves_what_it_found)
 	/* 256 leaf directories over 32 scan threads, 300 ms before each: 2.4 s at least. */
 	publish_many_and_restart(300);
 	rank_init(&r, "ft-scan");
-	ck_assert_int_eq(l3kv_connect(td.sock, 5000, &r.k), 0);
+	ck_assert_int_eq(l3kv_connect(test_td.sock, 5000, &r.k), 0);
 	ck_assert_int_eq(l3kv_attach(r.k, &r.args, NULL), 0);	/* answered at once */
 	/* HEALTH answers, and STATS says scanning after it: it answered during the scan. */
 	ck_assert_int_eq(l3kv_health(r.k, &text), 0);
@@ -657,16 +636,16 @@ START_TEST(test_scan_runs_off_the_loop_and_serves_what_it_found)
 	ck_assert_int_ge(found2, found);
 	/* After the scan: every object exactly once, and each restores byte for byte. */
 	for (i = 0; i < 30 && ns_scanning(&found); i++)
-		ck_assert_int_ge(stat_wait("file", "scanning", 0), 0);
+		ck_assert_int_ge(test_td_stat_wait("file", "scanning", 0), 0);
 	ck_assert(!ns_scanning(&found));
 	ck_assert_int_le(found, SCAN_OBJECTS);
-	ck_assert_int_eq(stat_wait("file", "writes_inflight", 0), 0);
-	ck_assert_int_eq(stat_of("file", "objects"), SCAN_OBJECTS + 8);
+	ck_assert_int_eq(test_td_stat_wait("file", "writes_inflight", 0), 0);
+	ck_assert_int_eq(test_td_stat("file", "objects"), SCAN_OBJECTS + 8);
 	ck_assert_uint_eq(count_objs(root), SCAN_OBJECTS + 8);
 	for (p = 0; p < SCAN_PREFIXES; p++)
 		restore_whole_prefix(&r, 100 + p, SCAN_BASE + p);
 	ck_assert_uint_eq(probe(&r, 2000, 8), 8);
-	ck_assert_int_eq(stat_of("file", "read_failures"), 0);
+	ck_assert_int_eq(test_td_stat("file", "read_failures"), 0);
 	test_rank_fini(&r);
 }
 END_TEST
@@ -681,21 +660,20 @@ START_TEST(test_sigterm_during_a_scan_exits_cleanly)
 	/* 256 directories over 32 threads, 2 s before each: 16 s, far past the 5 s stop bound. */
 	publish_many_and_restart(2000);
 	rank_init(&r, "ft-scan");
-	ck_assert_int_eq(l3kv_connect(td.sock, 5000, &r.k), 0);
+	ck_assert_int_eq(l3kv_connect(test_td.sock, 5000, &r.k), 0);
 	ck_assert_int_eq(l3kv_attach(r.k, &r.args, NULL), 0);
 	ck_assert(ns_scanning(&found));
 	/* test_daemon_stop kills after 5 s: exiting 0 means the scan did not hold the exit up. */
-	ck_assert_int_eq(test_daemon_stop(&td, SIGTERM, &st), 0);
+	ck_assert_int_eq(test_daemon_stop(&test_td, SIGTERM, &st), 0);
 	ck_assert(WIFEXITED(st));
 	ck_assert_int_eq(WEXITSTATUS(st), 0);
 	test_rank_fini(&r);
 	ck_assert_uint_eq(count_objs(root), SCAN_OBJECTS);
-	start_daemon_dram("64 MiB");
-	rank_init(&r, "ft-scan");
-	rank_attach(&r);
+	start_daemon_with("64 MiB", 0);
+	rank_open(&r, "ft-scan");
 	for (i = 0; i < 30 && ns_scanning(&found); i++)
-		ck_assert_int_ge(stat_wait("file", "scanning", 0), 0);
-	ck_assert_int_eq(stat_of("file", "objects"), SCAN_OBJECTS);
+		ck_assert_int_ge(test_td_stat_wait("file", "scanning", 0), 0);
+	ck_assert_int_eq(test_td_stat("file", "objects"), SCAN_OBJECTS);
 	restore_whole_prefix(&r, 1, SCAN_BASE + 7);
 	test_rank_fini(&r);
 }
@@ -726,9 +704,9 @@ publish_settled(struct test_rank *r, uint32_t prefix, uint32_t n)
 	int	i;
 
 	publish_prefix(r, prefix, n, 0);
-	for (i = 0; i < 10 && stat_of("file", "writes_inflight") != 0; i++)
-		ck_assert_int_ge(stat_wait("file", "writes_inflight", 0), 0);
-	ck_assert_int_eq(stat_of("file", "writes_inflight"), 0);
+	for (i = 0; i < 10 && test_td_stat("file", "writes_inflight") != 0; i++)
+		ck_assert_int_ge(test_td_stat_wait("file", "writes_inflight", 0), 0);
+	ck_assert_int_eq(test_td_stat("file", "writes_inflight"), 0);
 }
 
 /*
@@ -746,7 +724,7 @@ START_TEST(test_full_filesystem_fails_writes_and_restores_go_on)
 	long long		objects, failed, reads;
 	uint32_t		p, i;
 
-	stop_daemon();
+	test_td_stop();
 	/* The daemon is this test's child: it sees the mount, nobody else does. */
 	if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
 	    mount("tmpfs", root, "tmpfs", 0, "size=1m,mode=0700") != 0) {
@@ -756,20 +734,19 @@ START_TEST(test_full_filesystem_fails_writes_and_restores_go_on)
 		return;
 	}
 	start_daemon_with("8 MiB", 0);
-	rank_init(&r, "ft-full");
-	rank_attach(&r);
+	rank_open(&r, "ft-full");
 	/* 16 objects of 8 KiB fit; 256 more cannot all fit in 1 MiB. */
 	publish_settled(&r, 1, 16);
-	ck_assert_int_eq(stat_of("file", "objects"), 16);
-	ck_assert_int_eq(stat_of("file", "write_failures"), 0);
+	ck_assert_int_eq(test_td_stat("file", "objects"), 16);
+	ck_assert_int_eq(test_td_stat("file", "write_failures"), 0);
 	for (p = 0; p < 4; p++)
 		publish_settled(&r, 10 + p, PAGES);
-	objects = stat_of("file", "objects");
-	failed = stat_of("file", "write_failures");
+	objects = test_td_stat("file", "objects");
+	failed = test_td_stat("file", "write_failures");
 	ck_assert_int_gt(failed, 0);
-	ck_assert_int_eq(stat_of("file", "write_nospace"), failed);
+	ck_assert_int_eq(test_td_stat("file", "write_nospace"), failed);
 	ck_assert_int_eq(objects + failed, 16 + 4 * PAGES);
-	j = test_stats(td.sock);
+	j = test_stats(test_td.sock);
 	ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(json_object_get(j,
 	    "file"), "write_through"), "failed")), failed);
 	json_decref(j);
@@ -784,14 +761,14 @@ START_TEST(test_full_filesystem_fails_writes_and_restores_go_on)
 	/* Every page, written to a file or not, restores from its DRAM copy. */
 	for (p = 0; p < 4; p++)
 		restore_whole_prefix(&r, 100 + p, 10 + p);
-	ck_assert_int_eq(stat_of("file", "reads"), 0);
+	ck_assert_int_eq(test_td_stat("file", "reads"), 0);
 	/* DRAM loses the first prefix: it restores from its files, byte for byte. */
 	for (i = 0; i < 16; i++) {
 		test_page_hash(1, i, h);
 		ck_assert_int_eq(l3kv_debug(r.k, L3KV_DEBUG_DROP, 0, h), 0);
 	}
 	ck_assert_uint_eq(probe(&r, 1, 16), 16);
-	reads = stat_of("file", "reads");
+	reads = test_td_stat("file", "reads");
 	{
 		struct l3kv_restore_result	res;
 		struct l3kv_admit_result	a = admit(&r, 200, 1, 16);
@@ -804,11 +781,11 @@ START_TEST(test_full_filesystem_fails_writes_and_restores_go_on)
 			ck_assert_msg(page_is(&r, i, 1, i), "page %u", i);
 		ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
 	}
-	ck_assert_int_eq(stat_of("file", "reads"), reads + 16);
-	ck_assert_int_eq(stat_of("file", "read_failures"), 0);
+	ck_assert_int_eq(test_td_stat("file", "reads"), reads + 16);
+	ck_assert_int_eq(test_td_stat("file", "read_failures"), 0);
 	test_rank_fini(&r);
 	assert_idle();
-	stop_daemon();
+	test_td_stop();
 	ck_assert_int_eq(umount(root), 0);
 	start_daemon();		/* for the teardown, on the plain directory */
 }
@@ -862,7 +839,7 @@ hy_publish_prefix(struct test_rank *h, uint32_t prefix, uint32_t n, const uint32
 	}
 	for (i = 0; i < nstops; i++)
 		hy_publish(h, HY_STATE, 3, prefix, HY_STATE_SALT, stops[i] - 1, stops[i]);
-	ck_assert_int_eq(stat_wait("file", "writes_inflight", 0), 0);
+	ck_assert_int_eq(test_td_stat_wait("file", "writes_inflight", 0), 0);
 }
 
 /* DEBUG-drops whatever DRAM holds of the prefix's objects: its files are all that is left. */
@@ -878,7 +855,7 @@ hy_drop_dram(struct test_rank *h, uint32_t prefix, uint32_t n)
 		for (pool = 0; pool < 3; pool++)
 			(void)l3kv_debug(h->k, L3KV_DEBUG_DROP, pool, hash);	/* -ENOENT: not there */
 	}
-	ck_assert_int_eq(stat_of("dram", "objects"), 0);
+	ck_assert_int_eq(test_td_stat("dram", "objects"), 0);
 }
 
 /*
@@ -943,27 +920,25 @@ START_TEST(test_hybrid_prefix_restores_from_files_all_or_nothing)
 
 	hy_attach(&h);
 	hy_publish_prefix(&h, 30, 8, stops_in, 2);
-	ck_assert_int_eq(stat_of("file", "objects"), 8 + 8 + 2);
+	ck_assert_int_eq(test_td_stat("file", "objects"), 8 + 8 + 2);
 	hy_drop_dram(&h, 30, 8);
 	ck_assert_uint_eq(test_rank_probe(&h, 30, 8, stops, &nstops), 8);
 	ck_assert_uint_eq(nstops, 2);
 	ck_assert_uint_eq(stops[0], 4);
 	ck_assert_uint_eq(stops[1], 8);
-	ck_assert_int_eq(stat_of("file", "reads"), 0);		/* PROBE read nothing */
+	ck_assert_int_eq(test_td_stat("file", "reads"), 0);		/* PROBE read nothing */
 	ck_assert_int_eq(hy_restore(&h, 1, 30, 8, 8), 0);
 	/* 8 KV pages, the last 2 sidecar pages, 1 checkpoint. */
-	ck_assert_int_eq(stat_of("file", "reads"), 8 + HY_TRAIL + 1);
+	ck_assert_int_eq(test_td_stat("file", "reads"), 8 + HY_TRAIL + 1);
 
 	/* A fresh daemon finds them by its scan and restores them from the files. */
 	test_rank_fini(&h);
-	assert_idle();
-	stop_daemon();
-	start_daemon();
+	restart_daemon();
 	hy_attach(&h);
-	ck_assert_int_eq(stat_of("dram", "objects"), 0);
+	ck_assert_int_eq(test_td_stat("dram", "objects"), 0);
 	ck_assert_uint_eq(test_rank_probe(&h, 30, 8, stops, &nstops), 8);
 	ck_assert_int_eq(hy_restore(&h, 1, 30, 8, 8), 0);
-	ck_assert_int_eq(stat_of("file", "reads"), 8 + HY_TRAIL + 1);
+	ck_assert_int_eq(test_td_stat("file", "reads"), 8 + HY_TRAIL + 1);
 
 	/* The checkpoint at 8 loses its file after the scan: all or nothing. */
 	hy_drop_dram(&h, 30, 8);
@@ -975,12 +950,12 @@ START_TEST(test_hybrid_prefix_restores_from_files_all_or_nothing)
 		snprintf(path + strlen(path), 3, "%02x", hash[j]);
 	strcat(path, ".obj");
 	ck_assert_int_eq(unlink(path), 0);
-	reads = stat_of("file", "read_failures");
+	reads = test_td_stat("file", "read_failures");
 	ck_assert_int_eq(hy_restore(&h, 2, 30, 8, 8), -ENODATA);
-	ck_assert_int_eq(stat_of("file", "read_failures"), reads + 1);
+	ck_assert_int_eq(test_td_stat("file", "read_failures"), reads + 1);
 	/* The failed lease's other reads own their staging until they end (cancelled). */
-	ck_assert_int_eq(stat_wait("file", "reads_inflight", 0), 0);
-	ck_assert_int_eq(stat_wait("dram", "writing", 0), 0);
+	ck_assert_int_eq(test_td_stat_wait("file", "reads_inflight", 0), 0);
+	ck_assert_int_eq(test_td_stat_wait("dram", "writing", 0), 0);
 	ck_assert_uint_eq(test_rank_probe(&h, 30, 8, stops, &nstops), 4);
 	ck_assert_uint_eq(nstops, 1);
 	ck_assert_int_eq(hy_restore(&h, 3, 30, 8, 4), 0);
@@ -1023,17 +998,15 @@ START_TEST(test_tp_replicas_share_one_staging_read_per_object)
 		rank_attach(&r[t]);
 	}
 	publish_prefix(&r[0], 40, n, 0);
-	ck_assert_int_eq(stat_wait("file", "objects", n), n);
+	ck_assert_int_eq(test_td_stat_wait("file", "objects", n), n);
 	for (t = 0; t < TP; t++)
 		test_rank_fini(&r[t]);
-	assert_idle();
-	stop_daemon();
-	start_daemon();
+	restart_daemon();
 	for (t = 0; t < TP; t++) {
 		tp_rank_init(&r[t], t);
 		rank_attach(&r[t]);
 	}
-	ck_assert_int_eq(stat_of("dram", "objects"), 0);
+	ck_assert_int_eq(test_td_stat("dram", "objects"), 0);
 	h = test_page_hashes(40, n);
 	a = (struct l3kv_admit_args){ .request_id = 7, .hashes = h, .npages = n,
 	    .reserved_pages = n, .state_slot = L3KV_SLOT_NONE };
@@ -1062,8 +1035,8 @@ START_TEST(test_tp_replicas_share_one_staging_read_per_object)
 	for (t = 0; t < TP; t++)
 		ck_assert_int_eq(l3kv_release(r[t].k, res[t].lease), 0);
 	/* One read per object, not one per rank. */
-	ck_assert_int_eq(stat_of("file", "reads"), n);
-	ck_assert_int_eq(stat_of("dram", "objects"), n);
+	ck_assert_int_eq(test_td_stat("file", "reads"), n);
+	ck_assert_int_eq(test_td_stat("dram", "objects"), n);
 	for (t = 0; t < TP; t++)
 		test_rank_fini(&r[t]);
 }
@@ -1087,8 +1060,7 @@ START_TEST(test_released_lease_leaves_a_shared_read_to_the_other)
 	int				k;
 
 	publish_and_restart("ft-a", 41, n);
-	rank_init(&r, "ft-a");
-	rank_attach(&r);
+	rank_open(&r, "ft-a");
 	h = test_page_hashes(41, n);
 	a = (struct l3kv_admit_args){ .hashes = h, .npages = n, .reserved_pages = n,
 	    .state_slot = L3KV_SLOT_NONE };
@@ -1111,50 +1083,36 @@ START_TEST(test_released_lease_leaves_a_shared_read_to_the_other)
 	for (i = 0; i < n; i++)
 		ck_assert_msg(page_is(&r, i, 41, i), "page %u", i);
 	ck_assert_int_eq(l3kv_release(r.k, res[1].lease), 0);
-	ck_assert_int_eq(stat_of("file", "reads"), n);
-	ck_assert_int_eq(stat_of("file", "read_failures"), 0);
+	ck_assert_int_eq(test_td_stat("file", "reads"), n);
+	ck_assert_int_eq(test_td_stat("file", "read_failures"), 0);
 	test_rank_fini(&r);
 }
 END_TEST
 
 START_TEST(test_no_path_means_no_file_tier)
 {
-	struct test_daemon	d;
-	struct l3kv		*k = NULL;
-	json_error_t		 jerr;
-	json_t			*j;
-	char			*text = NULL;
-	int			 st;
+	json_t	*j;
 
-	ck_assert_int_eq(test_daemon_start(&d, NULL), 0);
-	ck_assert_int_eq(l3kv_connect(d.sock, 5000, &k), 0);
-	ck_assert_int_eq(l3kv_stats(k, &text), 0);
-	j = json_loads(text, 0, &jerr);
-	ck_assert_ptr_nonnull(j);
+	test_td_start(NULL);
+	j = test_td_stats();
 	ck_assert(json_is_null(json_object_get(j, "file")));
 	json_decref(j);
-	l3kv_free(text);
-	l3kv_close(k);
-	ck_assert_int_eq(test_daemon_stop(&d, SIGTERM, &st), 0);
-	ck_assert(WIFEXITED(st));
+	test_td_stop();
 }
 END_TEST
 
 /* tiers.file.readers, read_depth and fd_cache reach the tier (its start-up line says so). */
 START_TEST(test_reader_settings_reach_the_tier)
 {
-	struct test_daemon	 d;
-	char			 dir[PATH_MAX], extra[PATH_MAX + 256];
-	int			 st;
+	char	dir[PATH_MAX], extra[PATH_MAX + 256];
 
 	ck_assert_ptr_nonnull(test_mkdtemp(dir, sizeof(dir)));
 	snprintf(extra, sizeof(extra), "{\"tiers\": {\"file\": {\"path\": \"%s\", \"readers\": 3, "
 	    "\"read_depth\": 7, \"fd_cache\": 0}}}", dir);
-	ck_assert_int_eq(test_daemon_start(&d, extra), 0);
-	ck_assert_msg(test_daemon_log_has(&d, "3 readers x 7 reads, open-file cache 0"),
+	test_td_start(extra);
+	ck_assert_msg(test_daemon_log_has(&test_td, "3 readers x 7 reads, open-file cache 0"),
 	    "the file tier's settings are not in the log");
-	ck_assert_int_eq(test_daemon_stop(&d, SIGTERM, &st), 0);
-	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	test_td_stop();
 	test_rmtree(dir);
 }
 END_TEST
@@ -1163,10 +1121,9 @@ Suite *
 suite_filetier_daemon(void)
 {
 	Suite	*s = suite_create("filetier_daemon");
-	TCase	*tc = tcase_create("file tier in the daemon");
+	TCase	*tc;
 
-	tcase_set_timeout(tc, 60);
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tc = test_tcase(s, "file tier in the daemon", 60, setup, teardown);
 	tcase_add_test(tc, test_publish_writes_each_object_to_a_file);
 	tcase_add_test(tc, test_fresh_daemon_restores_earlier_publishes_byte_for_byte);
 	tcase_add_test(tc, test_file_deleted_after_scan_fails_the_restore_as_lost);
@@ -1174,37 +1131,20 @@ suite_filetier_daemon(void)
 	tcase_add_test(tc, test_truncated_file_fails_the_restore_as_lost);
 	tcase_add_test(tc, test_file_with_another_fingerprint_is_a_miss);
 	tcase_add_test(tc, test_sigkill_while_publishing_serves_no_torn_object);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("staging");
-	tcase_set_timeout(tc, 60);
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tc = test_tcase(s, "staging", 60, setup, teardown);
 	tcase_add_test(tc, test_admit_promises_only_what_dram_can_stage);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("scan off the loop");
-	tcase_set_timeout(tc, 120);
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tc = test_tcase(s, "scan off the loop", 120, setup, teardown);
 	tcase_add_test(tc, test_scan_runs_off_the_loop_and_serves_what_it_found);
 	tcase_add_test(tc, test_sigterm_during_a_scan_exits_cleanly);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("full filesystem");
-	tcase_set_timeout(tc, 60);
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tc = test_tcase(s, "full filesystem", 60, setup, teardown);
 	tcase_add_test(tc, test_full_filesystem_fails_writes_and_restores_go_on);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("hybrid");
-	tcase_set_timeout(tc, 60);
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tc = test_tcase(s, "hybrid", 60, setup, teardown);
 	tcase_add_test(tc, test_hybrid_prefix_restores_from_files_all_or_nothing);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("shared staging");
-	tcase_set_timeout(tc, 60);
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tc = test_tcase(s, "shared staging", 60, setup, teardown);
 	tcase_add_test(tc, test_tp_replicas_share_one_staging_read_per_object);
 	tcase_add_test(tc, test_released_lease_leaves_a_shared_read_to_the_other);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("off");
+	tc = test_tcase(s, "off", 0, NULL, NULL);
 	tcase_add_test(tc, test_no_path_means_no_file_tier);
 	tcase_add_test(tc, test_reader_settings_reach_the_tier);
-	suite_add_tcase(s, tc);
 	return s;
 }

@@ -4,11 +4,8 @@
  * state slots, all-or-nothing checkpoints, one writer per DCP shard,
  * SET_POLICY and its guards, and layout identity.
  */
-#include <sys/wait.h>
-
 #include <errno.h>
 #include <jansson.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,47 +25,24 @@
 #define R_STATE		TEST_RANK_STATE
 #define R_SIDE		TEST_RANK_SIDE
 
-static struct test_daemon	td;
-static int			fds_before;
-
 enum side { SIDE_NONE, SIDE_ALL, SIDE_TRAILING };
 
 /* The KV pages of each engine rank (struct test_rank); a state region and maybe a sidecar follow. */
 static const struct test_rank_kv	kv = { "kimi-linear-test", "latent:64:fp8_e4m3", L3KV_ATTN_MHA,
     PAGES, 8, LAYERS, TOKEN_BYTES };
 
-static json_t *
-stats(void)
-{
-	return test_stats(td.sock);
-}
-
-static long long
-stat_of(const char *section, const char *key)
-{
-	return test_stat(td.sock, section, key);
-}
-
 static void
 setup(void)
 {
-	fds_before = test_fd_count();
-	ck_assert_int_eq(test_daemon_start(&td, "{\"testing\": {\"debug_ops\": true}}"), 0);
+	test_td_setup_with("{\"testing\": {\"debug_ops\": true}}");
 }
 
 static void
 teardown(void)
 {
-	int	st, i;
-
-	for (i = 0; i < 300 && stat_of("dram", "pins") != 0; i++)
-		usleep(10000);
-	ck_assert_int_eq(stat_of("dram", "pins"), 0);
-	ck_assert_int_eq(stat_of("cache", "leases_open"), 0);
-	test_daemon_stop(&td, SIGTERM, &st);
-	ck_assert(WIFEXITED(st));
-	ck_assert_int_eq(WEXITSTATUS(st), 0);
-	ck_assert_int_eq(test_fd_count(), fds_before);
+	ck_assert_int_eq(test_td_stat_wait("dram", "pins", 0), 0);
+	ck_assert_int_eq(test_td_stat("cache", "leases_open"), 0);
+	test_td_teardown();
 }
 
 static uint64_t
@@ -95,7 +69,22 @@ hrank_init(struct test_rank *h, const char *group, unsigned size, unsigned idx, 
 static void
 hrank_attach(struct test_rank *h)
 {
-	test_rank_attach(h, td.sock);
+	test_rank_attach(h, test_td.sock);
+}
+
+/*
+ * Rank idx of an MLA group of TP tp x DCP dcp ranks (tp_rank idx % tp,
+ * dcp_rank idx / tp) with the KV pool alone.
+ */
+static void
+dcp_rank_init(struct test_rank *h, const char *group, unsigned tp, unsigned dcp, unsigned idx)
+{
+	test_rank_init(h, &kv, group, tp * dcp, idx);
+	h->args.layout.attention = L3KV_ATTN_MLA;
+	h->args.layout.tp_size = tp;
+	h->args.tp_rank = idx % tp;
+	h->args.layout.dcp_size = dcp;
+	h->args.layout.dcp_rank = idx / tp;
 }
 
 /* Deterministic bytes for (what, prefix, i, shard); `what` keeps pools apart. */
@@ -180,6 +169,26 @@ admit(struct test_rank *h, uint64_t req, uint32_t prefix, uint32_t n, uint32_t s
 	return test_rank_admit(h, req, prefix, n, n, slot);
 }
 
+/*
+ * A rank alone in group hy, attached, with n KV pages of a prefix and its
+ * checkpoint at len: ADMIT of the n pages into canonical slot `slot` must
+ * promise `want`.
+ */
+static struct l3kv_admit_result
+solo_admitted(struct test_rank *h, uint32_t prefix, uint32_t n, uint32_t len, uint32_t slot,
+    uint32_t want)
+{
+	struct l3kv_admit_result	a;
+
+	hrank_init(h, "hy", 1, 0, SIDE_NONE, 0);
+	hrank_attach(h);
+	publish_kv(h, prefix, n);
+	publish_state(h, prefix, len);
+	a = admit(h, 1, prefix, n, slot);
+	ck_assert_uint_eq(a.admitted_pages, want);
+	return a;
+}
+
 /* ADMIT (canonical slot 1) on every rank of a group at once; all answers must agree. */
 static struct l3kv_admit_result
 admit_group(struct test_rank *h, unsigned n, uint64_t req, uint32_t prefix, uint32_t pages,
@@ -237,34 +246,41 @@ END_TEST
 /* Rank A {2,4}, rank B {3,4}: 4. Rank A {2,4}, rank B {3}: nothing, not min(4,3). */
 START_TEST(test_ranks_intersect_their_stop_points)
 {
+	static const struct {
+		uint32_t	prefix;
+		uint32_t	stops[2][2];	/* each rank's checkpoints; 0: none */
+		uint32_t	hit;
+	} cases[] = {
+		{ 2, { { 2, 4 }, { 3, 4 } }, 4 },
+		{ 3, { { 2, 4 }, { 3, 0 } }, 0 },
+	};
 	struct l3kv_admit_result	a;
 	struct test_rank		h[2];
 	uint64_t			leases[2];
-	uint32_t			r;
+	uint32_t			c, r, j;
 
 	for (r = 0; r < 2; r++) {
 		hrank_init(&h[r], "pair", 2, r, SIDE_NONE, 0);
 		hrank_attach(&h[r]);
-		publish_kv(&h[r], 2, 4);
-		publish_kv(&h[r], 3, 4);
 	}
-	publish_state(&h[0], 2, 2);
-	publish_state(&h[0], 2, 4);
-	publish_state(&h[1], 2, 3);
-	publish_state(&h[1], 2, 4);
-	ck_assert_uint_eq(test_rank_probe(&h[0], 2, 4, NULL, NULL), 4);
-	a = admit_group(h, 2, 10, 2, 4, leases);
-	ck_assert_uint_eq(a.admitted_pages, 4);
-	for (r = 0; r < 2; r++)
-		ck_assert_int_eq(l3kv_release(h[r].k, leases[r]), 0);
-
-	publish_state(&h[0], 3, 2);
-	publish_state(&h[0], 3, 4);
-	publish_state(&h[1], 3, 3);
-	ck_assert_uint_eq(test_rank_probe(&h[1], 3, 4, NULL, NULL), 0);
-	a = admit_group(h, 2, 11, 3, 4, leases);
-	ck_assert_uint_eq(a.admitted_pages, 0);
-	ck_assert_int_eq(a.decline, L3KV_DECLINE_NO_HIT);
+	for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		for (r = 0; r < 2; r++) {
+			publish_kv(&h[r], cases[c].prefix, 4);
+			for (j = 0; j < 2 && cases[c].stops[r][j] != 0; j++)
+				publish_state(&h[r], cases[c].prefix, cases[c].stops[r][j]);
+		}
+		for (r = 0; r < 2; r++)
+			ck_assert_msg(test_rank_probe(&h[r], cases[c].prefix, 4, NULL, NULL) ==
+			    cases[c].hit, "prefix %u: rank %u's PROBE is not %u", cases[c].prefix, r,
+			    cases[c].hit);
+		a = admit_group(h, 2, 10 + c, cases[c].prefix, 4, leases);
+		ck_assert_msg(a.admitted_pages == cases[c].hit, "prefix %u: %u admitted, not %u",
+		    cases[c].prefix, a.admitted_pages, cases[c].hit);
+		if (cases[c].hit == 0)
+			ck_assert_int_eq(a.decline, L3KV_DECLINE_NO_HIT);
+		for (r = 0; r < 2 && cases[c].hit != 0; r++)
+			ck_assert_int_eq(l3kv_release(h[r].k, leases[r]), 0);
+	}
 	for (r = 0; r < 2; r++)
 		test_rank_fini(&h[r]);
 }
@@ -284,13 +300,8 @@ START_TEST(test_missing_checkpoint_admits_the_earlier_stop_exactly)
 	uint32_t			dst[2] = { 8, 9 }, i;
 	uint64_t			page;
 
-	hrank_init(&h, "hy", 1, 0, SIDE_NONE, 0);
-	hrank_attach(&h);
+	a = solo_admitted(&h, 4, 4, 2, 1, 2);
 	page = kv_page_bytes(&h);
-	publish_kv(&h, 4, 4);
-	publish_state(&h, 4, 2);
-	a = admit(&h, 1, 4, 4, 1);
-	ck_assert_uint_eq(a.admitted_pages, 2);
 	memset(h.mem[R_KV], 0xee, h.len[R_KV]);
 	memset(h.mem[R_STATE], 0xee, h.len[R_STATE]);
 	ck_assert_int_eq(l3kv_restore_state(h.k, a.lease, R_KV, dst, 2, &sd, 5000, &res), 0);
@@ -314,12 +325,7 @@ START_TEST(test_live_slot_is_refused_before_any_byte_moves)
 	struct test_rank		h;
 	uint32_t			dst[2] = { 3, 4 };
 
-	hrank_init(&h, "hy", 1, 0, SIDE_NONE, 0);
-	hrank_attach(&h);
-	publish_kv(&h, 5, 2);
-	publish_state(&h, 5, 2);
-	a = admit(&h, 1, 5, 2, 2);
-	ck_assert_uint_eq(a.admitted_pages, 2);
+	a = solo_admitted(&h, 5, 2, 2, 2, 2);
 	memset(h.mem[R_KV], 0xee, h.len[R_KV]);
 	memset(h.mem[R_STATE], 0x5a, h.len[R_STATE]);
 	ck_assert_int_eq(l3kv_restore_state(h.k, a.lease, R_KV, dst, 2, &sd, 5000, &res),
@@ -350,12 +356,7 @@ START_TEST(test_slot_is_outstanding_from_admit_until_the_restore_ends)
 	struct test_rank		h;
 	uint32_t			dst[2] = { 0, 1 };
 
-	hrank_init(&h, "hy", 1, 0, SIDE_NONE, 0);
-	hrank_attach(&h);
-	publish_kv(&h, 6, 2);
-	publish_state(&h, 6, 2);
-	a = admit(&h, 1, 6, 2, 1);
-	ck_assert_uint_eq(a.admitted_pages, 2);
+	a = solo_admitted(&h, 6, 2, 2, 1, 2);
 	b = admit(&h, 2, 6, 2, 1);
 	ck_assert_int_eq(b.decline, L3KV_DECLINE_SLOT_BUSY);
 	ck_assert_uint_eq(b.admitted_pages, 0);
@@ -398,7 +399,7 @@ START_TEST(test_lost_checkpoint_fails_without_falling_back)
 	ck_assert_int_eq(l3kv_restore_state(h.k, a.lease, R_KV, dst, 4, &sd, 5000, &res),
 	    -ENODATA);
 	ck_assert(all_bytes(h.mem[R_STATE], h.len[R_STATE], 0xee));
-	ck_assert_int_eq(stat_of("cache", "restores_ready"), 0);
+	ck_assert_int_eq(test_td_stat("cache", "restores_ready"), 0);
 	ck_assert_int_eq(l3kv_release(h.k, a.lease), 0);
 	/* A new admission now promises 2, honestly. */
 	a = admit(&h, 2, 7, 4, 1);
@@ -422,22 +423,14 @@ START_TEST(test_dcp_shards_have_one_writer_and_restore_their_own)
 	uint32_t			dst[4] = { 4, 5, 6, 7 }, r, i;
 
 	for (r = 0; r < 4; r++) {
-		hrank_init(&h[r], "dcp", 4, r, SIDE_NONE, 0);
-		h[r].args.npools = 1;		/* MLA KV only */
-		h[r].args.nregions = 1;
-		h[r].args.nlive = 0;
-		h[r].args.layout.attention = L3KV_ATTN_MLA;
-		h[r].args.layout.tp_size = 2;
-		h[r].args.tp_rank = r % 2;
-		h[r].args.layout.dcp_size = 2;
-		h[r].args.layout.dcp_rank = r / 2;
+		dcp_rank_init(&h[r], "dcp", 2, 2, r);
 		h[r].args.layout.logical_page_tokens = 2 * h[r].args.layout.page_tokens;
 		hrank_attach(&h[r]);
 	}
 	for (r = 0; r < 4; r++)
 		publish_kv(&h[r], 8, 4);
-	ck_assert_int_eq(stat_of("dram", "objects"), 4 * 2);
-	ck_assert_int_eq(stat_of("cache", "pages_present"), 4 * 2);
+	ck_assert_int_eq(test_td_stat("dram", "objects"), 4 * 2);
+	ck_assert_int_eq(test_td_stat("cache", "pages_present"), 4 * 2);
 	a = admit_group(h, 4, 20, 8, 4, leases);
 	ck_assert_uint_eq(a.admitted_pages, 4);
 	for (r = 0; r < 4; r++) {
@@ -476,7 +469,7 @@ END_TEST
 static char *
 state_of_daemon(void)
 {
-	json_t	*j = stats(), *keep;
+	json_t	*j = test_td_stats(), *keep;
 	char	*out;
 
 	keep = json_pack("{s:O, s:O, s:O, s:O, s:O}", "namespaces",
@@ -496,15 +489,7 @@ START_TEST(test_set_policy_guard_changes_nothing)
 	uint32_t		 r;
 
 	for (r = 0; r < 2; r++) {
-		hrank_init(&h[r], "dcp2", 2, r, SIDE_NONE, 0);
-		h[r].args.npools = 1;
-		h[r].args.nregions = 1;
-		h[r].args.nlive = 0;
-		h[r].args.layout.attention = L3KV_ATTN_MLA;
-		h[r].args.tp_rank = 0;
-		h[r].args.layout.tp_size = 1;
-		h[r].args.layout.dcp_size = 2;
-		h[r].args.layout.dcp_rank = r;
+		dcp_rank_init(&h[r], "dcp2", 1, 2, r);
 		hrank_attach(&h[r]);
 	}
 	before = state_of_daemon();
@@ -532,12 +517,8 @@ START_TEST(test_set_policy_waits_for_an_idle_group)
 {
 	struct l3kv_admit_result	a;
 	struct test_rank		h;
-	json_t				*j;
 
-	hrank_init(&h, "solo", 1, 0, SIDE_NONE, 0);
-	h.args.npools = 1;
-	h.args.nregions = 1;
-	h.args.nlive = 0;
+	test_rank_init(&h, &kv, "solo", 1, 0);		/* the KV pool alone */
 	hrank_attach(&h);
 	publish_kv(&h, 12, 2);
 	a = admit(&h, 1, 12, 2, L3KV_SLOT_NONE);
@@ -547,10 +528,7 @@ START_TEST(test_set_policy_waits_for_an_idle_group)
 	ck_assert_int_eq(l3kv_release(h.k, a.lease), 0);
 	ck_assert_int_eq(l3kv_set_policy(h.k, L3KV_PREFETCH_BEST_EFFORT, L3KV_WRITE_THROUGH, 50), 0);
 	ck_assert_int_eq(l3kv_set_policy(h.k, 9, L3KV_WRITE_THROUGH, 0), -EINVAL);
-	j = stats();
-	ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "attach"),
-	    "guards_refused")), 0);
-	json_decref(j);
+	ck_assert_int_eq(test_td_stat("attach", "guards_refused"), 0);
 	test_rank_fini(&h);
 }
 END_TEST
@@ -561,7 +539,7 @@ fingerprint(struct test_rank *h, uint8_t out[16])
 {
 	struct l3kv_attach_info	info;
 
-	ck_assert_int_eq(l3kv_connect(td.sock, 5000, &h->k), 0);
+	ck_assert_int_eq(l3kv_connect(test_td.sock, 5000, &h->k), 0);
 	ck_assert_msg(l3kv_attach(h->k, &h->args, &info) == 0, "attach: %s",
 	    l3kv_last_error(h->k));
 	memcpy(out, info.fingerprint, 16);
@@ -643,10 +621,8 @@ Suite *
 suite_hybrid(void)
 {
 	Suite	*s = suite_create("hybrid");
-	TCase	*tc = tcase_create("hybrid");
+	TCase	*tc = test_tcase(s, "hybrid", 60, setup, teardown);
 
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_state_and_sidecar_stop_points_intersect);
 	tcase_add_test(tc, test_ranks_intersect_their_stop_points);
 	tcase_add_test(tc, test_missing_checkpoint_admits_the_earlier_stop_exactly);
@@ -658,6 +634,5 @@ suite_hybrid(void)
 	tcase_add_test(tc, test_set_policy_waits_for_an_idle_group);
 	tcase_add_test(tc, test_every_layout_field_changes_the_fingerprint);
 	tcase_add_test(tc, test_layout_mismatch_is_a_miss_with_the_destination_untouched);
-	suite_add_tcase(s, tc);
 	return s;
 }

@@ -43,6 +43,30 @@ struct test_daemon {
 	char	log[PATH_MAX];		/* dir/l3kvd.log: the daemon's stderr */
 };
 
+/*
+ * The daemon of the running test, for suites whose every test gets its
+ * own (tests/util.c). test_td_setup and test_td_setup_with (a checked
+ * fixture's setup, or called from one) count the fds the test holds and
+ * start it; test_td_teardown stops it, asserting that it exits 0 on
+ * SIGTERM and that the test holds no fd more than it did. A test may
+ * stop and start it between (test_td_stop, test_td_start, test_td_restart).
+ */
+extern struct test_daemon	test_td;
+
+void	 test_td_setup(void);
+void	 test_td_setup_with(const char *extra_json);
+void	 test_td_teardown(void);
+void	 test_td_start(const char *extra_json);
+void	 test_td_stop(void);
+void	 test_td_restart(const char *extra_json);
+
+/*
+ * A test case of suite s with a checked fixture (setup and teardown may
+ * be NULL) and a timeout in seconds (0 keeps check's default).
+ */
+TCase	*test_tcase(Suite *s, const char *name, double timeout, void (*setup)(void),
+	    void (*teardown)(void));
+
 const char *test_build_dir(void);
 char	*test_path(const char *rel, char *buf, size_t len);
 int	 test_daemon_start(struct test_daemon *, const char *extra_json);
@@ -61,12 +85,15 @@ char	*test_mkdtemp(char *buf, size_t len);
 void	 test_page_hash(uint32_t prefix, uint32_t i, uint8_t *h);
 uint8_t	*test_page_hashes(uint32_t prefix, uint32_t n);
 
-/* STATS of the daemon on a socket (tests/util.c). */
+/* STATS of the daemon on a socket, and of test_td (tests/util.c). */
 #include <jansson.h>
 json_t	*test_stats(const char *sock);
 long long test_stat(const char *sock, const char *section, const char *key);
 long long test_stat_wait(const char *sock, const char *section, const char *key,
 	    long long want);
+json_t	*test_td_stats(void);
+long long test_td_stat(const char *section, const char *key);
+long long test_td_stat_wait(const char *section, const char *key, long long want);
 
 /*
  * A test engine rank (tests/util.c): one libl3kv connection and the memfd
@@ -80,6 +107,7 @@ long long test_stat_wait(const char *sock, const char *section, const char *key,
 #define TEST_RANK_STATE		1
 #define TEST_RANK_SIDE		2
 #define TEST_RANK_REGIONS	3
+#define TEST_RANK_LIVE		4	/* live state slots a rank can list */
 #define TEST_RANK_SENTINEL	0xee	/* the bytes of a page nothing wrote */
 
 struct test_rank {
@@ -90,7 +118,7 @@ struct test_rank {
 	struct l3kv_pool	 pools[TEST_RANK_REGIONS];
 	struct l3kv_region	 regions[TEST_RANK_REGIONS];
 	struct l3kv_attach_args	 args;
-	uint32_t		 live[1];
+	uint32_t		 live[TEST_RANK_LIVE];	/* slot 0, then any a suite adds */
 };
 
 /* A rank's layout and KV pages (page_first: tokens x layers x token_bytes). */

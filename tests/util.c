@@ -1,6 +1,7 @@
 /*
  * Test helpers: temporary directories, a real l3kvd started on a
- * temporary socket with a generated config, fd accounting, page hashes,
+ * temporary socket with a generated config (test_td: the one a suite's
+ * fixture starts for each test), test cases, fd accounting, page hashes,
  * and test engine ranks.
  *
  * A test rank (struct test_rank) is what the cache, file-tier and hybrid
@@ -237,6 +238,66 @@ test_daemon_stop(struct test_daemon *d, int sig, int *status)
 	return 0;
 }
 
+struct test_daemon	test_td;
+static int		test_td_fds;	/* the fds the test held before test_td started */
+
+void
+test_td_start(const char *extra_json)
+{
+	ck_assert_int_eq(test_daemon_start(&test_td, extra_json), 0);
+}
+
+/* SIGTERM: the daemon must exit, and with 0. */
+void
+test_td_stop(void)
+{
+	int	st;
+
+	ck_assert_int_eq(test_daemon_stop(&test_td, SIGTERM, &st), 0);
+	ck_assert(WIFEXITED(st));
+	ck_assert_int_eq(WEXITSTATUS(st), 0);
+}
+
+void
+test_td_restart(const char *extra_json)
+{
+	test_td_stop();
+	test_td_start(extra_json);
+}
+
+void
+test_td_setup_with(const char *extra_json)
+{
+	test_td_fds = test_fd_count();
+	test_td_start(extra_json);
+}
+
+void
+test_td_setup(void)
+{
+	test_td_setup_with(NULL);
+}
+
+void
+test_td_teardown(void)
+{
+	test_td_stop();
+	ck_assert_int_eq(test_fd_count(), test_td_fds);
+}
+
+TCase *
+test_tcase(Suite *s, const char *name, double timeout, void (*setup)(void), void (*teardown)(void))
+{
+	TCase	*tc = tcase_create(name);
+
+	if (setup != NULL || teardown != NULL)
+		tcase_add_checked_fixture(tc, setup, teardown);
+	if (timeout > 0)
+		tcase_set_timeout(tc, timeout);
+	suite_add_tcase(s, tc);
+	return tc;
+}
+
 /* 1 if the daemon's log holds needle. */
 int
 test_daemon_log_has(const struct test_daemon *d, const char *needle)
@@ -298,6 +359,24 @@ test_stat_wait(const char *sock, const char *section, const char *key, long long
 		usleep(10000);
 	}
 	return v;
+}
+
+json_t *
+test_td_stats(void)
+{
+	return test_stats(test_td.sock);
+}
+
+long long
+test_td_stat(const char *section, const char *key)
+{
+	return test_stat(test_td.sock, section, key);
+}
+
+long long
+test_td_stat_wait(const char *section, const char *key, long long want)
+{
+	return test_stat_wait(test_td.sock, section, key, want);
 }
 
 void
