@@ -136,46 +136,66 @@ read_text(const char *path)
 	return buf;
 }
 
-/* Field by field, so that a failure names the field. */
+/*
+ * Every field of struct config: how it compares (STR or INT), its
+ * documented default (config/README.md), and what tests/data/good-full.json
+ * sets it to. The fixture leaves tiers.file.readers, read_depth and
+ * fd_cache and testing.scan_delay_ms at their defaults.
+ */
+#define CONFIG_FIELDS(X)								\
+	X(STR, socket_path,		"./run/l3kvd.sock",	"/tmp/l3kv-check/l3kvd.sock") \
+	X(INT, socket_mode,		0660,			0600)			\
+	X(STR, socket_group,		"",			"l3kv")			\
+	X(INT, nallow_uids,		0,			2)			\
+	X(INT, allow_uids[0],		0,			1000)			\
+	X(INT, allow_uids[1],		0,			1001)			\
+	X(INT, nallow_gids,		0,			1)			\
+	X(INT, allow_gids[0],		0,			100)			\
+	X(INT, log_level,		LOG_LEVEL_INFO,		LOG_LEVEL_DEBUG)	\
+	X(STR, role,			"decode",		"prefill")		\
+	X(STR, model,			"",			"deepseek-ai/DeepSeek-V3") \
+	X(INT, namespace_seed,		0,			42)			\
+	X(INT, dram_size,		256ULL << 20,		1ULL << 30)		\
+	X(STR, file_path,		"",			"/var/cache/l3kv")	\
+	X(INT, file_capacity,		64ULL << 30,		2ULL << 40)		\
+	X(INT, file_fsync,		0,			1)			\
+	X(INT, file_readers,		4,			4)			\
+	X(INT, file_read_depth,		32,			32)			\
+	X(INT, file_fd_cache,		32768,			32768)			\
+	X(INT, copy_engine,		CONFIG_COPY_AUTO,	CONFIG_COPY_HOST)	\
+	X(INT, copy_workers,		2,			8)			\
+	X(INT, max_connections,		1024,			64)			\
+	X(INT, max_connections_per_uid,	256,			8)			\
+	X(INT, max_frame,		16U << 20,		1U << 20)		\
+	X(INT, lease_ttl_ms,		30000,			5000)			\
+	X(INT, admit_timeout_ms,	2000,			500)			\
+	X(INT, drain_ms,		5000,			0)			\
+	X(STR, metrics_listen,		"",			"127.0.0.1:9100")	\
+	X(INT, test_copy_delay_ms,	0,			10)			\
+	X(INT, test_scan_delay_ms,	0,			0)			\
+	X(INT, test_debug_ops,		0,			1)
+
+#define WANT_DEFAULT(kind, field, def, full)	.field = def,
+#define WANT_FULL(kind, field, def, full)	.field = full,
+static const struct config	want_defaults = { CONFIG_FIELDS(WANT_DEFAULT) };
+static const struct config	want_full = { CONFIG_FIELDS(WANT_FULL) };
+#undef WANT_DEFAULT
+#undef WANT_FULL
+
+/* Field by field, so that a failure names the field and both values. */
 static void
 assert_config_equal(const struct config *a, const struct config *b, const char *what)
 {
-	size_t	i;
-
-	ck_assert_msg(strcmp(a->socket_path, b->socket_path) == 0, "%s: socket_path", what);
-	ck_assert_msg(a->socket_mode == b->socket_mode, "%s: socket_mode", what);
-	ck_assert_msg(strcmp(a->socket_group, b->socket_group) == 0, "%s: socket_group", what);
-	ck_assert_msg(a->nallow_uids == b->nallow_uids, "%s: nallow_uids", what);
-	for (i = 0; i < a->nallow_uids; i++)
-		ck_assert_msg(a->allow_uids[i] == b->allow_uids[i], "%s: allow_uids", what);
-	ck_assert_msg(a->nallow_gids == b->nallow_gids, "%s: nallow_gids", what);
-	for (i = 0; i < a->nallow_gids; i++)
-		ck_assert_msg(a->allow_gids[i] == b->allow_gids[i], "%s: allow_gids", what);
-	ck_assert_msg(a->log_level == b->log_level, "%s: log_level", what);
-	ck_assert_msg(strcmp(a->role, b->role) == 0, "%s: role", what);
-	ck_assert_msg(strcmp(a->model, b->model) == 0, "%s: model", what);
-	ck_assert_msg(a->namespace_seed == b->namespace_seed, "%s: namespace_seed", what);
-	ck_assert_msg(a->dram_size == b->dram_size, "%s: dram_size", what);
-	ck_assert_msg(strcmp(a->file_path, b->file_path) == 0, "%s: file_path", what);
-	ck_assert_msg(a->file_capacity == b->file_capacity, "%s: file_capacity", what);
-	ck_assert_msg(a->file_fsync == b->file_fsync, "%s: file_fsync", what);
-	ck_assert_msg(a->copy_engine == b->copy_engine, "%s: copy_engine", what);
-	ck_assert_msg(a->copy_workers == b->copy_workers, "%s: copy_workers", what);
-	ck_assert_msg(a->max_connections == b->max_connections, "%s: max_connections", what);
-	ck_assert_msg(a->max_connections_per_uid == b->max_connections_per_uid,
-	    "%s: max_connections_per_uid", what);
-	ck_assert_msg(a->max_frame == b->max_frame, "%s: max_frame", what);
-	ck_assert_msg(a->lease_ttl_ms == b->lease_ttl_ms, "%s: lease_ttl_ms", what);
-	ck_assert_msg(a->admit_timeout_ms == b->admit_timeout_ms, "%s: admit_timeout_ms", what);
-	ck_assert_msg(a->drain_ms == b->drain_ms, "%s: drain_ms", what);
-	ck_assert_msg(strcmp(a->metrics_listen, b->metrics_listen) == 0, "%s: metrics_listen",
-	    what);
-	ck_assert_msg(a->test_copy_delay_ms == b->test_copy_delay_ms, "%s: test_copy_delay_ms",
-	    what);
-	ck_assert_msg(a->test_scan_delay_ms == b->test_scan_delay_ms, "%s: test_scan_delay_ms",
-	    what);
-	ck_assert_msg(a->test_debug_ops == b->test_debug_ops, "%s: test_debug_ops", what);
-	/* And nothing the list above forgot: config.c zero-fills strings. */
+#define EQ_STR(f)	ck_assert_msg(strcmp(a->f, b->f) == 0, "%s: " #f " \"%s\", want \"%s\"", \
+	    what, a->f, b->f)
+#define EQ_INT(f)	ck_assert_msg(a->f == b->f, "%s: " #f " %llu, want %llu", what, \
+	    (unsigned long long)a->f, (unsigned long long)b->f)
+#define EQ(kind, field, def, full)	EQ_##kind(field);
+	CONFIG_FIELDS(EQ)
+#undef EQ
+#undef EQ_STR
+#undef EQ_INT
+	/* And nothing the list above forgot (more ids, new fields): config.c zero-fills strings. */
 	ck_assert_msg(memcmp(a, b, sizeof(*a)) == 0, "%s: bytes differ", what);
 }
 
@@ -221,6 +241,49 @@ nest(const char *key, const char *value, char *buf, size_t len)
 		off += (size_t)snprintf(buf + off, len - off, "}");
 	ck_assert(off < len);
 	return buf;
+}
+
+/* value as a JSON string, in buf. */
+static char *
+quote(const char *value, char *buf, size_t len)
+{
+	ck_assert((size_t)snprintf(buf, len, "\"%s\"", value) < len);
+	return buf;
+}
+
+/* Loads key (dotted) set to the string value, expecting success. */
+static void
+load_ok_key(struct config *cfg, const char *key, const char *value)
+{
+	char	q[128], text[256];
+
+	load_ok(cfg, nest(key, quote(value, q, sizeof(q)), text, sizeof(text)));
+}
+
+/* Loads key (dotted) set to the string value, expecting what load_bad expects. */
+static void
+load_bad_key(const char *key, const char *value, const char *after)
+{
+	char	q[128], text[256];
+
+	load_bad(nest(key, quote(value, q, sizeof(q)), text, sizeof(text)), after);
+}
+
+/* A value of a key and the start of the message it must be refused with. */
+struct bad_value {
+	const char	*text;
+	const char	*after;
+};
+
+/* Each value of the key, nested, is refused with its message. */
+static void
+load_bad_values(const char *key, const struct bad_value *bad, size_t n)
+{
+	char	text[256];
+	size_t	i;
+
+	for (i = 0; i < n; i++)
+		load_bad(nest(key, bad[i].text, text, sizeof(text)), bad[i].after);
 }
 
 START_TEST(test_good_fixtures_load)
@@ -295,33 +358,7 @@ START_TEST(test_full_fixture_sets_every_field)
 
 	src_path("tests/data/good-full.json", path, sizeof(path));
 	ck_assert_msg(config_load_file(&cfg, path, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_str_eq(cfg.socket_path, "/tmp/l3kv-check/l3kvd.sock");
-	ck_assert_uint_eq(cfg.socket_mode, 0600);
-	ck_assert_str_eq(cfg.socket_group, "l3kv");
-	ck_assert_uint_eq(cfg.nallow_uids, 2);
-	ck_assert_uint_eq(cfg.allow_uids[0], 1000);
-	ck_assert_uint_eq(cfg.allow_uids[1], 1001);
-	ck_assert_uint_eq(cfg.nallow_gids, 1);
-	ck_assert_uint_eq(cfg.allow_gids[0], 100);
-	ck_assert_int_eq(cfg.log_level, LOG_LEVEL_DEBUG);
-	ck_assert_str_eq(cfg.role, "prefill");
-	ck_assert_str_eq(cfg.model, "deepseek-ai/DeepSeek-V3");
-	ck_assert_uint_eq(cfg.namespace_seed, 42);
-	ck_assert_uint_eq(cfg.dram_size, 1ULL << 30);
-	ck_assert_str_eq(cfg.file_path, "/var/cache/l3kv");
-	ck_assert_uint_eq(cfg.file_capacity, 2ULL << 40);
-	ck_assert_int_eq(cfg.file_fsync, 1);
-	ck_assert_int_eq(cfg.copy_engine, CONFIG_COPY_HOST);
-	ck_assert_uint_eq(cfg.copy_workers, 8);
-	ck_assert_uint_eq(cfg.max_connections, 64);
-	ck_assert_uint_eq(cfg.max_connections_per_uid, 8);
-	ck_assert_uint_eq(cfg.max_frame, 1U << 20);
-	ck_assert_uint_eq(cfg.lease_ttl_ms, 5000);
-	ck_assert_uint_eq(cfg.admit_timeout_ms, 500);
-	ck_assert_uint_eq(cfg.drain_ms, 0);
-	ck_assert_str_eq(cfg.metrics_listen, "127.0.0.1:9100");
-	ck_assert_uint_eq(cfg.test_copy_delay_ms, 10);
-	ck_assert_int_eq(cfg.test_debug_ops, 1);
+	assert_config_equal(&cfg, &want_full, "good-full.json");
 }
 END_TEST
 
@@ -330,30 +367,7 @@ START_TEST(test_defaults_are_the_documented_values)
 	struct config	cfg;
 
 	config_default(&cfg);
-	ck_assert_str_eq(cfg.socket_path, "./run/l3kvd.sock");
-	ck_assert_uint_eq(cfg.socket_mode, 0660);
-	ck_assert_str_eq(cfg.socket_group, "");
-	ck_assert_uint_eq(cfg.nallow_uids, 0);
-	ck_assert_uint_eq(cfg.nallow_gids, 0);
-	ck_assert_int_eq(cfg.log_level, LOG_LEVEL_INFO);
-	ck_assert_str_eq(cfg.role, "decode");
-	ck_assert_str_eq(cfg.model, "");
-	ck_assert_uint_eq(cfg.namespace_seed, 0);
-	ck_assert_uint_eq(cfg.dram_size, 256ULL << 20);
-	ck_assert_str_eq(cfg.file_path, "");
-	ck_assert_uint_eq(cfg.file_capacity, 64ULL << 30);
-	ck_assert_int_eq(cfg.file_fsync, 0);
-	ck_assert_int_eq(cfg.copy_engine, CONFIG_COPY_AUTO);
-	ck_assert_uint_eq(cfg.copy_workers, 2);
-	ck_assert_uint_eq(cfg.max_connections, 1024);
-	ck_assert_uint_eq(cfg.max_connections_per_uid, 256);
-	ck_assert_uint_eq(cfg.max_frame, 16U << 20);
-	ck_assert_uint_eq(cfg.lease_ttl_ms, 30000);
-	ck_assert_uint_eq(cfg.admit_timeout_ms, 2000);
-	ck_assert_uint_eq(cfg.drain_ms, 5000);
-	ck_assert_str_eq(cfg.metrics_listen, "");
-	ck_assert_uint_eq(cfg.test_copy_delay_ms, 0);
-	ck_assert_int_eq(cfg.test_debug_ops, 0);
+	assert_config_equal(&cfg, &want_defaults, "config_default");
 }
 END_TEST
 
@@ -507,10 +521,7 @@ END_TEST
 
 START_TEST(test_bad_size_strings_are_rejected)
 {
-	static const struct {
-		const char	*text;
-		const char	*after;
-	} bad[] = {
+	static const struct bad_value	bad[] = {
 		{ "\"64 mib\"", ": tiers.dram.size: unknown unit \"mib\"" },
 		{ "\"64 MB\"", ": tiers.dram.size: unknown unit \"MB\"" },
 		{ "\"64 M\"", ": tiers.dram.size: unknown unit \"M\"" },
@@ -532,13 +543,20 @@ START_TEST(test_bad_size_strings_are_rejected)
 		{ "\"1048575 B\"", ": tiers.dram.size: \"1048575 B\" is out of range [1 MiB, 1 TiB]" },
 		{ "1.0", ": tiers.dram.size: expected an integer or a size string, got real 1" },
 	};
-	char	text[256];
-	size_t	i;
 
-	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-		load_bad(nest("tiers.dram.size", bad[i].text, text, sizeof(text)), bad[i].after);
+	load_bad_values("tiers.dram.size", bad, sizeof(bad) / sizeof(bad[0]));
 }
 END_TEST
+
+/* Loading key = num is refused as out of range. */
+static void
+load_out_of_range(const char *key, const char *num, const char *range)
+{
+	char	text[256], after[128];
+
+	snprintf(after, sizeof(after), ": %s: %s is out of range %s", key, num, range);
+	load_bad(nest(key, num, text, sizeof(text)), after);
+}
 
 /* Every integer key: the bounds are accepted, one past them is not. */
 START_TEST(test_bounds_are_inclusive)
@@ -571,47 +589,36 @@ START_TEST(test_bounds_are_inclusive)
 #undef F
 	};
 	struct config	cfg;
-	char		text[256], num[32], after[128];
-	uint64_t	got;
+	char		text[256], num[32];
+	uint64_t	bound[2], got;
 	uint32_t	got32;
-	size_t		i;
+	size_t		i, b;
 
 	for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
-		snprintf(num, sizeof(num), "%llu", (unsigned long long)keys[i].lo);
-		load_ok(&cfg, nest(keys[i].key, num, text, sizeof(text)));
-		if (keys[i].size == sizeof(got32)) {
-			memcpy(&got32, (char *)&cfg + keys[i].off, sizeof(got32));
-			got = got32;
-		} else
-			memcpy(&got, (char *)&cfg + keys[i].off, sizeof(got));
-		ck_assert_msg(got == keys[i].lo, "%s: low bound stored as %llu", keys[i].key,
-		    (unsigned long long)got);
-
-		snprintf(num, sizeof(num), "%llu", (unsigned long long)keys[i].hi);
-		load_ok(&cfg, nest(keys[i].key, num, text, sizeof(text)));
-		if (keys[i].size == sizeof(got32)) {
-			memcpy(&got32, (char *)&cfg + keys[i].off, sizeof(got32));
-			got = got32;
-		} else
-			memcpy(&got, (char *)&cfg + keys[i].off, sizeof(got));
-		ck_assert_msg(got == keys[i].hi, "%s: high bound stored as %llu", keys[i].key,
-		    (unsigned long long)got);
+		bound[0] = keys[i].lo;
+		bound[1] = keys[i].hi;
+		for (b = 0; b < 2; b++) {
+			snprintf(num, sizeof(num), "%llu", (unsigned long long)bound[b]);
+			load_ok(&cfg, nest(keys[i].key, num, text, sizeof(text)));
+			if (keys[i].size == sizeof(got32)) {
+				memcpy(&got32, (char *)&cfg + keys[i].off, sizeof(got32));
+				got = got32;
+			} else
+				memcpy(&got, (char *)&cfg + keys[i].off, sizeof(got));
+			ck_assert_msg(got == bound[b], "%s: %s bound stored as %llu", keys[i].key,
+			    b == 0 ? "low" : "high", (unsigned long long)got);
+		}
 
 		if (keys[i].lo > 0)
 			snprintf(num, sizeof(num), "%llu", (unsigned long long)keys[i].lo - 1);
 		else
 			snprintf(num, sizeof(num), "-1");
-		snprintf(after, sizeof(after), ": %s: %s is out of range %s", keys[i].key, num,
-		    keys[i].range);
-		load_bad(nest(keys[i].key, num, text, sizeof(text)), after);
-
+		load_out_of_range(keys[i].key, num, keys[i].range);
 		/* INT64_MAX + 1 does not fit jansson's integers: a syntax error. */
 		if (keys[i].hi == INT64_MAX)
 			continue;
 		snprintf(num, sizeof(num), "%llu", (unsigned long long)keys[i].hi + 1);
-		snprintf(after, sizeof(after), ": %s: %s is out of range %s", keys[i].key, num,
-		    keys[i].range);
-		load_bad(nest(keys[i].key, num, text, sizeof(text)), after);
+		load_out_of_range(keys[i].key, num, keys[i].range);
 	}
 }
 END_TEST
@@ -666,18 +673,14 @@ START_TEST(test_modes_are_octal_strings)
 	};
 	static const char *bad[] = { "", "0o660", "0x1b0", " 0660", "0660 ", "-1", "8" };
 	struct config	cfg;
-	char		text[256], value[64];
 	size_t		i;
 
 	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
-		snprintf(value, sizeof(value), "\"%s\"", good[i].text);
-		load_ok(&cfg, nest("socket.mode", value, text, sizeof(text)));
+		load_ok_key(&cfg, "socket.mode", good[i].text);
 		ck_assert_uint_eq(cfg.socket_mode, good[i].mode);
 	}
-	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		snprintf(value, sizeof(value), "\"%s\"", bad[i]);
-		load_bad(nest("socket.mode", value, text, sizeof(text)), ": socket.mode: \"");
-	}
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		load_bad_key("socket.mode", bad[i], ": socket.mode: \"");
 	load_bad("{\"socket\": {\"mode\": \"01000\"}}",
 	    ": socket.mode: \"01000\" is out of range [0000, 0777]");
 	load_bad("{\"socket\": {\"mode\": \"7777777777777777777777777\"}}",
@@ -695,12 +698,10 @@ START_TEST(test_names_map_to_their_values)
 		{ "info", LOG_LEVEL_INFO }, { "debug", LOG_LEVEL_DEBUG },
 	};
 	struct config	cfg;
-	char		text[256], value[64];
 	size_t		i;
 
 	for (i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
-		snprintf(value, sizeof(value), "\"%s\"", levels[i].text);
-		load_ok(&cfg, nest("log.level", value, text, sizeof(text)));
+		load_ok_key(&cfg, "log.level", levels[i].text);
 		ck_assert_int_eq(cfg.log_level, levels[i].level);
 	}
 	load_ok(&cfg, "{\"copy_engine\": \"cuda\", \"role\": \"prefill\"}");
@@ -716,10 +717,7 @@ END_TEST
 
 START_TEST(test_booleans_are_only_true_or_false)
 {
-	static const struct {
-		const char	*text;
-		const char	*after;
-	} bad[] = {
+	static const struct bad_value	bad[] = {
 		{ "1", ": testing.debug_ops: expected true or false, got integer 1" },
 		{ "0", ": testing.debug_ops: expected true or false, got integer 0" },
 		{ "\"yes\"", ": testing.debug_ops: expected true or false, got string \"yes\"" },
@@ -730,8 +728,6 @@ START_TEST(test_booleans_are_only_true_or_false)
 		{ "{}", ": testing.debug_ops: expected true or false, got an object" },
 	};
 	struct config	cfg;
-	char		text[256];
-	size_t		i;
 
 	load_ok(&cfg, "{\"testing\": {\"debug_ops\": true}}");
 	ck_assert_int_eq(cfg.test_debug_ops, 1);
@@ -739,8 +735,7 @@ START_TEST(test_booleans_are_only_true_or_false)
 	ck_assert_int_eq(cfg.test_debug_ops, 0);
 	load_ok(&cfg, "{\"testing\": {\"copy_delay_ms\": 5}}");
 	ck_assert_int_eq(cfg.test_debug_ops, 0);
-	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-		load_bad(nest("testing.debug_ops", bad[i].text, text, sizeof(text)), bad[i].after);
+	load_bad_values("testing.debug_ops", bad, sizeof(bad) / sizeof(bad[0]));
 }
 END_TEST
 
@@ -783,18 +778,14 @@ START_TEST(test_metrics_listen_takes_host_and_port)
 		"a b:1", "host:+80", "host:80a", "host:123456", "host: 80",
 	};
 	struct config	cfg;
-	char		text[256], value[128];
 	size_t		i;
 
 	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
-		snprintf(value, sizeof(value), "\"%s\"", good[i]);
-		load_ok(&cfg, nest("metrics.listen", value, text, sizeof(text)));
+		load_ok_key(&cfg, "metrics.listen", good[i]);
 		ck_assert_str_eq(cfg.metrics_listen, good[i]);
 	}
-	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		snprintf(value, sizeof(value), "\"%s\"", bad[i]);
-		load_bad(nest("metrics.listen", value, text, sizeof(text)), ": metrics.listen: ");
-	}
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		load_bad_key("metrics.listen", bad[i], ": metrics.listen: ");
 	load_bad("{\"metrics\": {\"listen\": \"h:0\"}}",
 	    ": metrics.listen: port 0 is out of range [1, 65535]");
 	load_bad("{\"metrics\": {\"listen\": \"h:65536\"}}",
@@ -1009,21 +1000,19 @@ suite_config(void)
 	Suite	*s = suite_create("config");
 	TCase	*tc;
 
-	tc = tcase_create("fixtures");
+	tc = test_tcase(s, "fixtures", 0, NULL, NULL);
 	tcase_add_test(tc, test_good_fixtures_load);
 	tcase_add_loop_test(tc, test_bad_fixture_fails_naming_its_key, 0, NBAD);
 	tcase_add_test(tc, test_every_bad_fixture_has_an_expected_message);
 	tcase_add_test(tc, test_full_fixture_sets_every_field);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("defaults");
+	tc = test_tcase(s, "defaults", 0, NULL, NULL);
 	tcase_add_test(tc, test_defaults_are_the_documented_values);
 	tcase_add_test(tc, test_embedded_default_parses_to_config_default);
 	tcase_add_test(tc, test_shipped_config_equals_defaults_but_socket_path);
 	tcase_add_test(tc, test_shipped_config_text_is_the_embedded_text);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("parse");
+	tc = test_tcase(s, "parse", 0, NULL, NULL);
 	tcase_add_test(tc, test_unknown_key_is_rejected_with_its_name);
 	tcase_add_test(tc, test_wrong_types_name_what_was_found);
 	tcase_add_test(tc, test_duplicate_key_names_the_dotted_key);
@@ -1037,20 +1026,17 @@ suite_config(void)
 	tcase_add_test(tc, test_booleans_are_only_true_or_false);
 	tcase_add_test(tc, test_id_lists_fill_the_arrays);
 	tcase_add_test(tc, test_metrics_listen_takes_host_and_port);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("env_and_errors");
+	tc = test_tcase(s, "env_and_errors", 0, NULL, NULL);
 	tcase_add_test(tc, test_env_socket_overrides_path);
 	tcase_add_test(tc, test_unset_or_empty_env_socket_changes_nothing);
 	tcase_add_test(tc, test_too_long_env_socket_is_rejected_and_changes_nothing);
 	tcase_add_test(tc, test_tiny_error_buffers_do_not_overflow);
 	tcase_add_test(tc, test_unreadable_file_reports_errno);
 	tcase_add_test(tc, test_null_text_and_name_are_handled);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("l3kvd_n");
+	tc = test_tcase(s, "l3kvd_n", 0, NULL, NULL);
 	tcase_add_test(tc, test_l3kvd_n_accepts_a_good_config);
 	tcase_add_test(tc, test_l3kvd_n_rejects_a_bad_config_naming_the_key);
-	suite_add_tcase(s, tc);
 	return s;
 }

@@ -27,75 +27,55 @@ static struct pt_attach *
 pt_attach_new(void)
 {
 	struct pt_attach	*a = calloc(1, sizeof(*a));
-	struct proto_layout	*l;
-	struct proto_region	*r;
 
 	ck_assert_ptr_nonnull(a);
-	l = &a->fixed.layout;
-	strcpy(l->model, "deepseek-v3");
-	strcpy(l->kv_dtype, "fp8_e4m3");
-	strcpy(l->hash_scheme, "sha256");
-	l->tp_size = 2;
-	l->dcp_size = 2;
-	l->pp_size = 1;
-	l->cp_size = 1;
-	l->dcp_rank = 1;
-	l->host_layout = PROTO_LAYOUT_PAGE_FIRST;
-	l->attention = PROTO_ATTN_MLA;
-	l->hash_len = 32;
-	l->npools = 2;
-	l->page_tokens = 64;
-	l->logical_page_tokens = 64;
-	l->seed = 7;
-	strcpy(a->fixed.group, "engine-0");
-	a->fixed.group_size = 2;
-	a->fixed.group_rank = 1;
-	a->fixed.tp_rank = 1;
-	a->fixed.prefetch = PROTO_PREFETCH_WAIT_COMPLETE;
-	a->fixed.write = PROTO_WRITE_THROUGH;
-	a->fixed.nregions = 2;
-	a->fixed.nlive = 2;
-
-	strcpy(a->pools[0].name, "kv");
-	a->pools[0].kind = PROTO_POOL_KV;
-	a->pools[0].hit_policy = PROTO_HIT_ALL_PAGES;
-	a->pools[0].layers = 61;
-	a->pools[0].object_bytes = 61 * 64 * 576;
-	strcpy(a->pools[0].schema, "mla:576");
-	strcpy(a->pools[1].name, "state");
-	a->pools[1].kind = PROTO_POOL_STATE;
-	a->pools[1].hit_policy = PROTO_HIT_TRAILING;
-	a->pools[1].trailing = 1;
-	a->pools[1].layers = 1;
-	a->pools[1].object_bytes = 4096;
-
+	a->fixed = (struct proto_attach){ .layout = { .model = "deepseek-v3",
+	    .kv_dtype = "fp8_e4m3", .hash_scheme = "sha256", .tp_size = 2, .dcp_size = 2,
+	    .pp_size = 1, .cp_size = 1, .dcp_rank = 1, .host_layout = PROTO_LAYOUT_PAGE_FIRST,
+	    .attention = PROTO_ATTN_MLA, .hash_len = 32, .npools = 2, .page_tokens = 64,
+	    .logical_page_tokens = 64, .seed = 7 }, .group = "engine-0", .group_size = 2,
+	    .group_rank = 1, .tp_rank = 1, .prefetch = PROTO_PREFETCH_WAIT_COMPLETE,
+	    .write = PROTO_WRITE_THROUGH, .nregions = 2, .nlive = 2 };
+	a->pools[0] = (struct proto_pool){ .name = "kv", .kind = PROTO_POOL_KV,
+	    .hit_policy = PROTO_HIT_ALL_PAGES, .layers = 61, .object_bytes = 61 * 64 * 576,
+	    .schema = "mla:576" };
+	a->pools[1] = (struct proto_pool){ .name = "state", .kind = PROTO_POOL_STATE,
+	    .hit_policy = PROTO_HIT_TRAILING, .trailing = 1, .layers = 1, .object_bytes = 4096 };
 	/* MLA FP8 pages, page_first: tokens x layers x 576 bytes. */
-	r = &a->regions[0];
-	r->pool = 0;
-	r->kind = PROTO_MEM_MEMFD;
-	r->layout = PROTO_LAYOUT_PAGE_FIRST;
-	r->num_pages = 16;
-	r->page_tokens = 64;
-	r->layers = 61;
-	r->token_bytes = 576;
-	r->layer_stride = 576;
-	r->token_stride = 61 * 576;
-	r->page_stride = 64 * 61 * 576;
-	r->size = 16ULL * 64 * 61 * 576;
-	r = &a->regions[1];
-	r->pool = 1;
-	r->kind = PROTO_MEM_MEMFD;
-	r->layout = PROTO_LAYOUT_SLOTS;
-	r->fd_index = 1;
-	r->num_pages = 8;
-	r->page_tokens = 1;
-	r->layers = 1;
-	r->token_bytes = 4096;
-	r->page_stride = 4096;
-	r->size = 8 * 4096;
+	a->regions[0] = (struct proto_region){ .pool = 0, .kind = PROTO_MEM_MEMFD,
+	    .layout = PROTO_LAYOUT_PAGE_FIRST, .num_pages = 16, .page_tokens = 64, .layers = 61,
+	    .token_bytes = 576, .layer_stride = 576, .token_stride = 61 * 576,
+	    .page_stride = 64 * 61 * 576, .size = 16ULL * 64 * 61 * 576 };
+	a->regions[1] = (struct proto_region){ .pool = 1, .kind = PROTO_MEM_MEMFD,
+	    .layout = PROTO_LAYOUT_SLOTS, .fd_index = 1, .num_pages = 8, .page_tokens = 1,
+	    .layers = 1, .token_bytes = 4096, .page_stride = 4096, .size = 8 * 4096 };
 	a->live[0] = 3;
 	a->live[1] = 5;
 	return a;
+}
+
+/* A HELLO offering versions min..max, from client. */
+static struct proto_hello
+pt_hello(uint16_t min, uint16_t max, const char *client)
+{
+	struct proto_hello	h;
+
+	memset(&h, 0, sizeof(h));
+	h.version_min = min;
+	h.version_max = max;
+	ck_assert_uint_lt(strlen(client), sizeof(h.client));
+	memcpy(h.client, client, strlen(client));
+	return h;
+}
+
+/* proto_dump() of a HELLO request (seq 1) whose payload is at p. */
+static void
+pt_dump_hello(const void *p, char *out, size_t len)
+{
+	struct proto_hdr	h;
+
+	proto_hdr_init(&h, PROTO_T_HELLO, sizeof(struct proto_hello), 1);
+	proto_dump(&h, p, out, len);
 }
 
 /* The payload as the wire has it; *len gets its length. */
@@ -419,15 +399,11 @@ END_TEST
 
 START_TEST(test_hello_round_trip)
 {
-	struct proto_hello	h, back;
+	struct proto_hello	h = pt_hello(1, 1, "sglang-decode"), back;
 	struct proto_hdr	hdr, hdr2;
 	uint8_t			frame[sizeof(hdr) + sizeof(h)];
 	uint16_t		v = 0;
 
-	memset(&h, 0, sizeof(h));
-	h.version_min = 1;
-	h.version_max = 1;
-	strcpy(h.client, "sglang-decode");
 	proto_hdr_init(&hdr, PROTO_T_HELLO, sizeof(h), 1);
 	memcpy(frame, &hdr, sizeof(hdr));
 	memcpy(frame + sizeof(hdr), &h, sizeof(h));
@@ -445,13 +421,9 @@ END_TEST
 
 START_TEST(test_hello_check_picks_the_highest_common_version)
 {
-	struct proto_hello	h;
-	uint16_t		v;
+	struct proto_hello	h = pt_hello(1, 9, "");
+	uint16_t		v = 0;
 
-	memset(&h, 0, sizeof(h));
-	h.version_min = 1;
-	h.version_max = 9;
-	v = 0;
 	ck_assert_int_eq(proto_hello_check(&h, &v), 0);	/* an empty client name is fine */
 	ck_assert_uint_eq(v, PROTO_VERSION_MAX);
 	h.version_min = 0;
@@ -463,11 +435,9 @@ END_TEST
 
 START_TEST(test_hello_check_rejects_each_bad_field)
 {
-	struct proto_hello	h;
+	struct proto_hello	h = pt_hello(1, 1, "");
 	uint16_t		v = 0;
 
-	memset(&h, 0, sizeof(h));
-	h.version_min = h.version_max = 1;
 	h.flags = 1;
 	ck_assert_int_eq(proto_hello_check(&h, &v), PROTO_S_INVALID);
 	h.flags = 0;
@@ -909,18 +879,13 @@ END_TEST
 START_TEST(test_dump_decodes_payloads)
 {
 	struct pt_attach	*a = pt_attach_new();
-	struct proto_hello	 hello;
+	struct proto_hello	 hello = pt_hello(1, 1, "engine");
 	struct proto_hdr	 h;
 	uint8_t			*buf;
 	uint32_t		 len;
 	char			 out[512];
 
-	memset(&hello, 0, sizeof(hello));
-	hello.version_min = 1;
-	hello.version_max = 1;
-	strcpy(hello.client, "engine");
-	proto_hdr_init(&h, PROTO_T_HELLO, sizeof(hello), 1);
-	proto_dump(&h, &hello, out, sizeof(out));
+	pt_dump_hello(&hello, out, sizeof(out));
 	ck_assert_str_eq(out,
 	    "HELLO seq=1 len=40 flags=0x0 status=ok versions=1..1 client=\"engine\"");
 
@@ -967,20 +932,16 @@ END_TEST
 /* Fixed bug: a client's name with a newline forged a second log line. */
 START_TEST(test_dump_keeps_client_bytes_on_one_line)
 {
-	struct proto_hello	hello;
+	struct proto_hello	hello = pt_hello(0, 1, "x\n2026 info fake\"\x1b");
 	struct proto_hdr	h;
 	char			out[512];
 
-	memset(&hello, 0, sizeof(hello));
-	hello.version_max = 1;
-	strcpy(hello.client, "x\n2026 info fake\"\x1b");
-	proto_hdr_init(&h, PROTO_T_HELLO, sizeof(hello), 1);
-	proto_dump(&h, &hello, out, sizeof(out));
+	pt_dump_hello(&hello, out, sizeof(out));
 	ck_assert_str_eq(out,
 	    "HELLO seq=1 len=40 flags=0x0 status=ok versions=0..1 client=\"x?2026 info fake??\"");
+	proto_hdr_init(&h, PROTO_T_HELLO, 3, 1);
 	h.flags = PROTO_F_REPLY;
 	h.status = PROTO_S_INVALID;
-	h.length = 3;
 	proto_dump(&h, "a\nb", out, sizeof(out));
 	ck_assert_ptr_null(strchr(out, '\n'));
 }
@@ -989,18 +950,12 @@ END_TEST
 /* Fixed bug: the HELLO dump read the payload as an aligned struct. */
 START_TEST(test_dump_reads_unaligned_payloads)
 {
-	struct proto_hello	hello;
-	struct proto_hdr	h;
+	struct proto_hello	hello = pt_hello(1, 1, "odd");
 	uint8_t			raw[sizeof(hello) + 1];
 	char			out[512];
 
-	memset(&hello, 0, sizeof(hello));
-	hello.version_min = 1;
-	hello.version_max = 1;
-	strcpy(hello.client, "odd");
 	memcpy(raw + 1, &hello, sizeof(hello));
-	proto_hdr_init(&h, PROTO_T_HELLO, sizeof(hello), 1);
-	proto_dump(&h, raw + 1, out, sizeof(out));
+	pt_dump_hello(raw + 1, out, sizeof(out));
 	ck_assert_ptr_nonnull(strstr(out, "versions=1..1 client=\"odd\""));
 }
 END_TEST
@@ -1009,7 +964,7 @@ Suite *
 suite_proto(void)
 {
 	Suite	*s = suite_create("proto");
-	TCase	*tc = tcase_create("proto");
+	TCase	*tc = test_tcase(s, "proto", 0, NULL, NULL);
 
 	tcase_add_test(tc, test_hdr_init_is_a_valid_request);
 	tcase_add_loop_test(tc, test_hdr_check_answers_each_malformed_header_exactly, 0,
@@ -1038,6 +993,5 @@ suite_proto(void)
 	tcase_add_test(tc, test_dump_truncates_into_small_buffers);
 	tcase_add_test(tc, test_dump_keeps_client_bytes_on_one_line);
 	tcase_add_test(tc, test_dump_reads_unaligned_payloads);
-	suite_add_tcase(s, tc);
 	return s;
 }
