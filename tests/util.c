@@ -4,12 +4,12 @@
  * fixture starts for each test), test cases, fd accounting, page hashes,
  * and test engine ranks.
  *
- * A test rank (struct test_rank) is what the cache, file-tier and hybrid
- * suites attach with: memfd regions (KV pages; optionally state slots and
- * a sidecar) that the daemon maps with its host copy engine and that the
- * test maps too. Its helpers publish pages of known content, probe, admit
- * and restore, and assert that each call succeeded; what the answer must
- * be is left to the test.
+ * A test rank (struct test_rank) is what the attach, cache, file-tier and
+ * hybrid suites attach with: memfd regions (KV pages; optionally state
+ * slots and a sidecar) that the daemon maps with its host copy engine and
+ * that the test maps too. Its helpers publish pages of known content,
+ * probe, admit and restore, and assert that each call succeeded; what the
+ * answer must be is left to the test.
  */
 #include <sys/mman.h>
 #include <sys/prctl.h>
