@@ -459,9 +459,13 @@ unsigned server_conns_of_uid(struct server *, uid_t);
 uint64_t server_now_ms(void);
 
 /*
- * dram.c: the DRAM tier (arena, slabs, index, LRU, pins). Loop thread
- * only; workers touch an object's bytes, never its metadata, while it is
- * pinned or WRITING. dram_checksum alone is thread-safe.
+ * index.c: the index both tiers keep of their objects: 80-byte records
+ * named by 32-bit ids, a chained hash from key to id, a free list, LRU
+ * lists. Loop thread only. A record is a struct index_rec (the index's
+ * 64 bytes), then the tier's state byte (0: a free record; lookups see
+ * the one state the tier calls visible), then 15 bytes of the tier's.
+ * The key is the one both tiers use, named for the DRAM tier, which had
+ * it first.
  */
 struct dram_key {			/* 52 bytes, compared with memcmp */
 	uint8_t		fingerprint[16];
@@ -470,8 +474,128 @@ struct dram_key {			/* 52 bytes, compared with memcmp */
 	uint16_t	shard;
 	uint8_t		hash[32];	/* page hash, zero-padded */
 };
+#define INDEX_NONE		UINT32_MAX
+#define INDEX_REC_SIZE		80		/* a tier's struct, index_rec first */
+#define INDEX_STATE_OFF		64		/* the tier's state byte, after index_rec */
+#define INDEX_BLOCK_SHIFT	10		/* 1024 records: 80 KiB a block */
+#define INDEX_BLOCK		(1U << INDEX_BLOCK_SHIFT)
+struct index_rec {			/* 64 bytes */
+	struct dram_key	key;
+	uint32_t	chain;		/* next in bucket; next free record when free */
+	uint32_t	lru_prev;	/* towards MRU */
+	uint32_t	lru_next;	/* towards LRU */
+};
+struct index_lru {			/* a list of records, kept where the tier wants */
+	uint32_t	head;		/* MRU */
+	uint32_t	tail;		/* LRU: the next victim */
+};
+struct index {
+	uint8_t		**blocks;	/* INDEX_BLOCK records each; blocks never move */
+	uint32_t	  nblocks;
+	uint32_t	  blocks_cap;
+	uint32_t	  nrecords;	/* ids handed out: a high-water mark */
+	uint32_t	  rec_free;	/* free list, through chain */
+	uint32_t	 *buckets;
+	uint32_t	  nbuckets;	/* a power of two */
+	uint8_t		  visible;	/* the state lookups see */
+	uint64_t	  seed;		/* secret: clients choose page hashes */
+	uint64_t	  nindexed;
+};
+int	 index_init(struct index *, uint8_t visible);
+void	 index_fini(struct index *);
+uint64_t index_hash(const struct index *, const struct dram_key *);
+/* The id indexed under a key, in any state, or INDEX_NONE; *hash (unless NULL) is for index_insert. */
+uint32_t index_find(const struct index *, const struct dram_key *, uint64_t *hash);
+/* The same for a visible record only; no side effects at all (PROBE). */
+uint32_t index_lookup(const struct index *, const struct dram_key *);
+size_t	 index_lookup_many(const struct index *, const struct dram_key *, size_t n, uint32_t *ids);
+void	 index_insert(struct index *, uint32_t id, uint64_t hash);
+void	 index_remove(struct index *, uint32_t id);
+/* A record of zeros, its links INDEX_NONE: 0 or -ENOMEM. */
+int	 index_rec_new(struct index *, uint32_t *id);
+void	 index_rec_free(struct index *, uint32_t id);
+void	 index_lru_init(struct index_lru *);
+size_t	 index_lru_order(const struct index *, const struct index_lru *, uint32_t *ids, size_t max);
+uint64_t index_meta_bytes(const struct index *);
+
+/*
+ * Inline: every pin, unpin and PROBE hit of a tier goes through these,
+ * and a call costs more than their bodies.
+ */
+
+/* The record of an id handed out (id < nrecords), free or not; a tier casts it to its own. */
+static inline struct index_rec *
+index_rec(const struct index *ix, uint32_t id)
+{
+	return (struct index_rec *)(ix->blocks[id >> INDEX_BLOCK_SHIFT] +
+	    (size_t)(id & (INDEX_BLOCK - 1)) * INDEX_REC_SIZE);
+}
+
+/* The record of a live id, or NULL for an id that names none. */
+static inline struct index_rec *
+index_rec_live(const struct index *ix, uint32_t id)
+{
+	struct index_rec	*r;
+
+	if (id >= ix->nrecords)
+		return NULL;
+	r = index_rec(ix, id);
+	return ((const uint8_t *)r)[INDEX_STATE_OFF] == 0 ? NULL : r;
+}
+
+/* At the head: the most recently used. */
+static inline void
+index_lru_push(struct index *ix, struct index_lru *l, uint32_t id)
+{
+	struct index_rec	*r = index_rec(ix, id);
+
+	r->lru_prev = INDEX_NONE;
+	r->lru_next = l->head;
+	if (l->head != INDEX_NONE)
+		index_rec(ix, l->head)->lru_prev = id;
+	else
+		l->tail = id;
+	l->head = id;
+}
+
+/* At the tail: the next victim. */
+static inline void
+index_lru_push_tail(struct index *ix, struct index_lru *l, uint32_t id)
+{
+	struct index_rec	*r = index_rec(ix, id);
+
+	r->lru_next = INDEX_NONE;
+	r->lru_prev = l->tail;
+	if (l->tail != INDEX_NONE)
+		index_rec(ix, l->tail)->lru_next = id;
+	else
+		l->head = id;
+	l->tail = id;
+}
+
+static inline void
+index_lru_unlink(struct index *ix, struct index_lru *l, uint32_t id)
+{
+	struct index_rec	*r = index_rec(ix, id);
+
+	if (r->lru_prev != INDEX_NONE)
+		index_rec(ix, r->lru_prev)->lru_next = r->lru_next;
+	else
+		l->head = r->lru_next;
+	if (r->lru_next != INDEX_NONE)
+		index_rec(ix, r->lru_next)->lru_prev = r->lru_prev;
+	else
+		l->tail = r->lru_prev;
+	r->lru_prev = r->lru_next = INDEX_NONE;
+}
+
+/*
+ * dram.c: the DRAM tier (arena, slabs, index, LRU, pins). Loop thread
+ * only; workers touch an object's bytes, never its metadata, while it is
+ * pinned or WRITING. dram_checksum alone is thread-safe.
+ */
 struct dram;
-#define DRAM_NONE		UINT32_MAX
+#define DRAM_NONE		INDEX_NONE
 #define DRAM_CSUM_CHUNK		(64U << 10)
 struct dram_stats {
 	uint64_t	objects;	/* visible + writing + dropped */
@@ -589,7 +713,7 @@ int	 cuda_event_open(struct cuda_engine *, const char *none_why, struct region *
  * namespace must have been attached (filetier_scan_start) first. Files:
  * see filetier.c.
  */
-#define FILETIER_NONE		UINT32_MAX
+#define FILETIER_NONE		INDEX_NONE
 #define FILETIER_HDR		4096			/* header block; the payload follows */
 #define FILETIER_OBJ_MAX	(1ULL << 30)		/* payload bytes */
 /* What a read destination must hold: the payload rounded up for O_DIRECT. */

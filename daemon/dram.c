@@ -16,10 +16,9 @@
  *   length lives in the class, not in each object). Objects sit at a
  *   stride of the length rounded up to 64 bytes, or to 4 KiB from 64 KiB
  *   up, so every object of 4 KiB multiples is O_DIRECT-aligned.
- * - Objects are 80-byte records in blocks of 1024, named by 32-bit ids
- *   (ids, not pointers, so links are 4 bytes and blocks never move). The
- *   index is a chained hash table of 32-bit bucket heads; the chain link
- *   lives in the record.
+ * - Objects are 80-byte records of index.c (the key, the hash chain and
+ *   LRU links, then this tier's fields), named by 32-bit ids: a chained
+ *   hash from key to id, records in blocks that never move.
  * - Object states: WRITING (indexed so duplicates are refused, invisible,
  *   never evicted), VISIBLE, DROPPED (out of the index, still pinned,
  *   freed at the last unpin). A class's LRU list holds exactly the
@@ -34,20 +33,14 @@
  *   same function instead of spending CPU cores on it.
  */
 #include <sys/mman.h>
-#include <sys/random.h>
 
 #include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-/*
- * Inlined: a 52-byte index key hashes in a few nanoseconds, less than the
- * call into the shared library costs; a PROBE or ADMIT hashes one key per
- * page. (The same XXH3, so checksums are unchanged.)
- */
+/* Inlined, as when the key hash lived here too: dram_checksum's code is unchanged. */
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -58,12 +51,7 @@
 #define DRAM_UNITS_MAX		(1U << 24)	/* slab ids are 24 bits: 32 TiB */
 /* A slab grows past its fewest units only while that cuts waste. */
 #define DRAM_SLAB_UNITS_PREF	16
-#define DRAM_BLOCK_SHIFT	10		/* 1024 records: 80 KiB a block */
-#define DRAM_BLOCK		(1U << DRAM_BLOCK_SHIFT)
-#define DRAM_BUCKETS_MIN	1024
 #define DRAM_PINS_MAX		UINT16_MAX
-
-_Static_assert(sizeof(struct dram_key) == 52, "dram_key is compared with memcmp");
 
 /*
  * One object. 80 bytes: with a 4-byte slot-owner entry in its slab and
@@ -71,29 +59,27 @@ _Static_assert(sizeof(struct dram_key) == 52, "dram_key is compared with memcmp"
  * object (the issue's budget is 96).
  */
 struct dram_obj {
-	uint64_t	csum;
-	struct dram_key	key;
-	uint32_t	lru_prev;	/* towards MRU */
-	uint32_t	lru_next;	/* towards LRU */
-	uint32_t	chain;		/* next in bucket; next free record when free */
-	uint32_t	slab : 24;
-	uint32_t	state : 8;
-#define DRAM_S_FREE	0
+	struct index_rec rec;		/* key and links: index.c's */
+	uint8_t		state;		/* index.c reads it too */
+#define DRAM_S_FREE	0		/* as index.c frees a record */
 #define DRAM_S_WRITING	1
-#define DRAM_S_VISIBLE	2
+#define DRAM_S_VISIBLE	2		/* what lookups see */
 #define DRAM_S_DROPPED	3
+	uint32_t	slab : 24;	/* in state's 4 bytes */
 	uint16_t	slot;		/* index in the slab */
 	uint16_t	pins;
+	uint64_t	csum;
 };
-_Static_assert(sizeof(struct dram_obj) == 80, "dram_obj is the per-object budget");
+_Static_assert(sizeof(struct dram_obj) == INDEX_REC_SIZE, "dram_obj is the per-object budget");
+_Static_assert(offsetof(struct dram_obj, rec) == 0 && DRAM_S_FREE == 0 &&
+    offsetof(struct dram_obj, state) == INDEX_STATE_OFF, "a record as index.c sees it");
 
 struct dram_class {
 	uint64_t	len;		/* 0: slot unused */
 	uint64_t	stride;
 	uint32_t	nunits;		/* per slab */
 	uint32_t	nobj;		/* per slab, at most 32768 */
-	uint32_t	lru_head;	/* MRU */
-	uint32_t	lru_tail;	/* LRU: the next victim */
+	struct index_lru lru;		/* exactly the evictable objects */
 	uint32_t	partial;	/* slabs with a free slot */
 	uint32_t	nslabs;
 };
@@ -130,16 +116,7 @@ struct dram {
 	uint32_t	 classes_cap;
 	uint32_t	 class_last;
 
-	struct dram_obj	**blocks;
-	uint32_t	 nblocks;
-	uint32_t	 blocks_cap;
-	uint32_t	 nrecords;	/* high-water mark */
-	uint32_t	 rec_free;
-
-	uint32_t	*buckets;
-	uint32_t	 nbuckets;	/* a power of two */
-	uint64_t	 seed;
-	uint64_t	 nindexed;
+	struct index	 ix;		/* WRITING and VISIBLE objects */
 
 	uint64_t	 tick;
 	uint64_t	 nvisible, nwriting, ndropped;
@@ -153,19 +130,14 @@ struct dram {
 static inline struct dram_obj *
 dram_obj(const struct dram *d, uint32_t id)
 {
-	return &d->blocks[id >> DRAM_BLOCK_SHIFT][id & (DRAM_BLOCK - 1)];
+	return (struct dram_obj *)index_rec(&d->ix, id);
 }
 
 /* The record of a live object, or NULL for an id that names none. */
-static struct dram_obj *
+static inline struct dram_obj *
 dram_obj_live(const struct dram *d, uint32_t id)
 {
-	struct dram_obj	*o;
-
-	if (id >= d->nrecords)
-		return NULL;
-	o = dram_obj(d, id);
-	return o->state == DRAM_S_FREE ? NULL : o;
+	return (struct dram_obj *)index_rec_live(&d->ix, id);
 }
 
 static inline struct dram_slab *
@@ -188,163 +160,22 @@ dram_obj_bytes(const struct dram *d, const struct dram_obj *o)
 	return d->arena + s->off + (uint64_t)o->slot * d->classes[s->cls].stride;
 }
 
-static inline uint64_t
-dram_key_hash(const struct dram *d, const struct dram_key *k)
-{
-	return XXH3_64bits_withSeed(k, sizeof(*k), d->seed);
-}
-
-/* Index: chained hash over the records, WRITING and VISIBLE objects. */
-
-static uint32_t
-dram_index_find(const struct dram *d, const struct dram_key *k, uint64_t h)
-{
-	uint32_t		 id = d->buckets[h & (d->nbuckets - 1)];
-	const struct dram_obj	*o;
-
-	while (id != DRAM_NONE) {
-		o = dram_obj(d, id);
-		if (memcmp(&o->key, k, sizeof(*k)) == 0)
-			return id;
-		id = o->chain;
-	}
-	return DRAM_NONE;
-}
-
-/*
- * Doubles the bucket array, rehashing everything at once (about 10 ns an
- * object). On allocation failure the old table stays: chains get longer,
- * nothing breaks, so growth never fails an insert.
- */
-static void
-dram_index_grow(struct dram *d)
-{
-	uint32_t	*nb, n = d->nbuckets * 2, i, id, next;
-	uint64_t	 h;
-
-	if (d->nbuckets >= (1U << 31))
-		return;
-	if ((nb = malloc((size_t)n * sizeof(*nb))) == NULL)
-		return;
-	memset(nb, 0xff, (size_t)n * sizeof(*nb));
-	for (i = 0; i < d->nbuckets; i++) {
-		for (id = d->buckets[i]; id != DRAM_NONE; id = next) {
-			struct dram_obj	*o = dram_obj(d, id);
-
-			next = o->chain;
-			h = dram_key_hash(d, &o->key);
-			o->chain = nb[h & (n - 1)];
-			nb[h & (n - 1)] = id;
-		}
-	}
-	free(d->buckets);
-	d->buckets = nb;
-	d->nbuckets = n;
-}
-
-static void
-dram_index_insert(struct dram *d, uint32_t id, uint64_t h)
-{
-	struct dram_obj	*o = dram_obj(d, id);
-	uint32_t	*b = &d->buckets[h & (d->nbuckets - 1)];
-
-	o->chain = *b;
-	*b = id;
-	if (++d->nindexed > d->nbuckets)
-		dram_index_grow(d);
-}
-
-static void
-dram_index_remove(struct dram *d, uint32_t id)
-{
-	struct dram_obj	*o = dram_obj(d, id);
-	uint32_t	*link;
-
-	link = &d->buckets[dram_key_hash(d, &o->key) & (d->nbuckets - 1)];
-	while (*link != id) {
-		assert(*link != DRAM_NONE);
-		link = &dram_obj(d, *link)->chain;
-	}
-	*link = o->chain;
-	o->chain = DRAM_NONE;
-	d->nindexed--;
-}
-
-/* Records. */
-
-static int
-dram_rec_new(struct dram *d, uint32_t *idp)
-{
-	struct dram_obj	**nb, *blk;
-	uint32_t	  id, cap;
-
-	if ((id = d->rec_free) != DRAM_NONE) {
-		d->rec_free = dram_obj(d, id)->chain;
-		*idp = id;
-		return 0;
-	}
-	if (d->nrecords >= DRAM_NONE - DRAM_BLOCK)
-		return -ENOMEM;
-	if ((d->nrecords >> DRAM_BLOCK_SHIFT) == d->nblocks) {
-		if (d->nblocks == d->blocks_cap) {
-			cap = d->blocks_cap == 0 ? 16 : d->blocks_cap * 2;
-			if ((nb = realloc(d->blocks, cap * sizeof(*nb))) == NULL)
-				return -ENOMEM;
-			d->blocks = nb;
-			d->blocks_cap = cap;
-		}
-		if ((blk = calloc(DRAM_BLOCK, sizeof(*blk))) == NULL)
-			return -ENOMEM;
-		d->blocks[d->nblocks++] = blk;
-	}
-	*idp = d->nrecords++;
-	return 0;
-}
-
-static void
-dram_rec_free(struct dram *d, uint32_t id)
-{
-	struct dram_obj	*o = dram_obj(d, id);
-
-	memset(o, 0, sizeof(*o));
-	o->state = DRAM_S_FREE;
-	o->chain = d->rec_free;
-	d->rec_free = id;
-}
-
 /* LRU lists: per class, holding exactly the evictable objects. */
 
 static void
 dram_lru_push(struct dram *d, uint32_t id)
 {
-	struct dram_obj		*o = dram_obj(d, id);
-	struct dram_class	*c = dram_obj_class(d, o);
+	/* The slab first: after index.c's stores the compiler would read o->slab again. */
+	struct dram_slab	*s = dram_obj_slab(d, dram_obj(d, id));
 
-	o->lru_prev = DRAM_NONE;
-	o->lru_next = c->lru_head;
-	if (c->lru_head != DRAM_NONE)
-		dram_obj(d, c->lru_head)->lru_prev = id;
-	else
-		c->lru_tail = id;
-	c->lru_head = id;
-	dram_obj_slab(d, o)->tick = ++d->tick;
+	index_lru_push(&d->ix, &d->classes[s->cls].lru, id);
+	s->tick = ++d->tick;
 }
 
 static void
 dram_lru_unlink(struct dram *d, uint32_t id)
 {
-	struct dram_obj		*o = dram_obj(d, id);
-	struct dram_class	*c = dram_obj_class(d, o);
-
-	if (o->lru_prev != DRAM_NONE)
-		dram_obj(d, o->lru_prev)->lru_next = o->lru_next;
-	else
-		c->lru_head = o->lru_next;
-	if (o->lru_next != DRAM_NONE)
-		dram_obj(d, o->lru_next)->lru_prev = o->lru_prev;
-	else
-		c->lru_tail = o->lru_prev;
-	o->lru_prev = o->lru_next = DRAM_NONE;
+	index_lru_unlink(&d->ix, &dram_obj_class(d, dram_obj(d, id))->lru, id);
 }
 
 /* Size classes. */
@@ -438,7 +269,8 @@ dram_class_get(struct dram *d, uint64_t len, uint32_t *cp)
 	c->stride = dram_stride(len);
 	c->nunits = nunits;
 	c->nobj = nobj;
-	c->lru_head = c->lru_tail = c->partial = DRAM_NONE;
+	index_lru_init(&c->lru);
+	c->partial = DRAM_NONE;
 	*cp = d->class_last = reuse;
 	return 0;
 }
@@ -629,7 +461,7 @@ dram_obj_release(struct dram *d, uint32_t id)
 		s->hint = slot / 64;
 	if (s->nused-- == c->nobj)
 		dram_partial_push(d, sid);
-	dram_rec_free(d, id);
+	index_rec_free(&d->ix, id);
 	if (s->nused == 0)
 		dram_slab_release(d, sid);
 }
@@ -640,7 +472,7 @@ dram_evict(struct dram *d, uint32_t id)
 	struct dram_obj	*o = dram_obj(d, id);
 
 	assert(o->state == DRAM_S_VISIBLE && o->pins == 0);
-	dram_index_remove(d, id);
+	index_remove(&d->ix, id);
 	dram_lru_unlink(d, id);
 	d->nvisible--;
 	d->evictions++;
@@ -730,8 +562,8 @@ dram_slot_find(struct dram *d, uint32_t cls, uint32_t near, uint32_t *sidp, uint
 			continue;
 		if (rc != -ENOSPC)
 			return rc;
-		if (c->lru_tail != DRAM_NONE) {
-			dram_evict(d, c->lru_tail);
+		if (c->lru.tail != DRAM_NONE) {
+			dram_evict(d, c->lru.tail);
 			continue;
 		}
 		if ((rc = dram_reclaim(d, c->nunits)) != 0)
@@ -804,21 +636,15 @@ dram_new(struct dram **dp, uint64_t arena_bytes, char *err, size_t errlen)
 	if ((d = calloc(1, sizeof(*d))) == NULL)
 		goto nomem;
 	d->nunits = (uint32_t)nunits;
-	d->rec_free = d->slab_free = DRAM_NONE;
-	d->nbuckets = DRAM_BUCKETS_MIN;
+	d->slab_free = DRAM_NONE;
 	d->unit_used = calloc((nunits + 63) / 64, sizeof(uint64_t));
 	d->unit_slab = malloc(nunits * sizeof(uint32_t));
 	d->scratch = malloc(nunits * sizeof(uint32_t));
 	d->slabs = calloc(nunits, sizeof(struct dram_slab));
-	d->buckets = malloc(DRAM_BUCKETS_MIN * sizeof(uint32_t));
 	if (d->unit_used == NULL || d->unit_slab == NULL || d->scratch == NULL ||
-	    d->slabs == NULL || d->buckets == NULL)
+	    d->slabs == NULL || index_init(&d->ix, DRAM_S_VISIBLE) != 0)
 		goto nomem;
 	memset(d->unit_slab, 0xff, nunits * sizeof(uint32_t));
-	memset(d->buckets, 0xff, DRAM_BUCKETS_MIN * sizeof(uint32_t));
-	/* A secret seed: clients choose page hashes, so they must not choose chains. */
-	if (getrandom(&d->seed, sizeof(d->seed), GRND_NONBLOCK) != sizeof(d->seed))
-		d->seed = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)d;
 	if ((rc = dram_map(d, nunits << DRAM_UNIT_SHIFT, err, errlen)) != 0) {
 		dram_free(d);
 		return rc;
@@ -846,11 +672,8 @@ dram_free(struct dram *d)
 	if (d->slabs != NULL)
 		for (i = 0; i < d->nslab_ids; i++)
 			free(d->slabs[i].used);
-	for (i = 0; i < d->nblocks; i++)
-		free(d->blocks[i]);
-	free(d->blocks);
+	index_fini(&d->ix);
 	free(d->classes);
-	free(d->buckets);
 	free(d->slabs);
 	free(d->scratch);
 	free(d->unit_slab);
@@ -864,8 +687,7 @@ dram_lookup(const struct dram *d, const struct dram_key *k, uint32_t *idp)
 {
 	uint32_t	id;
 
-	id = dram_index_find(d, k, dram_key_hash(d, k));
-	if (id == DRAM_NONE || dram_obj(d, id)->state != DRAM_S_VISIBLE)
+	if ((id = index_lookup(&d->ix, k)) == DRAM_NONE)
 		return -ENOENT;
 	*idp = id;
 	return 0;
@@ -874,48 +696,12 @@ dram_lookup(const struct dram *d, const struct dram_key *k, uint32_t *idp)
 /*
  * dram_lookup for n keys: ids[i] is the id of keys[i] or DRAM_NONE;
  * returns the number of hits. The same answers as n dram_lookup calls,
- * but the cache misses of DRAM_BATCH keys overlap (bucket heads first,
- * then records), which is most of a lookup's cost once the index is
- * larger than the CPU caches.
+ * with the cache misses of several keys overlapped (index_lookup_many).
  */
-#define DRAM_BATCH	16
-
 size_t
 dram_lookup_many(const struct dram *d, const struct dram_key *keys, size_t n, uint32_t *ids)
 {
-	uint64_t		 h[DRAM_BATCH];
-	uint32_t		 id[DRAM_BATCH], mask = d->nbuckets - 1;
-	const struct dram_obj	*o;
-	size_t			 i, j, m, hits = 0;
-
-	for (i = 0; i < n; i += m) {
-		m = n - i < DRAM_BATCH ? n - i : DRAM_BATCH;
-		for (j = 0; j < m; j++) {
-			h[j] = dram_key_hash(d, &keys[i + j]);
-			__builtin_prefetch(&d->buckets[h[j] & mask]);
-		}
-		for (j = 0; j < m; j++) {
-			if ((id[j] = d->buckets[h[j] & mask]) == DRAM_NONE)
-				continue;
-			/* 80-byte records straddle cache lines: fetch both. */
-			o = dram_obj(d, id[j]);
-			__builtin_prefetch(o);
-			__builtin_prefetch((const uint8_t *)(o + 1) - 1);
-		}
-		for (j = 0; j < m; j++) {
-			while (id[j] != DRAM_NONE) {
-				o = dram_obj(d, id[j]);
-				if (memcmp(&o->key, &keys[i + j], sizeof(o->key)) == 0)
-					break;
-				id[j] = o->chain;
-			}
-			if (id[j] != DRAM_NONE && dram_obj(d, id[j])->state != DRAM_S_VISIBLE)
-				id[j] = DRAM_NONE;
-			ids[i + j] = id[j];
-			hits += id[j] != DRAM_NONE;
-		}
-	}
-	return hits;
+	return index_lookup_many(&d->ix, keys, n, ids);
 }
 
 /*
@@ -938,32 +724,30 @@ dram_alloc(struct dram *d, const struct dram_key *k, uint64_t len, uint32_t near
 		return -EINVAL;
 	if (len > d->arena_len)
 		return -EFBIG;
-	h = dram_key_hash(d, k);
-	if (dram_index_find(d, k, h) != DRAM_NONE)
+	if (index_find(&d->ix, k, &h) != DRAM_NONE)
 		return -EEXIST;
 	if ((rc = dram_class_get(d, len, &cls)) != 0)
 		return rc;
-	if ((rc = dram_rec_new(d, &id)) != 0)
+	if ((rc = index_rec_new(&d->ix, &id)) != 0)
 		return rc;
 	/*
 	 * The record is taken first (eviction below frees records too) but
 	 * stays FREE until placed, so that near can never name it.
 	 */
 	if ((rc = dram_slot_find(d, cls, near, &sid, &slot)) != 0) {
-		dram_rec_free(d, id);
+		index_rec_free(&d->ix, id);
 		if (rc == -ENOSPC)
 			d->evict_failures++;
 		return rc;
 	}
 	o = dram_obj(d, id);
 	o->state = DRAM_S_WRITING;
-	o->key = *k;
+	o->rec.key = *k;
 	o->csum = 0;
-	o->lru_prev = o->lru_next = DRAM_NONE;
 	o->pins = 0;
 	dram_slot_take(d, sid, slot, id);
 	d->slabs[sid].nheld++;
-	dram_index_insert(d, id, h);
+	index_insert(&d->ix, id, h);
 	d->nwriting++;
 	d->bytes_used += len;
 	*idp = id;
@@ -995,7 +779,7 @@ dram_abort(struct dram *d, uint32_t id)
 	struct dram_obj	*o = dram_obj_live(d, id);
 
 	assert(o != NULL && o->state == DRAM_S_WRITING);
-	dram_index_remove(d, id);
+	index_remove(&d->ix, id);
 	dram_obj_slab(d, o)->nheld--;
 	d->nwriting--;
 	dram_obj_release(d, id);
@@ -1076,7 +860,7 @@ dram_drop(struct dram *d, uint32_t id)
 	assert(o != NULL && o->state != DRAM_S_WRITING);
 	if (o->state == DRAM_S_DROPPED)
 		return;
-	dram_index_remove(d, id);
+	index_remove(&d->ix, id);
 	d->nvisible--;
 	d->drops++;
 	if (o->pins > 0) {
@@ -1135,13 +919,11 @@ dram_stats(const struct dram *d, struct dram_stats *st)
 	st->evictions = d->evictions;
 	st->evict_failures = d->evict_failures;
 	st->drops = d->drops;
-	st->index_buckets = d->nbuckets;
+	st->index_buckets = d->ix.nbuckets;
 	st->hugetlb = d->hugetlb;
 	/* Everything allocated for metadata, capacity rather than use. */
 	meta = sizeof(*d);
-	meta += (uint64_t)d->nblocks * DRAM_BLOCK * sizeof(struct dram_obj);
-	meta += (uint64_t)d->blocks_cap * sizeof(struct dram_obj *);
-	meta += (uint64_t)d->nbuckets * sizeof(uint32_t);
+	meta += index_meta_bytes(&d->ix);
 	meta += (uint64_t)d->classes_cap * sizeof(struct dram_class);
 	meta += (uint64_t)d->nunits * (sizeof(struct dram_slab) + 2 * sizeof(uint32_t));
 	meta += (d->nunits + 63) / 64 * sizeof(uint64_t);
@@ -1158,14 +940,8 @@ size_t
 dram_lru_order(const struct dram *d, uint64_t len, uint32_t *ids, size_t max)
 {
 	const struct dram_class	*c = dram_class_find(d, len);
-	uint32_t		 id;
-	size_t			 n = 0;
 
-	if (c == NULL)
-		return 0;
-	for (id = c->lru_tail; id != DRAM_NONE && n < max; id = dram_obj(d, id)->lru_prev)
-		ids[n++] = id;
-	return n;
+	return c == NULL ? 0 : index_lru_order(&d->ix, &c->lru, ids, max);
 }
 
 /*

@@ -17,9 +17,9 @@
  *   file, the new complete file, or nothing. Two writers of one key write
  *   the same bytes, and the last rename wins harmlessly.
  *
- * In memory the loop thread alone owns an index of the objects (a chained
- * hash of 80-byte records named by 32-bit ids, as in dram.c), one LRU list
- * of the evictable ones, and pins. Worker threads do all file I/O and
+ * In memory the loop thread alone owns an index of the objects (index.c's:
+ * 80-byte records named by 32-bit ids, as dram.c's are), one LRU list of
+ * the evictable ones, and pins. Worker threads do all file I/O and
  * report through one eventfd watched by the loop, as copy.c does:
  * - reader threads each drive an io_uring ring, read_depth objects in
  *   flight: an openat into a direct descriptor, then one readv of header
@@ -68,9 +68,6 @@
 #define FILETIER_VERSION	1
 #define FILETIER_HDR_CSUM_OFF	96		/* the header checksum covers bytes before it */
 #define FILETIER_HDR_USED	104
-#define FILETIER_BLOCK_SHIFT	10		/* 1024 records: 80 KiB a block */
-#define FILETIER_BLOCK		(1U << FILETIER_BLOCK_SHIFT)
-#define FILETIER_BUCKETS_MIN	1024
 #define FILETIER_PINS_MAX	UINT16_MAX
 #define FILETIER_OBJ_PATH	80		/* "pp-ssss/hh/<64 hex>.obj" and its NUL */
 #define FILETIER_DIR_MODE	0750		/* KV bytes are derived from prompts */
@@ -89,21 +86,20 @@ _Static_assert(FILETIER_OBJ_MAX + FILETIER_HDR <= 0x7ffff000, "a read's size fit
  * so eviction takes its tail and can never reach a pinned one.
  */
 struct filetier_ent {
-	struct dram_key	key;
-	uint32_t	chain;		/* next in bucket; next free record when free */
-	uint32_t	lru_prev;	/* towards MRU */
-	uint32_t	lru_next;	/* towards LRU */
-	uint64_t	len;		/* payload bytes */
-	uint16_t	pins;
-	uint8_t		state;
-#define FILETIER_S_FREE		0
+	struct index_rec rec;		/* key and links: index.c's */
+	uint8_t		state;		/* index.c reads it too */
+#define FILETIER_S_FREE		0	/* as index.c frees a record */
 #define FILETIER_S_WRITING	1
-#define FILETIER_S_VISIBLE	2
+#define FILETIER_S_VISIBLE	2	/* what lookups see */
 #define FILETIER_S_DELETING	3
 #define FILETIER_S_DEAD		4
 	uint8_t		scanned;	/* indexed by a scan, its LRU place not final yet */
+	uint16_t	pins;
+	uint64_t	len;		/* payload bytes */
 };
-_Static_assert(sizeof(struct filetier_ent) == 80, "filetier_ent is the per-object budget");
+_Static_assert(sizeof(struct filetier_ent) == INDEX_REC_SIZE, "filetier_ent is the per-object budget");
+_Static_assert(offsetof(struct filetier_ent, rec) == 0 && FILETIER_S_FREE == 0 &&
+    offsetof(struct filetier_ent, state) == INDEX_STATE_OFF, "a record as index.c sees it");
 
 /* An attached namespace. Never freed before the tier: jobs point at it. */
 struct filetier_ns {
@@ -128,17 +124,8 @@ struct filetier {
 	unsigned		 ns_cap;
 
 	/* The index: loop thread only. */
-	struct filetier_ent	**blocks;
-	uint32_t		 nblocks;
-	uint32_t		 blocks_cap;
-	uint32_t		 nrecords;	/* high-water mark */
-	uint32_t		 rec_free;
-	uint32_t		*buckets;
-	uint32_t		 nbuckets;	/* a power of two */
-	uint64_t		 seed;
-	uint64_t		 nindexed;
-	uint32_t		 lru_head;	/* MRU */
-	uint32_t		 lru_tail;	/* the next victim */
+	struct index		 ix;		/* WRITING, VISIBLE and DELETING entries */
+	struct index_lru	 lru;		/* exactly the VISIBLE entries without pins */
 	struct filetier_stats	 st;		/* counters kept as they change */
 	unsigned		 nscanning;	/* namespaces whose scan runs */
 
@@ -395,185 +382,27 @@ filetier_strerror(int status)
 	return strerror(-status);
 }
 
-/* Index: a chained hash over the records, loop thread only. */
+/* Index: index.c's, loop thread only. */
 
 static inline struct filetier_ent *
 filetier_ent(const struct filetier *ft, uint32_t id)
 {
-	return &ft->blocks[id >> FILETIER_BLOCK_SHIFT][id & (FILETIER_BLOCK - 1)];
+	return (struct filetier_ent *)index_rec(&ft->ix, id);
 }
 
-static struct filetier_ent *
+static inline struct filetier_ent *
 filetier_ent_live(const struct filetier *ft, uint32_t id)
 {
-	struct filetier_ent	*e;
-
-	if (id >= ft->nrecords)
-		return NULL;
-	e = filetier_ent(ft, id);
-	return e->state == FILETIER_S_FREE ? NULL : e;
+	return (struct filetier_ent *)index_rec_live(&ft->ix, id);
 }
 
-static inline uint64_t
-filetier_key_hash(const struct filetier *ft, const struct dram_key *k)
-{
-	return XXH3_64bits_withSeed(k, sizeof(*k), ft->seed);
-}
-
-static uint32_t
-filetier_index_find(const struct filetier *ft, const struct dram_key *k, uint64_t h)
-{
-	uint32_t			 id = ft->buckets[h & (ft->nbuckets - 1)];
-	const struct filetier_ent	*e;
-
-	while (id != FILETIER_NONE) {
-		e = filetier_ent(ft, id);
-		if (memcmp(&e->key, k, sizeof(*k)) == 0)
-			return id;
-		id = e->chain;
-	}
-	return FILETIER_NONE;
-}
-
-/* Doubles the buckets; on allocation failure chains just get longer. */
-static void
-filetier_index_grow(struct filetier *ft)
-{
-	uint32_t	*nb, n = ft->nbuckets * 2, i, id, next;
-	uint64_t	 h;
-
-	if (ft->nbuckets >= (1U << 31) || (nb = malloc((size_t)n * sizeof(*nb))) == NULL)
-		return;
-	memset(nb, 0xff, (size_t)n * sizeof(*nb));
-	for (i = 0; i < ft->nbuckets; i++) {
-		for (id = ft->buckets[i]; id != FILETIER_NONE; id = next) {
-			struct filetier_ent *e = filetier_ent(ft, id);
-
-			next = e->chain;
-			h = filetier_key_hash(ft, &e->key);
-			e->chain = nb[h & (n - 1)];
-			nb[h & (n - 1)] = id;
-		}
-	}
-	free(ft->buckets);
-	ft->buckets = nb;
-	ft->nbuckets = n;
-}
-
-static void
-filetier_index_insert(struct filetier *ft, uint32_t id, uint64_t h)
-{
-	struct filetier_ent	*e = filetier_ent(ft, id);
-	uint32_t		*b = &ft->buckets[h & (ft->nbuckets - 1)];
-
-	e->chain = *b;
-	*b = id;
-	if (++ft->nindexed > ft->nbuckets)
-		filetier_index_grow(ft);
-}
-
+/* Out of the index; a scan running meanwhile must not bring the key back. */
 static void
 filetier_index_remove(struct filetier *ft, uint32_t id)
 {
-	struct filetier_ent	*e = filetier_ent(ft, id);
-	uint32_t		*link;
-
-	link = &ft->buckets[filetier_key_hash(ft, &e->key) & (ft->nbuckets - 1)];
-	while (*link != id) {
-		assert(*link != FILETIER_NONE);
-		link = &filetier_ent(ft, *link)->chain;
-	}
-	*link = e->chain;
-	e->chain = FILETIER_NONE;
-	ft->nindexed--;
+	index_remove(&ft->ix, id);
 	if (ft->nscanning > 0)
-		filetier_scan_note_gone(ft, &e->key);
-}
-
-static int
-filetier_rec_new(struct filetier *ft, uint32_t *idp)
-{
-	struct filetier_ent	**nb, *blk;
-	uint32_t		  id, cap;
-
-	if ((id = ft->rec_free) != FILETIER_NONE) {
-		ft->rec_free = filetier_ent(ft, id)->chain;
-		*idp = id;
-		return 0;
-	}
-	if (ft->nrecords >= FILETIER_NONE - FILETIER_BLOCK)
-		return -ENOMEM;
-	if ((ft->nrecords >> FILETIER_BLOCK_SHIFT) == ft->nblocks) {
-		if (ft->nblocks == ft->blocks_cap) {
-			cap = ft->blocks_cap == 0 ? 16 : ft->blocks_cap * 2;
-			if ((nb = realloc(ft->blocks, cap * sizeof(*nb))) == NULL)
-				return -ENOMEM;
-			ft->blocks = nb;
-			ft->blocks_cap = cap;
-		}
-		if ((blk = calloc(FILETIER_BLOCK, sizeof(*blk))) == NULL)
-			return -ENOMEM;
-		ft->blocks[ft->nblocks++] = blk;
-	}
-	*idp = ft->nrecords++;
-	return 0;
-}
-
-static void
-filetier_rec_free(struct filetier *ft, uint32_t id)
-{
-	struct filetier_ent	*e = filetier_ent(ft, id);
-
-	memset(e, 0, sizeof(*e));
-	e->chain = ft->rec_free;
-	ft->rec_free = id;
-}
-
-/* The LRU list: exactly the VISIBLE entries without pins. */
-
-static void
-filetier_lru_push(struct filetier *ft, uint32_t id)
-{
-	struct filetier_ent	*e = filetier_ent(ft, id);
-
-	e->lru_prev = FILETIER_NONE;
-	e->lru_next = ft->lru_head;
-	if (ft->lru_head != FILETIER_NONE)
-		filetier_ent(ft, ft->lru_head)->lru_prev = id;
-	else
-		ft->lru_tail = id;
-	ft->lru_head = id;
-}
-
-/* At the LRU end: what a scan finds is older than anything written since the start. */
-static void
-filetier_lru_push_tail(struct filetier *ft, uint32_t id)
-{
-	struct filetier_ent	*e = filetier_ent(ft, id);
-
-	e->lru_next = FILETIER_NONE;
-	e->lru_prev = ft->lru_tail;
-	if (ft->lru_tail != FILETIER_NONE)
-		filetier_ent(ft, ft->lru_tail)->lru_next = id;
-	else
-		ft->lru_head = id;
-	ft->lru_tail = id;
-}
-
-static void
-filetier_lru_unlink(struct filetier *ft, uint32_t id)
-{
-	struct filetier_ent	*e = filetier_ent(ft, id);
-
-	if (e->lru_prev != FILETIER_NONE)
-		filetier_ent(ft, e->lru_prev)->lru_next = e->lru_next;
-	else
-		ft->lru_head = e->lru_next;
-	if (e->lru_next != FILETIER_NONE)
-		filetier_ent(ft, e->lru_next)->lru_prev = e->lru_prev;
-	else
-		ft->lru_tail = e->lru_prev;
-	e->lru_prev = e->lru_next = FILETIER_NONE;
+		filetier_scan_note_gone(ft, &filetier_ent(ft, id)->rec.key);
 }
 
 static struct filetier_ns *
@@ -667,15 +496,15 @@ filetier_ent_retire(struct filetier *ft, uint32_t id, int file_gone)
 
 	assert(e->state == FILETIER_S_VISIBLE);
 	if (e->pins == 0)
-		filetier_lru_unlink(ft, id);
+		index_lru_unlink(&ft->ix, &ft->lru, id);
 	ft->st.visible--;
 	ft->st.bytes_used -= filetier_file_bytes(e->len);
 	if (!file_gone && (job = calloc(1, sizeof(*job))) != NULL) {
 		job->kind = FILETIER_JOB_DELETE;
-		job->key = e->key;
+		job->key = e->rec.key;
 		job->id = id;
 		job->len = e->len;
-		job->ns = filetier_ns_find(ft, e->key.fingerprint);
+		job->ns = filetier_ns_find(ft, e->rec.key.fingerprint);
 		e->state = FILETIER_S_DELETING;
 		ft->st.deleting++;
 		ft->st.bytes_deleting += filetier_file_bytes(e->len);
@@ -693,7 +522,7 @@ filetier_ent_retire(struct filetier *ft, uint32_t id, int file_gone)
 		e->state = FILETIER_S_DEAD;
 		ft->st.dead++;
 	} else
-		filetier_rec_free(ft, id);
+		index_rec_free(&ft->ix, id);
 }
 
 /* Evicts from the LRU tail until need more bytes fit; -ENOSPC if they cannot. */
@@ -707,15 +536,15 @@ filetier_make_room(struct filetier *ft, uint64_t need)
 		return 0;
 	/* Refuse before evicting anything when the evictable bytes cannot make it. */
 	avail = ft->p.capacity - (need > ft->p.capacity ? ft->p.capacity : need);
-	for (id = ft->lru_tail; id != FILETIER_NONE && ft->st.bytes_used - lru_bytes > avail;
-	    id = filetier_ent(ft, id)->lru_prev)
+	for (id = ft->lru.tail; id != FILETIER_NONE && ft->st.bytes_used - lru_bytes > avail;
+	    id = filetier_ent(ft, id)->rec.lru_prev)
 		lru_bytes += filetier_file_bytes(filetier_ent(ft, id)->len);
 	if (need > ft->p.capacity || ft->st.bytes_used - lru_bytes > avail) {
 		ft->st.evict_failures++;
 		return -ENOSPC;
 	}
 	while (ft->st.bytes_used + need > ft->p.capacity) {
-		id = ft->lru_tail;
+		id = ft->lru.tail;
 		assert(id != FILETIER_NONE);
 		ft->st.evictions++;
 		filetier_ent_retire(ft, id, 0);
@@ -736,10 +565,10 @@ filetier_unpin_id(struct filetier *ft, uint32_t id)
 		return;
 	ft->st.pinned_objects--;
 	if (e->state == FILETIER_S_VISIBLE)
-		filetier_lru_push(ft, id);
+		index_lru_push(&ft->ix, &ft->lru, id);
 	else if (e->state == FILETIER_S_DEAD) {
 		ft->st.dead--;
-		filetier_rec_free(ft, id);
+		index_rec_free(&ft->ix, id);
 	}
 }
 
@@ -792,7 +621,7 @@ filetier_write_done(struct filetier *ft, struct filetier_job *job)
 		ft->st.visible++;
 		ft->st.writes++;
 		ft->st.bytes_written += job->len;
-		filetier_lru_push(ft, job->id);
+		index_lru_push(&ft->ix, &ft->lru, job->id);
 		return;
 	}
 	/* Never visible: the temp file is gone, the entry goes too. */
@@ -806,7 +635,7 @@ filetier_write_done(struct filetier *ft, struct filetier_job *job)
 		    filetier_strerror(job->status), (unsigned long long)ft->st.write_failures);
 	ft->st.bytes_used -= filetier_file_bytes(e->len);
 	filetier_index_remove(ft, job->id);
-	filetier_rec_free(ft, job->id);
+	index_rec_free(&ft->ix, job->id);
 }
 
 static void
@@ -825,7 +654,7 @@ filetier_delete_done(struct filetier *ft, struct filetier_job *job)
 		e->state = FILETIER_S_DEAD;
 		ft->st.dead++;
 	} else
-		filetier_rec_free(ft, job->id);
+		index_rec_free(&ft->ix, job->id);
 }
 
 /* Runs finished jobs' bookkeeping and completions on the loop thread. */
@@ -2150,7 +1979,7 @@ filetier_scan_note_gone(struct filetier *ft, const struct dram_key *k)
 		sc->gone = ng;
 		sc->gone_cap = cap;
 	}
-	sc->gone[sc->ngone++] = filetier_key_hash(ft, k);
+	sc->gone[sc->ngone++] = index_hash(&ft->ix, k);
 	sc->gone_sorted = 0;
 }
 
@@ -2180,23 +2009,23 @@ filetier_scan_take(struct filetier *ft, struct filetier_scan *sc, struct filetie
 
 	for (i = 0; i < b->n; i++) {
 		f = &b->found[i];
-		h = filetier_key_hash(ft, &f->key);
-		if (filetier_index_find(ft, &f->key, h) != FILETIER_NONE ||
+		if (index_find(&ft->ix, &f->key, &h) != FILETIER_NONE ||
 		    filetier_scan_was_gone(sc, h))
 			continue;
-		if ((rc = filetier_rec_new(ft, &id)) != 0) {
+		if ((rc = index_rec_new(&ft->ix, &id)) != 0) {
 			/* What was indexed is sound; the rest is found by the next start. */
 			if (sc->err == 0)
 				sc->err = rc;
 			return;
 		}
 		e = filetier_ent(ft, id);
-		e->key = f->key;
+		e->rec.key = f->key;
 		e->len = f->len;
 		e->pins = 0;
 		e->state = FILETIER_S_VISIBLE;
-		filetier_index_insert(ft, id, h);
-		filetier_lru_push_tail(ft, id);
+		index_insert(&ft->ix, id, h);
+		/* At the LRU end: what a scan finds is older than anything written since the start. */
+		index_lru_push_tail(&ft->ix, &ft->lru, id);
 		ft->st.visible++;
 		ft->st.bytes_used += filetier_file_bytes(f->len);
 		ft->st.scan_objects++;
@@ -2231,16 +2060,16 @@ filetier_scan_relink(struct filetier *ft, struct filetier_scan *sc)
 
 	while (sc->relinked < sc->norder && budget-- > 0) {
 		o = &sc->order[sc->norder - 1 - sc->relinked++];
-		if (o->id >= ft->nrecords)
+		if (o->id >= ft->ix.nrecords)
 			continue;
 		e = filetier_ent(ft, o->id);
-		if (!e->scanned || memcmp(e->key.fingerprint, sc->ns->fingerprint, 16) != 0)
+		if (!e->scanned || memcmp(e->rec.key.fingerprint, sc->ns->fingerprint, 16) != 0)
 			continue;
 		e->scanned = 0;
 		if (e->state != FILETIER_S_VISIBLE || e->pins > 0)
 			continue;
-		filetier_lru_unlink(ft, o->id);
-		filetier_lru_push_tail(ft, o->id);
+		index_lru_unlink(&ft->ix, &ft->lru, o->id);
+		index_lru_push_tail(&ft->ix, &ft->lru, o->id);
 	}
 	return sc->relinked == sc->norder;
 }
@@ -2728,19 +2557,14 @@ filetier_new(struct event_base *base, const struct filetier_params *p, struct fi
 	snprintf(ft->root, sizeof(ft->root), "%s", p->root);
 	ft->p.root = ft->root;
 	ft->rootfd = ft->efd = -1;
-	ft->rec_free = ft->lru_head = ft->lru_tail = FILETIER_NONE;
+	index_lru_init(&ft->lru);
 	pthread_mutex_init(&ft->lock, NULL);
 	pthread_cond_init(&ft->wcond, NULL);
 	TAILQ_INIT(&ft->writes);
 	TAILQ_INIT(&ft->deletes);
 	TAILQ_INIT(&ft->done);
-	ft->nbuckets = FILETIER_BUCKETS_MIN;
-	if ((ft->buckets = malloc(FILETIER_BUCKETS_MIN * sizeof(*ft->buckets))) == NULL)
+	if (index_init(&ft->ix, FILETIER_S_VISIBLE) != 0)
 		goto nomem;
-	memset(ft->buckets, 0xff, FILETIER_BUCKETS_MIN * sizeof(*ft->buckets));
-	/* A secret seed: clients choose page hashes, so they must not choose chains. */
-	if (getrandom(&ft->seed, sizeof(ft->seed), GRND_NONBLOCK) != sizeof(ft->seed))
-		ft->seed = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)ft;
 
 	if ((rc = filetier_mkdir_p(AT_FDCWD, ft->root, err, errlen)) != 0)
 		goto fail;
@@ -2778,7 +2602,7 @@ filetier_new(struct event_base *base, const struct filetier_params *p, struct fi
 		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
 		    rl.rlim_cur / 2 < cap)
 			cap = rl.rlim_cur / 2;
-		if (cap > 0 && (ft->fdc = filetier_fdc_new((uint32_t)cap, ft->seed)) == NULL)
+		if (cap > 0 && (ft->fdc = filetier_fdc_new((uint32_t)cap, ft->ix.seed)) == NULL)
 			goto nomem;
 	}
 	for (i = 0, n = p->readers + p->writers; i < n; i++) {
@@ -2855,10 +2679,7 @@ filetier_free(struct filetier *ft)
 	free(ft->ns);
 	if (ft->rootfd >= 0)
 		close(ft->rootfd);
-	for (j = 0; j < ft->nblocks; j++)
-		free(ft->blocks[j]);
-	free(ft->blocks);
-	free(ft->buckets);
+	index_fini(&ft->ix);
 	pthread_cond_destroy(&ft->wcond);
 	pthread_mutex_destroy(&ft->lock);
 	free(ft);
@@ -2871,8 +2692,7 @@ filetier_lookup(const struct filetier *ft, const struct dram_key *k, uint32_t *i
 {
 	uint32_t	id;
 
-	id = filetier_index_find(ft, k, filetier_key_hash(ft, k));
-	if (id == FILETIER_NONE || filetier_ent(ft, id)->state != FILETIER_S_VISIBLE)
+	if ((id = index_lookup(&ft->ix, k)) == FILETIER_NONE)
 		return -ENOENT;
 	if (idp != NULL)
 		*idp = id;
@@ -2894,7 +2714,7 @@ filetier_pin(struct filetier *ft, uint32_t id)
 		return -EOVERFLOW;
 	e->scanned = 0;		/* used since: its unpin makes it the MRU, the scan leaves it */
 	if (e->pins++ == 0) {
-		filetier_lru_unlink(ft, id);
+		index_lru_unlink(&ft->ix, &ft->lru, id);
 		ft->st.pinned_objects++;
 	}
 	ft->st.pins++;
@@ -2941,8 +2761,7 @@ filetier_write(struct filetier *ft, const struct dram_key *k, const void *data, 
 		return -EFBIG;
 	if ((ns = filetier_ns_find(ft, k->fingerprint)) == NULL)
 		return -ESRCH;
-	h = filetier_key_hash(ft, k);
-	if ((id = filetier_index_find(ft, k, h)) != FILETIER_NONE) {
+	if ((id = index_find(&ft->ix, k, &h)) != FILETIER_NONE) {
 		/* One writer per key; a key being unlinked waits for its unlink. */
 		if (filetier_ent(ft, id)->state == FILETIER_S_DELETING)
 			return -EBUSY;
@@ -2959,17 +2778,16 @@ filetier_write(struct filetier *ft, const struct dram_key *k, const void *data, 
 		free(job);
 		return rc;
 	}
-	if ((rc = filetier_rec_new(ft, &id)) != 0) {
+	if ((rc = index_rec_new(&ft->ix, &id)) != 0) {
 		free(job);
 		return rc;
 	}
 	e = filetier_ent(ft, id);
-	e->key = *k;
+	e->rec.key = *k;
 	e->len = len;
 	e->pins = 0;
 	e->state = FILETIER_S_WRITING;
-	e->lru_prev = e->lru_next = FILETIER_NONE;
-	filetier_index_insert(ft, id, h);
+	index_insert(&ft->ix, id, h);
 	ft->st.writing++;
 	ft->st.writes_inflight++;
 	ft->st.bytes_used += filetier_file_bytes(len);
@@ -3040,15 +2858,13 @@ filetier_stats(const struct filetier *ft, struct filetier_stats *st)
 	st->namespaces = ft->nns;
 	st->scanning = ft->nscanning;
 	st->bytes_capacity = ft->p.capacity;
-	st->index_buckets = ft->nbuckets;
+	st->index_buckets = ft->ix.nbuckets;
 	st->readers_uring = 0;
 	for (i = 0; i < ft->p.readers; i++)
 		st->readers_uring += ft->readers[i].uring != 0;
 	/* Everything allocated for the index, capacity rather than use. */
 	meta = sizeof(*ft);
-	meta += (uint64_t)ft->nblocks * FILETIER_BLOCK * sizeof(struct filetier_ent);
-	meta += (uint64_t)ft->blocks_cap * sizeof(struct filetier_ent *);
-	meta += (uint64_t)ft->nbuckets * sizeof(uint32_t);
+	meta += index_meta_bytes(&ft->ix);
 	meta += (uint64_t)ft->ns_cap * sizeof(struct filetier_ns *) +
 	    (uint64_t)ft->nns * sizeof(struct filetier_ns);
 	st->meta_bytes = meta;
@@ -3059,12 +2875,7 @@ filetier_stats(const struct filetier *ft, struct filetier_stats *st)
 size_t
 filetier_lru_order(const struct filetier *ft, uint32_t *ids, size_t max)
 {
-	uint32_t	id;
-	size_t		n = 0;
-
-	for (id = ft->lru_tail; id != FILETIER_NONE && n < max; id = filetier_ent(ft, id)->lru_prev)
-		ids[n++] = id;
-	return n;
+	return index_lru_order(&ft->ix, &ft->lru, ids, max);
 }
 
 /* Jobs whose completion has not run yet: a drain waits for 0. */

@@ -4,7 +4,10 @@
  * eviction that never takes a pinned or WRITING object, slabs moving
  * between sizes, contiguous placement, index growth, the metadata budget,
  * the chunked checksum, and a random operation sequence checked against
- * a reference model after every step.
+ * a reference model after every step. Also index.c on its own (the
+ * "index" test case), which the DRAM and file tiers share: lookups see the
+ * visible state alone, records come back zeroed, removal keeps chains
+ * whole across growth, LRU lists link in the order they say.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -1233,6 +1236,257 @@ START_TEST(test_random_operations_match_a_reference_model)
 }
 END_TEST
 
+/* index.c on its own, with a record of its minimal shape. */
+
+struct test_rec {
+	struct index_rec rec;
+	uint8_t		state;		/* 0 free, TR_WRITING, TR_VISIBLE */
+#define TR_WRITING	1
+#define TR_VISIBLE	2
+	uint8_t		tier[15];	/* the tier's own bytes */
+};
+_Static_assert(sizeof(struct test_rec) == INDEX_REC_SIZE, "a record as index.c sees it");
+
+static void
+index_mk(struct index *ix)
+{
+	EQ(index_init(ix, TR_VISIBLE), 0);
+}
+
+static struct test_rec *
+test_rec(const struct index *ix, uint32_t id)
+{
+	return (struct test_rec *)index_rec(ix, id);
+}
+
+/* A new record under key n in state; returns its id. */
+static uint32_t
+index_put(struct index *ix, uint32_t n, uint8_t state)
+{
+	struct dram_key	 k;
+	uint64_t	 h;
+	uint32_t	 id;
+
+	key_of(&k, n);
+	EQ(index_find(ix, &k, &h), INDEX_NONE);
+	EQ(index_rec_new(ix, &id), 0);
+	test_rec(ix, id)->rec.key = k;
+	test_rec(ix, id)->state = state;
+	index_insert(ix, id, h);
+	return id;
+}
+
+static uint32_t
+index_lookup_n(const struct index *ix, uint32_t n)
+{
+	struct dram_key	k;
+
+	key_of(&k, n);
+	return index_lookup(ix, &k);
+}
+
+static uint32_t
+index_find_n(const struct index *ix, uint32_t n)
+{
+	struct dram_key	k;
+
+	key_of(&k, n);
+	return index_find(ix, &k, NULL);
+}
+
+START_TEST(test_index_lookup_sees_only_the_visible_state)
+{
+	struct index	ix;
+	struct dram_key	keys[3];
+	uint32_t	w, v, ids[3];
+
+	index_mk(&ix);
+	w = index_put(&ix, 1, TR_WRITING);
+	v = index_put(&ix, 2, TR_VISIBLE);
+	/* index_find sees every indexed state: a second writer is refused. */
+	EQ(index_find_n(&ix, 1), w);
+	EQ(index_find_n(&ix, 2), v);
+	EQ(index_lookup_n(&ix, 1), INDEX_NONE);
+	EQ(index_lookup_n(&ix, 2), v);
+	EQ(index_lookup_n(&ix, 3), INDEX_NONE);
+	key_of(&keys[0], 1);
+	key_of(&keys[1], 2);
+	key_of(&keys[2], 3);
+	EQ(index_lookup_many(&ix, keys, 3, ids), 1);
+	EQ(ids[0], INDEX_NONE);
+	EQ(ids[1], v);
+	EQ(ids[2], INDEX_NONE);
+	/* The tier's state decides, at once: no call to the index. */
+	test_rec(&ix, w)->state = TR_VISIBLE;
+	EQ(index_lookup_n(&ix, 1), w);
+	EQ(index_lookup_many(&ix, keys, 3, ids), 2);
+	EQ(ids[0], w);
+	EQ(ix.nindexed, 2);
+	index_fini(&ix);
+}
+END_TEST
+
+START_TEST(test_index_records_come_back_zeroed_from_the_free_list)
+{
+	struct index		 ix;
+	struct test_rec		*r;
+	uint32_t		 a, b, c, id;
+
+	index_mk(&ix);
+	PEQ(index_rec_live(&ix, 0), NULL);
+	a = index_put(&ix, 1, TR_VISIBLE);
+	b = index_put(&ix, 2, TR_VISIBLE);
+	c = index_put(&ix, 3, TR_WRITING);
+	ck_assert(a != b && b != c && a != c);
+	memset(test_rec(&ix, c)->tier, 0x77, sizeof(test_rec(&ix, c)->tier));
+	PEQ(index_rec_live(&ix, c), index_rec(&ix, c));
+	PEQ(index_rec_live(&ix, 3), NULL);
+	PEQ(index_rec_live(&ix, INDEX_NONE), NULL);
+	index_remove(&ix, a);
+	index_rec_free(&ix, a);
+	index_remove(&ix, c);
+	index_rec_free(&ix, c);
+	PEQ(index_rec_live(&ix, a), NULL);
+	PEQ(index_rec_live(&ix, c), NULL);
+	EQ(index_find_n(&ix, 1), INDEX_NONE);
+	EQ(index_find_n(&ix, 2), b);
+	EQ(index_find_n(&ix, 3), INDEX_NONE);
+	/* The last freed id is the next one handed out, all zeros but its links. */
+	EQ(index_rec_new(&ix, &id), 0);
+	EQ(id, c);
+	r = test_rec(&ix, id);
+	EQ(r->state, 0);
+	EQ(r->tier[0], 0);
+	EQ(r->tier[14], 0);
+	EQ(r->rec.key.hash[31], 0);
+	EQ(r->rec.chain, INDEX_NONE);
+	EQ(r->rec.lru_prev, INDEX_NONE);
+	EQ(r->rec.lru_next, INDEX_NONE);
+	EQ(index_rec_new(&ix, &id), 0);
+	EQ(id, a);
+	EQ(index_rec_new(&ix, &id), 0);
+	EQ(id, 3);
+	EQ(ix.nrecords, 4);
+	index_fini(&ix);
+	index_fini(&ix);	/* idempotent */
+	EQ(ix.nrecords, 0);
+	EQ(ix.nblocks, 0);
+}
+END_TEST
+
+START_TEST(test_index_removal_keeps_chains_whole_across_growth)
+{
+	struct index	 ix;
+	struct dram_key	*keys;
+	uint32_t	*ids, *got, n, count = 5000;
+
+	index_mk(&ix);
+	ids = malloc(count * sizeof(*ids));
+	got = malloc(count * sizeof(*got));
+	keys = malloc(count * sizeof(*keys));
+	ck_assert(ids != NULL && got != NULL && keys != NULL);
+	/* More keys than the first 1024 buckets: chains, then growth. */
+	for (n = 0; n < count; n++) {
+		ids[n] = index_put(&ix, n, TR_VISIBLE);
+		key_of(&keys[n], n);
+	}
+	ck_assert_uint_ge(ix.nbuckets, count);
+	EQ(ix.nindexed, count);
+	EQ(ix.nblocks, (count + INDEX_BLOCK - 1) / INDEX_BLOCK);
+	/* Every third key out, from the middle and the ends of chains alike. */
+	for (n = 0; n < count; n += 3) {
+		index_remove(&ix, ids[n]);
+		EQ(test_rec(&ix, ids[n])->rec.chain, INDEX_NONE);
+		index_rec_free(&ix, ids[n]);
+	}
+	EQ(ix.nindexed, count - (count + 2) / 3);
+	for (n = 0; n < count; n++)
+		EQ(index_lookup_n(&ix, n), n % 3 ? ids[n] : INDEX_NONE);
+	/* The batched lookup, over a count that is no multiple of its batch. */
+	EQ(index_lookup_many(&ix, keys, count, got), count - (count + 2) / 3);
+	for (n = 0; n < count; n++)
+		EQ(got[n], n % 3 ? ids[n] : INDEX_NONE);
+	/* Put back: the freed records are reused before any new block. */
+	for (n = 0; n < count; n += 3)
+		ids[n] = index_put(&ix, n, TR_VISIBLE);
+	EQ(ix.nrecords, count);
+	for (n = 0; n < count; n++)
+		EQ(index_lookup_n(&ix, n), ids[n]);
+	free(keys);
+	free(got);
+	free(ids);
+	index_fini(&ix);
+}
+END_TEST
+
+START_TEST(test_index_lru_lists_link_in_their_order)
+{
+	struct index		ix;
+	struct index_lru	a, b;
+	uint32_t		id[5], got[8], n;
+
+	index_mk(&ix);
+	index_lru_init(&a);
+	index_lru_init(&b);
+	EQ(index_lru_order(&ix, &a, got, 8), 0);
+	for (n = 0; n < 5; n++)
+		id[n] = index_put(&ix, n, TR_VISIBLE);
+	index_lru_push(&ix, &a, id[0]);
+	index_lru_push(&ix, &a, id[1]);
+	index_lru_push_tail(&ix, &a, id[2]);	/* older than everything */
+	index_lru_push(&ix, &b, id[3]);		/* lists are independent */
+	/* Next victim first: 2, 0, 1. */
+	EQ(index_lru_order(&ix, &a, got, 8), 3);
+	EQ(got[0], id[2]);
+	EQ(got[1], id[0]);
+	EQ(got[2], id[1]);
+	EQ(a.head, id[1]);
+	EQ(a.tail, id[2]);
+	EQ(index_lru_order(&ix, &a, got, 2), 2);
+	EQ(index_lru_order(&ix, &b, got, 8), 1);
+	EQ(got[0], id[3]);
+	/* Out of the middle, then the tail, then the head. */
+	index_lru_unlink(&ix, &a, id[0]);
+	EQ(index_rec(&ix, id[0])->lru_prev, INDEX_NONE);
+	EQ(index_rec(&ix, id[0])->lru_next, INDEX_NONE);
+	EQ(index_lru_order(&ix, &a, got, 8), 2);
+	EQ(got[0], id[2]);
+	EQ(got[1], id[1]);
+	index_lru_unlink(&ix, &a, id[2]);
+	EQ(a.tail, id[1]);
+	EQ(a.head, id[1]);
+	index_lru_unlink(&ix, &a, id[1]);
+	EQ(a.head, INDEX_NONE);
+	EQ(a.tail, INDEX_NONE);
+	EQ(index_lru_order(&ix, &a, got, 8), 0);
+	/* push_tail on an empty list makes it head and tail. */
+	index_lru_push_tail(&ix, &a, id[4]);
+	EQ(a.head, id[4]);
+	EQ(a.tail, id[4]);
+	index_fini(&ix);
+}
+END_TEST
+
+START_TEST(test_index_meta_bytes_count_blocks_and_buckets)
+{
+	struct index	ix;
+	uint32_t	n;
+
+	index_mk(&ix);
+	/* 1024 buckets of 4 bytes, no record yet. */
+	EQ(index_meta_bytes(&ix), 1024 * 4);
+	index_put(&ix, 0, TR_VISIBLE);
+	/* One block of 1024 records of 80 bytes, an array of 16 block pointers. */
+	EQ(index_meta_bytes(&ix), 1024 * 4 + INDEX_BLOCK * INDEX_REC_SIZE + 16 * sizeof(void *));
+	for (n = 1; n <= 1024; n++)
+		index_put(&ix, n, TR_VISIBLE);
+	/* 1025 keys: the buckets doubled, a second block. */
+	EQ(ix.nbuckets, 2048);
+	EQ(index_meta_bytes(&ix), 2048 * 4 + 2 * INDEX_BLOCK * INDEX_REC_SIZE + 16 * sizeof(void *));
+	index_fini(&ix);
+}
+END_TEST
+
 Suite *
 suite_dram(void)
 {
@@ -1263,6 +1517,14 @@ suite_dram(void)
 	tcase_add_test(tc, test_bad_arguments_are_refused);
 	tcase_add_test(tc, test_pin_counts_are_exact);
 	tcase_add_test(tc, test_random_operations_match_a_reference_model);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("index");
+	tcase_add_test(tc, test_index_lookup_sees_only_the_visible_state);
+	tcase_add_test(tc, test_index_records_come_back_zeroed_from_the_free_list);
+	tcase_add_test(tc, test_index_removal_keeps_chains_whole_across_growth);
+	tcase_add_test(tc, test_index_lru_lists_link_in_their_order);
+	tcase_add_test(tc, test_index_meta_bytes_count_blocks_and_buckets);
 	suite_add_tcase(s, tc);
 	return s;
 }
