@@ -410,6 +410,33 @@ gpu_arena_bytes(uint32_t n, uint64_t obj)
 	return (size_t)(2 * n + 1) * obj + 64;
 }
 
+/*
+ * n objects of r's size placed `how` in a new pinned arena (*alen bytes,
+ * for gpu_host_free), and pg[0..n) restoring them with their checksums
+ * into n distinct random pages of r (region 0). Returns the arena.
+ */
+static uint8_t *
+gpu_case(const struct gpu_reg *r, uint32_t n, int how, uint8_t **objs, struct kernels_page *pg,
+    size_t *alen)
+{
+	uint32_t	*pages = calloc(n, sizeof(*pages)), i;
+	uint8_t		*arena;
+
+	CHECK(pages != NULL, "calloc");
+	*alen = gpu_arena_bytes(n, r->obj);
+	arena = gpu_host(*alen, 1);
+	gpu_place(objs, n, r->obj, arena, how, 0);
+	gpu_pick_pages(pages, n, r->g.num_pages);
+	for (i = 0; i < n; i++) {
+		memset(&pg[i], 0, sizeof(pg[i]));
+		pg[i].host = objs[i];
+		pg[i].checksum = dram_checksum(objs[i], r->obj);
+		pg[i].page = pages[i];
+	}
+	free(pages);
+	return arena;
+}
+
 /* Submits, waits, and checks the op's status; returns the result. */
 static void
 gpu_run(struct kernels_engine *e, int publish, struct kernels_region *const *regs,
@@ -613,7 +640,7 @@ START_TEST(test_gpu_corrupt_object_reported_and_not_written)
 	struct kernels_page	 pg[12];
 	struct gpu_reg		 r;
 	uint8_t			*objs[12], *arena, st[12];
-	uint32_t		 pages[12], bad[2], i;
+	uint32_t		 bad[2], i;
 	uint64_t		 cs[12];
 	size_t			 alen;
 
@@ -623,16 +650,7 @@ START_TEST(test_gpu_corrupt_object_reported_and_not_written)
 	gpu_reg_geom(&r, GPU_LAYER_FIRST, 16, 64, 4, 576, 0);
 	gpu_reg_make(&r, e, NULL);
 	kr = r.kr;
-	alen = gpu_arena_bytes(12, r.obj);
-	arena = gpu_host(alen, 1);
-	gpu_place(objs, 12, r.obj, arena, GPU_MIXED, 0);
-	gpu_pick_pages(pages, 12, 16);
-	for (i = 0; i < 12; i++) {
-		pg[i].host = objs[i];
-		pg[i].checksum = dram_checksum(objs[i], r.obj);
-		pg[i].page = pages[i];
-		pg[i].region = 0;
-	}
+	arena = gpu_case(&r, 12, GPU_MIXED, objs, pg, &alen);
 	/* a flipped byte after the checksum was taken, in two objects */
 	bad[0] = 3 + (uint32_t)(gpu_rnd() % 3);
 	bad[1] = 9 + (uint32_t)(gpu_rnd() % 3);
@@ -786,7 +804,7 @@ START_TEST(test_gpu_cancel_leaves_later_pages_untouched)
 	struct kernels_page	*pg;
 	struct gpu_reg		 r;
 	uint8_t			*objs[64], *arena, st[64];
-	uint32_t		 pages[64], i, n = 64;
+	uint32_t		 i, n = 64;
 	size_t			 alen;
 	char			 err[256] = "";
 	int			 rc;
@@ -797,17 +815,9 @@ START_TEST(test_gpu_cancel_leaves_later_pages_untouched)
 	gpu_reg_geom(&r, GPU_LAYER_FIRST, 80, 64, 61, 576, 0);
 	gpu_reg_make(&r, e, NULL);
 	kr = r.kr;
-	alen = gpu_arena_bytes(n, r.obj);
-	arena = gpu_host(alen, 1);
-	gpu_place(objs, n, r.obj, arena, GPU_MIXED, 0);
-	gpu_pick_pages(pages, n, r.g.num_pages);
 	pg = calloc(n, sizeof(*pg));
 	CHECK(pg != NULL, "calloc");
-	for (i = 0; i < n; i++) {
-		pg[i].host = objs[i];
-		pg[i].checksum = dram_checksum(objs[i], r.obj);
-		pg[i].page = pages[i];
-	}
+	arena = gpu_case(&r, n, GPU_MIXED, objs, pg, &alen);
 	rc = kernels_restore_submit(e, &kr, 1, pg, n, NULL, 0, &op, err, sizeof(err));
 	CHECK(rc == 0, "submit: %d %s", rc, err);
 	kernels_op_cancel(op);
@@ -854,7 +864,7 @@ START_TEST(test_gpu_gated_restore_waits_for_its_event_or_drops_at_cancel)
 	struct kernels_page	 pg[8];
 	struct gpu_reg		 r;
 	uint8_t			*objs[8], *arena, st[8];
-	uint32_t		 pages[8], i, n = 8, round;
+	uint32_t		 i, n = 8, round;
 	size_t			 alen;
 	char			 err[256] = "";
 	int			 rc, polls;
@@ -865,16 +875,7 @@ START_TEST(test_gpu_gated_restore_waits_for_its_event_or_drops_at_cancel)
 	gpu_reg_geom(&r, GPU_LAYER_FIRST, 16, 64, 61, 576, 0);
 	gpu_reg_make(&r, e, NULL);
 	kr = r.kr;
-	alen = gpu_arena_bytes(n, r.obj);
-	arena = gpu_host(alen, 1);
-	gpu_place(objs, n, r.obj, arena, GPU_CONTIG, 0);
-	gpu_pick_pages(pages, n, r.g.num_pages);
-	for (i = 0; i < n; i++) {
-		memset(&pg[i], 0, sizeof(pg[i]));
-		pg[i].host = objs[i];
-		pg[i].checksum = dram_checksum(objs[i], r.obj);
-		pg[i].page = pages[i];
-	}
+	arena = gpu_case(&r, n, GPU_CONTIG, objs, pg, &alen);
 	rc = kernels_event_new(0, &ev, err, sizeof(err));
 	CHECK(rc == 0, "kernels_event_new: %d %s", rc, err);
 	for (round = 0; round < 2; round++) {
@@ -936,7 +937,7 @@ START_TEST(test_gpu_notify_eventfd_drives_completion)
 	struct gpu_reg		 r;
 	struct pollfd		 pfd;
 	uint8_t			*objs[16], *arena;
-	uint32_t		 pages[16], i, wakeups = 0;
+	uint32_t		 i, wakeups = 0;
 	uint64_t		 v;
 	size_t			 alen;
 	char			 err[256] = "";
@@ -949,16 +950,7 @@ START_TEST(test_gpu_notify_eventfd_drives_completion)
 	gpu_reg_geom(&r, GPU_LAYER_FIRST, 16, 64, 61, 576, 0);
 	gpu_reg_make(&r, e, NULL);
 	kr = r.kr;
-	alen = gpu_arena_bytes(16, r.obj);
-	arena = gpu_host(alen, 1);
-	gpu_place(objs, 16, r.obj, arena, GPU_SCATTERED, 0);
-	gpu_pick_pages(pages, 16, 16);
-	for (i = 0; i < 16; i++) {
-		pg[i].host = objs[i];
-		pg[i].checksum = dram_checksum(objs[i], r.obj);
-		pg[i].page = pages[i];
-		pg[i].region = 0;
-	}
+	arena = gpu_case(&r, 16, GPU_SCATTERED, objs, pg, &alen);
 	rc = kernels_restore_submit(e, &kr, 1, pg, 16, NULL, 0, &op, err, sizeof(err));
 	CHECK(rc == 0, "submit: %d %s", rc, err);
 	/* the daemon's loop: sleep on the eventfd, then progress; 8 chunks in 2 slots */
@@ -1086,7 +1078,7 @@ START_TEST(test_gpu_restore_while_a_busy_kernel_holds_the_gpu)
 	struct gpu_reg		 r;
 	struct timespec		 t0, t1;
 	uint8_t			*objs[24], *arena;
-	uint32_t		 pages[24], i;
+	uint32_t		 i;
 	size_t			 alen;
 	char			 err[256] = "";
 	int			 rc;
@@ -1097,16 +1089,7 @@ START_TEST(test_gpu_restore_while_a_busy_kernel_holds_the_gpu)
 	gpu_reg_geom(&r, GPU_LAYER_FIRST, 32, 64, 61, 576, 0);
 	gpu_reg_make(&r, e, NULL);
 	kr = r.kr;
-	alen = gpu_arena_bytes(24, r.obj);
-	arena = gpu_host(alen, 1);
-	gpu_place(objs, 24, r.obj, arena, GPU_MIXED, 0);
-	gpu_pick_pages(pages, 24, 32);
-	for (i = 0; i < 24; i++) {
-		pg[i].host = objs[i];
-		pg[i].checksum = dram_checksum(objs[i], r.obj);
-		pg[i].page = pages[i];
-		pg[i].region = 0;
-	}
+	arena = gpu_case(&r, 24, GPU_MIXED, objs, pg, &alen);
 	rc = kernels_busy_start(err, sizeof(err));
 	CHECK(rc == 0, "kernels_busy_start: %d %s", rc, err);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -1251,7 +1234,7 @@ gpu_second_process_case(int cumem)
 	struct gpu_reg		 r;
 	struct pollfd		 pfd;
 	uint8_t			*want, *objs[20], *arena;
-	uint32_t		 pages[20], i;
+	uint32_t		 i;
 	size_t			 alen, size = 0;
 	void			*d = NULL;
 	pid_t			 pid;
@@ -1299,16 +1282,7 @@ gpu_second_process_case(int cumem)
 	e = gpu_engine(0, 0, 0, -1);
 	gpu_reg_make(&r, e, d);	/* a new sentinel, written from this process */
 	kr = r.kr;
-	alen = gpu_arena_bytes(20, r.obj);
-	arena = gpu_host(alen, 1);
-	gpu_place(objs, 20, r.obj, arena, GPU_MIXED, 0);
-	gpu_pick_pages(pages, 20, 32);
-	for (i = 0; i < 20; i++) {
-		pg[i].host = objs[i];
-		pg[i].checksum = dram_checksum(objs[i], r.obj);
-		pg[i].page = pages[i];
-		pg[i].region = 0;
-	}
+	arena = gpu_case(&r, 20, GPU_MIXED, objs, pg, &alen);
 	gpu_run(e, 0, &kr, 1, pg, 20, ev, 0, 0, &res, NULL, NULL);
 	for (i = 0; i < 20; i++)
 		gpu_reg_apply(&r, pg[i].page, objs[i], 1);
