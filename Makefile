@@ -143,6 +143,11 @@ $(BUILD)/bench_file: tests/bench/bench_file.c $(DAEMON_OBJS) $(PROTO_OBJS) $(KER
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -Wno-format-truncation -o $@ $^ $(LDLIBS_DEPS) \
 		$(KERNEL_LIBS) -lm
 
+# The DRAM tier's metadata paths (index, allocation, eviction, checksum), on their own.
+$(BUILD)/bench_dram: tests/bench/bench_dram.c $(DAEMON_OBJS) $(PROTO_OBJS) $(KERNEL_OBJS)
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_DEPS) $(KERNEL_LIBS) -lm
+
 # The GPU data-path benchmark, through kernels.h (tests/bench/gpu.sh runs it on a GPU host).
 $(BUILD)/bench_gpu: $(BUILD)/tests/bench/bench_gpu.o $(DAEMON_OBJS) $(PROTO_OBJS) $(KERNEL_OBJS)
 	$(call msg,LD,$@)
@@ -156,7 +161,8 @@ $(BUILD)/bench_e2e: $(BUILD)/tests/bench/bench_e2e.o $(LIB_OBJS) $(PROTO_OBJS) $
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS_DEPS) $(KERNEL_LIBS) -lm
 
 # Benchmarks: numbers, never pass/fail. Results go to tests/bench/RESULTS.md by hand.
-bench: all $(BUILD)/bench_control $(BUILD)/bench_file $(BUILD)/bench_e2e
+bench: all $(BUILD)/bench_control $(BUILD)/bench_file $(BUILD)/bench_e2e $(BUILD)/bench_dram
+	$(Q)$(BUILD)/bench_dram 200000
 	$(Q)tests/bench/control.sh $(BUILD)
 	$(Q)tests/bench/file.sh $(BUILD)
 
