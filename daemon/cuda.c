@@ -365,6 +365,13 @@ cuda_inflight(const struct cuda_engine *ce)
 	return ce == NULL ? 0 : ce->inflight;
 }
 
+/* RESTOREs whose writes wait for an engine's event to complete. */
+unsigned
+cuda_waiting_on_events(const struct cuda_engine *ce)
+{
+	return ce == NULL ? 0 : kernels_engine_gated(ce->eng);
+}
+
 /* Completes a job at the next loop callback, with status and why as set. */
 static void
 cuda_refuse(struct cuda_engine *ce, struct copy_job *job)

@@ -698,6 +698,7 @@ int	 cuda_engine_new(struct event_base *, struct dram *, struct cuda_engine **,
 	    char *err, size_t errlen);
 void	 cuda_engine_free(struct cuda_engine *);
 unsigned cuda_inflight(const struct cuda_engine *);
+unsigned cuda_waiting_on_events(const struct cuda_engine *);
 void	 cuda_submit(struct cuda_engine *, struct copy_job *);
 void	 cuda_cancel(struct copy_job *);
 int	 cuda_region_open(struct cuda_engine *, const char *none_why, struct region *regions,

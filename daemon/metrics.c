@@ -222,6 +222,10 @@ metrics_stats_json(struct server *s)
 	    "region_bytes_mapped", I(metrics.region_bytes_mapped));
 	if (j == NULL)
 		return NULL;
+	json_object_set_new(j, "copy", json_pack("{s:I, s:I}",
+	    "jobs_inflight", I((s->copy != NULL ? copy_inflight(s->copy) : 0) +
+	    cuda_inflight(s->cuda)),
+	    "waiting_on_events", I(cuda_waiting_on_events(s->cuda))));
 	json_object_set_new(j, "cache", metrics_cache());
 	json_object_set_new(j, "dram", metrics_dram(s));
 	json_object_set_new(j, "file", metrics_file(s));

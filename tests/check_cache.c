@@ -402,6 +402,9 @@ START_TEST(test_cancel_during_slow_copy_is_answered_after_the_copy)
 	}
 	ck_assert_int_eq(l3kv_submit_restore(r.k, a.lease, KV_REGION, dst, 10, &ticket), 0);
 	usleep(350000);
+	/* STATS shows the copy running (and no RESTORE waits for an engine event here) */
+	ck_assert_int_eq(test_td_stat("copy", "jobs_inflight"), 1);
+	ck_assert_int_eq(test_td_stat("copy", "waiting_on_events"), 0);
 	ck_assert_int_eq(l3kv_cancel(r.k, a.lease, &landed), 0);
 	ck_assert_uint_gt(landed, 0);
 	ck_assert_uint_lt(landed, 10);
@@ -418,6 +421,7 @@ START_TEST(test_cancel_during_slow_copy_is_answered_after_the_copy)
 	ck_assert_int_eq(l3kv_restore_result(&c, &res), -EINVAL);
 	l3kv_completion_release(&c);
 	ck_assert_int_eq(test_td_stat("dram", "pins"), 0);
+	ck_assert_int_eq(test_td_stat("copy", "jobs_inflight"), 0);
 	ck_assert_int_eq(test_td_stat("cache", "pages_restored"), 0);
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
 	test_rank_fini(&r);

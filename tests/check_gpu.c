@@ -1639,6 +1639,12 @@ gd_engine(const char *sock, struct gd_share *sh, int mode, uint32_t n, uint32_t 
 			GD_FAIL(14, "engine: HEALTH behind the RESTORE: %d %s", rc,
 			    l3kv_last_error(k));
 		l3kv_free(health);
+		/* STATS counts the RESTORE as waiting for the engine's event */
+		if ((rc = l3kv_stats(k, &health)) != 0 ||
+		    strstr(health, "\"waiting_on_events\":1") == NULL)
+			GD_FAIL(14, "engine: STATS while the RESTORE waits (%d): %.300s", rc,
+			    health != NULL ? strstr(health, "\"copy\"") : "");
+		l3kv_free(health);
 		if (write(wfd, "S", 1) != 1)
 			GD_FAIL(15, "engine: write: %s", strerror(errno));
 		for (;;)
@@ -2143,6 +2149,8 @@ gd_kill_case(struct test_daemon *td, struct gd_share *sh, int mode, uint32_t n,
 	EQ(gd_stat_wait(td->sock, "dram", "pins", 0), 0);
 	EQ(gd_stat_wait(td->sock, "memory", "regions_mapped", 0), 0);
 	EQ(gd_stat_wait(td->sock, "memory", "events_open", 0), 0);
+	EQ(gd_stat_wait(td->sock, "copy", "waiting_on_events", 0), 0);
+	EQ(gd_stat_wait(td->sock, "copy", "jobs_inflight", 0), 0);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	fprintf(stderr, "gpu: engine killed (%s): its session drained in %.0f ms\n",
 	    mode == GD_KILLED ? "mid-restore" : "its RESTORE waiting on its own event",
