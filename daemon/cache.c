@@ -22,7 +22,7 @@
  * rank otherwise.
  */
 void
-cache_key(const struct session *sess, unsigned pool, const uint8_t *hash, struct dram_key *k)
+cache_key(const struct session *sess, unsigned pool, const uint8_t *hash, struct obj_key *k)
 {
 	memset(k, 0, sizeof(*k));
 	memcpy(k->fingerprint, sess->ns->fingerprint, sizeof(k->fingerprint));
@@ -60,7 +60,7 @@ static int
 cache_has(struct server *s, const struct session *sess, unsigned pool, const uint8_t *hashes,
     uint32_t page)
 {
-	struct dram_key	k;
+	struct obj_key	k;
 	uint64_t	len;
 	uint32_t	id;
 
@@ -206,7 +206,7 @@ static uint32_t
 cache_rank_hits_file(struct server *s, const struct session *sess, unsigned pool,
     const uint8_t *hashes, uint32_t from, uint32_t n)
 {
-	struct dram_key	k;
+	struct obj_key	k;
 	uint64_t	len;
 	uint32_t	id, p;
 
@@ -239,7 +239,7 @@ uint32_t
 cache_rank_hits_ids(struct server *s, const struct session *sess, unsigned pool,
     const uint8_t *hashes, uint32_t n, uint32_t *ids)
 {
-	struct dram_key	keys[CACHE_BATCH];
+	struct obj_key	keys[CACHE_BATCH];
 	uint32_t	found[CACHE_BATCH], done = 0, m, i;
 
 	while (done < n) {
@@ -353,7 +353,7 @@ void
 cache_debug(struct conn *c, struct proto_frame *f)
 {
 	struct proto_debug	 d;
-	struct dram_key		 k;
+	struct obj_key		 k;
 	struct session		*sess = c->session;
 	uint8_t			*data;
 	uint32_t		 id;

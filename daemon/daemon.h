@@ -258,9 +258,9 @@ int	 session_reply_error(struct session *, const struct proto_hdr *, unsigned st
 void	 session_job_done(struct session *);
 
 /* cache.c: keys, PROBE, DEBUG */
-struct dram_key;
+struct obj_key;
 void	 cache_key(const struct session *, unsigned pool, const uint8_t *hash,
-	    struct dram_key *);
+	    struct obj_key *);
 int	 cache_hashes_ok(const struct session *, const uint8_t *hashes, uint32_t n,
 	    char *err, size_t errlen);
 uint32_t cache_rank_hits(struct server *, const struct session *, unsigned pool,
@@ -464,10 +464,9 @@ uint64_t server_now_ms(void);
  * lists. Loop thread only. A record is a struct index_rec (the index's
  * 64 bytes), then the tier's state byte (0: a free record; lookups see
  * the one state the tier calls visible), then 15 bytes of the tier's.
- * The key is the one both tiers use, named for the DRAM tier, which had
- * it first.
+ * An object's key is the same in both tiers.
  */
-struct dram_key {			/* 52 bytes, compared with memcmp */
+struct obj_key {			/* 52 bytes, compared with memcmp */
 	uint8_t		fingerprint[16];
 	uint8_t		pool;		/* pool index in the namespace */
 	uint8_t		pad;		/* must be 0 */
@@ -480,7 +479,7 @@ struct dram_key {			/* 52 bytes, compared with memcmp */
 #define INDEX_BLOCK_SHIFT	10		/* 1024 records: 80 KiB a block */
 #define INDEX_BLOCK		(1U << INDEX_BLOCK_SHIFT)
 struct index_rec {			/* 64 bytes */
-	struct dram_key	key;
+	struct obj_key	key;
 	uint32_t	chain;		/* next in bucket; next free record when free */
 	uint32_t	lru_prev;	/* towards MRU */
 	uint32_t	lru_next;	/* towards LRU */
@@ -503,12 +502,12 @@ struct index {
 };
 int	 index_init(struct index *, uint8_t visible);
 void	 index_fini(struct index *);
-uint64_t index_hash(const struct index *, const struct dram_key *);
+uint64_t index_hash(const struct index *, const struct obj_key *);
 /* The id indexed under a key, in any state, or INDEX_NONE; *hash (unless NULL) is for index_insert. */
-uint32_t index_find(const struct index *, const struct dram_key *, uint64_t *hash);
+uint32_t index_find(const struct index *, const struct obj_key *, uint64_t *hash);
 /* The same for a visible record only; no side effects at all (PROBE). */
-uint32_t index_lookup(const struct index *, const struct dram_key *);
-size_t	 index_lookup_many(const struct index *, const struct dram_key *, size_t n, uint32_t *ids);
+uint32_t index_lookup(const struct index *, const struct obj_key *);
+size_t	 index_lookup_many(const struct index *, const struct obj_key *, size_t n, uint32_t *ids);
 void	 index_insert(struct index *, uint32_t id, uint64_t hash);
 void	 index_remove(struct index *, uint32_t id);
 /* A record of zeros, its links INDEX_NONE: 0 or -ENOMEM. */
@@ -619,10 +618,10 @@ struct dram_stats {
 int	 dram_new(struct dram **, uint64_t arena_bytes, char *err, size_t errlen);
 void	 dram_free(struct dram *);
 /* Visible objects only; no side effects at all (PROBE). */
-int	 dram_lookup(const struct dram *, const struct dram_key *, uint32_t *id);
-size_t	 dram_lookup_many(const struct dram *, const struct dram_key *, size_t n, uint32_t *ids);
+int	 dram_lookup(const struct dram *, const struct obj_key *, uint32_t *id);
+size_t	 dram_lookup_many(const struct dram *, const struct obj_key *, size_t n, uint32_t *ids);
 /* A new WRITING object: invisible, never evicted; placed after near if free. */
-int	 dram_alloc(struct dram *, const struct dram_key *, uint64_t len, uint32_t near,
+int	 dram_alloc(struct dram *, const struct obj_key *, uint64_t len, uint32_t near,
 	    uint32_t *id, uint8_t **buf);
 int	 dram_commit(struct dram *, uint32_t id, uint64_t checksum);
 void	 dram_abort(struct dram *, uint32_t id);
@@ -710,7 +709,7 @@ int	 cuda_event_open(struct cuda_engine *, const char *none_why, struct region *
 /*
  * filetier.c: the file tier, one directory of object files that daemons
  * of a role may share. Loop thread only; the module's threads do the I/O
- * and every completion runs on the loop. Keys are dram_keys; a key's
+ * and every completion runs on the loop. Keys are obj_keys; a key's
  * namespace must have been attached (filetier_scan_start) first. Files:
  * see filetier.c.
  */
@@ -746,7 +745,7 @@ struct filetier_ns;
  */
 struct filetier_job {
 	int			 kind;		/* FILETIER_JOB_* */
-	struct dram_key		 key;
+	struct obj_key		 key;
 	void			*buf;		/* read: destination; write: the payload */
 	uint64_t		 len;		/* payload bytes */
 	uint64_t		 checksum;	/* write: the caller's; read: verified */
@@ -817,7 +816,7 @@ int	 filetier_scan(struct filetier *, const char *ns_name, const uint8_t fingerp
 int	 filetier_scan_state(const struct filetier *, const uint8_t fingerprint[16],
 	    uint64_t *objects);
 /* Visible objects only; no side effects at all (PROBE). */
-int	 filetier_lookup(const struct filetier *, const struct dram_key *, uint32_t *id,
+int	 filetier_lookup(const struct filetier *, const struct obj_key *, uint32_t *id,
 	    uint64_t *len);
 int	 filetier_pin(struct filetier *, uint32_t id);
 void	 filetier_unpin(struct filetier *, uint32_t id);
@@ -829,7 +828,7 @@ void	 filetier_drop(struct filetier *, uint32_t id);
  * not scanned), -EFBIG, -EINVAL, -ENOMEM. done() gets 0 once the object
  * is visible, or the -errno that left nothing visible.
  */
-int	 filetier_write(struct filetier *, const struct dram_key *, const void *data,
+int	 filetier_write(struct filetier *, const struct obj_key *, const void *data,
 	    uint64_t len, uint64_t checksum, void (*done)(struct filetier_job *), void *arg);
 /*
  * Queues a read into dst (4096-aligned, cap >= FILETIER_READ_SIZE(len)),
@@ -838,7 +837,7 @@ int	 filetier_write(struct filetier *, const struct dram_key *, const void *data
  * file's fault (-ENOENT, -ENODATA, -EUCLEAN, -ESTALE, -EBADMSG, see
  * filetier_strerror) after the object left the tier, or -ECANCELED.
  */
-int	 filetier_read(struct filetier *, const struct dram_key *, void *dst, uint64_t cap,
+int	 filetier_read(struct filetier *, const struct obj_key *, void *dst, uint64_t cap,
 	    void (*done)(struct filetier_job *), void *arg, struct filetier_job **);
 const char *filetier_strerror(int status);
 void	 filetier_stats(const struct filetier *, struct filetier_stats *);

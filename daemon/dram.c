@@ -683,7 +683,7 @@ dram_free(struct dram *d)
 
 /* O(1) and free of side effects: PROBE calls it. */
 int
-dram_lookup(const struct dram *d, const struct dram_key *k, uint32_t *idp)
+dram_lookup(const struct dram *d, const struct obj_key *k, uint32_t *idp)
 {
 	uint32_t	id;
 
@@ -699,7 +699,7 @@ dram_lookup(const struct dram *d, const struct dram_key *k, uint32_t *idp)
  * with the cache misses of several keys overlapped (index_lookup_many).
  */
 size_t
-dram_lookup_many(const struct dram *d, const struct dram_key *keys, size_t n, uint32_t *ids)
+dram_lookup_many(const struct dram *d, const struct obj_key *keys, size_t n, uint32_t *ids)
 {
 	return index_lookup_many(&d->ix, keys, n, ids);
 }
@@ -712,7 +712,7 @@ dram_lookup_many(const struct dram *d, const struct dram_key *keys, size_t n, ui
  * nothing but the evict_failures counter (and what eviction freed).
  */
 int
-dram_alloc(struct dram *d, const struct dram_key *k, uint64_t len, uint32_t near, uint32_t *idp,
+dram_alloc(struct dram *d, const struct obj_key *k, uint64_t len, uint32_t near, uint32_t *idp,
     uint8_t **bufp)
 {
 	struct dram_obj	*o;

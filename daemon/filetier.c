@@ -178,7 +178,7 @@ struct filetier_reader {
 
 static int	filetier_unlink_bad(int status);
 static int	filetier_status_lost(int status);
-static void	filetier_scan_note_gone(struct filetier *, const struct dram_key *);
+static void	filetier_scan_note_gone(struct filetier *, const struct obj_key *);
 static int64_t	filetier_now_ns(clockid_t);
 
 /* Keys and paths: pure functions, called by every thread. */
@@ -225,14 +225,14 @@ filetier_unhex(uint8_t *out, const char *in, size_t n)
 
 /* "pp-ssss/hh", the object's directory under its namespace. */
 static void
-filetier_leaf_path(const struct dram_key *k, char *buf, size_t len)
+filetier_leaf_path(const struct obj_key *k, char *buf, size_t len)
 {
 	snprintf(buf, len, "%02x-%04x/%02x", k->pool, k->shard, k->hash[0]);
 }
 
 /* "pp-ssss/hh/<64 hex>.obj", by hand: every read and write makes one. */
 static void
-filetier_obj_path(const struct dram_key *k, char *buf)
+filetier_obj_path(const struct obj_key *k, char *buf)
 {
 	uint8_t	ps[3] = { k->pool, (uint8_t)(k->shard >> 8), (uint8_t)k->shard };
 
@@ -295,7 +295,7 @@ filetier_get32(const uint8_t *p)
  *     104	zeros to 4096
  */
 static void
-filetier_hdr_build(uint8_t *h, const struct dram_key *k, uint64_t len, uint64_t csum)
+filetier_hdr_build(uint8_t *h, const struct obj_key *k, uint64_t len, uint64_t csum)
 {
 	struct timespec	ts;
 
@@ -323,7 +323,7 @@ filetier_hdr_build(uint8_t *h, const struct dram_key *k, uint64_t len, uint64_t 
  * page: a file copied or renamed by someone else).
  */
 static int
-filetier_hdr_check(const uint8_t *h, const struct dram_key *k, uint64_t *len, uint64_t *csum)
+filetier_hdr_check(const uint8_t *h, const struct obj_key *k, uint64_t *len, uint64_t *csum)
 {
 	if (memcmp(h, FILETIER_MAGIC, 8) != 0 || filetier_get32(h + 8) != FILETIER_VERSION ||
 	    filetier_get32(h + 12) != FILETIER_HDR || h[33] != 0 || filetier_get32(h + 36) != 0 ||
@@ -712,7 +712,7 @@ filetier_done_cb(evutil_socket_t fd, short ev, void *arg)
 #define FILETIER_FDC_EVICT_SCAN	16		/* LRU entries tried for a victim */
 
 struct filetier_fdc_ent {
-	struct dram_key		 key;
+	struct obj_key		 key;
 	const struct filetier_ns *ns;
 	int			 fd;
 	uint32_t		 refs;		/* reads using fd now */
@@ -785,14 +785,14 @@ filetier_fdc_free(struct filetier_fdc *c)
 }
 
 static uint32_t *
-filetier_fdc_bucket(struct filetier_fdc *c, const struct dram_key *k)
+filetier_fdc_bucket(struct filetier_fdc *c, const struct obj_key *k)
 {
 	return &c->buckets[XXH3_64bits_withSeed(k, sizeof(*k), c->seed) & c->mask];
 }
 
 /* The live entry of (ns, k), or FILETIER_NONE. Locked. */
 static uint32_t
-filetier_fdc_find(struct filetier_fdc *c, const struct filetier_ns *ns, const struct dram_key *k)
+filetier_fdc_find(struct filetier_fdc *c, const struct filetier_ns *ns, const struct obj_key *k)
 {
 	uint32_t	i = *filetier_fdc_bucket(c, k);
 
@@ -859,7 +859,7 @@ filetier_fdc_unhash(struct filetier_fdc *c, uint32_t i)
 
 /* A cached descriptor of (ns, k), with a reference, or FILETIER_NONE. */
 static uint32_t
-filetier_fdc_get(struct filetier_fdc *c, const struct filetier_ns *ns, const struct dram_key *k,
+filetier_fdc_get(struct filetier_fdc *c, const struct filetier_ns *ns, const struct obj_key *k,
     int *fd)
 {
 	uint32_t	i;
@@ -900,7 +900,7 @@ filetier_fdc_release(struct filetier_fdc *c, uint32_t i, int drop)
 
 /* Keeps fd, a verified object's descriptor (takes ownership), evicting the LRU's least used. */
 static void
-filetier_fdc_add(struct filetier_fdc *c, const struct filetier_ns *ns, const struct dram_key *k,
+filetier_fdc_add(struct filetier_fdc *c, const struct filetier_ns *ns, const struct obj_key *k,
     int fd)
 {
 	struct filetier_fdc_ent	*e;
@@ -945,7 +945,7 @@ filetier_fdc_add(struct filetier_fdc *c, const struct filetier_ns *ns, const str
 
 /* The tier is about to unlink (ns, k): no descriptor may keep its blocks. */
 static void
-filetier_fdc_forget(struct filetier_fdc *c, const struct filetier_ns *ns, const struct dram_key *k)
+filetier_fdc_forget(struct filetier_fdc *c, const struct filetier_ns *ns, const struct obj_key *k)
 {
 	uint32_t	i;
 	int		fd = -1;
@@ -1326,7 +1326,7 @@ filetier_rand(uint64_t *s)
 
 /* Creates the object's two directories; *made gets 1 (pool) | 2 (leaf) for the new ones. */
 static int
-filetier_mkdirs(const struct filetier_ns *ns, const struct dram_key *k, int *made)
+filetier_mkdirs(const struct filetier_ns *ns, const struct obj_key *k, int *made)
 {
 	char	dir[16];
 
@@ -1513,7 +1513,7 @@ filetier_writer_main(void *arg)
  */
 
 struct filetier_found {
-	struct dram_key	key;
+	struct obj_key	key;
 	uint32_t	pad;
 	uint64_t	len;
 	int64_t		mtime_ns;
@@ -1621,7 +1621,7 @@ filetier_is_dir(int dirfd, const struct dirent *de)
  * eviction by another daemon), another -errno for a bad file.
  */
 static int
-filetier_scan_file(int dfd, const char *name, const struct dram_key *k,
+filetier_scan_file(int dfd, const char *name, const struct obj_key *k,
     struct filetier_found *f)
 {
 	struct stat	st;
@@ -1677,7 +1677,7 @@ filetier_scan_leaf(struct filetier_scan_part *pt, const char *leaf)
 {
 	struct filetier_scan	*sc = pt->sc;
 	struct filetier_found	 f;
-	struct dram_key		 k;
+	struct obj_key		 k;
 	struct dirent		*de;
 	struct stat		 st;
 	uint8_t			 ps[3];
@@ -1963,7 +1963,7 @@ filetier_u64_cmp(const void *a, const void *b)
  * entry without a file. Kept as key hashes: a collision costs a miss.
  */
 static void
-filetier_scan_note_gone(struct filetier *ft, const struct dram_key *k)
+filetier_scan_note_gone(struct filetier *ft, const struct obj_key *k)
 {
 	struct filetier_ns	*ns = filetier_ns_find(ft, k->fingerprint);
 	struct filetier_scan	*sc;
@@ -2687,7 +2687,7 @@ filetier_free(struct filetier *ft)
 
 /* Visible objects only; no side effects at all (PROBE). */
 int
-filetier_lookup(const struct filetier *ft, const struct dram_key *k, uint32_t *idp,
+filetier_lookup(const struct filetier *ft, const struct obj_key *k, uint32_t *idp,
     uint64_t *len)
 {
 	uint32_t	id;
@@ -2745,7 +2745,7 @@ filetier_drop(struct filetier *ft, uint32_t id)
 }
 
 int
-filetier_write(struct filetier *ft, const struct dram_key *k, const void *data, uint64_t len,
+filetier_write(struct filetier *ft, const struct obj_key *k, const void *data, uint64_t len,
     uint64_t checksum, void (*done)(struct filetier_job *), void *arg)
 {
 	struct filetier_job	*job;
@@ -2807,7 +2807,7 @@ filetier_write(struct filetier *ft, const struct dram_key *k, const void *data, 
 }
 
 int
-filetier_read(struct filetier *ft, const struct dram_key *k, void *dst, uint64_t cap,
+filetier_read(struct filetier *ft, const struct obj_key *k, void *dst, uint64_t cap,
     void (*done)(struct filetier_job *), void *arg, struct filetier_job **jobp)
 {
 	struct filetier_job	*job;

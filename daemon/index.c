@@ -45,7 +45,7 @@
 #define INDEX_BUCKETS_MIN	1024
 #define INDEX_BATCH		16	/* keys whose cache misses index_lookup_many overlaps */
 
-_Static_assert(sizeof(struct dram_key) == 52, "dram_key is compared with memcmp");
+_Static_assert(sizeof(struct obj_key) == 52, "obj_key is compared with memcmp");
 _Static_assert(sizeof(struct index_rec) == INDEX_STATE_OFF, "the tier's state byte follows index_rec");
 
 /* Sets up an empty index whose lookups see the state visible: 0 or -ENOMEM. index_fini frees it. */
@@ -81,14 +81,14 @@ index_fini(struct index *ix)
 }
 
 uint64_t
-index_hash(const struct index *ix, const struct dram_key *k)
+index_hash(const struct index *ix, const struct obj_key *k)
 {
 	return XXH3_64bits_withSeed(k, sizeof(*k), ix->seed);
 }
 
 /* The chain walk of index_find and index_lookup, inlined in both. */
 static inline uint32_t
-index_chain_find(const struct index *ix, const struct dram_key *k, uint64_t h)
+index_chain_find(const struct index *ix, const struct obj_key *k, uint64_t h)
 {
 	const struct index_rec	*r;
 	uint32_t		 id = ix->buckets[h & (ix->nbuckets - 1)];
@@ -109,7 +109,7 @@ index_rec_state(const struct index_rec *r)
 }
 
 uint32_t
-index_find(const struct index *ix, const struct dram_key *k, uint64_t *hash)
+index_find(const struct index *ix, const struct obj_key *k, uint64_t *hash)
 {
 	uint64_t	h = index_hash(ix, k);
 
@@ -120,7 +120,7 @@ index_find(const struct index *ix, const struct dram_key *k, uint64_t *hash)
 
 /* O(1) and free of side effects: PROBE calls it. */
 uint32_t
-index_lookup(const struct index *ix, const struct dram_key *k)
+index_lookup(const struct index *ix, const struct obj_key *k)
 {
 	uint32_t	id = index_chain_find(ix, k, index_hash(ix, k));
 
@@ -135,7 +135,7 @@ index_lookup(const struct index *ix, const struct dram_key *k)
  * larger than the CPU caches.
  */
 size_t
-index_lookup_many(const struct index *ix, const struct dram_key *keys, size_t n, uint32_t *ids)
+index_lookup_many(const struct index *ix, const struct obj_key *keys, size_t n, uint32_t *ids)
 {
 	uint64_t		 h[INDEX_BATCH];
 	uint32_t		 id[INDEX_BATCH], mask = ix->nbuckets - 1;

@@ -287,7 +287,7 @@ struct lease_read_waiter {
 };
 struct lease_read {
 	struct server		*server;
-	struct dram_key		 key;
+	struct obj_key		 key;
 	uint32_t		 dram_id;
 	uint32_t		 file_id;
 	struct filetier_job	*job;		/* until done() */
@@ -304,14 +304,14 @@ struct lease_read {
 static struct lease_read	*lease_reads[LEASE_READ_BUCKETS];
 
 static struct lease_read **
-lease_read_bucket(const struct dram_key *k)
+lease_read_bucket(const struct obj_key *k)
 {
 	return &lease_reads[XXH3_64bits(k, sizeof(*k)) & (LEASE_READ_BUCKETS - 1)];
 }
 
 /* The read staging k now that a new waiter may join, or NULL. */
 static struct lease_read *
-lease_read_find(const struct dram_key *k)
+lease_read_find(const struct obj_key *k)
 {
 	struct lease_read	*rd;
 
@@ -528,7 +528,7 @@ lease_find(const struct session *sess, uint64_t id)
  * 0, or -errno and nothing held: the promise must stop before this page.
  */
 static int
-lease_stage_one(struct server *s, struct lease *l, const struct dram_key *k,
+lease_stage_one(struct server *s, struct lease *l, const struct obj_key *k,
     struct lease_obj *o)
 {
 	struct lease_read	*rd, **b;
@@ -604,7 +604,7 @@ lease_pin_one(struct server *s, struct lease *l, const struct admission *a, unsi
     uint32_t page)
 {
 	struct lease_obj	*o = &l->objs[l->nobjs];
-	struct dram_key		 k;
+	struct obj_key		 k;
 
 	cache_key(l->sess, pool, a->hashes + (size_t)page * PROTO_HASH_LEN, &k);
 	o->pool = (uint16_t)pool;

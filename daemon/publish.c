@@ -33,7 +33,7 @@ struct publish_op {
 	struct session		*sess;		/* a reference, through the job */
 	struct proto_hdr	 req;
 	uint32_t		 present;
-	struct dram_key		*keys;		/* of job->pages, with a file tier */
+	struct obj_key		*keys;		/* of job->pages, with a file tier */
 };
 
 /* One write-through: the DRAM object it reads, pinned until done. */
@@ -61,7 +61,7 @@ publish_file_done(struct filetier_job *fj)
 
 /* Queues a committed DRAM object's write to the file tier; failures are counted. */
 static void
-publish_write_through(struct server *s, const struct dram_key *k, uint32_t id)
+publish_write_through(struct server *s, const struct obj_key *k, uint32_t id)
 {
 	struct publish_file	*pf;
 	const uint8_t		*data;
@@ -188,7 +188,7 @@ publish_request(struct conn *c, struct proto_frame *f)
 	struct server			*s = c->server;
 	struct publish_op		*op = NULL;
 	struct copy_job			*job = NULL;
-	struct dram_key			 k;
+	struct obj_key			 k;
 	const struct region		*rg;
 	uint64_t			 len;
 	uint32_t			 i, id, near = DRAM_NONE;

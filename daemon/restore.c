@@ -329,7 +329,7 @@ restore_check(struct session *sess, struct lease *l, const struct proto_restore 
 static uint32_t
 restore_first_dropped(struct server *s, struct lease *l)
 {
-	struct dram_key	k;
+	struct obj_key	k;
 	uint32_t	i, id;
 
 	for (i = 0; i < l->nobjs; i++) {

@@ -51,7 +51,7 @@ dram_mk(uint64_t bytes)
 }
 
 static void
-key_of(struct dram_key *k, uint32_t n)
+key_of(struct obj_key *k, uint32_t n)
 {
 	memset(k, 0, sizeof(*k));
 	memset(k->fingerprint, 0xab, sizeof(k->fingerprint));
@@ -87,7 +87,7 @@ intact(const uint8_t *buf, uint64_t len, uint32_t n)
 static int
 try_put(struct dram *d, uint32_t n, uint64_t len, uint32_t near, uint32_t *idp)
 {
-	struct dram_key	 k;
+	struct obj_key	 k;
 	uint8_t		*buf;
 	uint32_t	 id;
 	int		 rc;
@@ -117,7 +117,7 @@ put(struct dram *d, uint32_t n, uint64_t len, uint32_t near)
 static uint32_t
 find(const struct dram *d, uint32_t n)
 {
-	struct dram_key	k;
+	struct obj_key	k;
 	uint32_t	id;
 
 	key_of(&k, n);
@@ -168,7 +168,7 @@ START_TEST(test_writing_object_is_invisible_until_commit)
 {
 	struct dram		*d = dram_mk(4 * MIB);
 	struct dram_stats	 st;
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint8_t			*buf;
 	uint32_t		 id, got, lru[4];
 	uint64_t		 len, csum;
@@ -208,7 +208,7 @@ START_TEST(test_duplicate_key_is_refused_while_writing_and_after_commit)
 {
 	struct dram		*d = dram_mk(4 * MIB);
 	struct dram_stats	 a, b;
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint8_t			*buf, *buf2;
 	uint32_t		 id, id2;
 
@@ -238,7 +238,7 @@ START_TEST(test_lookup_has_no_side_effects)
 {
 	struct dram		*d = dram_mk(4 * MIB);
 	struct dram_stats	 a, b;
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint32_t		 ids[16], la[32], lb[32], id, w, n;
 	size_t			 na, nb;
 	uint8_t			*buf;
@@ -285,7 +285,7 @@ START_TEST(test_lookup_many_answers_as_lookup_does)
 {
 	struct dram		*d = dram_mk(64 * MIB);
 	struct dram_stats	 a, b;
-	struct dram_key		*keys, k;
+	struct obj_key		*keys, k;
 	uint32_t		*ids, id, w, n, hits = 0;
 	uint8_t			*buf;
 
@@ -332,7 +332,7 @@ START_TEST(test_abort_frees_everything)
 {
 	struct dram		*d = dram_mk(8 * MIB);
 	struct dram_stats	 st;
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint32_t		 ids[300], n;
 	uint8_t			*buf;
 
@@ -411,7 +411,7 @@ START_TEST(test_eviction_never_takes_a_pinned_object)
 {
 	struct dram		*d = dram_mk(4 * MIB);	/* 2 units, 256 objects of 16 KiB */
 	struct dram_stats	 st;
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint32_t		 ids[256], w, n, id;
 	uint8_t			*wbuf, *buf;
 	int			 rc;
@@ -488,7 +488,7 @@ START_TEST(test_no_space_when_everything_is_pinned)
 {
 	struct dram		*d = dram_mk(2 * MIB);
 	struct dram_stats	 a, b;
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint32_t		 ids[32], n, id;
 	uint8_t			*buf;
 
@@ -524,7 +524,7 @@ END_TEST
 START_TEST(test_writing_objects_are_never_evicted)
 {
 	struct dram		*d = dram_mk(2 * MIB);
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint32_t		 ids[32], n, id;
 	uint8_t			*bufs[32], *buf;
 
@@ -580,7 +580,7 @@ START_TEST(test_other_size_evicts_the_least_recently_used_whole_slab)
 {
 	struct dram		*d = dram_mk(8 * MIB);
 	struct dram_stats	 st;
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint32_t		 n, id;
 	uint8_t			*buf;
 
@@ -664,7 +664,7 @@ START_TEST(test_index_grows_past_initial_capacity)
 {
 	struct dram		*d = dram_mk(16 * MIB);	/* 262144 slots of 64 bytes */
 	struct dram_stats	 st;
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint32_t		*ids, n, id;
 	uint8_t			*buf;
 
@@ -706,7 +706,7 @@ meta_at_full_load(uint64_t arena, uint64_t len, uint64_t count)
 {
 	struct dram		*d = dram_mk(arena);
 	struct dram_stats	 st;
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint32_t		 n, id;
 	uint8_t			*buf;
 
@@ -823,7 +823,7 @@ START_TEST(test_objects_of_16_mib_and_more_fit_an_arena_that_holds_them)
 {
 	struct dram		*d = dram_mk(64 * MIB);
 	struct dram_stats	 st;
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint32_t		 ids[4], n, id;
 	uint8_t			*buf;
 
@@ -876,7 +876,7 @@ END_TEST
 START_TEST(test_every_key_field_is_part_of_identity)
 {
 	struct dram	*d = dram_mk(2 * MIB);
-	struct dram_key	 k, o;
+	struct obj_key	 k, o;
 	uint32_t	 id, got;
 	uint8_t		*buf;
 
@@ -904,7 +904,7 @@ END_TEST
 START_TEST(test_bad_arguments_are_refused)
 {
 	struct dram	*d;
-	struct dram_key	 k;
+	struct obj_key	 k;
 	char		 err[256] = "";
 	uint32_t	 id, w;
 	uint8_t		*buf;
@@ -1030,7 +1030,7 @@ static void
 rm_check(struct dram *d, struct rm *m, int bytes)
 {
 	struct dram_stats	 st;
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint64_t		 vis = 0, wr = 0, dr = 0, pins = 0, pinned = 0, used = 0, len, csum;
 	uint32_t		 id;
 	int			 i, rc;
@@ -1087,7 +1087,7 @@ rm_alloc(struct dram *d, struct rm *m, uint32_t serial)
 	/* Six classes in four units: slabs are taken from one another. */
 	static const uint64_t	 sizes[] = { 3000, 20000, 300000, 700000, 100, 90000 };
 	struct rm_obj		*o;
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint32_t		 key = (uint32_t)(rm_rand(m) % RM_KEYS), near = DRAM_NONE, id;
 	uint64_t		 len = sizes[rm_rand(m) % 6], ev;
 	uint8_t			*buf;
@@ -1263,7 +1263,7 @@ test_rec(const struct index *ix, uint32_t id)
 static uint32_t
 index_put(struct index *ix, uint32_t n, uint8_t state)
 {
-	struct dram_key	 k;
+	struct obj_key	 k;
 	uint64_t	 h;
 	uint32_t	 id;
 
@@ -1279,7 +1279,7 @@ index_put(struct index *ix, uint32_t n, uint8_t state)
 static uint32_t
 index_lookup_n(const struct index *ix, uint32_t n)
 {
-	struct dram_key	k;
+	struct obj_key	k;
 
 	key_of(&k, n);
 	return index_lookup(ix, &k);
@@ -1288,7 +1288,7 @@ index_lookup_n(const struct index *ix, uint32_t n)
 static uint32_t
 index_find_n(const struct index *ix, uint32_t n)
 {
-	struct dram_key	k;
+	struct obj_key	k;
 
 	key_of(&k, n);
 	return index_find(ix, &k, NULL);
@@ -1297,7 +1297,7 @@ index_find_n(const struct index *ix, uint32_t n)
 START_TEST(test_index_lookup_sees_only_the_visible_state)
 {
 	struct index	ix;
-	struct dram_key	keys[3];
+	struct obj_key	keys[3];
 	uint32_t	w, v, ids[3];
 
 	index_mk(&ix);
@@ -1377,7 +1377,7 @@ END_TEST
 START_TEST(test_index_removal_keeps_chains_whole_across_growth)
 {
 	struct index	 ix;
-	struct dram_key	*keys;
+	struct obj_key	*keys;
 	uint32_t	*ids, *got, n, count = 5000;
 
 	index_mk(&ix);

@@ -91,7 +91,7 @@ params_fast(struct filetier_params *p)
 }
 
 static void
-key_of(struct dram_key *k, const uint8_t *fp, uint32_t n)
+key_of(struct obj_key *k, const uint8_t *fp, uint32_t n)
 {
 	uint32_t	x = n * 2654435761U + 7, j;
 
@@ -211,7 +211,7 @@ static int
 write_wait(struct event_base *base, struct filetier *ft, const uint8_t *fp, uint32_t n,
     uint64_t len)
 {
-	struct dram_key	 k;
+	struct obj_key	 k;
 	struct result	 r = { 0 };
 	uint8_t		*data = malloc(len);
 	int		 count = 0, rc;
@@ -233,7 +233,7 @@ write_wait(struct event_base *base, struct filetier *ft, const uint8_t *fp, uint
 static int
 read_wait(struct event_base *base, struct filetier *ft, const uint8_t *fp, uint32_t n)
 {
-	struct dram_key	 k;
+	struct obj_key	 k;
 	struct result	 r = { 0 };
 	uint64_t	 len;
 	uint8_t		*dst;
@@ -261,7 +261,7 @@ read_wait(struct event_base *base, struct filetier *ft, const uint8_t *fp, uint3
 static void
 obj_path(const char *ns, const uint8_t *fp, uint32_t n, char *buf, size_t len)
 {
-	struct dram_key	k;
+	struct obj_key	k;
 	char		hex[65];
 	int		i;
 
@@ -435,7 +435,7 @@ damaged_with(const struct filetier_params *p, void (*damage)(const char *path), 
 	struct event_base	*base = event_base_new();
 	struct filetier		*ft = ft_open(base, p, NULL);
 	struct filetier_stats	 st, before;
-	struct dram_key		 k;
+	struct obj_key		 k;
 	char			 path[PATH_MAX];
 	uint32_t		 id;
 
@@ -625,7 +625,7 @@ kill_child(uint32_t first, int fsync)
 	struct event_base	*base = event_base_new();
 	struct filetier_params	 p;
 	struct filetier		*ft;
-	struct dram_key		 k;
+	struct obj_key		 k;
 	struct result		 r[KILL_BATCH];
 	uint8_t			*data[KILL_BATCH];
 	int			 count = 0, sent = 0, i;
@@ -660,7 +660,7 @@ START_TEST(test_writer_killed_mid_write_leaves_no_torn_object)
 	struct event_base	*base;
 	struct filetier		*ft;
 	struct filetier_stats	 st;
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint64_t		 found, seen = 0;
 	uint32_t		 n;
 	pid_t			 pid;
@@ -772,7 +772,7 @@ START_TEST(test_two_tiers_writing_the_same_keys_are_harmless)
 	struct event_base	*base = event_base_new();
 	struct filetier		*a = ft_open(base, NULL, NULL), *b = ft_open(base, NULL, NULL), *c;
 	struct result		 rr[SHARE_N], wr[SHARE_N];
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint8_t			*data[SHARE_N], *dst[SHARE_N];
 	uint64_t		 found;
 	int			 reads = 0, writes = 0, round, tmp, obj;
@@ -838,7 +838,7 @@ START_TEST(test_capacity_evicts_lru_but_never_a_pinned_object)
 	struct filetier_params	 p;
 	struct filetier		*ft;
 	struct filetier_stats	 st;
-	struct dram_key		 k;
+	struct obj_key		 k;
 	char			 path[PATH_MAX];
 	uint32_t		 id0, ids[32];
 	size_t			 nids, i;
@@ -975,7 +975,7 @@ START_TEST(test_restart_lru_order_follows_write_time)
 	struct event_base	*base = event_base_new();
 	struct filetier		*ft = ft_open(base, NULL, NULL);
 	struct timespec		 ts[2];
-	struct dram_key		 k;
+	struct obj_key		 k;
 	char			 path[PATH_MAX];
 	uint32_t		 ids[8], id;
 	unsigned		 n;
@@ -1007,7 +1007,7 @@ START_TEST(test_lookup_has_no_side_effects)
 	struct event_base	*base = event_base_new();
 	struct filetier		*ft = ft_open(base, NULL, NULL);
 	struct filetier_stats	 before, after;
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint32_t		 o1[8], o2[8], id;
 	uint64_t		 len;
 	size_t			 n1, n2;
@@ -1041,7 +1041,7 @@ START_TEST(test_bad_writes_and_reads_are_refused_with_nothing_changed)
 	struct filetier		*ft;
 	struct filetier_stats	 st;
 	struct result		 r[4];
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint8_t			 data[100], *dst = abuf(8192);
 	int			 count = 0, tmp, obj, i;
 	uint8_t			 fp_c[16];
@@ -1160,7 +1160,7 @@ START_TEST(test_many_reads_in_flight_land_the_right_bytes)
 	struct event_base	*base = event_base_new();
 	struct filetier		*ft = ft_open(base, NULL, NULL);
 	struct result		*r = calloc(MANY_N, sizeof(*r));
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint8_t			*data = malloc(MANY_LEN), *dst;
 	int			 count = 0;
 	unsigned		 i;
@@ -1206,7 +1206,7 @@ START_TEST(test_cancelled_reads_end_cancelled_and_unpinned)
 	struct filetier_stats	 st;
 	struct filetier_job	*jobs[64];
 	struct result		 r[64];
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint8_t			*dst = abuf(MIB);
 	int			 count = 0, cancelled = 0, i;
 
@@ -1245,7 +1245,7 @@ START_TEST(test_free_with_jobs_in_flight_leaks_nothing)
 	struct event_base	*base = event_base_new();
 	struct filetier		*ft = ft_open(base, NULL, NULL);
 	struct result		 r[40];
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint8_t			*dst = abuf(256 * KIB), *data = malloc(256 * KIB);
 	int			 count = 0, i;
 
@@ -1277,7 +1277,7 @@ START_TEST(test_drop_takes_the_object_and_its_file_away)
 	struct event_base	*base = event_base_new();
 	struct filetier		*ft = ft_open(base, NULL, NULL);
 	struct filetier_stats	 st;
-	struct dram_key		 k;
+	struct obj_key		 k;
 	char			 path[PATH_MAX];
 	uint32_t		 id;
 
@@ -1386,7 +1386,7 @@ START_TEST(test_dropped_object_leaves_no_cached_descriptor)
 {
 	struct event_base	*base = event_base_new();
 	struct filetier		*ft = ft_open(base, NULL, NULL);
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint32_t		 id;
 	int			 held = held_deleted();
 

@@ -26,7 +26,7 @@ bench_now(void)
 
 /* A page hash from a counter, spread like sha256 output. */
 static void
-bench_key(struct dram_key *k, uint64_t n)
+bench_key(struct obj_key *k, uint64_t n)
 {
 	uint64_t	x = n * 0x9e3779b97f4a7c15ULL + 1;
 	int		i;
@@ -55,9 +55,9 @@ main(int argc, char **argv)
 	uint64_t		*order, stride, csum = 0, rounds, r;
 	struct dram		*d;
 	struct dram_stats	 st;
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint32_t		*ids, id, many[64];
-	struct dram_key		*keys;
+	struct obj_key		*keys;
 	uint8_t			*buf, *big;
 	char			 err[256];
 	double			 t;

@@ -69,7 +69,7 @@ bench_now(void)
 }
 
 static void
-bench_key(struct dram_key *k, unsigned pool, uint64_t n)
+bench_key(struct obj_key *k, unsigned pool, uint64_t n)
 {
 	uint64_t	x = n * 0x9e3779b97f4a7c15ULL + pool + 1;
 	int		i;
@@ -86,7 +86,7 @@ bench_key(struct dram_key *k, unsigned pool, uint64_t n)
 }
 
 static void
-bench_path(const char *root, const struct dram_key *k, char *buf, size_t len)
+bench_path(const char *root, const struct obj_key *k, char *buf, size_t len)
 {
 	char	hex[65];
 	int	i;
@@ -243,7 +243,7 @@ bench_fill(struct event_base *base, struct filetier *ft, unsigned pool, uint64_t
     uint64_t len)
 {
 	struct bench_wr	 w = { 0, 0 };
-	struct dram_key	 k;
+	struct obj_key	 k;
 	uint8_t		*data = malloc(len);
 	uint64_t	 i, csum, x = 88172645463325252ULL;
 	double		 t0 = bench_now();
@@ -298,7 +298,7 @@ static void	bench_read_done(struct filetier_job *);
 static void
 bench_read_submit(struct bench_rd *r, void *buf)
 {
-	struct dram_key	k;
+	struct obj_key	k;
 	int		rc;
 
 	bench_key(&k, r->pool, r->next++);
@@ -352,7 +352,7 @@ bench_raw_read(const char *root, unsigned pool, uint64_t first, uint64_t n, uint
 	struct io_uring		 ring;
 	struct io_uring_cqe	*cqe;
 	struct io_uring_sqe	*sqe;
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint64_t		 stride = FILETIER_READ_SIZE(len) + FILETIER_HDR, next = 0, done = 0;
 	double			 t0, t;
 	char			 path[PATH_MAX];
@@ -417,7 +417,7 @@ bench_raw_read(const char *root, unsigned pool, uint64_t first, uint64_t n, uint
 static int *
 bench_open_all(const char *root, unsigned pool, uint64_t first, uint64_t n, int direct)
 {
-	struct dram_key	 k;
+	struct obj_key	 k;
 	char		 path[PATH_MAX];
 	uint64_t	 i;
 	int		*fds = malloc(n * sizeof(*fds));
@@ -496,7 +496,7 @@ bench_tier_read_gpu(struct event_base *base, struct filetier *ft, unsigned pool,
     struct bench_gpu *g)
 {
 	struct bench_ghalf	 h[2] = { { 0, 0 }, { 0, 0 } };
-	struct dram_key		 k;
+	struct obj_key		 k;
 	uint64_t		 first, cnt = 0, prev = 0, i;
 	unsigned		 b, half;
 	double			 t0 = bench_now(), t;
