@@ -236,7 +236,8 @@ void	kernels_op_cancel(struct kernels_op *);
 struct kernels_result {
 	int		status;		/* 0, -EBADMSG (a page BAD), -ECANCELED, -EIO */
 	uint32_t	pages;		/* n */
-	uint32_t	launched;	/* leading pages issued: only these may have landed */
+	uint32_t	launched;	/* leading pages whose writes were issued: only these
+					   may have landed (a gated chunk counts once scattered) */
 	uint32_t	done;		/* pages DONE */
 	uint32_t	nbad;		/* pages BAD */
 	uint32_t	first_bad;	/* index in pages[] of the first BAD, or UINT32_MAX */

@@ -1626,6 +1626,8 @@ gd_engine(const char *sock, struct gd_share *sh, int mode, uint32_t n, uint32_t 
 		    .region = 0, .state_region = L3KV_REGION_NONE,
 		    .state_slot = L3KV_SLOT_NONE, .event_region = 1 };
 		char			*health = NULL;
+		json_t			*stats;
+		json_int_t		 waiting;
 
 		/* The event completes only after a kernel this process will not outlive. */
 		rc = kernels_late_fill((uint8_t *)d + (size_t)n * GD_BLOCK, (size_t)pages * GD_BLOCK,
@@ -1640,11 +1642,16 @@ gd_engine(const char *sock, struct gd_share *sh, int mode, uint32_t n, uint32_t 
 			    l3kv_last_error(k));
 		l3kv_free(health);
 		/* STATS counts the RESTORE as waiting for the engine's event */
-		if ((rc = l3kv_stats(k, &health)) != 0 ||
-		    strstr(health, "\"waiting_on_events\":1") == NULL)
-			GD_FAIL(14, "engine: STATS while the RESTORE waits (%d): %.300s", rc,
-			    health != NULL ? strstr(health, "\"copy\"") : "");
+		if ((rc = l3kv_stats(k, &health)) != 0)
+			GD_FAIL(14, "engine: STATS while the RESTORE waits: %d", rc);
+		stats = json_loads(health, 0, NULL);
+		waiting = json_integer_value(json_object_get(json_object_get(stats, "copy"),
+		    "waiting_on_events"));
+		json_decref(stats);
 		l3kv_free(health);
+		if (waiting != 1)
+			GD_FAIL(14, "engine: STATS copy.waiting_on_events %lld while the RESTORE "
+			    "waits, want 1", (long long)waiting);
 		if (write(wfd, "S", 1) != 1)
 			GD_FAIL(15, "engine: write: %s", strerror(errno));
 		for (;;)
