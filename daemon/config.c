@@ -162,6 +162,7 @@ static const struct config_key config_keys[] = {
 	CONFIG_INT("copy_workers", copy_workers, 1, 64, 2),
 	CONFIG_INT("limits.max_connections", max_connections, 1, 65536, 1024),
 	CONFIG_INT("limits.max_connections_per_uid", max_connections_per_uid, 1, 65536, 256),
+	CONFIG_INT("limits.max_namespaces", max_namespaces, 1, 65536, 1024),
 	CONFIG_SIZE("limits.max_frame", max_frame, PROTO_FRAME_MIN, PROTO_FRAME_MAX, 16U << 20),
 	CONFIG_INT("lease.ttl_ms", lease_ttl_ms, 100, 3600000, 30000),
 	CONFIG_INT("admit.timeout_ms", admit_timeout_ms, 1, 600000, 2000),
@@ -169,6 +170,7 @@ static const struct config_key config_keys[] = {
 	CONFIG_LISTEN("metrics.listen", metrics_listen, 63, ""),
 	CONFIG_INT("testing.copy_delay_ms", test_copy_delay_ms, 0, 60000, 0),
 	CONFIG_INT("testing.scan_delay_ms", test_scan_delay_ms, 0, 60000, 0),
+	CONFIG_INT("testing.read_delay_ms", test_read_delay_ms, 0, 60000, 0),
 	/* Lets a client destroy cached data: off unless a test asks. */
 	CONFIG_BOOL("testing.debug_ops", test_debug_ops, 0),
 };
@@ -227,6 +229,7 @@ static const char config_default_text[] =
     "  \"limits\": {\n"
     "    \"max_connections\": 1024,\n"
     "    \"max_connections_per_uid\": 256,\n"
+    "    \"max_namespaces\": 1024,\n"
     "    \"max_frame\": \"16 MiB\"\n"
     "  },\n"
     "  \"lease\": {\n"
@@ -244,6 +247,7 @@ static const char config_default_text[] =
     "  \"testing\": {\n"
     "    \"copy_delay_ms\": 0,\n"
     "    \"scan_delay_ms\": 0,\n"
+    "    \"read_delay_ms\": 0,\n"
     "    \"debug_ops\": false\n"
     "  }\n"
     "}\n";

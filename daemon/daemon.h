@@ -84,6 +84,8 @@ struct config {
 	char		metrics_listen[64];	/* "" disables; used later */
 	uint32_t	test_copy_delay_ms;	/* testing only: slows copies */
 	uint32_t	test_scan_delay_ms;	/* testing only: slows file tier scans */
+	uint32_t	test_read_delay_ms;	/* testing only: slows file tier reads */
+	uint32_t	max_namespaces;
 	int		test_debug_ops;		/* testing only: allows DEBUG */
 };
 
@@ -183,7 +185,8 @@ void	 ns_canonical(const struct proto_layout *, const struct proto_pool *,
 	    const char *role, uint64_t seed, char *buf, size_t len);
 void	 ns_fingerprint(const struct proto_layout *, const struct proto_pool *,
 	    const char *role, uint64_t seed, uint8_t out[16]);
-struct ns *ns_ref(struct server *, const struct proto_layout *, const struct proto_pool *);
+int	 ns_ref(struct server *, const struct proto_layout *, const struct proto_pool *,
+	    struct ns **, char *err, size_t errlen);
 void	 ns_unref(struct server *, struct ns *);
 
 /* group.c: ranks of one engine instance attached to this daemon */
@@ -732,6 +735,8 @@ struct filetier_params {
 	int		 io_uring;	/* 0: readers use preadv (also the fallback) */
 	unsigned	 fd_cache;	/* open descriptors kept for small objects; 0: none */
 	unsigned	 scan_delay_ms;	/* testing: a scan pauses before each directory */
+	unsigned	 max_namespaces; /* known at once, attached or idle with objects */
+	unsigned	 read_delay_ms;	/* testing: a read that succeeded reports this late */
 };
 enum filetier_job_kind {
 	FILETIER_JOB_READ = 1,
@@ -758,9 +763,13 @@ struct filetier_job {
 	struct filetier_ns	*ns;
 	uint32_t		 id;
 	uint16_t		 reader;
+	int64_t			 due_ns;	/* testing.read_delay_ms: reported then */
 };
 struct filetier_stats {
 	uint64_t	namespaces;
+	uint64_t	namespaces_open;	/* with their directory open: in use */
+	uint64_t	namespaces_released;	/* directories closed as they went idle */
+	uint64_t	namespaces_forgotten;	/* idle and empty, dropped for a new one */
 	uint64_t	scanning;	/* namespaces whose scan still runs */
 	uint64_t	visible;
 	uint64_t	writing;
@@ -802,16 +811,20 @@ int	 filetier_new(struct event_base *, const struct filetier_params *, struct fi
 	    char *err, size_t errlen);
 void	 filetier_free(struct filetier *);
 /*
- * Attaches a namespace ("role/model-<fingerprint hex>"), once, and starts
- * indexing its files on the tier's threads: lookups see them as they are
- * found; keys written meanwhile are kept, never replaced by what the scan
- * finds. Writes to the namespace work at once.
+ * Attaches a namespace ("role/model-<fingerprint hex>") and, the first
+ * time, starts indexing its files on the tier's threads: lookups see them
+ * as they are found; keys written meanwhile are kept, never replaced by
+ * what the scan finds. Writes to the namespace work at once. A namespace
+ * known already (idle since filetier_ns_detach) is attached again without
+ * a scan. -EUSERS: max_namespaces are known and none can be forgotten.
  */
 int	 filetier_scan_start(struct filetier *, const char *ns_name, const uint8_t fingerprint[16],
 	    char *err, size_t errlen);
 /* The same, waited for: runs the tier's event base until the scan ended. */
 int	 filetier_scan(struct filetier *, const char *ns_name, const uint8_t fingerprint[16],
 	    uint64_t *objects, char *err, size_t errlen);
+/* The last session of a namespace left: its descriptors go once unused, its objects stay. */
+void	 filetier_ns_detach(struct filetier *, const uint8_t fingerprint[16]);
 /* 1 while a namespace's scan runs, 0 once it ended, -ENOENT: not attached; *objects so far. */
 int	 filetier_scan_state(const struct filetier *, const uint8_t fingerprint[16],
 	    uint64_t *objects);

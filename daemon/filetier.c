@@ -43,7 +43,10 @@
 #include <sys/stat.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+
+#include <linux/openat2.h>
 
 #include <assert.h>
 #include <dirent.h>
@@ -101,14 +104,27 @@ _Static_assert(sizeof(struct filetier_ent) == INDEX_REC_SIZE, "filetier_ent is t
 _Static_assert(offsetof(struct filetier_ent, rec) == 0 && FILETIER_S_FREE == 0 &&
     offsetof(struct filetier_ent, state) == INDEX_STATE_OFF, "a record as index.c sees it");
 
-/* An attached namespace. Never freed before the tier: jobs point at it. */
+/*
+ * A namespace the tier knows: attached by a session of the daemon, or
+ * idle with its objects still indexed (they come back without a scan
+ * when it is attached again). Only a namespace in use holds descriptors:
+ * its directory is open while it is attached, scanned or named by a job,
+ * and closed once none of these holds (filetier_ns_idle). Freed when it
+ * is forgotten (idle, no object indexed, no job) or with the tier; jobs
+ * and open-file cache entries point at it until then. Loop thread only,
+ * except dirfd and direct, which the workers of its jobs read.
+ */
 struct filetier_ns {
 	uint8_t		fingerprint[16];
 	char		name[PROTO_NSNAME_LEN];
-	int		dirfd;
+	int		dirfd;		/* -1 while idle */
 	_Atomic int	direct;		/* 1 until a filesystem refuses O_DIRECT */
 	uint64_t	scanned;	/* objects indexed by its scan, so far */
-	struct filetier_scan *scan;	/* its scan; kept until the tier goes */
+	uint64_t	objects;	/* its entries in the index, any state */
+	unsigned	jobs;		/* its jobs whose completion has not run */
+	int		attached;	/* a session uses it (filetier_scan_start) */
+	int		scan_err;	/* the scan's failure, once it ended */
+	struct filetier_scan *scan;	/* its scan, while it runs */
 	int		scanning;	/* the scan has not finished */
 };
 
@@ -138,6 +154,8 @@ struct filetier {
 	int			 stop;
 	int			 efd;		/* workers -> loop */
 	struct event		*ev;
+	struct filetier_job_list delayed;	/* testing.read_delay_ms: loop thread */
+	struct event		*delay_ev;
 	pthread_t		*threads;
 	unsigned		 nthreads;
 	struct filetier_reader	*readers;
@@ -166,6 +184,7 @@ struct filetier_reader {
 		struct filetier_job	*job;
 		struct iovec		 iov[2];
 		char			 path[FILETIER_OBJ_PATH];
+		struct open_how		 how;	/* read by the kernel at submission */
 		int			 direct;
 		int			 open_res;
 		int			 read_res;
@@ -176,6 +195,9 @@ struct filetier_reader {
 	unsigned		 nfree;
 };
 
+static struct filetier_ns *filetier_ns_find(const struct filetier *, const uint8_t fp[16]);
+static int	filetier_ns_open(struct filetier *, struct filetier_ns *, int create, char *err,
+		    size_t errlen);
 static int	filetier_unlink_bad(int status);
 static int	filetier_status_lost(int status);
 static void	filetier_scan_note_gone(struct filetier *, const struct obj_key *);
@@ -223,13 +245,6 @@ filetier_unhex(uint8_t *out, const char *in, size_t n)
 	return 0;
 }
 
-/* "pp-ssss/hh", the object's directory under its namespace. */
-static void
-filetier_leaf_path(const struct obj_key *k, char *buf, size_t len)
-{
-	snprintf(buf, len, "%02x-%04x/%02x", k->pool, k->shard, k->hash[0]);
-}
-
 /* "pp-ssss/hh/<64 hex>.obj", by hand: every read and write makes one. */
 static void
 filetier_obj_path(const struct obj_key *k, char *buf)
@@ -246,6 +261,132 @@ filetier_obj_path(const struct obj_key *k, char *buf)
 	memcpy(buf + 75, ".obj", 5);
 }
 _Static_assert(FILETIER_OBJ_PATH == 80, "pp-ssss/hh/ + 64 hex + .obj + NUL");
+#define FILETIER_OBJ_NAME	11		/* the file's name in its path */
+
+/*
+ * Paths below a namespace are walked by descriptor and never through a
+ * symbolic link: a directory of the tier swapped for a link (by another
+ * user of a shared filesystem, or an operator's mistake) must not lead a
+ * read, a write, a rename or an unlink outside the root. openat2 says so
+ * in one call (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS: a link anywhere in
+ * the path is ELOOP); kernels without it (before 5.6) get one openat per
+ * component with O_NOFOLLOW. A link found fails with ELOOP or ENOTDIR.
+ */
+static _Atomic int	filetier_has_openat2 = 1;
+
+static int
+filetier_open_walk(int dirfd, const char *path, int flags, mode_t mode)
+{
+	char		 comp[FILETIER_OBJ_PATH];
+	const char	*p = path, *slash;
+	int		 cur = dirfd, fd;
+
+	while ((slash = strchr(p, '/')) != NULL) {
+		if ((size_t)(slash - p) >= sizeof(comp) || slash == p) {
+			fd = -EINVAL;
+			goto out;
+		}
+		memcpy(comp, p, (size_t)(slash - p));
+		comp[slash - p] = '\0';
+		fd = openat(cur, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0) {
+			fd = -errno;
+			goto out;
+		}
+		if (cur != dirfd)
+			close(cur);
+		cur = fd;
+		p = slash + 1;
+	}
+	if ((fd = openat(cur, p, flags | O_NOFOLLOW, mode)) < 0)
+		fd = -errno;
+out:
+	if (cur != dirfd)
+		close(cur);
+	return fd;
+}
+
+/* A descriptor of path under dirfd, no link followed; -errno. Thread-safe. */
+static int
+filetier_open_beneath(int dirfd, const char *path, int flags, mode_t mode)
+{
+	struct open_how	how;
+	long		fd;
+
+	if (atomic_load_explicit(&filetier_has_openat2, memory_order_relaxed)) {
+		memset(&how, 0, sizeof(how));
+		how.flags = (uint64_t)(flags | O_NOFOLLOW);
+		how.mode = (flags & O_CREAT) ? mode : 0;
+		how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
+		if ((fd = syscall(SYS_openat2, dirfd, path, &how, sizeof(how))) >= 0)
+			return (int)fd;
+		if (errno != ENOSYS)
+			return -errno;
+		atomic_store(&filetier_has_openat2, 0);
+	}
+	return filetier_open_walk(dirfd, path, flags, mode);
+}
+
+/*
+ * The object's leaf directory "pp-ssss/hh", opened with no link followed;
+ * create makes the missing ones, *made getting 1 (pool) | 2 (leaf) for
+ * them. *poolfd, when asked for, gets the pool directory too. -errno.
+ */
+static int
+filetier_leaf_open(int nsfd, const struct obj_key *k, int create, int *made, int *poolfd)
+{
+	char	pool[8], leaf[3];
+	int	pfd, lfd = -1;
+
+	snprintf(pool, sizeof(pool), "%02x-%04x", k->pool, k->shard);
+	snprintf(leaf, sizeof(leaf), "%02x", k->hash[0]);
+	if (poolfd != NULL)
+		*poolfd = -1;
+	pfd = openat(nsfd, pool, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (pfd < 0 && errno == ENOENT && create) {
+		if (mkdirat(nsfd, pool, FILETIER_DIR_MODE) == 0)
+			*made |= 1;
+		else if (errno != EEXIST)
+			return -errno;
+		pfd = openat(nsfd, pool, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	}
+	if (pfd < 0)
+		return -errno;
+	lfd = openat(pfd, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (lfd < 0 && errno == ENOENT && create) {
+		if (mkdirat(pfd, leaf, FILETIER_DIR_MODE) == 0)
+			*made |= 2;
+		else if (errno != EEXIST) {
+			lfd = -errno;
+			close(pfd);
+			return lfd;
+		}
+		lfd = openat(pfd, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	}
+	if (lfd < 0)
+		lfd = -errno;
+	if (poolfd != NULL && lfd >= 0)
+		*poolfd = pfd;
+	else
+		close(pfd);
+	return lfd;
+}
+
+/* Unlinks the object's file, no link followed on the way: 0, or -errno (ENOENT is 0). */
+static int
+filetier_unlink_obj(int nsfd, const struct obj_key *k)
+{
+	char	path[FILETIER_OBJ_PATH];
+	int	lfd, rc = 0;
+
+	if ((lfd = filetier_leaf_open(nsfd, k, 0, NULL, NULL)) < 0)
+		return lfd == -ENOENT ? 0 : lfd;
+	filetier_obj_path(k, path);
+	if (unlinkat(lfd, path + FILETIER_OBJ_NAME, 0) != 0 && errno != ENOENT)
+		rc = -errno;
+	close(lfd);
+	return rc;
+}
 
 static inline uint64_t
 filetier_file_bytes(uint64_t len)
@@ -400,7 +541,11 @@ filetier_ent_live(const struct filetier *ft, uint32_t id)
 static void
 filetier_index_remove(struct filetier *ft, uint32_t id)
 {
+	struct filetier_ns	*ns = filetier_ns_find(ft, filetier_ent(ft, id)->rec.key.fingerprint);
+
 	index_remove(&ft->ix, id);
+	if (ns != NULL)
+		ns->objects--;
 	if (ft->nscanning > 0)
 		filetier_scan_note_gone(ft, &filetier_ent(ft, id)->rec.key);
 }
@@ -414,6 +559,44 @@ filetier_ns_find(const struct filetier *ft, const uint8_t fp[16])
 		if (memcmp(ft->ns[i]->fingerprint, fp, 16) == 0)
 			return ft->ns[i];
 	return NULL;
+}
+
+/* Closes an idle namespace's directory: no session, no scan and no job use it. */
+static void
+filetier_ns_idle(struct filetier *ft, struct filetier_ns *ns)
+{
+	if (ns->attached || ns->jobs > 0 || ns->scanning || ns->dirfd < 0)
+		return;
+	close(ns->dirfd);
+	ns->dirfd = -1;
+	ft->st.namespaces_released++;
+}
+
+/*
+ * A job will name ns: its directory is opened again if it was idle (an
+ * eviction or a write completing after the last session left). -errno
+ * when it cannot be; then there is no job.
+ */
+static int
+filetier_ns_hold(struct filetier *ft, struct filetier_ns *ns)
+{
+	char	err[256];
+	int	rc;
+
+	if (ns->dirfd < 0 && (rc = filetier_ns_open(ft, ns, 0, err, sizeof(err))) != 0) {
+		log_warn("filetier", "%s", err);
+		return rc;
+	}
+	ns->jobs++;
+	return 0;
+}
+
+static void
+filetier_ns_put(struct filetier *ft, struct filetier_ns *ns)
+{
+	assert(ns->jobs > 0);
+	ns->jobs--;
+	filetier_ns_idle(ft, ns);
 }
 
 /* Jobs: handed to the workers under the lock. */
@@ -493,18 +676,24 @@ filetier_ent_retire(struct filetier *ft, uint32_t id, int file_gone)
 {
 	struct filetier_ent	*e = filetier_ent(ft, id);
 	struct filetier_job	*job;
+	struct filetier_ns	*ns;
 
 	assert(e->state == FILETIER_S_VISIBLE);
 	if (e->pins == 0)
 		index_lru_unlink(&ft->ix, &ft->lru, id);
 	ft->st.visible--;
 	ft->st.bytes_used -= filetier_file_bytes(e->len);
-	if (!file_gone && (job = calloc(1, sizeof(*job))) != NULL) {
+	if (!file_gone && (ns = filetier_ns_find(ft, e->rec.key.fingerprint)) != NULL &&
+	    (job = calloc(1, sizeof(*job))) != NULL) {
+		if (filetier_ns_hold(ft, ns) != 0) {
+			free(job);
+			goto gone;
+		}
 		job->kind = FILETIER_JOB_DELETE;
 		job->key = e->rec.key;
 		job->id = id;
 		job->len = e->len;
-		job->ns = filetier_ns_find(ft, e->rec.key.fingerprint);
+		job->ns = ns;
 		e->state = FILETIER_S_DELETING;
 		ft->st.deleting++;
 		ft->st.bytes_deleting += filetier_file_bytes(e->len);
@@ -513,10 +702,11 @@ filetier_ent_retire(struct filetier *ft, uint32_t id, int file_gone)
 	}
 	/*
 	 * The file is gone, or disowned after a device error, or there was
-	 * no memory for its unlink: then it stays on disk, out of the index,
-	 * and the next scan judges it again. Nothing is wrong, only the disk
-	 * may be fuller than the capacity says.
+	 * no memory (or no directory) for its unlink: then it stays on disk,
+	 * out of the index, and the next scan judges it again. Nothing is
+	 * wrong, only the disk may be fuller than the capacity says.
 	 */
+gone:
 	filetier_index_remove(ft, id);
 	if (e->pins > 0) {
 		e->state = FILETIER_S_DEAD;
@@ -657,6 +847,61 @@ filetier_delete_done(struct filetier *ft, struct filetier_job *job)
 		index_rec_free(&ft->ix, job->id);
 }
 
+/* One finished job's bookkeeping and completion, on the loop thread; frees it. */
+static void
+filetier_job_complete(struct filetier *ft, struct filetier_job *job)
+{
+	switch (job->kind) {
+	case FILETIER_JOB_READ:
+		filetier_read_done(ft, job);
+		break;
+	case FILETIER_JOB_WRITE:
+		filetier_write_done(ft, job);
+		break;
+	default:
+		filetier_delete_done(ft, job);
+		break;
+	}
+	if (job->done != NULL)
+		job->done(job);
+	filetier_ns_put(ft, job->ns);
+	free(job);
+}
+
+static void
+filetier_delay_arm(struct filetier *ft)
+{
+	struct filetier_job	*job = TAILQ_FIRST(&ft->delayed);
+	struct timeval		 tv;
+	int64_t			 left;
+
+	if (job == NULL || evtimer_pending(ft->delay_ev, NULL))
+		return;
+	left = job->due_ns - filetier_now_ns(CLOCK_MONOTONIC);
+	if (left < 0)
+		left = 0;
+	tv.tv_sec = left / 1000000000LL;
+	tv.tv_usec = (left % 1000000000LL) / 1000;
+	evtimer_add(ft->delay_ev, &tv);
+}
+
+/* testing.read_delay_ms: the reads that succeeded are reported now, in order. */
+static void
+filetier_delay_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct filetier		*ft = arg;
+	struct filetier_job	*job;
+	int64_t			 now = filetier_now_ns(CLOCK_MONOTONIC);
+
+	(void)fd;
+	(void)ev;
+	while ((job = TAILQ_FIRST(&ft->delayed)) != NULL && job->due_ns <= now) {
+		TAILQ_REMOVE(&ft->delayed, job, entry);
+		filetier_job_complete(ft, job);
+	}
+	filetier_delay_arm(ft);
+}
+
 /* Runs finished jobs' bookkeeping and completions on the loop thread. */
 static void
 filetier_done_cb(evutil_socket_t fd, short ev, void *arg)
@@ -675,21 +920,20 @@ filetier_done_cb(evutil_socket_t fd, short ev, void *arg)
 	pthread_mutex_unlock(&ft->lock);
 	while ((job = TAILQ_FIRST(&done)) != NULL) {
 		TAILQ_REMOVE(&done, job, entry);
-		switch (job->kind) {
-		case FILETIER_JOB_READ:
-			filetier_read_done(ft, job);
-			break;
-		case FILETIER_JOB_WRITE:
-			filetier_write_done(ft, job);
-			break;
-		default:
-			filetier_delete_done(ft, job);
-			break;
+		/*
+		 * Testing only: a read that succeeded is reported late, as a slow
+		 * device would, while failures are reported at once; so a test
+		 * can act while good reads are still in flight.
+		 */
+		if (ft->p.read_delay_ms > 0 && job->kind == FILETIER_JOB_READ && job->status == 0) {
+			job->due_ns = filetier_now_ns(CLOCK_MONOTONIC) +
+			    (int64_t)ft->p.read_delay_ms * 1000000LL;
+			TAILQ_INSERT_TAIL(&ft->delayed, job, entry);
+			continue;
 		}
-		if (job->done != NULL)
-			job->done(job);
-		free(job);
+		filetier_job_complete(ft, job);
 	}
+	filetier_delay_arm(ft);
 }
 
 /*
@@ -994,9 +1238,10 @@ filetier_read_sync(struct filetier_job *job, const char *path, uint8_t *hdr, int
 	ssize_t		n;
 	int		fd, i;
 
-	fd = openat(job->ns->dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | (direct ? O_DIRECT : 0));
+	fd = filetier_open_beneath(job->ns->dirfd, path, O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0),
+	    0);
 	if (fd < 0)
-		return -errno;
+		return fd;
 	/*
 	 * Until EOF: a network filesystem may return a read short of EOF,
 	 * and a short read must never be taken for a truncated file (that
@@ -1036,19 +1281,20 @@ filetier_read_sync(struct filetier_job *job, const char *path, uint8_t *hdr, int
  * since; unlinking it costs one miss, never a wrong byte.
  */
 static void
-filetier_read_finish(struct filetier_job *job, const char *path, const uint8_t *hdr,
-    int open_res, ssize_t res)
+filetier_read_finish(struct filetier_job *job, const uint8_t *hdr, int open_res, ssize_t res)
 {
+	int	rc;
+
 	if (open_res < 0)
 		job->status = open_res;
 	else if (res < 0)
 		job->status = (int)res;
 	else
 		job->status = filetier_read_verify(job, hdr, res, &job->checksum);
-	if (filetier_unlink_bad(job->status) && unlinkat(job->ns->dirfd, path, 0) != 0 &&
-	    errno != ENOENT)
+	if (filetier_unlink_bad(job->status) && (rc = filetier_unlink_obj(job->ns->dirfd,
+	    &job->key)) != 0 && rc != -ELOOP && rc != -ENOTDIR)
 		log_warn("filetier", "unlink of a bad object in %s: %s", job->ns->name,
-		    strerror(errno));
+		    strerror(-rc));
 }
 
 /* A filesystem that refuses O_DIRECT is read buffered from now on. */
@@ -1076,7 +1322,7 @@ filetier_reader_sync_one(struct filetier_reader *r, struct filetier_job *job)
 	open_res = filetier_read_sync(job, path, r->hdrs, direct, &res);
 	if (filetier_direct_refused(job, direct, open_res, open_res == 0 ? (int)res : 0))
 		open_res = filetier_read_sync(job, path, r->hdrs, 0, &res);
-	filetier_read_finish(job, path, r->hdrs, open_res, res);
+	filetier_read_finish(job, r->hdrs, open_res, res);
 }
 
 /*
@@ -1093,6 +1339,15 @@ filetier_reader_sync_one(struct filetier_reader *r, struct filetier_job *job)
  * (its read goes out at once), and an open makes a plain descriptor that
  * the cache may keep once the read verified.
  */
+/* A ring's open: openat2, no link followed (readers use a ring only where the kernel has it). */
+static void
+filetier_reader_how(struct filetier_slot *sl, int flags)
+{
+	memset(&sl->how, 0, sizeof(sl->how));
+	sl->how.flags = (uint64_t)(O_RDONLY | O_NOFOLLOW | flags | (sl->direct ? O_DIRECT : 0));
+	sl->how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
+}
+
 static void
 filetier_reader_open(struct filetier_reader *r, unsigned s, struct filetier_job *job)
 {
@@ -1124,14 +1379,14 @@ filetier_reader_open(struct filetier_reader *r, unsigned s, struct filetier_job 
 			filetier_fdc_release(fdc, sl->fdc, 1);
 		sl->fdc = FILETIER_NONE;
 		sl->fd = -1;
-		io_uring_prep_openat(sqe, job->ns->dirfd, sl->path,
-		    O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (sl->direct ? O_DIRECT : 0), 0);
+		filetier_reader_how(sl, O_CLOEXEC);
+		io_uring_prep_openat2(sqe, job->ns->dirfd, sl->path, &sl->how);
 		io_uring_sqe_set_data64(sqe, (uint64_t)s << 1);
 		return;
 	}
 	/* Direct descriptors take no O_CLOEXEC: they are not in the fd table. */
-	io_uring_prep_openat_direct(sqe, job->ns->dirfd, sl->path,
-	    O_RDONLY | O_NOFOLLOW | (sl->direct ? O_DIRECT : 0), 0, s);
+	filetier_reader_how(sl, 0);
+	io_uring_prep_openat2_direct(sqe, job->ns->dirfd, sl->path, &sl->how, s);
 	io_uring_sqe_set_data64(sqe, (uint64_t)s << 1);
 }
 
@@ -1147,14 +1402,14 @@ filetier_reader_end(struct filetier_reader *r, unsigned s, struct filetier_job_l
 	if (filetier_direct_refused(job, sl->direct, sl->open_res,
 	    sl->open_res == 0 ? sl->read_res : 0)) {
 		open_res = filetier_read_sync(job, sl->path, sl->iov[0].iov_base, 0, &res);
-		filetier_read_finish(job, sl->path, sl->iov[0].iov_base, open_res, res);
+		filetier_read_finish(job, sl->iov[0].iov_base, open_res, res);
 	} else if (sl->open_res == 0 && sl->read_res >= 0 &&
 	    (uint64_t)sl->read_res < FILETIER_HDR + job->len) {
 		/* Short: truncated, or a filesystem that reads short. Only EOF tells. */
 		open_res = filetier_read_sync(job, sl->path, sl->iov[0].iov_base, sl->direct, &res);
-		filetier_read_finish(job, sl->path, sl->iov[0].iov_base, open_res, res);
+		filetier_read_finish(job, sl->iov[0].iov_base, open_res, res);
 	} else {
-		filetier_read_finish(job, sl->path, sl->iov[0].iov_base, sl->open_res,
+		filetier_read_finish(job, sl->iov[0].iov_base, sl->open_res,
 		    sl->open_res == 0 ? sl->read_res : 0);
 		retried = 0;
 	}
@@ -1324,38 +1579,6 @@ filetier_rand(uint64_t *s)
 	return *s * 0x2545f4914f6cdd1dULL;
 }
 
-/* Creates the object's two directories; *made gets 1 (pool) | 2 (leaf) for the new ones. */
-static int
-filetier_mkdirs(const struct filetier_ns *ns, const struct obj_key *k, int *made)
-{
-	char	dir[16];
-
-	snprintf(dir, sizeof(dir), "%02x-%04x", k->pool, k->shard);
-	if (mkdirat(ns->dirfd, dir, FILETIER_DIR_MODE) == 0)
-		*made |= 1;
-	else if (errno != EEXIST)
-		return -errno;
-	filetier_leaf_path(k, dir, sizeof(dir));
-	if (mkdirat(ns->dirfd, dir, FILETIER_DIR_MODE) == 0)
-		*made |= 2;
-	else if (errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
-static int
-filetier_fsync_dir(int dirfd, const char *rel)
-{
-	int	fd, rc = 0;
-
-	if ((fd = openat(dirfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-		return -errno;
-	if (fsync(fd) != 0)
-		rc = -errno;
-	close(fd);
-	return rc;
-}
-
 static int
 filetier_pwrite_all(int fd, const void *hdr, const void *data, uint64_t len)
 {
@@ -1390,65 +1613,66 @@ filetier_pwrite_all(int fd, const void *hdr, const void *data, uint64_t len)
  * Writes one object: temp file, bytes, optional fdatasync, rename into
  * place, optional fsync of the directories that changed. Any failure
  * unlinks what it made, so nothing of a failed write is ever visible.
+ * Everything happens inside the leaf directory, opened with no link
+ * followed: the temp file, the rename and the unlink name one component.
  */
 static int
 filetier_write_file(struct filetier *ft, struct filetier_job *job, uint64_t *rng, uint8_t *hdr)
 {
 	const struct filetier_ns *ns = job->ns;
-	char			 leaf[16], path[FILETIER_OBJ_PATH], tmp[48], pool[16];
-	int			 fd = -1, rc, tries, made = 0, mkdir_tried = 0;
+	char			 path[FILETIER_OBJ_PATH], tmp[32];
+	const char		*name = path + FILETIER_OBJ_NAME;
+	int			 fd = -1, lfd, pfd = -1, rc, tries, made = 0;
 
 	/* A DRAM object that no longer matches its checksum is not made durable. */
 	if (dram_checksum(job->buf, job->len) != job->checksum)
 		return -EBADMSG;
 	filetier_hdr_build(hdr, &job->key, job->len, job->checksum);
-	filetier_leaf_path(&job->key, leaf, sizeof(leaf));
 	filetier_obj_path(&job->key, path);
+	if ((lfd = filetier_leaf_open(ns->dirfd, &job->key, 1, &made,
+	    ft->p.fsync ? &pfd : NULL)) < 0)
+		return lfd;
 	for (tries = 0; tries < 8 && fd < 0; tries++) {
-		snprintf(tmp, sizeof(tmp), "%s/" FILETIER_TMP_PREFIX "%016llx", leaf,
+		snprintf(tmp, sizeof(tmp), FILETIER_TMP_PREFIX "%016llx",
 		    (unsigned long long)filetier_rand(rng));
-		fd = openat(ns->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+		fd = openat(lfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
 		    FILETIER_FILE_MODE);
-		if (fd >= 0)
-			break;
-		/* Directories are made on first use, which costs no call after. */
-		if (errno == ENOENT && !mkdir_tried) {
-			mkdir_tried = 1;
-			if ((rc = filetier_mkdirs(ns, &job->key, &made)) != 0)
-				return rc;
-			continue;
+		if (fd < 0 && errno != EEXIST) {
+			rc = -errno;
+			goto out;
 		}
-		if (errno != EEXIST)
-			return -errno;
 	}
-	if (fd < 0)
-		return -EEXIST;
+	if (fd < 0) {
+		rc = -EEXIST;
+		goto out;
+	}
 	rc = filetier_pwrite_all(fd, hdr, job->buf, job->len);
 	if (rc == 0 && ft->p.fsync && fdatasync(fd) != 0)
 		rc = -errno;
 	/* NFS and FUSE report write errors (ENOSPC, EDQUOT) at close. */
 	if (close(fd) != 0 && rc == 0)
 		rc = -errno;
-	if (rc == 0 && renameat(ns->dirfd, tmp, ns->dirfd, path) != 0)
+	if (rc == 0 && renameat(lfd, tmp, lfd, name) != 0)
 		rc = -errno;
 	if (rc != 0) {
-		unlinkat(ns->dirfd, tmp, 0);
-		return rc;
+		unlinkat(lfd, tmp, 0);
+		goto out;
 	}
 	if (ft->p.fsync) {
-		snprintf(pool, sizeof(pool), "%02x-%04x", job->key.pool, job->key.shard);
-		rc = filetier_fsync_dir(ns->dirfd, leaf);
+		rc = fsync(lfd) == 0 ? 0 : -errno;
 		if (rc == 0 && (made & 2))
-			rc = filetier_fsync_dir(ns->dirfd, pool);
+			rc = fsync(pfd) == 0 ? 0 : -errno;
 		if (rc == 0 && (made & 1))
 			rc = fsync(ns->dirfd) == 0 ? 0 : -errno;
-		if (rc != 0) {
+		if (rc != 0)
 			/* Not durable as configured: not visible either. */
-			unlinkat(ns->dirfd, path, 0);
-			return rc;
-		}
+			unlinkat(lfd, name, 0);
 	}
-	return 0;
+out:
+	if (pfd >= 0)
+		close(pfd);
+	close(lfd);
+	return rc;
 }
 
 static void *
@@ -1457,7 +1681,6 @@ filetier_writer_main(void *arg)
 	struct filetier		*ft = arg;
 	struct filetier_job_list batch;
 	struct filetier_job	*job;
-	char			 path[FILETIER_OBJ_PATH];
 	uint8_t			 hdr[FILETIER_HDR];
 	uint64_t		 rng = 0;
 
@@ -1488,10 +1711,8 @@ filetier_writer_main(void *arg)
 		if (job->kind == FILETIER_JOB_WRITE)
 			job->status = filetier_write_file(ft, job, &rng, hdr);
 		else {
-			filetier_obj_path(&job->key, path);
 			filetier_fdc_forget(ft->fdc, job->ns, &job->key);
-			job->status = unlinkat(job->ns->dirfd, path, 0) == 0 || errno == ENOENT ?
-			    0 : -errno;
+			job->status = filetier_unlink_obj(job->ns->dirfd, &job->key);
 		}
 		TAILQ_INSERT_TAIL(&batch, job, entry);
 		filetier_post(ft, &batch);
@@ -1694,11 +1915,14 @@ filetier_scan_leaf(struct filetier_scan_part *pt, const char *leaf)
 	filetier_unhex(ps + 1, hex, 2);
 	k.pool = ps[0];
 	k.shard = (uint16_t)(ps[1] << 8 | ps[2]);
-	if ((dfd = openat(sc->ns->dirfd, leaf, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)) < 0 ||
-	    (d = fdopendir(dfd)) == NULL) {
+	/* Listed earlier: either directory may have been swapped for a link since. */
+	if ((dfd = filetier_open_beneath(sc->ns->dirfd, leaf, O_RDONLY | O_DIRECTORY | O_CLOEXEC,
+	    0)) < 0 || (d = fdopendir(dfd)) == NULL) {
+		rc = dfd < 0 ? -dfd : errno;
 		if (dfd >= 0)
 			close(dfd);
-		log_warn("filetier", "scan %s/%s: %s; skipped", sc->ns->name, leaf, strerror(errno));
+		log_warn("filetier", "scan %s/%s: %s; skipped", sc->ns->name, leaf,
+		    rc == ELOOP || rc == ENOTDIR ? "a symbolic link" : strerror(rc));
 		pt->skipped++;
 		return;
 	}
@@ -2024,6 +2248,7 @@ filetier_scan_take(struct filetier *ft, struct filetier_scan *sc, struct filetie
 		e->pins = 0;
 		e->state = FILETIER_S_VISIBLE;
 		index_insert(&ft->ix, id, h);
+		sc->ns->objects++;
 		/* At the LRU end: what a scan finds is older than anything written since the start. */
 		index_lru_push_tail(&ft->ix, &ft->lru, id);
 		ft->st.visible++;
@@ -2086,6 +2311,8 @@ filetier_scan_batches_free(struct filetier_scan_batch_list *l)
 	}
 }
 
+static void	filetier_scan_free(struct filetier_scan *);
+
 /* The scan ended: its counters, its log line, and the over-capacity the files may bring. */
 static void
 filetier_scan_finish(struct filetier *ft, struct filetier_scan *sc)
@@ -2109,13 +2336,11 @@ filetier_scan_finish(struct filetier *ft, struct filetier_scan *sc)
 	    "removed, %llu entries skipped", ns->name, (unsigned long long)ns->scanned,
 	    (unsigned long long)(sc->bytes >> 20), (double)dt / 1e6,
 	    (unsigned long long)sc->removed, (unsigned long long)sc->skipped);
-	free(sc->order);
-	free(sc->gone);
-	free(sc->leaves);
-	sc->order = NULL;
-	sc->gone = NULL;
-	sc->leaves = NULL;
-	sc->norder = sc->order_cap = sc->ngone = sc->gone_cap = 0;
+	/* Its eventfd goes now: a namespace keeps no descriptor it does not use. */
+	ns->scan_err = sc->err;
+	ns->scan = NULL;
+	filetier_scan_free(sc);
+	filetier_ns_idle(ft, ns);
 	/* A capacity lowered since the files were written: the oldest go. */
 	if (ft->st.bytes_used > ft->p.capacity)
 		(void)filetier_make_room(ft, 0);
@@ -2255,7 +2480,136 @@ filetier_now_ns(clockid_t clk)
 	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* Registers a namespace: its directory made and opened. */
+/*
+ * Warns about a tier directory that someone else could change under the
+ * daemon: owned by another user, or writable by others. Nothing is
+ * refused (a shared filesystem may map owners oddly), but the operator
+ * is told which directory and why.
+ */
+static void
+filetier_dir_check(int fd, const char *root, const char *rel)
+{
+	struct stat	st;
+
+	if (fstat(fd, &st) != 0)
+		return;
+	if (st.st_uid != geteuid())
+		log_warn("filetier", "%s%s%s is owned by uid %u, not by this daemon's %u: that user "
+		    "can change what the tier serves", root, rel[0] != '\0' ? "/" : "", rel,
+		    (unsigned)st.st_uid, (unsigned)geteuid());
+	if ((st.st_mode & S_IWOTH) != 0)
+		log_warn("filetier", "%s%s%s is writable by others (mode %04o): anyone can change what "
+		    "the tier serves", root, rel[0] != '\0' ? "/" : "", rel,
+		    (unsigned)(st.st_mode & 07777));
+}
+
+/* One directory below dirfd, made if create and missing (*made then 1), never a link. */
+static int
+filetier_dir_open(int dirfd, const char *name, int create, int *made)
+{
+	int	fd;
+
+	*made = 0;
+	if ((fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) >= 0)
+		return fd;
+	if (errno != ENOENT || !create)
+		return -errno;
+	if (mkdirat(dirfd, name, FILETIER_DIR_MODE) == 0)
+		*made = 1;
+	else if (errno != EEXIST)
+		return -errno;
+	if ((fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+		return -errno;
+	return fd;
+}
+
+/*
+ * Opens a namespace's directory, <role>/<model-fingerprint> under the
+ * root, one component at a time with no link followed; create makes the
+ * missing ones, and removes them again when the directory cannot be
+ * opened (no descriptor left), so that no directory is left behind for a
+ * namespace the tier could not register.
+ */
+static int
+filetier_ns_open(struct filetier *ft, struct filetier_ns *ns, int create, char *err,
+    size_t errlen)
+{
+	const char	*slash = strchr(ns->name, '/');
+	char		 role[PROTO_NSNAME_LEN];
+	int		 rfd, fd, made_role, made_ns;
+
+	assert(slash != NULL && ns->dirfd < 0);
+	memcpy(role, ns->name, (size_t)(slash - ns->name));
+	role[slash - ns->name] = '\0';
+	if ((rfd = filetier_dir_open(ft->rootfd, role, create, &made_role)) < 0) {
+		fd = rfd;
+		goto fail;
+	}
+	if ((fd = filetier_dir_open(rfd, slash + 1, create, &made_ns)) < 0) {
+		if (made_role)
+			(void)unlinkat(ft->rootfd, role, AT_REMOVEDIR);
+		close(rfd);
+		goto fail;
+	}
+	if (made_role || made_ns) {
+		filetier_dir_check(rfd, ft->root, role);
+		filetier_dir_check(fd, ft->root, ns->name);
+	}
+	close(rfd);
+	ns->dirfd = fd;
+	return 0;
+fail:
+	snprintf(err, errlen, "file tier: open %s/%s: %s", ft->root, ns->name,
+	    fd == -ELOOP || fd == -ENOTDIR ? "a component is a symbolic link or not a directory" :
+	    strerror(-fd));
+	return fd;
+}
+
+/*
+ * Forgets one idle namespace with nothing indexed (its directory stays:
+ * another daemon may use it, and a later ATTACH finds it again), to make
+ * room for a new one. -EUSERS when every namespace is in use or holds
+ * objects.
+ */
+static int
+filetier_ns_forget_one(struct filetier *ft)
+{
+	struct filetier_ns	*ns;
+	struct filetier_fdc	*c = ft->fdc;
+	uint32_t		 j;
+	unsigned		 i;
+	int			 fd;
+
+	for (i = 0; i < ft->nns; i++) {
+		ns = ft->ns[i];
+		if (!ns->attached && ns->jobs == 0 && !ns->scanning && ns->objects == 0)
+			break;
+	}
+	if (i == ft->nns)
+		return -EUSERS;
+	filetier_ns_idle(ft, ns);
+	/* Cache entries name the namespace by its address: none may outlive it. */
+	if (c != NULL) {
+		pthread_mutex_lock(&c->lock);
+		for (j = 0; j < c->cap; j++) {
+			if (c->ents[j].state != FILETIER_FDC_LIVE || c->ents[j].ns != ns)
+				continue;
+			if ((fd = filetier_fdc_unhash(c, j)) >= 0)
+				close(fd);
+		}
+		pthread_mutex_unlock(&c->lock);
+	}
+	log_debug("filetier", "namespace %s forgotten: idle and empty", ns->name);
+	ft->ns[i] = ft->ns[--ft->nns];
+	free(ns);
+	ft->st.namespaces_forgotten++;
+	return 0;
+}
+
+/*
+ * Registers a namespace: its directory made and opened. Everything that
+ * can fail without touching the disk goes first.
+ */
 static int
 filetier_ns_add(struct filetier *ft, const char *name, const uint8_t fp[16],
     struct filetier_ns **nsp, char *err, size_t errlen)
@@ -2264,8 +2618,11 @@ filetier_ns_add(struct filetier *ft, const char *name, const uint8_t fp[16],
 	unsigned		 cap;
 	int			 rc;
 
-	if ((rc = filetier_mkdir_p(ft->rootfd, name, err, errlen)) != 0)
-		return rc;
+	if (ft->nns >= ft->p.max_namespaces && filetier_ns_forget_one(ft) != 0) {
+		snprintf(err, errlen, "file tier: %u namespaces are known, each attached or holding "
+		    "objects (limits.max_namespaces); namespace %s refused", ft->nns, name);
+		return -EUSERS;
+	}
 	if (ft->nns == ft->ns_cap) {
 		cap = ft->ns_cap == 0 ? 4 : ft->ns_cap * 2;
 		if ((nv = realloc(ft->ns, cap * sizeof(*nv))) == NULL)
@@ -2278,12 +2635,12 @@ filetier_ns_add(struct filetier *ft, const char *name, const uint8_t fp[16],
 	memcpy(ns->fingerprint, fp, 16);
 	snprintf(ns->name, sizeof(ns->name), "%s", name);
 	atomic_init(&ns->direct, ft->p.direct ? 1 : 0);
-	if ((ns->dirfd = openat(ft->rootfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "file tier: open %s/%s: %s", ft->root, name, strerror(-rc));
+	ns->dirfd = -1;
+	if ((rc = filetier_ns_open(ft, ns, 1, err, errlen)) != 0) {
 		free(ns);
 		return rc;
 	}
+	ns->attached = 1;
 	ft->ns[ft->nns++] = ns;
 	*nsp = ns;
 	return 0;
@@ -2328,6 +2685,10 @@ filetier_scan_start(struct filetier *ft, const char *name, const uint8_t fp[16],
 			    ns->name);
 			return -EEXIST;
 		}
+		/* Known and indexed: attached again without a scan, its directory reopened. */
+		if (ns->dirfd < 0 && (rc = filetier_ns_open(ft, ns, 1, err, errlen)) != 0)
+			return rc;
+		ns->attached = 1;
 		return 0;
 	}
 	/* Registered first: writes work from now on, whatever becomes of the scan. */
@@ -2389,10 +2750,10 @@ filetier_scan(struct filetier *ft, const char *name, const uint8_t fp[16], uint6
 		if (event_base_loop(ft->base, EVLOOP_ONCE) < 0)
 			return -EIO;
 	*objects = ns->scanned;
-	if (ns->scan != NULL && ns->scan->err != 0) {
+	if (ns->scan_err != 0) {
 		snprintf(err, errlen, "file tier: scan of %s: %s after %llu objects", name,
-		    strerror(-ns->scan->err), (unsigned long long)ns->scanned);
-		return ns->scan->err;
+		    strerror(-ns->scan_err), (unsigned long long)ns->scanned);
+		return ns->scan_err;
 	}
 	return 0;
 }
@@ -2407,6 +2768,22 @@ filetier_scan_state(const struct filetier *ft, const uint8_t fp[16], uint64_t *o
 	if (objects != NULL)
 		*objects = ns->scanned;
 	return ns->scanning ? 1 : 0;
+}
+
+/*
+ * The daemon's last session of a namespace left: its objects stay
+ * indexed, its directory closes once no scan or job uses it. Unknown
+ * fingerprints are fine (the tier could not register the namespace).
+ */
+void
+filetier_ns_detach(struct filetier *ft, const uint8_t fp[16])
+{
+	struct filetier_ns	*ns = filetier_ns_find(ft, fp);
+
+	if (ns == NULL)
+		return;
+	ns->attached = 0;
+	filetier_ns_idle(ft, ns);
 }
 
 /* Ends every scan: threads stop between files and are joined; nothing more is indexed. */
@@ -2453,6 +2830,7 @@ filetier_params_default(struct filetier_params *p)
 	p->io_uring = 1;
 	/* 32 Ki descriptors: 1 GiB of 36 KiB pages, some 40 MiB of kernel memory. */
 	p->fd_cache = 32768;
+	p->max_namespaces = 1024;
 }
 
 static void
@@ -2485,7 +2863,8 @@ filetier_reader_init(struct filetier_reader *r, struct filetier *ft)
 	for (i = 0; i < depth; i++)
 		r->free_slots[i] = depth - 1 - i;
 	r->nfree = depth;
-	if (!ft->p.io_uring)
+	/* The ring opens files with openat2 (no link followed): without it, preadv. */
+	if (!ft->p.io_uring || !atomic_load(&filetier_has_openat2))
 		return 0;
 	/* One SQE in flight per slot (its open, then its read), and the kick. */
 	if ((rc = io_uring_queue_init(depth + 1, &r->ring, 0)) != 0) {
@@ -2545,7 +2924,7 @@ filetier_new(struct event_base *base, const struct filetier_params *p, struct fi
 	}
 	if (p->capacity < (1ULL << 20) || p->readers < 1 || p->readers > 64 || p->writers < 1 ||
 	    p->writers > 64 || p->read_depth < 1 || p->read_depth > 1024 || p->write_queue < 1 ||
-	    p->scan_threads < 1 || p->scan_threads > 256) {
+	    p->scan_threads < 1 || p->scan_threads > 256 || p->max_namespaces < 1) {
 		snprintf(err, errlen, "file tier: parameter out of range (capacity >= 1 MiB, "
 		    "readers and writers 1..64, read depth 1..1024, scan threads 1..256)");
 		return -EINVAL;
@@ -2563,16 +2942,27 @@ filetier_new(struct event_base *base, const struct filetier_params *p, struct fi
 	TAILQ_INIT(&ft->writes);
 	TAILQ_INIT(&ft->deletes);
 	TAILQ_INIT(&ft->done);
+	TAILQ_INIT(&ft->delayed);
 	if (index_init(&ft->ix, FILETIER_S_VISIBLE) != 0)
+		goto nomem;
+	if ((ft->delay_ev = evtimer_new(base, filetier_delay_cb, ft)) == NULL)
 		goto nomem;
 
 	if ((rc = filetier_mkdir_p(AT_FDCWD, ft->root, err, errlen)) != 0)
 		goto fail;
+	/* The root itself is the operator's to name, a link included; below it, never. */
 	if ((ft->rootfd = open(ft->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
 		rc = -errno;
 		snprintf(err, errlen, "file tier: open %s: %s", ft->root, strerror(-rc));
 		goto fail;
 	}
+	filetier_dir_check(ft->rootfd, ft->root, "");
+	/* Learns whether the kernel has openat2 (5.6): the walks and the readers' rings use it. */
+	if ((rc = filetier_open_beneath(ft->rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0)) >= 0)
+		close(rc);
+	if (!atomic_load(&filetier_has_openat2))
+		log_info("filetier", "no openat2: paths are walked a component at a time, reads use "
+		    "preadv");
 	if ((ft->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
 		rc = -errno;
 		snprintf(err, errlen, "file tier: eventfd: %s", strerror(-rc));
@@ -2663,6 +3053,9 @@ filetier_free(struct filetier *ft)
 	filetier_jobs_free(&ft->writes);
 	filetier_jobs_free(&ft->deletes);
 	filetier_jobs_free(&ft->done);
+	filetier_jobs_free(&ft->delayed);
+	if (ft->delay_ev != NULL)
+		event_free(ft->delay_ev);
 	if (ft->readers != NULL)
 		for (i = 0; i < ft->p.readers; i++)
 			filetier_reader_fini(&ft->readers[i]);
@@ -2673,7 +3066,8 @@ filetier_free(struct filetier *ft)
 	if (ft->efd >= 0)
 		close(ft->efd);
 	for (j = 0; j < ft->nns; j++) {
-		close(ft->ns[j]->dirfd);
+		if (ft->ns[j]->dirfd >= 0)
+			close(ft->ns[j]->dirfd);
 		free(ft->ns[j]);
 	}
 	free(ft->ns);
@@ -2778,7 +3172,12 @@ filetier_write(struct filetier *ft, const struct obj_key *k, const void *data, u
 		free(job);
 		return rc;
 	}
+	if ((rc = filetier_ns_hold(ft, ns)) != 0) {
+		free(job);
+		return rc;
+	}
 	if ((rc = index_rec_new(&ft->ix, &id)) != 0) {
+		filetier_ns_put(ft, ns);
 		free(job);
 		return rc;
 	}
@@ -2788,6 +3187,7 @@ filetier_write(struct filetier *ft, const struct obj_key *k, const void *data, u
 	e->pins = 0;
 	e->state = FILETIER_S_WRITING;
 	index_insert(&ft->ix, id, h);
+	ns->objects++;
 	ft->st.writing++;
 	ft->st.writes_inflight++;
 	ft->st.bytes_used += filetier_file_bytes(len);
@@ -2812,6 +3212,7 @@ filetier_read(struct filetier *ft, const struct obj_key *k, void *dst, uint64_t 
 {
 	struct filetier_job	*job;
 	struct filetier_ent	*e;
+	struct filetier_ns	*ns;
 	uint32_t		 id;
 	int			 rc;
 
@@ -2824,10 +3225,17 @@ filetier_read(struct filetier *ft, const struct obj_key *k, void *dst, uint64_t 
 	e = filetier_ent(ft, id);
 	if (cap < FILETIER_READ_SIZE(e->len))
 		return -EMSGSIZE;
+	if ((ns = filetier_ns_find(ft, k->fingerprint)) == NULL)
+		return -ENOENT;
 	if ((job = calloc(1, sizeof(*job))) == NULL)
 		return -ENOMEM;
+	if ((rc = filetier_ns_hold(ft, ns)) != 0) {
+		free(job);
+		return rc;
+	}
 	/* The read's own pin: eviction cannot unlink a file while it is read. */
 	if ((rc = filetier_pin(ft, id)) != 0) {
+		filetier_ns_put(ft, ns);
 		free(job);
 		return rc;
 	}
@@ -2839,7 +3247,7 @@ filetier_read(struct filetier *ft, const struct obj_key *k, void *dst, uint64_t 
 	atomic_init(&job->cancel, 0);
 	job->done = done;
 	job->arg = arg;
-	job->ns = filetier_ns_find(ft, k->fingerprint);
+	job->ns = ns;
 	job->id = id;
 	ft->st.reads_inflight++;
 	filetier_enqueue(ft, job);
@@ -2856,6 +3264,9 @@ filetier_stats(const struct filetier *ft, struct filetier_stats *st)
 
 	*st = ft->st;
 	st->namespaces = ft->nns;
+	st->namespaces_open = 0;
+	for (i = 0; i < ft->nns; i++)
+		st->namespaces_open += ft->ns[i]->dirfd >= 0;
 	st->scanning = ft->nscanning;
 	st->bytes_capacity = ft->p.capacity;
 	st->index_buckets = ft->ix.nbuckets;

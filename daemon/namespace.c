@@ -10,6 +10,7 @@
  * logs) exactly what was hashed. Namespaces are reference counted by the
  * sessions attached to them and live in the server's list.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,60 +108,85 @@ ns_make_name(struct ns *ns, const char *role)
 }
 
 /*
- * Starts indexing the namespace's directory in the file tier, once per
- * daemon (the tier remembers it, so a namespace that comes back after
- * its last session left is not scanned twice). The scan runs on the
- * tier's threads: the ATTACH is answered at once, and PROBE and ADMIT
- * see the files as they are found (a file not found yet is a miss,
- * never an error). A namespace that could not be registered leaves the
- * tier unusable for it (writes fail with -ESRCH and are counted), never
- * the ATTACH.
+ * Attaches the namespace to the file tier. The first time in the
+ * daemon's life its directory is indexed: the scan runs on the tier's
+ * threads, the ATTACH is answered at once, and PROBE and ADMIT see the
+ * files as they are found (a file not found yet is a miss, never an
+ * error). A namespace the tier knows already (its last session left, its
+ * objects stayed indexed) comes back without a scan. -EUSERS when the
+ * tier knows limits.max_namespaces namespaces and none can make room:
+ * the ATTACH is refused. Any other failure leaves the tier unusable for
+ * the namespace (writes fail with -ESRCH and are counted), never the
+ * ATTACH.
  */
-static void
-ns_scan(struct server *s, const struct ns *ns)
+static int
+ns_scan(struct server *s, const struct ns *ns, char *err, size_t errlen)
 {
-	char	err[256];
 	int	rc;
 
 	if (s->file == NULL)
-		return;
+		return 0;
 	err[0] = '\0';
-	if ((rc = filetier_scan_start(s->file, ns->name, ns->fingerprint, err,
-	    sizeof(err))) != 0)
-		log_warn("ns", "file tier scan of %s: %s", ns->name,
-		    err[0] != '\0' ? err : strerror(-rc));
+	if ((rc = filetier_scan_start(s->file, ns->name, ns->fingerprint, err, errlen)) == 0)
+		return 0;
+	if (rc == -EUSERS)
+		return rc;	/* the ATTACH's answer says it */
+	log_warn("ns", "file tier scan of %s: %s", ns->name, err[0] != '\0' ? err : strerror(-rc));
+	err[0] = '\0';
+	return 0;
 }
 
-/* Finds or creates the namespace of a layout; returns a new reference. */
-struct ns *
-ns_ref(struct server *s, const struct proto_layout *l, const struct proto_pool *pools)
+/*
+ * Finds or creates the namespace of a layout; *out gets a new reference.
+ * -EUSERS (err says why) past limits.max_namespaces, -ENOMEM.
+ */
+int
+ns_ref(struct server *s, const struct proto_layout *l, const struct proto_pool *pools,
+    struct ns **out, char *err, size_t errlen)
 {
 	struct ns	*ns;
 	uint8_t		 fp[16];
+	unsigned	 n = 0;
+	int		 rc;
 
+	*out = NULL;
 	ns_fingerprint(l, pools, s->cfg->role, s->cfg->namespace_seed, fp);
 	TAILQ_FOREACH(ns, &s->namespaces, entry) {
 		if (memcmp(ns->fingerprint, fp, sizeof(fp)) == 0) {
 			ns->refs++;
-			return ns;
+			*out = ns;
+			return 0;
 		}
+		n++;
 	}
-	if ((ns = calloc(1, sizeof(*ns))) == NULL)
-		return NULL;
+	if (n >= s->cfg->max_namespaces) {
+		snprintf(err, errlen, "limits.max_namespaces: %u namespaces are attached; a new "
+		    "layout is refused", n);
+		return -EUSERS;
+	}
+	if ((ns = calloc(1, sizeof(*ns))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
 	memcpy(ns->fingerprint, fp, sizeof(fp));
 	ns->layout = *l;
 	memcpy(ns->pools, pools, l->npools * sizeof(*pools));
 	ns_make_name(ns, s->cfg->role);
+	if ((rc = ns_scan(s, ns, err, errlen)) != 0) {
+		free(ns);
+		return rc;
+	}
 	ns->refs = 1;
 	TAILQ_INSERT_TAIL(&s->namespaces, ns, entry);
 	log_info("ns", "namespace %s created", ns->name);
-	ns_scan(s, ns);
-	return ns;
+	*out = ns;
+	return 0;
 }
 
 /*
  * Drops a reference. The namespace entry goes with its last session; the
- * objects stored under its fingerprint stay in their tiers.
+ * objects stored under its fingerprint stay in their tiers (the file tier
+ * keeps them indexed and closes the namespace's directory).
  */
 void
 ns_unref(struct server *s, struct ns *ns)
@@ -168,6 +194,8 @@ ns_unref(struct server *s, struct ns *ns)
 	if (ns == NULL || --ns->refs > 0)
 		return;
 	TAILQ_REMOVE(&s->namespaces, ns, entry);
+	if (s->file != NULL)
+		filetier_ns_detach(s->file, ns->fingerprint);
 	log_debug("ns", "namespace %s has no sessions", ns->name);
 	free(ns);
 }

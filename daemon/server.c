@@ -457,6 +457,8 @@ server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t er
 		fp.read_depth = cfg->file_read_depth;
 		fp.fd_cache = cfg->file_fd_cache;
 		fp.scan_delay_ms = cfg->test_scan_delay_ms;
+		fp.read_delay_ms = cfg->test_read_delay_ms;
+		fp.max_namespaces = cfg->max_namespaces;
 		if ((rc = filetier_new(s->base, &fp, &s->file, err, errlen)) != 0)
 			return rc;
 		log_info("server", "file tier at %s, capacity %llu bytes, %u readers x %u reads, "

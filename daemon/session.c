@@ -175,6 +175,8 @@ session_map_regions(struct session *sess, const struct proto_attach_view *v,
 static unsigned
 session_status(int rc)
 {
+	if (rc == -EUSERS)
+		return PROTO_S_LIMIT;	/* limits.max_namespaces */
 	return rc == -ENOMEM ? PROTO_S_NO_MEMORY : PROTO_S_BAD_REGION;
 }
 
@@ -236,11 +238,8 @@ session_attach(struct conn *c, const struct proto_frame *f, struct session **out
 		rc = -ENOMEM;
 		goto fail;
 	}
-	if ((sess->ns = ns_ref(s, &v.fixed.layout, v.pools)) == NULL) {
-		snprintf(err, errlen, "out of memory");
-		rc = -ENOMEM;
+	if ((rc = ns_ref(s, &v.fixed.layout, v.pools, &sess->ns, err, errlen)) != 0)
 		goto fail;
-	}
 	if ((rc = group_join(s, sess, &v.fixed, &sess->group)) != 0) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;

@@ -166,6 +166,7 @@ read_text(const char *path)
 	X(INT, copy_workers,		2,			8)			\
 	X(INT, max_connections,		1024,			64)			\
 	X(INT, max_connections_per_uid,	256,			8)			\
+	X(INT, max_namespaces,		1024,			16)			\
 	X(INT, max_frame,		16U << 20,		1U << 20)		\
 	X(INT, lease_ttl_ms,		30000,			5000)			\
 	X(INT, admit_timeout_ms,	2000,			500)			\
@@ -173,6 +174,7 @@ read_text(const char *path)
 	X(STR, metrics_listen,		"",			"127.0.0.1:9100")	\
 	X(INT, test_copy_delay_ms,	0,			10)			\
 	X(INT, test_scan_delay_ms,	0,			0)			\
+	X(INT, test_read_delay_ms,	0,			0)			\
 	X(INT, test_debug_ops,		0,			1)
 
 #define WANT_DEFAULT(kind, field, def, full)	.field = def,
