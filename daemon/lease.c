@@ -276,10 +276,14 @@ lease_arm_ttl(struct server *s, struct lease *l)
  * the same objects, and share one read of each rather than each reading
  * the file. It owns the WRITING DRAM object and a pin on the file entry
  * until its completion, which commits the object (a promotion to DRAM,
- * useful even to nobody) and pins it once per waiter, or aborts it. While
- * in flight it is found by its key in lease_reads; a waiter's lease is
- * NULL once that lease let go of it, and the read is cancelled when no
- * waiter is left (a cancelled read takes no new waiter).
+ * useful even to nobody) and pins it once per waiter, or aborts it. Until
+ * its completion it is found by its key in lease_reads; a waiter's lease
+ * is NULL once that lease let go of it, and the read is cancelled when no
+ * waiter is left. A cancelled read still takes a new waiter (an ADMIT
+ * right after a failed restore let go of the same objects): it is
+ * uncancelled, or, where its reader skipped it already, started again, so
+ * that the admission is promised what PROBE said rather than finding the
+ * key's DRAM object busy.
  */
 struct lease_read_waiter {
 	struct lease		*lease;
@@ -290,6 +294,8 @@ struct lease_read {
 	struct obj_key		 key;
 	uint32_t		 dram_id;
 	uint32_t		 file_id;
+	uint8_t			*buf;		/* the DRAM object's bytes */
+	uint64_t		 len;
 	struct filetier_job	*job;		/* until done() */
 	int			 cancelled;
 	struct lease_read	*next;		/* in its lease_reads bucket */
@@ -309,7 +315,7 @@ lease_read_bucket(const struct obj_key *k)
 	return &lease_reads[XXH3_64bits(k, sizeof(*k)) & (LEASE_READ_BUCKETS - 1)];
 }
 
-/* The read staging k now that a new waiter may join, or NULL. */
+/* The read staging k, cancelled or not, until its completion; or NULL. */
 static struct lease_read *
 lease_read_find(const struct obj_key *k)
 {
@@ -317,7 +323,7 @@ lease_read_find(const struct obj_key *k)
 
 	for (rd = *lease_read_bucket(k); rd != NULL; rd = rd->next)
 		if (memcmp(&rd->key, k, sizeof(*k)) == 0)
-			return rd->cancelled ? NULL : rd;
+			return rd;
 	return NULL;
 }
 
@@ -374,8 +380,14 @@ lease_read_done(struct filetier_job *fj)
 	unsigned		 i;
 
 	rd->job = NULL;
-	if (!rd->cancelled)
-		lease_read_unhash(rd);
+	/*
+	 * Cancelled before its reader reached it, and joined again since: read
+	 * it now (the staging and the file pin are still held).
+	 */
+	if (fj->status == -ECANCELED && rd->nlive > 0 && filetier_read(s->file, &rd->key, rd->buf,
+	    FILETIER_READ_SIZE(rd->len), lease_read_done, rd, &rd->job) == 0)
+		return;
+	lease_read_unhash(rd);
 	filetier_unpin(s->file, rd->file_id);
 	if (fj->status == 0)
 		dram_commit(s->dram, rd->dram_id, fj->checksum);
@@ -424,8 +436,8 @@ lease_obj_release(struct server *s, struct lease *l, struct lease_obj *o)
 		w = lease_read_waiter_of(rd, l, (uint32_t)(o - l->objs));
 		w->lease = NULL;
 		if (--rd->nlive == 0 && !rd->cancelled) {
+			/* Hashed still: a new admission of the key may take it up again. */
 			rd->cancelled = 1;
-			lease_read_unhash(rd);
 			if (rd->job != NULL)
 				atomic_store(&rd->job->cancel, 1);
 		}
@@ -543,9 +555,17 @@ lease_stage_one(struct server *s, struct lease *l, const struct obj_key *k,
 	    len != l->sess->ns->pools[o->pool].object_bytes)
 		return -ENOENT;
 	if ((rd = lease_read_find(k)) != NULL) {
-		/* Being staged for another lease (a TP replica of this shard): one read for both. */
+		/*
+		 * Being staged for another lease (a TP replica of this shard), or
+		 * for one that let go of it just now: one read for both.
+		 */
 		if (lease_read_join(rd, l, l->nobjs) != 0)
 			return -ENOMEM;
+		if (rd->cancelled) {
+			rd->cancelled = 0;
+			if (rd->job != NULL)
+				atomic_store(&rd->job->cancel, 0);
+		}
 		log_debug("lease", "session %u page %u shares a file tier read (%u waiters)",
 		    l->sess->id, o->page, rd->nwait);
 		o->id = rd->dram_id;
@@ -575,6 +595,8 @@ lease_stage_one(struct server *s, struct lease *l, const struct obj_key *k,
 	(void)lease_read_join(rd, l, l->nobjs);		/* into inl: cannot fail */
 	rd->dram_id = did;
 	rd->file_id = fid;
+	rd->buf = buf;
+	rd->len = len;
 	if ((rc = filetier_read(s->file, k, buf, FILETIER_READ_SIZE(len), lease_read_done, rd,
 	    &rd->job)) != 0)
 		goto abort;

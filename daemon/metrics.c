@@ -185,6 +185,10 @@ metrics_file(struct server *s)
 	if (o == NULL)
 		return json_null();
 	json_object_set_new(o, "scanning", json_integer((json_int_t)st.scanning));
+	/* Namespaces in use (directory open), closed as they went idle, forgotten for new ones. */
+	json_object_set_new(o, "namespaces_open", json_integer(I(st.namespaces_open)));
+	json_object_set_new(o, "namespaces_released", json_integer(I(st.namespaces_released)));
+	json_object_set_new(o, "namespaces_forgotten", json_integer(I(st.namespaces_forgotten)));
 	json_object_set_new(o, "write_through", json_pack("{s:I, s:I, s:I}",
 	    "queued", I(metrics.file_writes), "failed", I(metrics.file_writes_failed),
 	    "present", I(metrics.file_writes_present)));

@@ -30,7 +30,7 @@ static const struct proto_status_info proto_statuses[PROTO_S__MAX] = {
 	[PROTO_S_UNEXPECTED_FDS] = { "unexpected_fds", "file descriptors on a frame that takes none",
 	    EBADMSG },
 	[PROTO_S_DENIED] = { "denied", "peer credentials not allowed", EACCES },
-	[PROTO_S_LIMIT] = { "limit", "connection limit reached", EUSERS },
+	[PROTO_S_LIMIT] = { "limit", "a connection or namespace limit is reached", EUSERS },
 	[PROTO_S_INVALID] = { "invalid", "invalid field value", EINVAL },
 	[PROTO_S_STATE] = { "state", "not allowed in this connection state", EISCONN },
 	[PROTO_S_GUARD] = { "guard", "refused by a policy guard", EPERM },

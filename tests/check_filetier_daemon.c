@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -33,6 +34,8 @@
 #define HDR_BYTES	4096		/* FILETIER_HDR: the payload follows */
 
 static char			root[PATH_MAX];	/* the file tier's directory */
+static unsigned			read_delay_ms;	/* testing.read_delay_ms of the next start */
+static unsigned			max_namespaces = 1024;	/* limits.max_namespaces of the next start */
 
 /* Each engine rank (struct test_rank): MLA, a page_first KV memfd; rank_init names the model. */
 static const struct test_rank_kv	kv = { NULL, "latent:128:fp8_e4m3", L3KV_ATTN_MLA, PAGES,
@@ -42,17 +45,25 @@ static const struct test_rank_kv	kv = { NULL, "latent:128:fp8_e4m3", L3KV_ATTN_M
 static const char *
 file_config(char *buf, size_t len, const char *dram, unsigned scan_delay_ms)
 {
+	char	limits[64] = "", delay[32] = "";
+
+	/* The keys of issue 11 only where a test sets them: the rest runs on an older daemon too. */
+	if (max_namespaces != 1024)
+		snprintf(limits, sizeof(limits), " \"limits\": {\"max_namespaces\": %u},",
+		    max_namespaces);
+	if (read_delay_ms != 0)
+		snprintf(delay, sizeof(delay), " \"read_delay_ms\": %u,", read_delay_ms);
 	ck_assert((size_t)snprintf(buf, len,
-	    "{\"tiers\": {\"dram\": {\"size\": \"%s\"}, \"file\": {\"path\": \"%s\"}},"
-	    " \"testing\": {\"scan_delay_ms\": %u, \"debug_ops\": true}}", dram, root,
-	    scan_delay_ms) < len);
+	    "{\"tiers\": {\"dram\": {\"size\": \"%s\"}, \"file\": {\"path\": \"%s\"}},%s"
+	    " \"testing\": {\"scan_delay_ms\": %u,%s \"debug_ops\": true}}",
+	    dram, root, limits, scan_delay_ms, delay) < len);
 	return buf;
 }
 
 static void
 start_daemon_with(const char *dram, unsigned scan_delay_ms)
 {
-	char	extra[PATH_MAX + 256];
+	char	extra[PATH_MAX + 320];
 
 	test_td_start(file_config(extra, sizeof(extra), dram, scan_delay_ms));
 }
@@ -66,8 +77,10 @@ start_daemon(void)
 static void
 setup(void)
 {
-	char	extra[PATH_MAX + 256];
+	char	extra[PATH_MAX + 320];
 
+	read_delay_ms = 0;
+	max_namespaces = 1024;
 	ck_assert_ptr_nonnull(test_mkdtemp(root, sizeof(root)));
 	test_td_setup_with(file_config(extra, sizeof(extra), "8 MiB", 0));
 }
@@ -1089,6 +1102,219 @@ START_TEST(test_released_lease_leaves_a_shared_read_to_the_other)
 }
 END_TEST
 
+/* Restarts test_td with limits.max_namespaces = cap. */
+static void
+stop_and_start_with_cap(unsigned cap)
+{
+	max_namespaces = cap;
+	restart_daemon();
+}
+
+/* Entries of dir whose names start with prefix. */
+static int
+count_dirs_named(const char *dir, const char *prefix)
+{
+	struct dirent	*de;
+	DIR		*d;
+	int		 n = 0;
+
+	if ((d = opendir(dir)) == NULL)
+		return errno == ENOENT ? 0 : -1;
+	while ((de = readdir(d)) != NULL)
+		if (strncmp(de->d_name, prefix, strlen(prefix)) == 0)
+			n++;
+	closedir(d);
+	return n;
+}
+
+/*
+ * Issue 11 item 10. A RESTORE from files fails `lost` on its last page
+ * while the reads of the others are still in flight (testing.read_delay_ms
+ * holds every good read back); it is released. An ADMIT of the healthy
+ * pages right then joins those reads, so it is promised what PROBE said
+ * (before: the staging objects were busy, and it was declined), and its
+ * RESTORE gets every byte with each object read once.
+ */
+START_TEST(test_admit_right_after_a_lost_restore_shares_the_reads_in_flight)
+{
+	struct l3kv_restore_result	rr;
+	struct l3kv_admit_result	a;
+	struct test_rank		r;
+	char				path[PATH_MAX];
+	uint32_t			i;
+
+	publish_and_restart("ft-a", 43, 8);
+	read_delay_ms = 1500;
+	restart_daemon();
+	rank_open(&r, "ft-a");
+	obj_path(root, 43, 7, path, sizeof(path));
+	ck_assert_int_eq(unlink(path), 0);
+	a = admit(&r, 1, 43, 8);
+	ck_assert_uint_eq(a.admitted_pages, 8);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 8, &rr), -ENODATA);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	/* The seven good reads are still held back: this is the window. */
+	ck_assert_int_eq(test_td_stat("file", "reads_inflight"), 7);
+	ck_assert_uint_eq(probe(&r, 43, 7), 7);
+	a = admit(&r, 2, 43, 7);
+	ck_assert_uint_eq(a.admitted_pages, 7);
+	test_rank_sentinel(&r, KV_REGION, 0, PAGES);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 7, &rr), 0);
+	for (i = 0; i < 7; i++)
+		ck_assert_msg(page_is(&r, i, 43, i), "page %u", i);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	ck_assert_int_eq(test_td_stat("file", "reads"), 7);
+	ck_assert_int_eq(test_td_stat("file", "read_failures"), 1);
+	ck_assert_int_eq(test_td_stat_wait("dram", "objects", 7), 7);
+	test_rank_fini(&r);
+}
+END_TEST
+
+/* Open descriptors of the daemon, counted in /proc. */
+static unsigned
+daemon_fds(void)
+{
+	char		 dir[64];
+	struct dirent	*de;
+	DIR		*d;
+	unsigned	 n = 0;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)test_td.pid);
+	ck_assert_ptr_nonnull(d = opendir(dir));
+	while ((de = readdir(d)) != NULL)
+		if (de->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+/* Attaches r's connection with layout model `model`, waits for its scan, detaches. */
+static void
+attach_detach(struct test_rank *r, const char *model)
+{
+	r->args.layout.model = model;
+	ck_assert_msg(l3kv_attach(r->k, &r->args, NULL) == 0, "attach %s: %s", model,
+	    l3kv_last_error(r->k));
+	ck_assert_int_eq(test_td_stat_wait("file", "scanning", 0), 0);
+	ck_assert_int_eq(l3kv_detach(r->k), 0);
+}
+
+/*
+ * Issue 11 item 3. Thousands of ATTACH/DETACH pairs, each with a layout
+ * of its own: a namespace without sessions keeps no descriptor (before:
+ * a directory fd and an eventfd each, for the daemon's life), and the
+ * tier forgets idle empty namespaces past limits.max_namespaces rather
+ * than growing without bound.
+ */
+START_TEST(test_detached_namespaces_keep_no_descriptors)
+{
+	struct test_rank	r;
+	char			model[32];
+	unsigned		i, before, after, n = 2000;
+
+	rank_init(&r, "ft-fd");
+	ck_assert_int_eq(l3kv_connect(test_td.sock, 5000, &r.k), 0);
+	attach_detach(&r, "ft-fd-warm");
+	before = daemon_fds();
+	for (i = 0; i < n; i++) {
+		snprintf(model, sizeof(model), "ft-fd-%u", i);
+		attach_detach(&r, model);
+	}
+	after = daemon_fds();
+	fprintf(stderr, "file tier namespaces: %u daemon descriptors before %u ATTACH/DETACH pairs, "
+	    "%u after\n", before, n, after);
+	ck_assert_msg(after <= before + 2, "%u descriptors before %u ATTACH/DETACH pairs, %u after",
+	    before, n, after);
+	ck_assert_int_eq(test_td_stat("file", "namespaces_open"), 0);
+	/* limits.max_namespaces, 1024 by default: the idle empty ones were forgotten past it. */
+	ck_assert_int_eq(test_td_stat("file", "namespaces"), 1024);
+	ck_assert_int_eq(test_td_stat("file", "namespaces_forgotten"), n + 1 - 1024);
+	test_rank_fini(&r);
+}
+END_TEST
+
+/*
+ * A namespace released after its last session left keeps its objects
+ * indexed: attached again, it serves them at once, with no second scan,
+ * and restores them byte for byte.
+ */
+START_TEST(test_reattached_namespace_finds_its_objects_without_a_scan)
+{
+	struct l3kv_restore_result	rr;
+	struct l3kv_admit_result	a;
+	struct test_rank		r;
+	uint32_t			i;
+
+	publish_and_restart("ft-a", 44, 8);
+	rank_open(&r, "ft-a");
+	ck_assert_uint_eq(probe(&r, 44, 8), 8);
+	test_rank_fini(&r);
+	ck_assert_int_eq(test_td_stat_wait("file", "namespaces_open", 0), 0);
+	ck_assert_int_eq(test_td_stat("file", "scan_objects"), 8);
+	rank_open(&r, "ft-a");
+	ck_assert_int_eq(test_td_stat("file", "namespaces_open"), 1);
+	ck_assert_int_eq(test_td_stat("file", "scan_objects"), 8);	/* no second scan */
+	ck_assert_uint_eq(probe(&r, 44, 8), 8);
+	a = admit(&r, 1, 44, 8);
+	ck_assert_uint_eq(a.admitted_pages, 8);
+	test_rank_sentinel(&r, KV_REGION, 0, PAGES);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 8, &rr), 0);
+	for (i = 0; i < 8; i++)
+		ck_assert_msg(page_is(&r, i, 44, i), "page %u", i);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	/* Publishing into it again works: its directory was reopened. */
+	publish_prefix(&r, 45, 2, 0);
+	ck_assert_int_eq(test_td_stat_wait("file", "objects", 10), 10);
+	test_rank_fini(&r);
+}
+END_TEST
+
+/*
+ * Past limits.max_namespaces an ATTACH of a new layout is refused with
+ * `limit` (EUSERS) and a message naming the key, and nothing is created
+ * for it on disk; layouts already attached still attach, and once a
+ * session left, an idle empty namespace makes room.
+ */
+START_TEST(test_namespace_cap_refuses_attach_with_limit)
+{
+	struct test_rank	r[3], x;
+	char			model[3][16], dir[PATH_MAX];
+	unsigned		i;
+	struct stat		st;
+
+	stop_and_start_with_cap(3);
+	for (i = 0; i < 3; i++) {
+		snprintf(model[i], sizeof(model[i]), "ft-cap-%u", i);
+		rank_open(&r[i], model[i]);
+	}
+	rank_init(&x, "ft-cap-x");
+	ck_assert_int_eq(l3kv_connect(test_td.sock, 5000, &x.k), 0);
+	ck_assert_int_eq(l3kv_attach(x.k, &x.args, NULL), -EUSERS);
+	ck_assert_msg(strstr(l3kv_last_error(x.k), "limits.max_namespaces") != NULL, "%s",
+	    l3kv_last_error(x.k));
+	snprintf(dir, sizeof(dir), "%s/decode", root);
+	ck_assert_int_eq(count_dirs_named(dir, "ft-cap-x-"), 0);
+	ck_assert_int_eq(test_td_stat("file", "namespaces"), 3);
+	/* A layout already attached attaches again (another group's rank). */
+	test_rank_fini(&x);
+	test_rank_init(&x, &kv, "ft-cap-g", 1, 0);
+	x.args.layout.model = model[0];
+	rank_attach(&x);
+	test_rank_fini(&x);
+	/* One leaves: its empty namespace is forgotten for the new one. */
+	test_rank_fini(&r[2]);
+	ck_assert_int_eq(test_td_stat_wait("file", "namespaces_open", 2), 2);
+	rank_open(&x, "ft-cap-x");
+	ck_assert_int_eq(count_dirs_named(dir, "ft-cap-x-"), 1);
+	ck_assert_int_eq(test_td_stat("file", "namespaces"), 3);
+	ck_assert_int_eq(test_td_stat("file", "namespaces_forgotten"), 1);
+	ck_assert_int_eq(stat(dir, &st), 0);
+	test_rank_fini(&x);
+	test_rank_fini(&r[0]);
+	test_rank_fini(&r[1]);
+}
+END_TEST
+
 START_TEST(test_no_path_means_no_file_tier)
 {
 	json_t	*j;
@@ -1143,6 +1369,11 @@ suite_filetier_daemon(void)
 	tc = test_tcase(s, "shared staging", 60, setup, teardown);
 	tcase_add_test(tc, test_tp_replicas_share_one_staging_read_per_object);
 	tcase_add_test(tc, test_released_lease_leaves_a_shared_read_to_the_other);
+	tcase_add_test(tc, test_admit_right_after_a_lost_restore_shares_the_reads_in_flight);
+	tc = test_tcase(s, "namespaces", 240, setup, teardown);
+	tcase_add_test(tc, test_detached_namespaces_keep_no_descriptors);
+	tcase_add_test(tc, test_reattached_namespace_finds_its_objects_without_a_scan);
+	tcase_add_test(tc, test_namespace_cap_refuses_attach_with_limit);
 	tc = test_tcase(s, "off", 0, NULL, NULL);
 	tcase_add_test(tc, test_no_path_means_no_file_tier);
 	tcase_add_test(tc, test_reader_settings_reach_the_tier);
