@@ -1152,6 +1152,317 @@ START_TEST(test_namespace_names_are_checked_before_any_path_is_made)
 }
 END_TEST
 
+
+/*
+ * Issue 11 item 8: a directory of the tier swapped for a symbolic link
+ * to a directory outside the root. Nothing there may be read, created or
+ * deleted: not by a read (before: it read the file there, and unlinked it
+ * when it was bad), a write (before: it made its object there), an
+ * unlink of the tier's own (eviction, drop), nor by a scan that listed
+ * the directory before the swap and reopens it by path after.
+ */
+
+/* Every file under dir, by path relative to it, size and bytes: a digest of the tree. */
+static uint64_t	tree_digest;
+static unsigned	tree_files;
+static size_t	tree_skip;
+
+static int
+tree_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	uint8_t	*buf;
+	int	 fd;
+
+	(void)ftw;
+	tree_digest = tree_digest * 31 + dram_checksum(path + tree_skip, strlen(path + tree_skip));
+	if (flag != FTW_F && flag != FTW_SL)
+		return 0;
+	tree_files++;
+	if (flag == FTW_SL || st->st_size == 0)
+		return 0;
+	ck_assert_ptr_nonnull(buf = malloc((size_t)st->st_size));
+	ck_assert_int_ge(fd = open(path, O_RDONLY), 0);
+	ck_assert_int_eq(read(fd, buf, (size_t)st->st_size), st->st_size);
+	close(fd);
+	tree_digest = tree_digest * 31 + dram_checksum(buf, (uint64_t)st->st_size);
+	free(buf);
+	return 0;
+}
+
+static uint64_t
+tree_of(const char *dir, unsigned *files)
+{
+	tree_digest = 17;
+	tree_files = 0;
+	tree_skip = strlen(dir);
+	ck_assert_int_eq(nftw(dir, tree_cb, 16, FTW_PHYS), 0);
+	*files = tree_files;
+	return tree_digest;
+}
+
+static void
+put_file(const char *dir, const char *name, const char *text)
+{
+	char	path[PATH_MAX];
+	int	fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	ck_assert_int_ge(fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600), 0);
+	ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+}
+
+/*
+ * Junk that a scan removes from a leaf directory of its own: a stale temp
+ * file and a file named like an object that is not one. Outside the
+ * tier, it must stay.
+ */
+static void
+plant_junk(const char *leaf, const struct obj_key *k)
+{
+	char	name[80];
+	int	i;
+
+	put_file(leaf, ".tmp-00000000deadbeef", "a stale temp file");
+	for (i = 0; i < 32; i++)
+		snprintf(name + 2 * i, 3, "%02x", i == 0 ? k->hash[0] : 0x5a);
+	strcat(name, ".obj");
+	put_file(leaf, name, "not an object");
+	put_file(leaf, "notes.txt", "an operator's notes");
+}
+
+/* Moves troot/rel to tdir/outside/rel's base name and puts a link to it in its place. */
+static void
+swap_for_link(const char *rel, char *target, size_t len)
+{
+	char		 from[PATH_MAX];
+	const char	*base = strrchr(rel, '/');
+
+	snprintf(from, sizeof(from), "%s/%s", troot, rel);
+	snprintf(target, len, "%s/outside/%s", tdir, base != NULL ? base + 1 : rel);
+	ck_assert_int_eq(rename(from, target), 0);
+	ck_assert_int_eq(symlink(target, from), 0);
+}
+
+/* The link's undoing: the directory is back in the tier. */
+static void
+unswap(const char *rel, const char *target)
+{
+	char	from[PATH_MAX];
+
+	snprintf(from, sizeof(from), "%s/%s", troot, rel);
+	ck_assert_int_eq(unlink(from), 0);
+	ck_assert_int_eq(rename(target, from), 0);
+}
+
+/* A key of object n moved into the leaf directory of k. */
+static void
+key_beside(struct obj_key *out, const struct obj_key *k, uint32_t n)
+{
+	key_of(out, k->fingerprint, n);
+	out->hash[0] = k->hash[0];
+}
+
+static int
+write_key_wait(struct event_base *base, struct filetier *ft, const struct obj_key *k,
+    uint32_t n)
+{
+	struct result	 r = { 0 };
+	uint8_t		*data = malloc(40000);
+	int		 count = 0, rc;
+
+	ck_assert_ptr_nonnull(data);
+	fill(data, 40000, n);
+	r.count = &count;
+	rc = filetier_write(ft, k, data, 40000, dram_checksum(data, 40000), on_done, &r);
+	if (rc == 0) {
+		loop_until(base, &count, 1);
+		rc = r.status;
+	}
+	free(data);
+	return rc;
+}
+
+/* level: 0 the pool directory, 1 the leaf directory of object 0's key is the link. */
+static void
+symlinked_dir(int level)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier_params	 p;
+	struct filetier		*ft;
+	struct obj_key		 k0, kb, kn;
+	uint64_t		 digest, n;
+	unsigned		 files, files2, i;
+	uint32_t		 id;
+	char			 rel[PATH_MAX], target[PATH_MAX], outside[PATH_MAX], leaf[PATH_MAX];
+	char			 err[256];
+
+	params_fast(&p);
+	ft = ft_open(base, &p, NULL);
+	key_of(&k0, fp_a, 0);
+	key_beside(&kb, &k0, 50);
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(write_wait(base, ft, fp_a, i, 40000), 0);
+	ck_assert_int_eq(write_key_wait(base, ft, &kb, 50), 0);
+	if (level == 0)
+		snprintf(rel, sizeof(rel), NS_A "/%02x-%04x", k0.pool, k0.shard);
+	else
+		snprintf(rel, sizeof(rel), NS_A "/%02x-%04x/%02x", k0.pool, k0.shard, k0.hash[0]);
+	snprintf(outside, sizeof(outside), "%s/outside", tdir);
+	ck_assert_int_eq(mkdir(outside, 0700), 0);
+	swap_for_link(rel, target, sizeof(target));
+	if (level == 0)
+		snprintf(leaf, sizeof(leaf), "%s/%02x", target, k0.hash[0]);
+	else
+		snprintf(leaf, sizeof(leaf), "%s", target);
+	plant_junk(leaf, &k0);
+	digest = tree_of(outside, &files);
+
+	/* A read through the link fails, and nothing there is unlinked, bad or not. */
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 0), -ELOOP);
+	ck_assert_int_eq(filetier_lookup(ft, &k0, NULL, NULL), -ENOENT);
+	/* A write into it fails and makes nothing there. */
+	key_beside(&kn, &k0, 60);
+	ck_assert_int_lt(write_key_wait(base, ft, &kn, 60), 0);
+	/* The tier's own unlink (a drop, as an eviction would) goes nowhere through it. */
+	ck_assert_int_eq(filetier_lookup(ft, &kb, &id, NULL), 0);
+	filetier_drop(ft, id);
+	loop_drain(base, ft);
+	ck_assert_uint_eq(tree_of(outside, &files2), digest);
+	ck_assert_uint_eq(files2, files);
+	filetier_free(ft);
+
+	/* A fresh tier's scan, the link in place: skipped, the target untouched. */
+	ft = ft_open(base, &p, NULL);
+	ck_assert_uint_eq(tree_of(outside, &files2), digest);
+	filetier_free(ft);
+
+	/*
+	 * A scan that listed the real directory, which is swapped for the link
+	 * before the scan reads it (testing.scan_delay_ms holds the scan before
+	 * each leaf directory).
+	 */
+	unswap(rel, target);
+	p.scan_delay_ms = 300;
+	p.root = troot;
+	ck_assert_int_eq(filetier_new(base, &p, &ft, err, sizeof(err)), 0);
+	ck_assert_int_eq(filetier_scan_start(ft, NS_A, fp_a, err, sizeof(err)), 0);
+	usleep(100 * 1000);
+	swap_for_link(rel, target, sizeof(target));
+	while (filetier_scan_state(ft, fp_a, &n) == 1)
+		event_base_loop(base, EVLOOP_ONCE);
+	ck_assert_uint_eq(tree_of(outside, &files2), digest);
+	ck_assert_uint_eq(files2, files);
+	filetier_free(ft);
+	event_base_free(base);
+}
+
+START_TEST(test_symlinked_pool_dir_leads_nothing_outside_the_tier)
+{
+	symlinked_dir(0);
+}
+END_TEST
+
+START_TEST(test_symlinked_leaf_dir_leads_nothing_outside_the_tier)
+{
+	symlinked_dir(1);
+}
+END_TEST
+
+/*
+ * The namespace's directory, or its role's, a link to a directory outside
+ * the root: the namespace cannot be registered (the error says why), a
+ * write to it is refused, and nothing under the link's target changes.
+ */
+START_TEST(test_symlinked_namespace_dir_is_refused_and_its_target_untouched)
+{
+	static const char *const rels[] = { NS_A, "decode" };
+	struct event_base	*base = event_base_new();
+	struct filetier_params	 p;
+	struct filetier		*ft;
+	struct obj_key		 k0;
+	uint64_t		 digest, n;
+	unsigned		 files, files2, i;
+	char			 target[PATH_MAX], outside[PATH_MAX], leaf[PATH_MAX], err[256];
+	int			 rc;
+	uint8_t			 data[4096];
+
+	params_fast(&p);
+	p.root = troot;
+	ft = ft_open(base, &p, NULL);
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 0, 40000), 0);
+	filetier_free(ft);
+	key_of(&k0, fp_a, 0);
+	snprintf(outside, sizeof(outside), "%s/outside", tdir);
+	ck_assert_int_eq(mkdir(outside, 0700), 0);
+	for (i = 0; i < 2; i++) {
+		swap_for_link(rels[i], target, sizeof(target));
+		snprintf(leaf, sizeof(leaf), "%s/%s%02x-%04x/%02x", target,
+		    i == 0 ? "" : "test-model-0123456789abcdef1032547698badcfe/", k0.pool, k0.shard,
+		    k0.hash[0]);
+		plant_junk(leaf, &k0);
+		digest = tree_of(outside, &files);
+		ck_assert_int_eq(filetier_new(base, &p, &ft, err, sizeof(err)), 0);
+		err[0] = '\0';
+		rc = filetier_scan(ft, NS_A, fp_a, &n, err, sizeof(err));
+		ck_assert_msg(rc == -ELOOP || rc == -ENOTDIR, "scan through a link: %d %s", rc, err);
+		ck_assert_msg(strstr(err, "symbolic link") != NULL, "%s", err);
+		ck_assert_int_eq(filetier_lookup(ft, &k0, NULL, NULL), -ENOENT);
+		memset(data, 1, sizeof(data));
+		ck_assert_int_eq(filetier_write(ft, &k0, data, sizeof(data),
+		    dram_checksum(data, sizeof(data)), on_done, NULL), -ESRCH);
+		filetier_free(ft);
+		ck_assert_uint_eq(tree_of(outside, &files2), digest);
+		ck_assert_uint_eq(files2, files);
+		unswap(rels[i], target);
+		/* The junk was planted inside what is now the tier again: clear it for the next. */
+		test_rmtree(tdir);
+		ck_assert_int_eq(mkdir(tdir, 0700), 0);
+		ck_assert_int_eq(mkdir(outside, 0700), 0);
+		ft = ft_open(base, &p, NULL);
+		ck_assert_int_eq(write_wait(base, ft, fp_a, 0, 40000), 0);
+		filetier_free(ft);
+	}
+	event_base_free(base);
+}
+END_TEST
+
+/*
+ * An object file that is a link to a valid copy outside the tier: the
+ * scan removes the link and indexes nothing for it, and the copy (its
+ * target) stays, byte for byte.
+ */
+START_TEST(test_symlinked_object_is_removed_and_its_target_untouched)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier		*ft;
+	uint64_t		 digest, found;
+	unsigned		 files, files2;
+	char			 path[PATH_MAX], outside[PATH_MAX], copy[PATH_MAX], cmd[3 * PATH_MAX];
+
+	ft = ft_open(base, NULL, NULL);
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 0, 40000), 0);
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 1, 40000), 0);
+	filetier_free(ft);
+	obj_path(NS_A, fp_a, 0, path, sizeof(path));
+	snprintf(outside, sizeof(outside), "%s/outside", tdir);
+	snprintf(copy, sizeof(copy), "%s/copy.obj", outside);
+	ck_assert_int_eq(mkdir(outside, 0700), 0);
+	snprintf(cmd, sizeof(cmd), "mv '%s' '%s'", path, copy);
+	ck_assert_int_eq(system(cmd), 0);
+	ck_assert_int_eq(symlink(copy, path), 0);
+	digest = tree_of(outside, &files);
+	ft = ft_open(base, NULL, &found);
+	ck_assert_uint_eq(found, 1);
+	ck_assert(!file_exists(path));
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 1), 0);
+	filetier_free(ft);
+	ck_assert_uint_eq(tree_of(outside, &files2), digest);
+	ck_assert_uint_eq(files2, 1);
+	event_base_free(base);
+}
+END_TEST
+
 #define MANY_N		300
 #define MANY_LEN	(36 * KIB)
 
@@ -1431,6 +1742,10 @@ suite_filetier(void)
 	tcase_add_test(tc, test_lookup_has_no_side_effects);
 	tcase_add_test(tc, test_bad_writes_and_reads_are_refused_with_nothing_changed);
 	tcase_add_test(tc, test_namespace_names_are_checked_before_any_path_is_made);
+	tcase_add_test(tc, test_symlinked_pool_dir_leads_nothing_outside_the_tier);
+	tcase_add_test(tc, test_symlinked_leaf_dir_leads_nothing_outside_the_tier);
+	tcase_add_test(tc, test_symlinked_namespace_dir_is_refused_and_its_target_untouched);
+	tcase_add_test(tc, test_symlinked_object_is_removed_and_its_target_untouched);
 	tcase_add_test(tc, test_many_reads_in_flight_land_the_right_bytes);
 	tcase_add_test(tc, test_cancelled_reads_end_cancelled_and_unpinned);
 	tcase_add_test(tc, test_free_with_jobs_in_flight_leaks_nothing);
