@@ -203,6 +203,13 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(PROTO_SRCS) daemon/config.c daemon/log.c
 	$(Q)clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined \
 		$(shell pkg-config --cflags jansson) -o $@ $^ $(shell pkg-config --libs jansson)
 
+# The file object header decoder lives in filetier.c, which links with the rest of the daemon.
+$(BUILD)/fuzz/fuzz_filehdr: tests/fuzz/fuzz_filehdr.c $(DAEMON_SRCS) $(PROTO_SRCS) kernels/kernels_stub.c
+	$(call msg,FUZZ,$@)
+	@mkdir -p $(dir $@)
+	$(Q)clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined \
+		$(shell pkg-config --cflags $(PKGS)) -o $@ $^ $(LDLIBS_DEPS) -lm
+
 fuzz: deps $(FUZZ_BINS)
 	$(Q)for f in $(FUZZ_BINS); do \
 		n=$$(basename $$f); mkdir -p $(BUILD)/fuzz/corpus-$$n; \

@@ -853,6 +853,10 @@ int	 filetier_write(struct filetier *, const struct obj_key *, const void *data,
 int	 filetier_read(struct filetier *, const struct obj_key *, void *dst, uint64_t cap,
 	    void (*done)(struct filetier_job *), void *arg, struct filetier_job **);
 const char *filetier_strerror(int status);
+/* The object header block alone (the fuzzer's): decode against a key, and encode. */
+int	 filetier_hdr_parse(const uint8_t *h, size_t n, const struct obj_key *, uint64_t *len,
+	    uint64_t *csum);
+void	 filetier_hdr_make(uint8_t *h, const struct obj_key *, uint64_t len, uint64_t csum);
 void	 filetier_stats(const struct filetier *, struct filetier_stats *);
 size_t	 filetier_lru_order(const struct filetier *, uint32_t *ids, size_t max);
 unsigned filetier_inflight(const struct filetier *);

@@ -34,6 +34,10 @@
  *   and leaves the index;
  * - writer threads write, rename and unlink (eviction) with plain system
  *   calls, deletions first.
+ * Every path below a namespace is walked by descriptor with no symbolic
+ * link followed (openat2, or O_NOFOLLOW per component): nothing outside
+ * the root is ever read, made or removed. A namespace without sessions
+ * keeps no descriptor; its objects stay indexed.
  * A namespace enters the index by a scan of its directory (headers only,
  * by scan_threads threads, off the loop: see the scan's section), which
  * also removes stale temp files and anything in the object directories
@@ -478,6 +482,28 @@ filetier_hdr_check(const uint8_t *h, const struct obj_key *k, uint64_t *len, uin
 	    (uint16_t)(h[34] | h[35] << 8) != k->shard || memcmp(h + 40, k->hash, 32) != 0)
 		return -ESTALE;
 	return 0;
+}
+
+/*
+ * The header decoder on its own, for the fuzzer: n bytes of a file's
+ * start checked against the key expected, as a read or a scan checks
+ * them. 0 with the payload's length and checksum, -ENODATA (short),
+ * -EUCLEAN (damaged or unknown), -ESTALE (sound, another key).
+ */
+int
+filetier_hdr_parse(const uint8_t *h, size_t n, const struct obj_key *k, uint64_t *len,
+    uint64_t *csum)
+{
+	if (n < FILETIER_HDR_USED)
+		return -ENODATA;
+	return filetier_hdr_check(h, k, len, csum);
+}
+
+/* The header block of an object, as a write makes it (FILETIER_HDR bytes at h). */
+void
+filetier_hdr_make(uint8_t *h, const struct obj_key *k, uint64_t len, uint64_t csum)
+{
+	filetier_hdr_build(h, k, len, csum);
 }
 
 /*
