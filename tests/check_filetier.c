@@ -1463,6 +1463,89 @@ START_TEST(test_symlinked_object_is_removed_and_its_target_untouched)
 }
 END_TEST
 
+
+/*
+ * Issue 11 item 3, in the module: a detached namespace closes its
+ * directory and keeps its objects indexed; a job that names it later
+ * (an eviction's unlink, a write completing) opens it for as long as it
+ * runs; an idle namespace holding no object is forgotten for a new one
+ * past max_namespaces, and one holding objects is not.
+ */
+START_TEST(test_detached_namespace_keeps_its_objects_and_no_descriptor)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier_params	 p;
+	struct filetier_stats	 st;
+	struct filetier		*ft;
+	char			 path[PATH_MAX], err[256];
+	uint64_t		 n;
+	uint32_t		 i;
+	int			 fds;
+	static const uint8_t	 fp_c[16] = { 0xc0, 0xc1, 0xc2, 0xc3, 0xc4, 0xc5, 0xc6, 0xc7,
+		0xc8, 0xc9, 0xca, 0xcb, 0xcc, 0xcd, 0xce, 0xcf };
+
+	filetier_params_default(&p);
+	p.capacity = 1 * MIB;
+	p.max_namespaces = 2;
+	p.fd_cache = 0;		/* descriptors counted here are the namespaces' alone */
+	ft = ft_open(base, &p, NULL);
+	for (i = 0; i < 8; i++)
+		ck_assert_int_eq(write_wait(base, ft, fp_a, i, 40000), 0);
+	fds = test_fd_count();
+	filetier_ns_detach(ft, fp_a);
+	filetier_stats(ft, &st);
+	ck_assert_uint_eq(st.namespaces_open, 1);
+	ck_assert_uint_eq(st.namespaces, 2);
+	ck_assert_int_eq(test_fd_count(), fds - 1);
+	/* Still indexed, and still readable: a read opens the directory again. */
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 3), 0);
+	loop_drain(base, ft);
+	filetier_stats(ft, &st);
+	ck_assert_uint_eq(st.namespaces_open, 1);
+	/* Namespace B's writes evict A's oldest objects: their unlinks reach A's directory. */
+	for (i = 0; i < 20; i++)
+		ck_assert_int_eq(write_wait(base, ft, fp_b, i, 40000), 0);
+	loop_drain(base, ft);
+	filetier_stats(ft, &st);
+	ck_assert_uint_ge(st.evictions, 5);
+	ck_assert_uint_eq(st.namespaces_open, 1);
+	obj_path(NS_A, fp_a, 0, path, sizeof(path));
+	ck_assert(!file_exists(path));
+	ck_assert_int_eq(test_fd_count(), fds - 1);
+	/* A third namespace: A still holds objects, B is attached: refused, nothing made. */
+	ck_assert_int_eq(filetier_scan(ft, "decode/test-model-c0c1c2c3c4c5c6c7c8c9cacbcccdcecf", fp_c,
+	    &n, err, sizeof(err)), -EUSERS);
+	ck_assert_msg(strstr(err, "limits.max_namespaces") != NULL, "%s", err);
+	snprintf(path, sizeof(path), "%s/decode/test-model-c0c1c2c3c4c5c6c7c8c9cacbcccdcecf", troot);
+	ck_assert(!file_exists(path));
+	/* B detached and emptied (its objects dropped): it is forgotten for C. */
+	filetier_ns_detach(ft, fp_b);
+	for (i = 0; i < 20; i++) {
+		struct obj_key	k;
+		uint32_t	id;
+
+		key_of(&k, fp_b, i);
+		if (filetier_lookup(ft, &k, &id, NULL) == 0)
+			filetier_drop(ft, id);
+	}
+	loop_drain(base, ft);
+	ck_assert_int_eq(filetier_scan(ft, "decode/test-model-c0c1c2c3c4c5c6c7c8c9cacbcccdcecf", fp_c,
+	    &n, err, sizeof(err)), 0);
+	filetier_stats(ft, &st);
+	ck_assert_uint_eq(st.namespaces, 2);
+	ck_assert_uint_eq(st.namespaces_forgotten, 1);
+	ck_assert_uint_eq(st.namespaces_open, 1);
+	/* A, attached again, serves what it kept without a scan. */
+	ck_assert_int_eq(filetier_scan_state(ft, fp_a, &n), 0);
+	ck_assert_int_eq(filetier_scan(ft, NS_A, fp_a, &n, err, sizeof(err)), 0);
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 7), 0);
+	filetier_stats(ft, &st);
+	ck_assert_uint_eq(st.namespaces_open, 2);
+	filetier_free(ft);
+	event_base_free(base);
+}
+END_TEST
+
 #define MANY_N		300
 #define MANY_LEN	(36 * KIB)
 
@@ -1746,6 +1829,7 @@ suite_filetier(void)
 	tcase_add_test(tc, test_symlinked_leaf_dir_leads_nothing_outside_the_tier);
 	tcase_add_test(tc, test_symlinked_namespace_dir_is_refused_and_its_target_untouched);
 	tcase_add_test(tc, test_symlinked_object_is_removed_and_its_target_untouched);
+	tcase_add_test(tc, test_detached_namespace_keeps_its_objects_and_no_descriptor);
 	tcase_add_test(tc, test_many_reads_in_flight_land_the_right_bytes);
 	tcase_add_test(tc, test_cancelled_reads_end_cancelled_and_unpinned);
 	tcase_add_test(tc, test_free_with_jobs_in_flight_leaks_nothing);
