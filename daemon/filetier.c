@@ -1351,6 +1351,15 @@ filetier_reader_sync_one(struct filetier_reader *r, struct filetier_job *job)
 	filetier_read_finish(job, r->hdrs, open_res, res);
 }
 
+/* A ring's open: openat2, no link followed (readers use a ring only where the kernel has it). */
+static void
+filetier_reader_how(struct filetier_slot *sl, int flags)
+{
+	memset(&sl->how, 0, sizeof(sl->how));
+	sl->how.flags = (uint64_t)(O_RDONLY | O_NOFOLLOW | flags | (sl->direct ? O_DIRECT : 0));
+	sl->how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
+}
+
 /*
  * A read on the ring is two steps. First openat into the slot's direct
  * descriptor (it replaces whatever file the slot held, so there is no
@@ -1365,15 +1374,6 @@ filetier_reader_sync_one(struct filetier_reader *r, struct filetier_job *job)
  * (its read goes out at once), and an open makes a plain descriptor that
  * the cache may keep once the read verified.
  */
-/* A ring's open: openat2, no link followed (readers use a ring only where the kernel has it). */
-static void
-filetier_reader_how(struct filetier_slot *sl, int flags)
-{
-	memset(&sl->how, 0, sizeof(sl->how));
-	sl->how.flags = (uint64_t)(O_RDONLY | O_NOFOLLOW | flags | (sl->direct ? O_DIRECT : 0));
-	sl->how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
-}
-
 static void
 filetier_reader_open(struct filetier_reader *r, unsigned s, struct filetier_job *job)
 {
