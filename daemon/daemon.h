@@ -737,6 +737,7 @@ struct filetier_params {
 	unsigned	 scan_delay_ms;	/* testing: a scan pauses before each directory */
 	unsigned	 max_namespaces; /* known at once, attached or idle with objects */
 	unsigned	 read_delay_ms;	/* testing: a read that succeeded reports this late */
+	int		 openat2;	/* 0: walk paths as kernels without openat2 (tests) */
 };
 enum filetier_job_kind {
 	FILETIER_JOB_READ = 1,

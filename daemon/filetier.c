@@ -278,6 +278,21 @@ _Static_assert(FILETIER_OBJ_PATH == 80, "pp-ssss/hh/ + 64 hex + .obj + NUL");
  */
 static _Atomic int	filetier_has_openat2 = 1;
 
+/*
+ * A directory's openat with O_NOFOLLOW failed: a link there is ELOOP, as
+ * openat2 says it (O_DIRECTORY makes the kernel answer ENOTDIR).
+ */
+static int
+filetier_dir_errno(int dirfd, const char *name, int err)
+{
+	struct stat	st;
+
+	if (err == ENOTDIR && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    S_ISLNK(st.st_mode))
+		return -ELOOP;
+	return -err;
+}
+
 static int
 filetier_open_walk(int dirfd, const char *path, int flags, mode_t mode)
 {
@@ -294,7 +309,7 @@ filetier_open_walk(int dirfd, const char *path, int flags, mode_t mode)
 		comp[slash - p] = '\0';
 		fd = openat(cur, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0) {
-			fd = -errno;
+			fd = filetier_dir_errno(cur, comp, errno);
 			goto out;
 		}
 		if (cur != dirfd)
@@ -355,7 +370,7 @@ filetier_leaf_open(int nsfd, const struct obj_key *k, int create, int *made, int
 		pfd = openat(nsfd, pool, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	}
 	if (pfd < 0)
-		return -errno;
+		return filetier_dir_errno(nsfd, pool, errno);
 	lfd = openat(pfd, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (lfd < 0 && errno == ENOENT && create) {
 		if (mkdirat(pfd, leaf, FILETIER_DIR_MODE) == 0)
@@ -368,7 +383,7 @@ filetier_leaf_open(int nsfd, const struct obj_key *k, int create, int *made, int
 		lfd = openat(pfd, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	}
 	if (lfd < 0)
-		lfd = -errno;
+		lfd = filetier_dir_errno(pfd, leaf, errno);
 	if (poolfd != NULL && lfd >= 0)
 		*poolfd = pfd;
 	else
@@ -2539,7 +2554,7 @@ filetier_dir_open(int dirfd, const char *name, int create, int *made)
 	if ((fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) >= 0)
 		return fd;
 	if (errno != ENOENT || !create)
-		return -errno;
+		return filetier_dir_errno(dirfd, name, errno);
 	if (mkdirat(dirfd, name, FILETIER_DIR_MODE) == 0)
 		*made = 1;
 	else if (errno != EEXIST)
@@ -2857,6 +2872,7 @@ filetier_params_default(struct filetier_params *p)
 	/* 32 Ki descriptors: 1 GiB of 36 KiB pages, some 40 MiB of kernel memory. */
 	p->fd_cache = 32768;
 	p->max_namespaces = 1024;
+	p->openat2 = 1;
 }
 
 static void
@@ -2984,6 +3000,8 @@ filetier_new(struct event_base *base, const struct filetier_params *p, struct fi
 	}
 	filetier_dir_check(ft->rootfd, ft->root, "");
 	/* Learns whether the kernel has openat2 (5.6): the walks and the readers' rings use it. */
+	if (!p->openat2)
+		atomic_store(&filetier_has_openat2, 0);	/* process-wide: tests only */
 	if ((rc = filetier_open_beneath(ft->rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0)) >= 0)
 		close(rc);
 	if (!atomic_load(&filetier_has_openat2))

@@ -1283,9 +1283,13 @@ write_key_wait(struct event_base *base, struct filetier *ft, const struct obj_ke
 	return rc;
 }
 
-/* level: 0 the pool directory, 1 the leaf directory of object 0's key is the link. */
+/*
+ * level: 0 the pool directory, 1 the leaf directory of object 0's key is
+ * the link; walk: paths walked a component at a time, as on kernels
+ * without openat2 (and readers on preadv).
+ */
 static void
-symlinked_dir(int level)
+symlinked_dir(int level, int walk)
 {
 	struct event_base	*base = event_base_new();
 	struct filetier_params	 p;
@@ -1298,6 +1302,7 @@ symlinked_dir(int level)
 	char			 err[256];
 
 	params_fast(&p);
+	p.openat2 = !walk;
 	ft = ft_open(base, &p, NULL);
 	key_of(&k0, fp_a, 0);
 	key_beside(&kb, &k0, 50);
@@ -1359,13 +1364,22 @@ symlinked_dir(int level)
 
 START_TEST(test_symlinked_pool_dir_leads_nothing_outside_the_tier)
 {
-	symlinked_dir(0);
+	symlinked_dir(0, 0);
 }
 END_TEST
 
 START_TEST(test_symlinked_leaf_dir_leads_nothing_outside_the_tier)
 {
-	symlinked_dir(1);
+	symlinked_dir(1, 0);
+}
+END_TEST
+
+START_TEST(test_symlinked_dirs_lead_nothing_outside_without_openat2)
+{
+	symlinked_dir(0, 1);
+	test_rmtree(tdir);
+	ck_assert_int_eq(mkdir(tdir, 0700), 0);
+	symlinked_dir(1, 1);
 }
 END_TEST
 
@@ -1827,6 +1841,7 @@ suite_filetier(void)
 	tcase_add_test(tc, test_namespace_names_are_checked_before_any_path_is_made);
 	tcase_add_test(tc, test_symlinked_pool_dir_leads_nothing_outside_the_tier);
 	tcase_add_test(tc, test_symlinked_leaf_dir_leads_nothing_outside_the_tier);
+	tcase_add_test(tc, test_symlinked_dirs_lead_nothing_outside_without_openat2);
 	tcase_add_test(tc, test_symlinked_namespace_dir_is_refused_and_its_target_untouched);
 	tcase_add_test(tc, test_symlinked_object_is_removed_and_its_target_untouched);
 	tcase_add_test(tc, test_detached_namespace_keeps_its_objects_and_no_descriptor);
