@@ -318,7 +318,7 @@ filetier_open_walk(int dirfd, const char *path, int flags, mode_t mode)
 		p = slash + 1;
 	}
 	if ((fd = openat(cur, p, flags | O_NOFOLLOW, mode)) < 0)
-		fd = -errno;
+		fd = filetier_dir_errno(cur, p, errno);
 out:
 	if (cur != dirfd)
 		close(cur);
@@ -354,13 +354,21 @@ filetier_open_beneath(int dirfd, const char *path, int flags, mode_t mode)
 static int
 filetier_leaf_open(int nsfd, const struct obj_key *k, int create, int *made, int *poolfd)
 {
-	char	pool[8], leaf[3];
+	char	pool[8], leaf[3], path[FILETIER_OBJ_PATH];
 	int	pfd, lfd = -1;
 
-	snprintf(pool, sizeof(pool), "%02x-%04x", k->pool, k->shard);
-	snprintf(leaf, sizeof(leaf), "%02x", k->hash[0]);
 	if (poolfd != NULL)
 		*poolfd = -1;
+	else {
+		/* The common case, an existing leaf: one call (openat2 walks both components). */
+		filetier_obj_path(k, path);
+		path[10] = '\0';
+		lfd = filetier_open_beneath(nsfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+		if (lfd >= 0 || lfd != -ENOENT || !create)
+			return lfd;
+	}
+	snprintf(pool, sizeof(pool), "%02x-%04x", k->pool, k->shard);
+	snprintf(leaf, sizeof(leaf), "%02x", k->hash[0]);
 	pfd = openat(nsfd, pool, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (pfd < 0 && errno == ENOENT && create) {
 		if (mkdirat(nsfd, pool, FILETIER_DIR_MODE) == 0)
