@@ -200,8 +200,8 @@ struct filetier_reader {
 };
 
 static struct filetier_ns *filetier_ns_find(const struct filetier *, const uint8_t fp[16]);
-static int	filetier_ns_open(struct filetier *, struct filetier_ns *, int create, char *err,
-		    size_t errlen);
+static int	filetier_ns_open(struct filetier *, struct filetier_ns *, int create, int check,
+		    char *err, size_t errlen);
 static int	filetier_unlink_bad(int status);
 static int	filetier_status_lost(int status);
 static void	filetier_scan_note_gone(struct filetier *, const struct obj_key *);
@@ -632,7 +632,7 @@ filetier_ns_hold(struct filetier *ft, struct filetier_ns *ns)
 	char	err[256];
 	int	rc;
 
-	if (ns->dirfd < 0 && (rc = filetier_ns_open(ft, ns, 0, err, sizeof(err))) != 0) {
+	if (ns->dirfd < 0 && (rc = filetier_ns_open(ft, ns, 0, 0, err, sizeof(err))) != 0) {
 		log_warn("filetier", "%s", err);
 		return rc;
 	}
@@ -2580,7 +2580,7 @@ filetier_dir_open(int dirfd, const char *name, int create, int *made)
  * namespace the tier could not register.
  */
 static int
-filetier_ns_open(struct filetier *ft, struct filetier_ns *ns, int create, char *err,
+filetier_ns_open(struct filetier *ft, struct filetier_ns *ns, int create, int check, char *err,
     size_t errlen)
 {
 	const char	*slash = strchr(ns->name, '/');
@@ -2600,10 +2600,11 @@ filetier_ns_open(struct filetier *ft, struct filetier_ns *ns, int create, char *
 		close(rfd);
 		goto fail;
 	}
-	if (made_role || made_ns) {
+	/* Once, at registration: directories found there (made here, they are ours). */
+	if (check && !made_role)
 		filetier_dir_check(rfd, ft->root, role);
+	if (check && !made_ns)
 		filetier_dir_check(fd, ft->root, ns->name);
-	}
 	close(rfd);
 	ns->dirfd = fd;
 	return 0;
@@ -2685,7 +2686,7 @@ filetier_ns_add(struct filetier *ft, const char *name, const uint8_t fp[16],
 	snprintf(ns->name, sizeof(ns->name), "%s", name);
 	atomic_init(&ns->direct, ft->p.direct ? 1 : 0);
 	ns->dirfd = -1;
-	if ((rc = filetier_ns_open(ft, ns, 1, err, errlen)) != 0) {
+	if ((rc = filetier_ns_open(ft, ns, 1, 1, err, errlen)) != 0) {
 		free(ns);
 		return rc;
 	}
@@ -2735,7 +2736,7 @@ filetier_scan_start(struct filetier *ft, const char *name, const uint8_t fp[16],
 			return -EEXIST;
 		}
 		/* Known and indexed: attached again without a scan, its directory reopened. */
-		if (ns->dirfd < 0 && (rc = filetier_ns_open(ft, ns, 1, err, errlen)) != 0)
+		if (ns->dirfd < 0 && (rc = filetier_ns_open(ft, ns, 1, 0, err, errlen)) != 0)
 			return rc;
 		ns->attached = 1;
 		return 0;

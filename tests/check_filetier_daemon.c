@@ -1102,6 +1102,31 @@ START_TEST(test_released_lease_leaves_a_shared_read_to_the_other)
 }
 END_TEST
 
+/*
+ * Issue 11 item 8: a tier directory someone else could change (writable
+ * by others, owned by another user) is named in a warning when the
+ * namespace is registered.
+ */
+START_TEST(test_tier_dir_writable_by_others_is_warned_about)
+{
+	struct test_rank	r;
+	char			dir[PATH_MAX];
+
+	snprintf(dir, sizeof(dir), "%s/decode", root);
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	ck_assert_int_eq(chmod(dir, 0777), 0);
+	if (geteuid() == 0)
+		ck_assert_int_eq(chown(dir, 65534, 65534), 0);
+	rank_open(&r, "ft-perm");
+	ck_assert_msg(test_daemon_log_has(&test_td, "decode is writable by others (mode 0777)"),
+	    "no warning about a directory writable by others");
+	if (geteuid() == 0)
+		ck_assert_msg(test_daemon_log_has(&test_td, "decode is owned by uid 65534"),
+		    "no warning about a directory of another user");
+	test_rank_fini(&r);
+}
+END_TEST
+
 /* Restarts test_td with limits.max_namespaces = cap. */
 static void
 stop_and_start_with_cap(unsigned cap)
@@ -1374,6 +1399,7 @@ suite_filetier_daemon(void)
 	tcase_add_test(tc, test_detached_namespaces_keep_no_descriptors);
 	tcase_add_test(tc, test_reattached_namespace_finds_its_objects_without_a_scan);
 	tcase_add_test(tc, test_namespace_cap_refuses_attach_with_limit);
+	tcase_add_test(tc, test_tier_dir_writable_by_others_is_warned_about);
 	tc = test_tcase(s, "off", 0, NULL, NULL);
 	tcase_add_test(tc, test_no_path_means_no_file_tier);
 	tcase_add_test(tc, test_reader_settings_reach_the_tier);
