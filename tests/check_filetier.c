@@ -1560,6 +1560,42 @@ START_TEST(test_detached_namespace_keeps_its_objects_and_no_descriptor)
 }
 END_TEST
 
+
+/* Out of descriptors, a namespace cannot be registered: no directory is left behind for it. */
+START_TEST(test_namespace_not_registered_leaves_no_directory)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier		*ft;
+	struct rlimit		 rl, low;
+	char			 path[PATH_MAX], err[256];
+	uint64_t		 n;
+	int			 fd, rc;
+	static const uint8_t	 fp_c[16] = { 0xc0, 0xc1, 0xc2, 0xc3, 0xc4, 0xc5, 0xc6, 0xc7,
+		0xc8, 0xc9, 0xca, 0xcb, 0xcc, 0xcd, 0xce, 0xcf };
+
+	ft = ft_open(base, NULL, NULL);
+	/* The lowest free descriptor number becomes the limit: no new one can be made. */
+	ck_assert_int_ge(fd = open("/dev/null", O_RDONLY | O_CLOEXEC), 0);
+	close(fd);
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	low = rl;
+	low.rlim_cur = (rlim_t)fd;
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	rc = filetier_scan(ft, "prefill/test-model-c0c1c2c3c4c5c6c7c8c9cacbcccdcecf", fp_c, &n, err,
+	    sizeof(err));
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	ck_assert_msg(rc == -EMFILE, "registered without descriptors: %d %s", rc, err);
+	snprintf(path, sizeof(path), "%s/prefill", troot);
+	ck_assert(!file_exists(path));
+	/* With descriptors again, it registers. */
+	ck_assert_int_eq(filetier_scan(ft, "prefill/test-model-c0c1c2c3c4c5c6c7c8c9cacbcccdcecf", fp_c,
+	    &n, err, sizeof(err)), 0);
+	ck_assert(file_exists(path));
+	filetier_free(ft);
+	event_base_free(base);
+}
+END_TEST
+
 #define MANY_N		300
 #define MANY_LEN	(36 * KIB)
 
@@ -1845,6 +1881,7 @@ suite_filetier(void)
 	tcase_add_test(tc, test_symlinked_namespace_dir_is_refused_and_its_target_untouched);
 	tcase_add_test(tc, test_symlinked_object_is_removed_and_its_target_untouched);
 	tcase_add_test(tc, test_detached_namespace_keeps_its_objects_and_no_descriptor);
+	tcase_add_test(tc, test_namespace_not_registered_leaves_no_directory);
 	tcase_add_test(tc, test_many_reads_in_flight_land_the_right_bytes);
 	tcase_add_test(tc, test_cancelled_reads_end_cancelled_and_unpinned);
 	tcase_add_test(tc, test_free_with_jobs_in_flight_leaks_nothing);
