@@ -142,6 +142,7 @@ struct metrics {
 	uint64_t	file_writes;		/* queued */
 	uint64_t	file_writes_failed;	/* refused at queueing or failed after */
 	uint64_t	file_writes_present;	/* -EEXIST: the file was there already */
+	uint64_t	file_writes_deferred;	/* waited in the backlog: the tier's queue was full */
 };
 extern struct metrics metrics;
 struct server;
@@ -378,7 +379,12 @@ void	 restore_fail_group(struct server *, struct admission *, unsigned status,
 void	 restore_reads_done(struct server *, struct lease *);
 
 /* publish.c */
+struct publish_backlog;
 void	 publish_request(struct conn *, struct proto_frame *);
+void	 publish_backlog_stats(const struct server *, uint64_t *dirty, uint64_t *dirty_bytes,
+	    uint64_t *waiting, uint64_t *waiting_bytes);
+unsigned publish_backlog_waiting(const struct server *);
+void	 publish_backlog_free(struct server *);
 
 /* conn.c: one client connection; raw recvmsg in, one buffered write out */
 struct conn {
@@ -444,6 +450,7 @@ struct server {
 	struct copy_engine *copy;
 	struct cuda_engine *cuda;	/* NULL without a usable GPU */
 	struct filetier	*file;		/* NULL unless tiers.file.path is set */
+	struct publish_backlog *backlog; /* write-throughs waiting for the file tier */
 	const char	*cuda_none;	/* why s->cuda is NULL, for ATTACH's refusal */
 	uint64_t	 next_lease;
 	uint64_t	 started_ms;
@@ -632,6 +639,7 @@ void	 dram_touch(struct dram *, uint32_t id);
 void	 dram_drop(struct dram *, uint32_t id);
 const uint8_t *dram_data(const struct dram *, uint32_t id, uint64_t *len, uint64_t *checksum);
 uint8_t	*dram_data_mut(struct dram *, uint32_t id);
+const struct obj_key *dram_key(const struct dram *, uint32_t id);
 void	 dram_stats(const struct dram *, struct dram_stats *);
 size_t	 dram_lru_order(const struct dram *, uint64_t len, uint32_t *ids, size_t max);
 /* XXH3-64 over the little-endian XXH3-64 digests of each chunk, then the length. */

@@ -262,6 +262,72 @@ START_TEST(test_publish_writes_each_object_to_a_file)
 }
 END_TEST
 
+/* STATS file.write_through.key. */
+static long long
+write_through_stat(const char *key)
+{
+	json_t		*j = test_stats(test_td.sock);
+	json_t		*v = json_object_get(json_object_get(json_object_get(j, "file"),
+			    "write_through"), key);
+	long long	 n;
+
+	ck_assert_msg(json_is_integer(v), "stats file.write_through.%s missing", key);
+	n = json_integer_value(v);
+	json_decref(j);
+	return n;
+}
+
+/* Waits (at most 30 s: thousands of writes on a slow disk) for a file counter. */
+static long long
+file_stat_wait_long(const char *key, long long want)
+{
+	long long	v = -1;
+	int		i;
+
+	for (i = 0; i < 6 && (v = test_td_stat_wait("file", key, want)) != want; i++)
+		;
+	return v;
+}
+
+#define FLOOD_PREFIXES	256		/* x PAGES: 16,384 objects of 4 KiB */
+
+/*
+ * Issue 11 item 7: PUBLISH faster than the file tier writes. The tier
+ * takes 1,024 writes at a time and refused the rest, which nothing
+ * retried: most acknowledged objects never reached a file. Now the rest
+ * wait in the write-through backlog, pinned in DRAM, and every one is
+ * written: counters exact, every file there, nothing left dirty or pinned.
+ */
+START_TEST(test_publish_flood_writes_every_object_through)
+{
+	struct test_rank	r;
+	uint32_t		p;
+	const long long		n = (long long)FLOOD_PREFIXES * PAGES;
+
+	restart_daemon_with("96 MiB", 0);
+	rank_open(&r, "ft-flood");
+	for (p = 0; p < FLOOD_PREFIXES; p++)
+		publish_prefix(&r, 1000 + p, PAGES, 0);
+	ck_assert_int_eq(test_td_stat("cache", "pages_published"), n);
+	ck_assert_int_eq(file_stat_wait_long("objects", n), n);
+	ck_assert_int_eq(test_td_stat_wait("file", "writes_inflight", 0), 0);
+	ck_assert_int_eq(test_td_stat("file", "writes"), n);
+	ck_assert_int_eq(test_td_stat("file", "write_failures"), 0);
+	ck_assert_int_eq(write_through_stat("queued"), n);
+	ck_assert_int_eq(write_through_stat("failed"), 0);
+	ck_assert_int_eq(write_through_stat("present"), 0);
+	ck_assert_int_eq(write_through_stat("dirty_objects"), 0);
+	ck_assert_int_eq(write_through_stat("dirty_bytes"), 0);
+	ck_assert_int_eq(write_through_stat("backlog_objects"), 0);
+	fprintf(stderr, "write-through flood: %lld objects, %lld waited in the backlog, "
+	    "%lld refusals by the tier\n", n, write_through_stat("deferred"),
+	    test_td_stat("file", "writes_refused"));
+	ck_assert_uint_eq(count_objs(root), (unsigned)n);
+	ck_assert_int_eq(test_td_stat("dram", "pins"), 0);
+	test_rank_fini(&r);
+}
+END_TEST
+
 START_TEST(test_fresh_daemon_restores_earlier_publishes_byte_for_byte)
 {
 	struct l3kv_restore_result	res;
@@ -1125,6 +1191,7 @@ suite_filetier_daemon(void)
 
 	tc = test_tcase(s, "file tier in the daemon", 60, setup, teardown);
 	tcase_add_test(tc, test_publish_writes_each_object_to_a_file);
+	tcase_add_test(tc, test_publish_flood_writes_every_object_through);
 	tcase_add_test(tc, test_fresh_daemon_restores_earlier_publishes_byte_for_byte);
 	tcase_add_test(tc, test_file_deleted_after_scan_fails_the_restore_as_lost);
 	tcase_add_test(tc, test_corrupted_file_fails_the_restore_as_lost);
