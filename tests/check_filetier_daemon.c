@@ -328,6 +328,58 @@ START_TEST(test_publish_flood_writes_every_object_through)
 }
 END_TEST
 
+#define SMALL_PREFIXES	128		/* x PAGES: 8,192 objects, 4 times the DRAM tier */
+
+/*
+ * Issue 11 item 7, eviction: an 8 MiB DRAM tier (2,048 objects) takes 8,192
+ * objects published faster than they are written. A dirty object is never
+ * evicted before its write: when DRAM holds nothing but dirty objects,
+ * PUBLISH answers no_space (the engine retries here), and every object
+ * acknowledged reaches a file although DRAM evicted most of them.
+ */
+START_TEST(test_dram_eviction_never_drops_an_unwritten_object)
+{
+	struct test_rank		r;
+	struct l3kv_publish_result	res;
+	struct l3kv_publish_page	pg[PAGES];
+	uint32_t			p, i;
+	long long			stored = 0, refused = 0;
+	const long long			n = (long long)SMALL_PREFIXES * PAGES;
+	int				rc, tries;
+
+	rank_open(&r, "ft-evict");
+	for (p = 0; p < SMALL_PREFIXES; p++) {
+		for (i = 0; i < PAGES; i++) {
+			test_rank_fill_page(&r, KV_REGION, i, 2000 + p, i);
+			test_page_hash(2000 + p, i, pg[i].hash);
+			pg[i].src_page = i;
+		}
+		for (tries = 0; tries < 10000; tries++) {
+			if ((rc = l3kv_publish(r.k, KV_REGION, pg, PAGES, &res)) != -ENOSPC)
+				break;
+			refused++;
+			usleep(1000);
+		}
+		ck_assert_msg(rc == 0, "publish: %s", l3kv_last_error(r.k));
+		ck_assert_uint_eq(res.stored, PAGES);
+		stored += res.stored;
+	}
+	ck_assert_int_eq(stored, n);
+	ck_assert_int_eq(file_stat_wait_long("writes", n), n);
+	ck_assert_int_eq(test_td_stat_wait("file", "writes_inflight", 0), 0);
+	ck_assert_int_eq(test_td_stat("file", "objects"), n);
+	ck_assert_int_eq(test_td_stat("file", "write_failures"), 0);
+	ck_assert_int_eq(write_through_stat("queued"), n);
+	ck_assert_int_eq(write_through_stat("failed"), 0);
+	ck_assert_int_eq(write_through_stat("dirty_objects"), 0);
+	ck_assert_int_ge(test_td_stat("dram", "evictions"), n - 2048);
+	ck_assert_uint_eq(count_objs(root), (unsigned)n);
+	fprintf(stderr, "write-through under eviction: %lld objects, %lld publishes refused "
+	    "no_space while DRAM was all dirty\n", n, refused);
+	test_rank_fini(&r);
+}
+END_TEST
+
 START_TEST(test_fresh_daemon_restores_earlier_publishes_byte_for_byte)
 {
 	struct l3kv_restore_result	res;
@@ -1192,6 +1244,7 @@ suite_filetier_daemon(void)
 	tc = test_tcase(s, "file tier in the daemon", 60, setup, teardown);
 	tcase_add_test(tc, test_publish_writes_each_object_to_a_file);
 	tcase_add_test(tc, test_publish_flood_writes_every_object_through);
+	tcase_add_test(tc, test_dram_eviction_never_drops_an_unwritten_object);
 	tcase_add_test(tc, test_fresh_daemon_restores_earlier_publishes_byte_for_byte);
 	tcase_add_test(tc, test_file_deleted_after_scan_fails_the_restore_as_lost);
 	tcase_add_test(tc, test_corrupted_file_fails_the_restore_as_lost);
