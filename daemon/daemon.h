@@ -766,6 +766,7 @@ struct filetier_job {
 	struct filetier_ns	*ns;
 	uint32_t		 id;
 	uint16_t		 reader;
+	uint8_t			 tries;		/* write: retries after a full filesystem */
 };
 struct filetier_stats {
 	uint64_t	namespaces;
@@ -779,6 +780,7 @@ struct filetier_stats {
 	uint64_t	bytes_used;	/* files of visible and writing objects */
 	uint64_t	bytes_deleting;
 	uint64_t	bytes_capacity;
+	uint64_t	bytes_capacity_effective;	/* lower while the filesystem is full */
 	uint64_t	reads;
 	uint64_t	read_failures;	/* each dropped its object */
 	uint64_t	reads_cancelled;
@@ -787,6 +789,8 @@ struct filetier_stats {
 	uint64_t	writes;
 	uint64_t	write_failures;
 	uint64_t	write_nospace;	/* of those, ENOSPC or EDQUOT from the filesystem */
+	uint64_t	write_nospace_retries;	/* ENOSPC, EDQUOT: evicted, written again */
+	uint64_t	dirs_recreated;	/* namespace directories deleted while running, made again */
 	uint64_t	writes_refused;	/* -EAGAIN: the write queue was full */
 	uint64_t	writes_present;	/* -EEXIST */
 	uint64_t	writes_inflight;

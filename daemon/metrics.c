@@ -188,6 +188,12 @@ metrics_file(struct server *s)
 	if (o == NULL)
 		return json_null();
 	json_object_set_new(o, "scanning", json_integer((json_int_t)st.scanning));
+	/* A full filesystem lowers the capacity eviction keeps to; deleted directories are made again. */
+	json_object_set_new(o, "bytes_capacity_effective",
+	    json_integer((json_int_t)st.bytes_capacity_effective));
+	json_object_set_new(o, "write_nospace_retries",
+	    json_integer((json_int_t)st.write_nospace_retries));
+	json_object_set_new(o, "dirs_recreated", json_integer((json_int_t)st.dirs_recreated));
 	publish_backlog_stats(s, &dirty, &dirty_bytes, &waiting, &waiting_bytes);
 	json_object_set_new(o, "write_through", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
 	    "queued", I(metrics.file_writes), "failed", I(metrics.file_writes_failed),
