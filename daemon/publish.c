@@ -88,6 +88,13 @@ publish_clean(struct server *s, uint32_t id, uint64_t len)
 	dram_unpin(s->dram, id);
 }
 
+/* A tier with nothing evictable fails every write: logged at the 1st, 2nd, 4th, 8th... */
+static int
+publish_log_now(uint64_t n)
+{
+	return (n & (n - 1)) == 0;
+}
+
 static void
 publish_file_done(struct filetier_job *fj)
 {
@@ -139,8 +146,10 @@ publish_file_submit(struct server *s, uint32_t id)
 		metrics.file_writes_present++;
 	else {
 		metrics.file_writes_failed++;
-		log_warn("publish", "file tier write refused: %s; the object stays in DRAM only",
-		    strerror(-rc));
+		if (publish_log_now(metrics.file_writes_failed))
+			log_warn("publish", "file tier write refused: %s; the object stays in DRAM "
+			    "only (%llu write-throughs failed so far)", strerror(-rc),
+			    (unsigned long long)metrics.file_writes_failed);
 	}
 	publish_clean(s, id, len);
 	return 0;

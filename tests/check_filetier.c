@@ -764,6 +764,47 @@ START_TEST(test_enospc_fails_writes_cleanly_and_reads_go_on)
 }
 END_TEST
 
+/*
+ * Issue 11 item 9: the namespace directory, then the whole root, deleted
+ * while the tier runs. Writes used to fail with ENOENT until a restart;
+ * now the writer that meets the missing directory makes it again (with
+ * its pool directories) and the write lands, readable at once.
+ */
+START_TEST(test_deleted_namespace_directory_is_made_again_by_the_next_write)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier		*ft = ft_open(base, NULL, NULL);
+	struct filetier_stats	 st;
+	char			 dir[PATH_MAX];
+	int			 tmp, obj;
+
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 0, 64 * KIB), 0);
+	snprintf(dir, sizeof(dir), "%s/%s", troot, NS_A);
+	ck_assert_int_eq(test_rmtree(dir), 0);
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 1, 64 * KIB), 0);
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 1), 0);
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 2, 64 * KIB), 0);
+	filetier_stats(ft, &st);
+	ck_assert_uint_eq(st.dirs_recreated, 1);
+	ck_assert_uint_eq(st.write_failures, 0);
+	/* The root itself goes: made again too. */
+	ck_assert_int_eq(test_rmtree(troot), 0);
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 3, 64 * KIB), 0);
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 3), 0);
+	filetier_stats(ft, &st);
+	ck_assert_uint_eq(st.dirs_recreated, 2);
+	ck_assert_uint_eq(st.write_failures, 0);
+	walk(&tmp, &obj);
+	ck_assert_int_eq(tmp, 0);
+	ck_assert_int_eq(obj, 1);
+	/* Object 0's file went with its directory: its read fails it as lost. */
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 0), -ENOENT);
+	check_idle(ft);
+	filetier_free(ft);
+	event_base_free(base);
+}
+END_TEST
+
 #define SHARE_N		48
 #define SHARE_LEN	(256 * KIB + 123)
 
@@ -1426,6 +1467,7 @@ suite_filetier(void)
 	tcase_add_test(tc, test_enospc_fails_writes_cleanly_and_reads_go_on);
 	tcase_add_test(tc, test_two_tiers_writing_the_same_keys_are_harmless);
 	tcase_add_test(tc, test_capacity_evicts_lru_but_never_a_pinned_object);
+	tcase_add_test(tc, test_deleted_namespace_directory_is_made_again_by_the_next_write);
 	tcase_add_test(tc, test_scan_skips_and_removes_junk);
 	tcase_add_test(tc, test_restart_lru_order_follows_write_time);
 	tcase_add_test(tc, test_lookup_has_no_side_effects);

@@ -380,6 +380,51 @@ START_TEST(test_dram_eviction_never_drops_an_unwritten_object)
 }
 END_TEST
 
+/*
+ * Issue 11 item 9: the role's directory (and the namespace in it) deleted
+ * under a running daemon. Later write-throughs land in a directory made
+ * again, STATS counts it, and DRAM's loss of those pages is served from
+ * the new files byte for byte.
+ */
+START_TEST(test_deleted_namespace_directory_is_made_again_and_writes_land)
+{
+	struct test_rank		r;
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a;
+	char				dir[PATH_MAX];
+	uint8_t				h[L3KV_HASH_LEN];
+	uint32_t			i;
+
+	rank_open(&r, "ft-gone");
+	publish_prefix(&r, 1, 8, 0);
+	ck_assert_int_eq(test_td_stat_wait("file", "writes", 8), 8);
+	ck_assert_uint_eq(count_objs(root), 8);
+	snprintf(dir, sizeof(dir), "%s/decode", root);
+	ck_assert_int_eq(test_rmtree(dir), 0);
+	publish_prefix(&r, 2, 8, 8);
+	ck_assert_int_eq(test_td_stat_wait("file", "writes", 16), 16);
+	ck_assert_int_eq(test_td_stat("file", "write_failures"), 0);
+	ck_assert_int_eq(test_td_stat("file", "dirs_recreated"), 1);
+	ck_assert(test_daemon_log_has(&test_td, " warn filetier: "));
+	ck_assert(test_daemon_log_has(&test_td, "a namespace directory was deleted under the tier"));
+	ck_assert_int_eq(write_through_stat("failed"), 0);
+	ck_assert_uint_eq(count_objs(root), 8);
+	for (i = 0; i < 8; i++) {
+		test_page_hash(2, i, h);
+		ck_assert_int_eq(l3kv_debug(r.k, L3KV_DEBUG_DROP, 0, h), 0);
+	}
+	a = admit(&r, 1, 2, 8);
+	ck_assert_uint_eq(a.admitted_pages, 8);
+	test_rank_sentinel(&r, KV_REGION, 0, 8);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 8, &res), 0);
+	for (i = 0; i < 8; i++)
+		ck_assert_msg(page_is(&r, i, 2, i), "page %u", i);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	ck_assert_int_eq(test_td_stat("file", "read_failures"), 0);
+	test_rank_fini(&r);
+}
+END_TEST
+
 START_TEST(test_fresh_daemon_restores_earlier_publishes_byte_for_byte)
 {
 	struct l3kv_restore_result	res;
@@ -1250,6 +1295,7 @@ suite_filetier_daemon(void)
 	tcase_add_test(tc, test_publish_writes_each_object_to_a_file);
 	tcase_add_test(tc, test_publish_flood_writes_every_object_through);
 	tcase_add_test(tc, test_dram_eviction_never_drops_an_unwritten_object);
+	tcase_add_test(tc, test_deleted_namespace_directory_is_made_again_and_writes_land);
 	tcase_add_test(tc, test_fresh_daemon_restores_earlier_publishes_byte_for_byte);
 	tcase_add_test(tc, test_file_deleted_after_scan_fails_the_restore_as_lost);
 	tcase_add_test(tc, test_corrupted_file_fails_the_restore_as_lost);
