@@ -381,6 +381,45 @@ START_TEST(test_dram_eviction_never_drops_an_unwritten_object)
 END_TEST
 
 /*
+ * Issue 11 item 7, shutdown: SIGTERM right after a flood of PUBLISHes.
+ * The drain waits for the write-through backlog (within shutdown.drain_ms,
+ * a minute here, for slow disks), so a fresh daemon finds every
+ * acknowledged object on file.
+ */
+START_TEST(test_sigterm_drain_writes_the_backlog_before_exit)
+{
+	struct test_rank	r;
+	json_t			*j;
+	char			cfg[PATH_MAX + 256];
+	uint32_t		p;
+	const long long		n = (long long)FLOOD_PREFIXES * PAGES;
+
+	assert_idle();
+	test_td_stop();
+	ck_assert((size_t)snprintf(cfg, sizeof(cfg), "{\"tiers\": {\"dram\": {\"size\": \"96 MiB\"}, "
+	    "\"file\": {\"path\": \"%s\"}}, \"shutdown\": {\"drain_ms\": 60000}, "
+	    "\"testing\": {\"debug_ops\": true}}", root) < sizeof(cfg));
+	test_td_start(cfg);
+	rank_open(&r, "ft-drain");
+	for (p = 0; p < FLOOD_PREFIXES; p++)
+		publish_prefix(&r, 3000 + p, PAGES, 0);
+	j = test_stats(test_td.sock);
+	fprintf(stderr, "write-through drain: %lld of %lld objects dirty at SIGTERM\n",
+	    (long long)json_integer_value(json_object_get(json_object_get(json_object_get(j,
+	    "file"), "write_through"), "dirty_objects")), n);
+	json_decref(j);
+	test_rank_fini(&r);
+	test_td_stop();
+	ck_assert_uint_eq(count_objs(root), (unsigned)n);
+	start_daemon();
+	rank_open(&r, "ft-drain");
+	ck_assert_int_eq(test_td_stat("file", "objects"), n);
+	ck_assert_uint_eq(probe(&r, 3000 + FLOOD_PREFIXES - 1, PAGES), PAGES);
+	test_rank_fini(&r);
+}
+END_TEST
+
+/*
  * Issue 11 item 9: the role's directory (and the namespace in it) deleted
  * under a running daemon. Later write-throughs land in a directory made
  * again, STATS counts it, and DRAM's loss of those pages is served from
@@ -1295,6 +1334,7 @@ suite_filetier_daemon(void)
 	tcase_add_test(tc, test_publish_writes_each_object_to_a_file);
 	tcase_add_test(tc, test_publish_flood_writes_every_object_through);
 	tcase_add_test(tc, test_dram_eviction_never_drops_an_unwritten_object);
+	tcase_add_test(tc, test_sigterm_drain_writes_the_backlog_before_exit);
 	tcase_add_test(tc, test_deleted_namespace_directory_is_made_again_and_writes_land);
 	tcase_add_test(tc, test_fresh_daemon_restores_earlier_publishes_byte_for_byte);
 	tcase_add_test(tc, test_file_deleted_after_scan_fails_the_restore_as_lost);
