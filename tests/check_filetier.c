@@ -712,7 +712,7 @@ START_TEST(test_writer_killed_mid_write_leaves_no_torn_object)
 }
 END_TEST
 
-START_TEST(test_enospc_fails_writes_cleanly_and_reads_go_on)
+START_TEST(test_enospc_fails_writes_cleanly_then_evicts_and_reads_go_on)
 {
 	struct event_base	*base;
 	struct filetier		*ft;
@@ -756,6 +756,28 @@ START_TEST(test_enospc_fails_writes_cleanly_and_reads_go_on)
 	ck_assert_uint_eq(st.write_nospace, mounted ? 1 : 0);
 	ck_assert_uint_eq(st.visible, 2);
 	ck_assert_uint_eq(st.bytes_used, 2 * (FILETIER_HDR + 64 * KIB));
+	if (mounted) {
+		uint32_t	n;
+
+		/*
+		 * Issue 11 item 9: 40 more objects than the 1 MiB can hold. The
+		 * ENOSPC above set the capacity eviction keeps to to what fits
+		 * (the old tier kept 64 GiB and failed these writes): the least
+		 * recently used files go, and every write lands.
+		 */
+		for (n = 3; n < 43; n++)
+			ck_assert_int_eq(write_wait(base, ft, fp_a, n, 64 * KIB), 0);
+		ck_assert_int_eq(read_wait(base, ft, fp_a, 42), 0);
+		filetier_stats(ft, &st);
+		ck_assert_uint_eq(st.write_failures, 1);
+		ck_assert_uint_gt(st.evictions, 0);
+		ck_assert_uint_eq(st.visible + st.evictions, 42);
+		ck_assert_uint_le(st.bytes_capacity_effective, 1 * MIB);
+		ck_assert_uint_lt(st.bytes_capacity_effective, st.bytes_capacity);
+		walk(&tmp, &obj);
+		ck_assert_int_eq(tmp, 0);
+		ck_assert_int_eq(obj, (int)st.visible);
+	}
 	check_idle(ft);
 	filetier_free(ft);
 	event_base_free(base);
@@ -1464,7 +1486,7 @@ suite_filetier(void)
 	tcase_add_test(tc, test_pinned_object_found_corrupt_leaves_the_index_and_keeps_its_pin);
 	tcase_add_test(tc, test_foreign_fingerprint_file_is_refused_and_removed);
 	tcase_add_test(tc, test_writer_killed_mid_write_leaves_no_torn_object);
-	tcase_add_test(tc, test_enospc_fails_writes_cleanly_and_reads_go_on);
+	tcase_add_test(tc, test_enospc_fails_writes_cleanly_then_evicts_and_reads_go_on);
 	tcase_add_test(tc, test_two_tiers_writing_the_same_keys_are_harmless);
 	tcase_add_test(tc, test_capacity_evicts_lru_but_never_a_pinned_object);
 	tcase_add_test(tc, test_deleted_namespace_directory_is_made_again_by_the_next_write);
