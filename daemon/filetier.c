@@ -2968,6 +2968,8 @@ filetier_write(struct filetier *ft, const struct obj_key *k, const void *data, u
 	}
 	if ((job = calloc(1, sizeof(*job))) == NULL)
 		return -ENOMEM;
+	/* A tier refusing writes after a full filesystem must still see it free up. */
+	filetier_capacity_recheck(ft);
 	if ((rc = filetier_make_room(ft, filetier_file_bytes(len))) != 0) {
 		free(job);
 		return rc;

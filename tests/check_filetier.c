@@ -757,7 +757,20 @@ START_TEST(test_enospc_fails_writes_cleanly_then_evicts_and_reads_go_on)
 	ck_assert_uint_eq(st.visible, 2);
 	ck_assert_uint_eq(st.bytes_used, 2 * (FILETIER_HDR + 64 * KIB));
 	if (mounted) {
+		char		filler[PATH_MAX];
+		uint64_t	cap;
 		uint32_t	n;
+		int		fd;
+
+		/* Another user of the filesystem: 256 KiB beside the tier. */
+		snprintf(filler, sizeof(filler), "%s/filler", troot);
+		ck_assert_int_ge(fd = open(filler, O_WRONLY | O_CREAT | O_EXCL, 0600), 0);
+		{
+			static uint8_t	zeros[256 * KIB];
+
+			ck_assert_int_eq(write(fd, zeros, sizeof(zeros)), (ssize_t)sizeof(zeros));
+		}
+		ck_assert_int_eq(close(fd), 0);
 
 		/*
 		 * Issue 11 item 9: 40 more objects than the 1 MiB can hold. The
@@ -777,6 +790,14 @@ START_TEST(test_enospc_fails_writes_cleanly_then_evicts_and_reads_go_on)
 		walk(&tmp, &obj);
 		ck_assert_int_eq(tmp, 0);
 		ck_assert_int_eq(obj, (int)st.visible);
+		/* The other user leaves: within a second the tier may use that room again. */
+		cap = st.bytes_capacity_effective;
+		ck_assert_int_eq(unlink(filler), 0);
+		usleep(1100 * 1000);
+		ck_assert_int_eq(write_wait(base, ft, fp_a, 43, 64 * KIB), 0);
+		filetier_stats(ft, &st);
+		ck_assert_uint_ge(st.bytes_capacity_effective, cap + 200 * KIB);
+		ck_assert_uint_eq(st.write_failures, 1);
 	}
 	check_idle(ft);
 	filetier_free(ft);
