@@ -138,7 +138,7 @@ $(BUILD)/bench_control: tests/bench/bench_control.c $(LIBA)
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-format-truncation -o $@ $^
 
-$(BUILD)/bench_file: tests/bench/bench_file.c $(DAEMON_OBJS) $(PROTO_OBJS) $(KERNEL_OBJS)
+$(BUILD)/bench_file: tests/bench/bench_file.c $(DAEMON_OBJS) $(PROTO_OBJS) $(KERNEL_OBJS) $(LIB_OBJS)
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -Wno-format-truncation -o $@ $^ $(LDLIBS_DEPS) \
 		$(KERNEL_LIBS) -lm

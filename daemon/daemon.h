@@ -144,6 +144,7 @@ struct metrics {
 	uint64_t	file_writes;		/* queued */
 	uint64_t	file_writes_failed;	/* refused at queueing or failed after */
 	uint64_t	file_writes_present;	/* -EEXIST: the file was there already */
+	uint64_t	file_writes_deferred;	/* waited in the backlog: the tier's queue was full */
 };
 extern struct metrics metrics;
 struct server;
@@ -381,7 +382,12 @@ void	 restore_fail_group(struct server *, struct admission *, unsigned status,
 void	 restore_reads_done(struct server *, struct lease *);
 
 /* publish.c */
+struct publish_backlog;
 void	 publish_request(struct conn *, struct proto_frame *);
+void	 publish_backlog_stats(const struct server *, uint64_t *dirty, uint64_t *dirty_bytes,
+	    uint64_t *waiting, uint64_t *waiting_bytes);
+unsigned publish_backlog_waiting(const struct server *);
+void	 publish_backlog_free(struct server *);
 
 /* conn.c: one client connection; raw recvmsg in, one buffered write out */
 struct conn {
@@ -447,6 +453,7 @@ struct server {
 	struct copy_engine *copy;
 	struct cuda_engine *cuda;	/* NULL without a usable GPU */
 	struct filetier	*file;		/* NULL unless tiers.file.path is set */
+	struct publish_backlog *backlog; /* write-throughs waiting for the file tier */
 	const char	*cuda_none;	/* why s->cuda is NULL, for ATTACH's refusal */
 	uint64_t	 next_lease;
 	uint64_t	 started_ms;
@@ -635,6 +642,7 @@ void	 dram_touch(struct dram *, uint32_t id);
 void	 dram_drop(struct dram *, uint32_t id);
 const uint8_t *dram_data(const struct dram *, uint32_t id, uint64_t *len, uint64_t *checksum);
 uint8_t	*dram_data_mut(struct dram *, uint32_t id);
+const struct obj_key *dram_key(const struct dram *, uint32_t id);
 void	 dram_stats(const struct dram *, struct dram_stats *);
 size_t	 dram_lru_order(const struct dram *, uint64_t len, uint32_t *ids, size_t max);
 /* XXH3-64 over the little-endian XXH3-64 digests of each chunk, then the length. */
@@ -765,6 +773,7 @@ struct filetier_job {
 	uint32_t		 id;
 	uint16_t		 reader;
 	int64_t			 due_ns;	/* testing.read_delay_ms: reported then */
+	uint8_t			 tries;		/* write: retries after a full filesystem */
 };
 struct filetier_stats {
 	uint64_t	namespaces;
@@ -781,6 +790,7 @@ struct filetier_stats {
 	uint64_t	bytes_used;	/* files of visible and writing objects */
 	uint64_t	bytes_deleting;
 	uint64_t	bytes_capacity;
+	uint64_t	bytes_capacity_effective;	/* lower while the filesystem is full */
 	uint64_t	reads;
 	uint64_t	read_failures;	/* each dropped its object */
 	uint64_t	reads_cancelled;
@@ -789,6 +799,8 @@ struct filetier_stats {
 	uint64_t	writes;
 	uint64_t	write_failures;
 	uint64_t	write_nospace;	/* of those, ENOSPC or EDQUOT from the filesystem */
+	uint64_t	write_nospace_retries;	/* ENOSPC, EDQUOT: evicted, written again */
+	uint64_t	dirs_recreated;	/* namespace directories deleted while running, made again */
 	uint64_t	writes_refused;	/* -EAGAIN: the write queue was full */
 	uint64_t	writes_present;	/* -EEXIST */
 	uint64_t	writes_inflight;

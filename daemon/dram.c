@@ -891,6 +891,15 @@ dram_data(const struct dram *d, uint32_t id, uint64_t *len, uint64_t *checksum)
 	return dram_obj_bytes(d, o);
 }
 
+/* The key of a live object (writing, visible or dropped); NULL for a free id. */
+const struct obj_key *
+dram_key(const struct dram *d, uint32_t id)
+{
+	const struct dram_obj	*o = dram_obj_live(d, id);
+
+	return o == NULL ? NULL : &o->rec.key;
+}
+
 /* The same, writable: the publish worker fills a WRITING object; tests corrupt. */
 uint8_t *
 dram_data_mut(struct dram *d, uint32_t id)

@@ -45,6 +45,7 @@
  */
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
@@ -80,6 +81,9 @@
 #define FILETIER_DIR_MODE	0750		/* KV bytes are derived from prompts */
 #define FILETIER_FILE_MODE	0640
 #define FILETIER_TMP_PREFIX	".tmp-"
+#define FILETIER_NOSPACE_TRIES	8		/* a full filesystem: evict and retry, this often */
+#define FILETIER_RECHECK_NS	1000000000LL	/* a lowered capacity is rechecked once a second */
+#define FILETIER_WARN_NS	10000000000LL	/* a recreated directory is reported every 10 s */
 
 _Static_assert(FILETIER_HDR_USED <= FILETIER_HDR, "the header fits its block");
 _Static_assert(FILETIER_OBJ_MAX + FILETIER_HDR <= 0x7ffff000, "a read's size fits a CQE");
@@ -148,6 +152,17 @@ struct filetier {
 	struct index_lru	 lru;		/* exactly the VISIBLE entries without pins */
 	struct filetier_stats	 st;		/* counters kept as they change */
 	unsigned		 nscanning;	/* namespaces whose scan runs */
+	/*
+	 * What eviction keeps the files under: the configured capacity, or
+	 * less since a write found the filesystem full (ENOSPC, EDQUOT): the
+	 * bytes the tier had then plus what the filesystem had free. Raised
+	 * again, at most once a second, as the filesystem frees up.
+	 */
+	uint64_t		 cap_eff;
+	int64_t			 cap_checked_ns;
+	struct filetier_job_list nospace;	/* writes to retry once the unlinks ran */
+	uint64_t		 dirs_logged;	/* recreations reported so far, and when */
+	int64_t			 dirs_logged_ns;
 
 	/* Workers: the lock guards the queues, stop, and nothing else. */
 	pthread_mutex_t		 lock;
@@ -164,6 +179,9 @@ struct filetier {
 	unsigned		 nthreads;
 	struct filetier_reader	*readers;
 	struct filetier_fdc	*fdc;		/* open-file cache, or NULL */
+	/* Writers that find a namespace directory deleted make it again, one at a time. */
+	pthread_mutex_t		 dir_lock;
+	_Atomic uint64_t	 dirs_recreated;
 };
 
 /*
@@ -771,18 +789,18 @@ filetier_make_room(struct filetier *ft, uint64_t need)
 	uint64_t	avail, lru_bytes = 0;
 	uint32_t	id;
 
-	if (ft->st.bytes_used + need <= ft->p.capacity)
+	if (ft->st.bytes_used + need <= ft->cap_eff)
 		return 0;
 	/* Refuse before evicting anything when the evictable bytes cannot make it. */
-	avail = ft->p.capacity - (need > ft->p.capacity ? ft->p.capacity : need);
+	avail = ft->cap_eff - (need > ft->cap_eff ? ft->cap_eff : need);
 	for (id = ft->lru.tail; id != FILETIER_NONE && ft->st.bytes_used - lru_bytes > avail;
 	    id = filetier_ent(ft, id)->rec.lru_prev)
 		lru_bytes += filetier_file_bytes(filetier_ent(ft, id)->len);
-	if (need > ft->p.capacity || ft->st.bytes_used - lru_bytes > avail) {
+	if (need > ft->cap_eff || ft->st.bytes_used - lru_bytes > avail) {
 		ft->st.evict_failures++;
 		return -ENOSPC;
 	}
-	while (ft->st.bytes_used + need > ft->p.capacity) {
+	while (ft->st.bytes_used + need > ft->cap_eff) {
 		id = ft->lru.tail;
 		assert(id != FILETIER_NONE);
 		ft->st.evictions++;
@@ -847,12 +865,122 @@ filetier_read_done(struct filetier *ft, struct filetier_job *job)
 	filetier_unpin_id(ft, job->id);		/* the read's own pin: MRU at its last */
 }
 
+/* Bytes the filesystem under the root has free for an unprivileged writer; 0 if unknown. */
+static uint64_t
+filetier_fs_free(const struct filetier *ft)
+{
+	struct statvfs	sv;
+
+	if (fstatvfs(ft->rootfd, &sv) != 0)
+		return 0;
+	return (uint64_t)sv.f_bavail * sv.f_frsize;
+}
+
+/* Resubmits the writes that waited for room once no unlink is pending. */
 static void
+filetier_nospace_resume(struct filetier *ft)
+{
+	struct filetier_job	*job;
+
+	if (ft->st.deleting > 0)
+		return;
+	while ((job = TAILQ_FIRST(&ft->nospace)) != NULL) {
+		TAILQ_REMOVE(&ft->nospace, job, entry);
+		filetier_enqueue(ft, job);
+	}
+}
+
+/*
+ * A write found the filesystem full below the tier's capacity (other
+ * files share it, or a quota): that is a signal to evict, not a reason
+ * to fail every write from now on. The effective capacity drops to the
+ * bytes the tier holds besides this object plus what the filesystem has
+ * free (nothing, for a quota, which statvfs cannot see), the LRU objects
+ * above it are evicted, and the write runs again once their unlinks ran.
+ * 1: the job was kept for that; 0: it fails (nothing evictable, or tried
+ * FILETIER_NOSPACE_TRIES times).
+ */
+static int
+filetier_nospace_retry(struct filetier *ft, struct filetier_job *job)
+{
+	struct filetier_ent	*e = filetier_ent(ft, job->id);
+	uint64_t		 need = filetier_file_bytes(e->len), others, room;
+	int			 rc;
+
+	if (job->tries >= FILETIER_NOSPACE_TRIES)
+		return 0;
+	others = ft->st.bytes_used - need;
+	room = others + (job->status == -ENOSPC ? filetier_fs_free(ft) : 0);
+	if (room < ft->cap_eff) {
+		if (ft->cap_eff == ft->p.capacity)
+			log_warn("filetier", "%s: the filesystem is full (%s) at %llu bytes of objects, "
+			    "below the capacity of %llu: evicting down to what fits", ft->root,
+			    filetier_strerror(job->status), (unsigned long long)others,
+			    (unsigned long long)ft->p.capacity);
+		ft->cap_eff = room;
+	}
+	ft->cap_checked_ns = filetier_now_ns(CLOCK_MONOTONIC);
+	/* Room for this object as if it were new: its own bytes are already counted. */
+	ft->st.bytes_used -= need;
+	rc = filetier_make_room(ft, need);
+	ft->st.bytes_used += need;
+	if (rc != 0)
+		return 0;
+	job->tries++;
+	job->status = -EINPROGRESS;
+	ft->st.write_nospace_retries++;
+	TAILQ_INSERT_TAIL(&ft->nospace, job, entry);
+	filetier_nospace_resume(ft);
+	return 1;
+}
+
+/* A capacity lowered by a full filesystem comes back as the filesystem frees up. */
+static void
+filetier_capacity_recheck(struct filetier *ft)
+{
+	int64_t		now;
+	uint64_t	room;
+
+	if (ft->cap_eff >= ft->p.capacity)
+		return;
+	now = filetier_now_ns(CLOCK_MONOTONIC);
+	if (now - ft->cap_checked_ns < FILETIER_RECHECK_NS)
+		return;
+	ft->cap_checked_ns = now;
+	room = ft->st.bytes_used + filetier_fs_free(ft);
+	if (room > ft->cap_eff)
+		ft->cap_eff = room < ft->p.capacity ? room : ft->p.capacity;
+}
+
+/* Says (at warn, at most every 10 s) that writers made a deleted namespace directory again. */
+static void
+filetier_dirs_report(struct filetier *ft, const struct filetier_ns *ns)
+{
+	uint64_t	n = atomic_load(&ft->dirs_recreated);
+	int64_t		now;
+
+	if (n == ft->dirs_logged)
+		return;
+	now = filetier_now_ns(CLOCK_MONOTONIC);
+	if (ft->dirs_logged != 0 && now - ft->dirs_logged_ns < FILETIER_WARN_NS)
+		return;
+	log_warn("filetier", "%s/%s: a namespace directory was deleted under the tier; made it "
+	    "again (%llu times so far); objects whose files went with it are lost", ft->root,
+	    ns->name, (unsigned long long)n);
+	ft->dirs_logged = n;
+	ft->dirs_logged_ns = now;
+}
+
+/* 1: the job was queued again (a full filesystem), and is not done yet. */
+static int
 filetier_write_done(struct filetier *ft, struct filetier_job *job)
 {
 	struct filetier_ent	*e = filetier_ent(ft, job->id);
 
 	assert(e->state == FILETIER_S_WRITING);
+	filetier_dirs_report(ft, job->ns);
+	if ((job->status == -ENOSPC || job->status == -EDQUOT) && filetier_nospace_retry(ft, job))
+		return 1;
 	ft->st.writes_inflight--;
 	ft->st.writing--;
 	if (job->status == 0) {
@@ -861,7 +989,8 @@ filetier_write_done(struct filetier *ft, struct filetier_job *job)
 		ft->st.writes++;
 		ft->st.bytes_written += job->len;
 		index_lru_push(&ft->ix, &ft->lru, job->id);
-		return;
+		filetier_capacity_recheck(ft);
+		return 0;
 	}
 	/* Never visible: the temp file is gone, the entry goes too. */
 	ft->st.write_failures++;
@@ -875,6 +1004,7 @@ filetier_write_done(struct filetier *ft, struct filetier_job *job)
 	ft->st.bytes_used -= filetier_file_bytes(e->len);
 	filetier_index_remove(ft, job->id);
 	index_rec_free(&ft->ix, job->id);
+	return 0;
 }
 
 static void
@@ -894,6 +1024,7 @@ filetier_delete_done(struct filetier *ft, struct filetier_job *job)
 		ft->st.dead++;
 	} else
 		index_rec_free(&ft->ix, job->id);
+	filetier_nospace_resume(ft);
 }
 
 /* One finished job's bookkeeping and completion, on the loop thread; frees it. */
@@ -905,7 +1036,8 @@ filetier_job_complete(struct filetier *ft, struct filetier_job *job)
 		filetier_read_done(ft, job);
 		break;
 	case FILETIER_JOB_WRITE:
-		filetier_write_done(ft, job);
+		if (filetier_write_done(ft, job))
+			return;		/* queued again after eviction: not done */
 		break;
 	default:
 		filetier_delete_done(ft, job);
@@ -1628,6 +1760,57 @@ filetier_rand(uint64_t *s)
 	return *s * 0x2545f4914f6cdd1dULL;
 }
 
+static int	filetier_mkdir_p(int dirfd, const char *path, char *err, size_t errlen);
+
+/*
+ * Makes dirfd's directory again at path (relative to at) when it was
+ * deleted: an operator's rm -r, a cleaner. dup3 puts the new directory
+ * behind the same descriptor number atomically, so a thread using it
+ * meanwhile works in the old directory or the new one, never on a closed
+ * or reused number. 1: made again; 0: it was there; or -errno.
+ */
+static int
+filetier_dir_remake(int at, const char *path, int dirfd)
+{
+	struct stat	st;
+	char		err[64];
+	int		fd, rc;
+
+	if (fstat(dirfd, &st) != 0)
+		return -errno;
+	if (st.st_nlink > 0)
+		return 0;	/* another writer made it again first */
+	if ((rc = filetier_mkdir_p(at, path, err, sizeof(err))) != 0)
+		return rc;
+	/* The root may be a link (config/README.md); nothing below it is followed. */
+	if (at == AT_FDCWD) {
+		if ((fd = openat(at, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+			return -errno;
+	} else if ((fd = filetier_open_beneath(at, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0)) < 0)
+		return fd;
+	rc = dup3(fd, dirfd, O_CLOEXEC) < 0 ? -errno : 1;
+	close(fd);
+	return rc;
+}
+
+/*
+ * A namespace directory deleted under a running tier: made again, with
+ * the root above it if that went too, so that writes land again. The
+ * loop reports it (filetier_dirs_report).
+ */
+static int
+filetier_ns_remake(struct filetier *ft, struct filetier_ns *ns)
+{
+	int	rc;
+
+	pthread_mutex_lock(&ft->dir_lock);
+	if ((rc = filetier_dir_remake(AT_FDCWD, ft->root, ft->rootfd)) >= 0 &&
+	    (rc = filetier_dir_remake(ft->rootfd, ns->name, ns->dirfd)) > 0)
+		atomic_fetch_add(&ft->dirs_recreated, 1);
+	pthread_mutex_unlock(&ft->dir_lock);
+	return rc < 0 ? rc : 0;
+}
+
 static int
 filetier_pwrite_all(int fd, const void *hdr, const void *data, uint64_t len)
 {
@@ -1668,7 +1851,7 @@ filetier_pwrite_all(int fd, const void *hdr, const void *data, uint64_t len)
 static int
 filetier_write_file(struct filetier *ft, struct filetier_job *job, uint64_t *rng, uint8_t *hdr)
 {
-	const struct filetier_ns *ns = job->ns;
+	struct filetier_ns	*ns = job->ns;
 	char			 path[FILETIER_OBJ_PATH], tmp[32];
 	const char		*name = path + FILETIER_OBJ_NAME;
 	int			 fd = -1, lfd, pfd = -1, rc, tries, made = 0;
@@ -1678,8 +1861,14 @@ filetier_write_file(struct filetier *ft, struct filetier_job *job, uint64_t *rng
 		return -EBADMSG;
 	filetier_hdr_build(hdr, &job->key, job->len, job->checksum);
 	filetier_obj_path(&job->key, path);
-	if ((lfd = filetier_leaf_open(ns->dirfd, &job->key, 1, &made,
-	    ft->p.fsync ? &pfd : NULL)) < 0)
+	lfd = filetier_leaf_open(ns->dirfd, &job->key, 1, &made, ft->p.fsync ? &pfd : NULL);
+	if (lfd == -ENOENT) {
+		/* The namespace directory itself is gone: made again, then once more. */
+		if ((rc = filetier_ns_remake(ft, ns)) != 0)
+			return rc;
+		lfd = filetier_leaf_open(ns->dirfd, &job->key, 1, &made, ft->p.fsync ? &pfd : NULL);
+	}
+	if (lfd < 0)
 		return lfd;
 	for (tries = 0; tries < 8 && fd < 0; tries++) {
 		snprintf(tmp, sizeof(tmp), FILETIER_TMP_PREFIX "%016llx",
@@ -2391,7 +2580,7 @@ filetier_scan_finish(struct filetier *ft, struct filetier_scan *sc)
 	filetier_scan_free(sc);
 	filetier_ns_idle(ft, ns);
 	/* A capacity lowered since the files were written: the oldest go. */
-	if (ft->st.bytes_used > ft->p.capacity)
+	if (ft->st.bytes_used > ft->cap_eff)
 		(void)filetier_make_room(ft, 0);
 	/* The scan threads' arenas held the found lists: give them back now. */
 	malloc_trim(0);
@@ -2989,7 +3178,10 @@ filetier_new(struct event_base *base, const struct filetier_params *p, struct fi
 	ft->rootfd = ft->efd = -1;
 	index_lru_init(&ft->lru);
 	pthread_mutex_init(&ft->lock, NULL);
+	pthread_mutex_init(&ft->dir_lock, NULL);
+	atomic_init(&ft->dirs_recreated, 0);
 	pthread_cond_init(&ft->wcond, NULL);
+	TAILQ_INIT(&ft->nospace);
 	TAILQ_INIT(&ft->writes);
 	TAILQ_INIT(&ft->deletes);
 	TAILQ_INIT(&ft->done);
@@ -3060,6 +3252,7 @@ filetier_new(struct event_base *base, const struct filetier_params *p, struct fi
 		ft->nthreads++;
 	}
 	ft->st.bytes_capacity = p->capacity;
+	ft->cap_eff = p->capacity;
 	*out = ft;
 	return 0;
 
@@ -3103,6 +3296,7 @@ filetier_free(struct filetier *ft)
 		pthread_join(ft->threads[i], NULL);
 	filetier_fdc_free(ft->fdc);
 	ft->fdc = NULL;
+	filetier_jobs_free(&ft->nospace);
 	filetier_jobs_free(&ft->writes);
 	filetier_jobs_free(&ft->deletes);
 	filetier_jobs_free(&ft->done);
@@ -3128,6 +3322,7 @@ filetier_free(struct filetier *ft)
 		close(ft->rootfd);
 	index_fini(&ft->ix);
 	pthread_cond_destroy(&ft->wcond);
+	pthread_mutex_destroy(&ft->dir_lock);
 	pthread_mutex_destroy(&ft->lock);
 	free(ft);
 }
@@ -3221,6 +3416,8 @@ filetier_write(struct filetier *ft, const struct obj_key *k, const void *data, u
 	}
 	if ((job = calloc(1, sizeof(*job))) == NULL)
 		return -ENOMEM;
+	/* A tier refusing writes after a full filesystem must still see it free up. */
+	filetier_capacity_recheck(ft);
 	if ((rc = filetier_make_room(ft, filetier_file_bytes(len))) != 0) {
 		free(job);
 		return rc;
@@ -3322,6 +3519,8 @@ filetier_stats(const struct filetier *ft, struct filetier_stats *st)
 		st->namespaces_open += ft->ns[i]->dirfd >= 0;
 	st->scanning = ft->nscanning;
 	st->bytes_capacity = ft->p.capacity;
+	st->bytes_capacity_effective = ft->cap_eff;
+	st->dirs_recreated = atomic_load(&ft->dirs_recreated);
 	st->index_buckets = ft->ix.nbuckets;
 	st->readers_uring = 0;
 	for (i = 0; i < ft->p.readers; i++)

@@ -157,13 +157,16 @@ metrics_dram(struct server *s)
 /*
  * The file tier: null when tiers.file.path is unset. "write_through"
  * counts publish.c's side: writes queued, failed (refused at queueing,
- * or failed after; never visible) and found present.
+ * or failed after; never visible), found present and deferred (waited in
+ * the backlog); dirty objects are acknowledged and not on file yet (in
+ * the backlog or being written), backlog ones not handed to the tier yet.
  */
 static json_t *
 metrics_file(struct server *s)
 {
 	struct filetier_stats	st;
 	json_t			*o;
+	uint64_t		 dirty, dirty_bytes, waiting, waiting_bytes;
 
 	if (s->file == NULL)
 		return json_null();
@@ -189,9 +192,18 @@ metrics_file(struct server *s)
 	json_object_set_new(o, "namespaces_open", json_integer(I(st.namespaces_open)));
 	json_object_set_new(o, "namespaces_released", json_integer(I(st.namespaces_released)));
 	json_object_set_new(o, "namespaces_forgotten", json_integer(I(st.namespaces_forgotten)));
-	json_object_set_new(o, "write_through", json_pack("{s:I, s:I, s:I}",
+	/* A full filesystem lowers the capacity eviction keeps to; deleted directories are made again. */
+	json_object_set_new(o, "bytes_capacity_effective",
+	    json_integer((json_int_t)st.bytes_capacity_effective));
+	json_object_set_new(o, "write_nospace_retries",
+	    json_integer((json_int_t)st.write_nospace_retries));
+	json_object_set_new(o, "dirs_recreated", json_integer((json_int_t)st.dirs_recreated));
+	publish_backlog_stats(s, &dirty, &dirty_bytes, &waiting, &waiting_bytes);
+	json_object_set_new(o, "write_through", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
 	    "queued", I(metrics.file_writes), "failed", I(metrics.file_writes_failed),
-	    "present", I(metrics.file_writes_present)));
+	    "present", I(metrics.file_writes_present), "deferred", I(metrics.file_writes_deferred),
+	    "dirty_objects", I(dirty), "dirty_bytes", I(dirty_bytes),
+	    "backlog_objects", I(waiting), "backlog_bytes", I(waiting_bytes)));
 	return o;
 }
 

@@ -20,8 +20,10 @@
  * after the reply, because the DRAM tier already keeps the promise; a
  * file that fails to appear is counted and never visible, and the object
  * stays pinned in DRAM until its write finished, so the writer reads
- * bytes that eviction cannot reuse.
+ * bytes that eviction cannot reuse. Writes the tier cannot take yet wait
+ * in a backlog (below), never refused.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,14 +35,65 @@ struct publish_op {
 	struct session		*sess;		/* a reference, through the job */
 	struct proto_hdr	 req;
 	uint32_t		 present;
-	struct obj_key		*keys;		/* of job->pages, with a file tier */
 };
+
+/*
+ * The write-through backlog: committed DRAM objects acknowledged by a
+ * PUBLISH whose write the file tier has not taken yet (its write queue was
+ * full, or the key was still being unlinked). Each is pinned in DRAM from
+ * its commit until its write ended, so DRAM eviction passes over it and
+ * its bytes stay where the writer will read them: a dirty object is
+ * written before it can be dropped, never lost to eviction. A DRAM tier
+ * full of dirty objects answers PUBLISH no_space (the engine keeps its
+ * pages) until writes drain: the publish rate is held to the tier's write
+ * rate. The backlog keeps DRAM ids only (the key is the object's own), 4
+ * bytes an object, in publish order; it is bounded by the DRAM tier.
+ */
+struct publish_backlog {
+	uint32_t	*ids;		/* a ring of cap ids, n from head */
+	size_t		 head;
+	size_t		 n;
+	size_t		 cap;
+	uint64_t	 bytes;		/* of the ids in the ring */
+	uint64_t	 dirty;		/* acknowledged, not on file yet: ring + tier */
+	uint64_t	 dirty_bytes;
+	struct event	*retry;		/* a drain that no completion will trigger */
+};
+
+#define PUBLISH_RETRY_MS	10	/* -EBUSY: the key's unlink is about to end */
 
 /* One write-through: the DRAM object it reads, pinned until done. */
 struct publish_file {
 	struct server		*server;
 	uint32_t		 id;
+	uint64_t		 len;
 };
+
+static void	publish_backlog_drain(struct server *);
+
+static struct publish_backlog *
+publish_backlog(struct server *s)
+{
+	if (s->backlog == NULL)
+		s->backlog = calloc(1, sizeof(*s->backlog));
+	return s->backlog;
+}
+
+/* The object is no longer dirty: written, present, or failed (counted). */
+static void
+publish_clean(struct server *s, uint32_t id, uint64_t len)
+{
+	s->backlog->dirty--;
+	s->backlog->dirty_bytes -= len;
+	dram_unpin(s->dram, id);
+}
+
+/* A tier with nothing evictable fails every write: logged at the 1st, 2nd, 4th, 8th... */
+static int
+publish_log_now(uint64_t n)
+{
+	return (n & (n - 1)) == 0;
+}
 
 static void
 publish_file_done(struct filetier_job *fj)
@@ -54,45 +107,186 @@ publish_file_done(struct filetier_job *fj)
 		metrics.file_writes_failed++;
 		log_debug("publish", "file tier write: %s", strerror(-fj->status));
 	}
-	dram_unpin(s->dram, pf->id);
+	publish_clean(s, pf->id, pf->len);
 	free(pf);
+	publish_backlog_drain(s);
 	server_maybe_finish(s);
 }
 
-/* Queues a committed DRAM object's write to the file tier; failures are counted. */
-static void
-publish_write_through(struct server *s, const struct obj_key *k, uint32_t id)
+/*
+ * Hands one dirty object's write to the file tier: 0 when it was taken or
+ * settled (present, failed: counted), -EAGAIN when it must wait (the
+ * tier's queue is full, its key is being unlinked, no memory now).
+ */
+static int
+publish_file_submit(struct server *s, uint32_t id)
 {
 	struct publish_file	*pf;
+	const struct obj_key	*k = dram_key(s->dram, id);
 	const uint8_t		*data;
 	uint64_t		 len, csum;
 	int			 rc;
 
-	if ((pf = malloc(sizeof(*pf))) == NULL) {
-		metrics.file_writes_failed++;
-		return;
-	}
+	data = dram_data(s->dram, id, &len, &csum);
+	assert(k != NULL && data != NULL);	/* pinned: the record stays */
+	if ((pf = malloc(sizeof(*pf))) == NULL)
+		return -EAGAIN;
 	pf->server = s;
 	pf->id = id;
-	if ((data = dram_data(s->dram, id, &len, &csum)) == NULL) {
-		metrics.file_writes_failed++;
-		free(pf);
-		return;
-	}
-	dram_pin(s->dram, id);
+	pf->len = len;
 	rc = filetier_write(s->file, k, data, len, csum, publish_file_done, pf);
 	if (rc == 0) {
 		metrics.file_writes++;
-		return;
+		return 0;
 	}
+	free(pf);
+	if (rc == -EAGAIN || rc == -EBUSY || rc == -ENOMEM)
+		return -EAGAIN;
 	if (rc == -EEXIST)
 		metrics.file_writes_present++;
 	else {
 		metrics.file_writes_failed++;
-		log_debug("publish", "file tier write refused: %s", strerror(-rc));
+		if (publish_log_now(metrics.file_writes_failed))
+			log_warn("publish", "file tier write refused: %s; the object stays in DRAM "
+			    "only (%llu write-throughs failed so far)", strerror(-rc),
+			    (unsigned long long)metrics.file_writes_failed);
 	}
-	dram_unpin(s->dram, id);
-	free(pf);
+	publish_clean(s, id, len);
+	return 0;
+}
+
+static void
+publish_retry_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	(void)fd;
+	(void)ev;
+	publish_backlog_drain(arg);
+}
+
+/* Writes from the backlog's head while the tier takes them; a timer when nothing else will. */
+static void
+publish_backlog_drain(struct server *s)
+{
+	struct publish_backlog	*b = s->backlog;
+	struct timeval		 tv = { 0, PUBLISH_RETRY_MS * 1000 };
+	uint64_t		 len;
+	uint32_t		 id;
+
+	if (b == NULL)
+		return;
+	while (b->n > 0) {
+		id = b->ids[b->head];
+		if (publish_file_submit(s, id) != 0)
+			break;
+		(void)dram_data(s->dram, id, &len, NULL);
+		b->bytes -= len;
+		b->head = (b->head + 1) % b->cap;
+		b->n--;
+	}
+	/* Waiting with no write of ours in flight: only time ends it. */
+	if (b->n > 0 && b->dirty == b->n) {
+		if (b->retry == NULL)
+			b->retry = evtimer_new(s->base, publish_retry_cb, s);
+		if (b->retry != NULL && !evtimer_pending(b->retry, NULL))
+			evtimer_add(b->retry, &tv);
+	}
+	if (b->n == 0 && s->stopping)
+		server_maybe_finish(s);
+}
+
+/* Appends id to the backlog; -ENOMEM when the ring cannot grow. */
+static int
+publish_backlog_push(struct publish_backlog *b, uint32_t id, uint64_t len)
+{
+	uint32_t	*nv;
+	size_t		 cap, i;
+
+	if (b->n == b->cap) {
+		cap = b->cap == 0 ? 1024 : b->cap * 2;
+		if ((nv = malloc(cap * sizeof(*nv))) == NULL)
+			return -ENOMEM;
+		for (i = 0; i < b->n; i++)
+			nv[i] = b->ids[(b->head + i) % b->cap];
+		free(b->ids);
+		b->ids = nv;
+		b->head = 0;
+		b->cap = cap;
+	}
+	b->ids[(b->head + b->n) % b->cap] = id;
+	b->n++;
+	b->bytes += len;
+	return 0;
+}
+
+/*
+ * Makes a committed DRAM object dirty and starts its write-through, or
+ * queues it behind the writes that came first. Only a failure to keep it
+ * (no memory for the backlog) leaves it unwritten, counted and logged.
+ */
+static void
+publish_write_through(struct server *s, uint32_t id)
+{
+	struct publish_backlog	*b = publish_backlog(s);
+	uint64_t		 len;
+
+	if (b == NULL || dram_data(s->dram, id, &len, NULL) == NULL || dram_pin(s->dram, id) != 0) {
+		metrics.file_writes_failed++;
+		log_warn("publish", "no memory to keep a write-through; the object stays in DRAM only");
+		return;
+	}
+	b->dirty++;
+	b->dirty_bytes += len;
+	if (b->n == 0 && publish_file_submit(s, id) == 0)
+		return;
+	metrics.file_writes_deferred++;
+	if (publish_backlog_push(b, id, len) != 0) {
+		metrics.file_writes_failed++;
+		log_warn("publish", "no memory to keep a write-through; the object stays in DRAM only");
+		publish_clean(s, id, len);
+		return;
+	}
+	publish_backlog_drain(s);
+}
+
+/* Dirty objects (waiting in the backlog, or being written) and their bytes; waiting ones. */
+void
+publish_backlog_stats(const struct server *s, uint64_t *dirty, uint64_t *dirty_bytes,
+    uint64_t *waiting, uint64_t *waiting_bytes)
+{
+	const struct publish_backlog	*b = s->backlog;
+
+	*dirty = b != NULL ? b->dirty : 0;
+	*dirty_bytes = b != NULL ? b->dirty_bytes : 0;
+	*waiting = b != NULL ? b->n : 0;
+	*waiting_bytes = b != NULL ? b->bytes : 0;
+}
+
+/* Objects waiting for the tier to take their write: a drain waits for 0. */
+unsigned
+publish_backlog_waiting(const struct server *s)
+{
+	return s->backlog != NULL ? (unsigned)s->backlog->n : 0;
+}
+
+/*
+ * At exit, before the file tier and DRAM go: what still waits is never
+ * written, and says so. Idempotent.
+ */
+void
+publish_backlog_free(struct server *s)
+{
+	struct publish_backlog	*b = s->backlog;
+
+	if (b == NULL)
+		return;
+	if (b->n > 0)
+		log_warn("publish", "exiting with %zu objects (%llu bytes) not written to the file "
+		    "tier; they were in DRAM only", b->n, (unsigned long long)b->bytes);
+	if (b->retry != NULL)
+		event_free(b->retry);
+	free(b->ids);
+	free(b);
+	s->backlog = NULL;
 }
 
 static void
@@ -125,8 +319,8 @@ publish_job_done(struct copy_job *job)
 			dram_commit(s->dram, job->pages[i].id, job->pages[i].checksum);
 			r.bytes += job->pages[i].len;
 		}
-		for (i = 0; s->file != NULL && op->keys != NULL && i < job->npages; i++)
-			publish_write_through(s, &op->keys[i], job->pages[i].id);
+		for (i = 0; s->file != NULL && i < job->npages; i++)
+			publish_write_through(s, job->pages[i].id);
 		r.stored = job->npages;
 		r.present = op->present;
 		metrics.pages_published += r.stored;
@@ -136,7 +330,6 @@ publish_job_done(struct copy_job *job)
 	}
 	free(job->pages);
 	free(job);
-	free(op->keys);
 	free(op);
 	session_job_done(sess);
 }
@@ -203,8 +396,7 @@ publish_request(struct conn *c, struct proto_frame *f)
 	op = calloc(1, sizeof(*op));
 	job = calloc(1, sizeof(*job));
 	if (pages == NULL || op == NULL || job == NULL ||
-	    (job->pages = calloc(p.npages + 1, sizeof(*job->pages))) == NULL ||
-	    (s->file != NULL && (op->keys = calloc(p.npages + 1, sizeof(*op->keys))) == NULL)) {
+	    (job->pages = calloc(p.npages + 1, sizeof(*job->pages))) == NULL) {
 		conn_reply_error(c, &f->hdr, PROTO_S_NO_MEMORY, "PUBLISH: out of memory");
 		goto fail;
 	}
@@ -231,8 +423,6 @@ publish_request(struct conn *c, struct proto_frame *f)
 			    rc == -ENOSPC ? "no space in the DRAM tier after eviction" : strerror(-rc));
 			goto fail;
 		}
-		if (op->keys != NULL)
-			op->keys[job->npages] = k;
 		job->pages[job->npages].id = id;
 		job->pages[job->npages].obj = buf;
 		job->pages[job->npages].len = len;
@@ -248,7 +438,6 @@ publish_request(struct conn *c, struct proto_frame *f)
 		conn_reply(c, &f->hdr, PROTO_S_OK, &r, sizeof(r));
 		free(job->pages);
 		free(job);
-		free(op->keys);
 		free(op);
 		return;
 	}
@@ -274,6 +463,5 @@ fail:
 		free(job->pages);
 	free(job);
 	if (op != NULL)
-		free(op->keys);
-	free(op);
+		free(op);
 }

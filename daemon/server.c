@@ -315,12 +315,12 @@ server_finish(struct server *s)
 	event_base_loopexit(s->base, NULL);
 }
 
-/* Copy jobs in flight on both engines, and file tier I/O. */
+/* Copy jobs in flight on both engines, file tier I/O, and write-throughs waiting for it. */
 unsigned
 server_copies_inflight(const struct server *s)
 {
 	return (s->copy != NULL ? copy_inflight(s->copy) : 0) + cuda_inflight(s->cuda) +
-	    (s->file != NULL ? filetier_inflight(s->file) : 0);
+	    (s->file != NULL ? filetier_inflight(s->file) : 0) + publish_backlog_waiting(s);
 }
 
 /* Ends a drain once the last connection and the last copy are gone. */
@@ -530,6 +530,7 @@ server_free(struct server *s)
 	 * (writers read object bytes from it): joins the file tier's threads;
 	 * writes still queued are dropped and never become visible.
 	 */
+	publish_backlog_free(s);
 	filetier_free(s->file);
 	s->file = NULL;
 	dram_free(s->dram);

@@ -712,7 +712,7 @@ START_TEST(test_writer_killed_mid_write_leaves_no_torn_object)
 }
 END_TEST
 
-START_TEST(test_enospc_fails_writes_cleanly_and_reads_go_on)
+START_TEST(test_enospc_fails_writes_cleanly_then_evicts_and_reads_go_on)
 {
 	struct event_base	*base;
 	struct filetier		*ft;
@@ -756,11 +756,95 @@ START_TEST(test_enospc_fails_writes_cleanly_and_reads_go_on)
 	ck_assert_uint_eq(st.write_nospace, mounted ? 1 : 0);
 	ck_assert_uint_eq(st.visible, 2);
 	ck_assert_uint_eq(st.bytes_used, 2 * (FILETIER_HDR + 64 * KIB));
+	if (mounted) {
+		char		filler[PATH_MAX];
+		uint64_t	cap;
+		uint32_t	n;
+		int		fd;
+
+		/* Another user of the filesystem: 256 KiB beside the tier. */
+		snprintf(filler, sizeof(filler), "%s/filler", troot);
+		ck_assert_int_ge(fd = open(filler, O_WRONLY | O_CREAT | O_EXCL, 0600), 0);
+		{
+			static uint8_t	zeros[256 * KIB];
+
+			ck_assert_int_eq(write(fd, zeros, sizeof(zeros)), (ssize_t)sizeof(zeros));
+		}
+		ck_assert_int_eq(close(fd), 0);
+
+		/*
+		 * Issue 11 item 9: 40 more objects than the 1 MiB can hold. The
+		 * ENOSPC above set the capacity eviction keeps to to what fits
+		 * (the old tier kept 64 GiB and failed these writes): the least
+		 * recently used files go, and every write lands.
+		 */
+		for (n = 3; n < 43; n++)
+			ck_assert_int_eq(write_wait(base, ft, fp_a, n, 64 * KIB), 0);
+		ck_assert_int_eq(read_wait(base, ft, fp_a, 42), 0);
+		filetier_stats(ft, &st);
+		ck_assert_uint_eq(st.write_failures, 1);
+		ck_assert_uint_gt(st.evictions, 0);
+		ck_assert_uint_eq(st.visible + st.evictions, 42);
+		ck_assert_uint_le(st.bytes_capacity_effective, 1 * MIB);
+		ck_assert_uint_lt(st.bytes_capacity_effective, st.bytes_capacity);
+		walk(&tmp, &obj);
+		ck_assert_int_eq(tmp, 0);
+		ck_assert_int_eq(obj, (int)st.visible);
+		/* The other user leaves: within a second the tier may use that room again. */
+		cap = st.bytes_capacity_effective;
+		ck_assert_int_eq(unlink(filler), 0);
+		usleep(1100 * 1000);
+		ck_assert_int_eq(write_wait(base, ft, fp_a, 43, 64 * KIB), 0);
+		filetier_stats(ft, &st);
+		ck_assert_uint_ge(st.bytes_capacity_effective, cap + 200 * KIB);
+		ck_assert_uint_eq(st.write_failures, 1);
+	}
 	check_idle(ft);
 	filetier_free(ft);
 	event_base_free(base);
 	if (mounted)
 		ck_assert_int_eq(umount(troot), 0);
+}
+END_TEST
+
+/*
+ * Issue 11 item 9: the namespace directory, then the whole root, deleted
+ * while the tier runs. Writes used to fail with ENOENT until a restart;
+ * now the writer that meets the missing directory makes it again (with
+ * its pool directories) and the write lands, readable at once.
+ */
+START_TEST(test_deleted_namespace_directory_is_made_again_by_the_next_write)
+{
+	struct event_base	*base = event_base_new();
+	struct filetier		*ft = ft_open(base, NULL, NULL);
+	struct filetier_stats	 st;
+	char			 dir[PATH_MAX];
+	int			 tmp, obj;
+
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 0, 64 * KIB), 0);
+	snprintf(dir, sizeof(dir), "%s/%s", troot, NS_A);
+	ck_assert_int_eq(test_rmtree(dir), 0);
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 1, 64 * KIB), 0);
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 1), 0);
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 2, 64 * KIB), 0);
+	filetier_stats(ft, &st);
+	ck_assert_uint_eq(st.dirs_recreated, 1);
+	ck_assert_uint_eq(st.write_failures, 0);
+	/* The root itself goes: made again too. */
+	ck_assert_int_eq(test_rmtree(troot), 0);
+	ck_assert_int_eq(write_wait(base, ft, fp_a, 3, 64 * KIB), 0);
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 3), 0);
+	filetier_stats(ft, &st);
+	ck_assert_uint_eq(st.dirs_recreated, 2);
+	ck_assert_uint_eq(st.write_failures, 0);
+	walk(&tmp, &obj);
+	ck_assert_int_eq(tmp, 0);
+	ck_assert_int_eq(obj, 1);
+	/* Object 0's file went with its directory: its read fails it as lost. */
+	ck_assert_int_eq(read_wait(base, ft, fp_a, 0), -ENOENT);
+	check_idle(ft);
+	filetier_free(ft);
+	event_base_free(base);
 }
 END_TEST
 
@@ -1867,9 +1951,10 @@ suite_filetier(void)
 	tcase_add_test(tc, test_pinned_object_found_corrupt_leaves_the_index_and_keeps_its_pin);
 	tcase_add_test(tc, test_foreign_fingerprint_file_is_refused_and_removed);
 	tcase_add_test(tc, test_writer_killed_mid_write_leaves_no_torn_object);
-	tcase_add_test(tc, test_enospc_fails_writes_cleanly_and_reads_go_on);
+	tcase_add_test(tc, test_enospc_fails_writes_cleanly_then_evicts_and_reads_go_on);
 	tcase_add_test(tc, test_two_tiers_writing_the_same_keys_are_harmless);
 	tcase_add_test(tc, test_capacity_evicts_lru_but_never_a_pinned_object);
+	tcase_add_test(tc, test_deleted_namespace_directory_is_made_again_by_the_next_write);
 	tcase_add_test(tc, test_scan_skips_and_removes_junk);
 	tcase_add_test(tc, test_restart_lru_order_follows_write_time);
 	tcase_add_test(tc, test_lookup_has_no_side_effects);

@@ -13,6 +13,7 @@
  *   bench_file -d DIR [-s SIZES] [-t MIB] [-r RUNS] [-R READERS] [-q DEPTH] [-F FDS] [-b] [-O]
  *   bench_file -d DIR --gpu [-s SIZES] [-t MIB] [-r RUNS] [-R READERS] [-q DEPTH] [-F FDS]
  *   bench_file -d DIR -S OBJECTS [-l LEN] [-T SCAN_THREADS]
+ *   bench_file -d DIR -P OBJECTS [-l LEN] [-m DRAM_MIB]
  *
  * -s sizes in KiB, comma separated (default 2304,256,36: MLA FP8 pages of
  * 61 layers, mid-size pages, 64-token MLA pages); -t MiB of payload per
@@ -27,9 +28,19 @@
  * and each batch of reads is copied to the device (H2D) while the next
  * batch is read; the raw loop does the same with the same copies. Without
  * a CUDA device it says so and exits 0.
+ * -P measures write-through: a real l3kvd (the one built next to this
+ * binary, or $L3KVD) with a file tier under DIR; one engine publishes
+ * OBJECTS objects of LEN bytes (default 16 KiB), 64 a request, as fast as
+ * the daemon answers, and retries a no_space (a DRAM tier of -m MiB full
+ * of objects not written yet) after 1 ms. It prints the sustained publish
+ * rate (first request to last answer), the rate at which the tier wrote
+ * the same objects (first request to last file), how many reached files,
+ * and the tier's own write rate for as many objects with no daemon
+ * (filetier_write, 64 in flight, no sync).
  * DIR must be on the filesystem to measure; the benchmark's files are
  * removed at the end.
  */
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -47,10 +58,13 @@
 #include <unistd.h>
 
 #include <event2/event.h>
+#include <jansson.h>
 #include <liburing.h>
+#include <signal.h>
 
 #include "daemon.h"
 #include "kernels.h"
+#include "l3kv.h"
 
 #define KIB		1024ULL
 #define MIB		(1024ULL * 1024)
@@ -177,6 +191,7 @@ bench_status_kib(const char *field)
 static unsigned	bench_scan_threads;	/* 0: the default */
 static long	bench_fd_cache = -1;	/* -F: the tier's open-file cache; -1: its default */
 static int	bench_tier_only;	/* -O: the tier's loop alone, to profile it */
+static unsigned	bench_writers = 4;	/* the tier's writer threads; -P: the daemon's 2 */
 
 /* Descriptors open now: the raw loop's windows leave room for the tier's cache. */
 static long
@@ -207,7 +222,7 @@ bench_tier(struct event_base *base, const char *root, unsigned readers, unsigned
 	p.root = root;
 	p.readers = readers;
 	p.read_depth = depth;
-	p.writers = 4;
+	p.writers = bench_writers;
 	p.direct = direct;
 	if (bench_fd_cache >= 0)
 		p.fd_cache = (unsigned)bench_fd_cache;
@@ -238,9 +253,10 @@ bench_write_done(struct filetier_job *job)
 	w->failed += job->status != 0;
 }
 
+/* Writes n objects; do_sync: and syncs the filesystem inside the time. */
 static double
-bench_fill(struct event_base *base, struct filetier *ft, unsigned pool, uint64_t n,
-    uint64_t len)
+bench_fill_sync(struct event_base *base, struct filetier *ft, unsigned pool, uint64_t n,
+    uint64_t len, int do_sync)
 {
 	struct bench_wr	 w = { 0, 0 };
 	struct obj_key	 k;
@@ -277,9 +293,17 @@ bench_fill(struct event_base *base, struct filetier *ft, unsigned pool, uint64_t
 		fprintf(stderr, "bench_file: %d writes failed\n", w.failed);
 		exit(1);
 	}
-	sync();
+	if (do_sync)
+		sync();
 	free(data);
 	return bench_now() - t0;
+}
+
+static double
+bench_fill(struct event_base *base, struct filetier *ft, unsigned pool, uint64_t n,
+    uint64_t len)
+{
+	return bench_fill_sync(base, ft, pool, n, len, 1);
 }
 
 /* The tier's read path: depth reads in flight, each buffer reused when its read is done. */
@@ -896,6 +920,231 @@ bench_scan(const char *dir, uint64_t objects, uint64_t len)
 	}
 }
 
+/* Write-through through a real l3kvd (-P). */
+#define BENCH_PUB_BATCH	64
+
+static void
+bench_pub_die(const char *what, int rc)
+{
+	fprintf(stderr, "bench_file: %s: %s\n", what, l3kv_strerror(rc));
+	exit(1);
+}
+
+/* An integer of STATS: section.key, or section.sub.key where sub is not NULL. */
+static long long
+bench_pub_stat(struct l3kv *k, const char *section, const char *sub, const char *key)
+{
+	json_error_t	 jerr;
+	json_t		*j, *o;
+	char		*text = NULL;
+	long long	 v;
+	int		 rc;
+
+	if ((rc = l3kv_stats(k, &text)) != 0)
+		bench_pub_die("stats", rc);
+	if ((j = json_loads(text, 0, &jerr)) == NULL) {
+		fprintf(stderr, "bench_file: STATS: %s\n", jerr.text);
+		exit(1);
+	}
+	o = json_object_get(j, section);
+	if (sub != NULL)
+		o = json_object_get(o, sub);
+	v = json_integer_value(json_object_get(o, key));
+	json_decref(j);
+	l3kv_free(text);
+	return v;
+}
+
+static struct l3kv *
+bench_pub_attach(const char *sock, uint64_t len, int *memfd)
+{
+	struct l3kv_attach_args	a;
+	struct l3kv_region	r;
+	struct l3kv_pool	p;
+	struct l3kv		*k = NULL;
+	int			rc, i;
+
+	for (i = 0; i < 500 && (rc = l3kv_connect(sock, 5000, &k)) != 0; i++)
+		usleep(10000);
+	if (rc != 0)
+		bench_pub_die("connect", rc);
+	*memfd = memfd_create("bench", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (*memfd < 0 || ftruncate(*memfd, (off_t)(BENCH_PUB_BATCH * len)) != 0)
+		bench_pub_die("memfd", -errno);
+	memset(&p, 0, sizeof(p));
+	p.name = "kv";
+	p.kind = L3KV_POOL_KV;
+	p.hit_policy = L3KV_HIT_ALL_PAGES;
+	p.layers = 1;
+	p.object_bytes = len;
+	memset(&r, 0, sizeof(r));
+	r.kind = L3KV_MEM_MEMFD;
+	r.layout = L3KV_LAYOUT_PAGE_FIRST;
+	r.fd = *memfd;
+	r.size = BENCH_PUB_BATCH * len;
+	r.num_pages = BENCH_PUB_BATCH;
+	r.page_tokens = 64;
+	r.layers = 1;
+	r.token_bytes = (uint32_t)(len / 64);
+	r.page_stride = len;
+	r.layer_stride = len / 64;
+	r.token_stride = len / 64;
+	memset(&a, 0, sizeof(a));
+	a.layout.model = "bench-wt";
+	a.layout.kv_dtype = "fp8_e4m3";
+	a.layout.hash_scheme = "sha256";
+	a.layout.hash_len = 32;
+	a.layout.tp_size = a.layout.dcp_size = a.layout.pp_size = a.layout.cp_size = 1;
+	a.layout.host_layout = L3KV_LAYOUT_PAGE_FIRST;
+	a.layout.attention = L3KV_ATTN_MLA;
+	a.layout.page_tokens = a.layout.logical_page_tokens = 64;
+	a.pools = &p;
+	a.npools = 1;
+	a.regions = &r;
+	a.nregions = 1;
+	a.group = "bench-wt";
+	a.group_size = 1;
+	a.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
+	a.write = L3KV_WRITE_THROUGH;
+	if ((rc = l3kv_attach(k, &a, NULL)) != 0)
+		bench_pub_die("attach", rc);
+	return k;
+}
+
+/* The l3kvd next to this binary, or $L3KVD. */
+static void
+bench_pub_daemon_path(const char *argv0, char *out, size_t len)
+{
+	const char	*env = getenv("L3KVD"), *slash = strrchr(argv0, '/');
+
+	if (env != NULL)
+		snprintf(out, len, "%s", env);
+	else if (slash != NULL)
+		snprintf(out, len, "%.*s/l3kvd", (int)(slash - argv0), argv0);
+	else
+		snprintf(out, len, "./l3kvd");
+}
+
+static void
+bench_publish(const char *argv0, const char *dir, uint64_t objects, uint64_t len,
+    uint64_t dram_mib)
+{
+	struct l3kv_publish_page	 pg[BENCH_PUB_BATCH];
+	struct l3kv_publish_result	 res;
+	struct event_base		*base;
+	struct filetier			*ft;
+	struct l3kv			*k;
+	char				 daemon[PATH_MAX], cfg[PATH_MAX + 16], sock[PATH_MAX + 16];
+	char				 logp[PATH_MAX + 16], root[PATH_MAX + 16], tier[PATH_MAX + 16];
+	char				 cmd[PATH_MAX + 32];
+	uint8_t				*pages;
+	uint64_t			 i, n, done = 0, nospace = 0;
+	long long			 written = 0, failed, backlog, dirty_peak = 0, d;
+	double				 t0, t_pub, t_file, t_tier;
+	FILE				*f;
+	pid_t				 pid;
+	int				 memfd, rc, fd;
+
+	if (len < 4096 || len % 4096 != 0) {
+		fprintf(stderr, "bench_file: -P: LEN must be a multiple of 4096\n");
+		exit(2);
+	}
+	if (dram_mib == 0)
+		dram_mib = (objects * len * 5 / 4 >> 20) + 64;
+	bench_pub_daemon_path(argv0, daemon, sizeof(daemon));
+	snprintf(root, sizeof(root), "%s/root", dir);
+	snprintf(tier, sizeof(tier), "%s/root/wt", dir);
+	snprintf(cfg, sizeof(cfg), "%s/root/l3kvd.json", dir);
+	snprintf(sock, sizeof(sock), "%s/root/l3kvd.sock", dir);
+	snprintf(logp, sizeof(logp), "%s/root/l3kvd.log", dir);
+	if (mkdir(root, 0700) != 0 && errno != EEXIST) {
+		fprintf(stderr, "bench_file: mkdir %s: %s\n", root, strerror(errno));
+		exit(1);
+	}
+	if ((f = fopen(cfg, "w")) == NULL) {
+		fprintf(stderr, "bench_file: %s: %s\n", cfg, strerror(errno));
+		exit(1);
+	}
+	fprintf(f, "{\"socket\": {\"path\": \"%s\", \"mode\": \"0600\"}, \"log\": {\"level\": "
+	    "\"warn\"}, \"tiers\": {\"dram\": {\"size\": \"%llu MiB\"}, \"file\": {\"path\": "
+	    "\"%s\"}}}\n", sock, (unsigned long long)dram_mib, tier);
+	fclose(f);
+	if ((pid = fork()) == 0) {
+		if ((fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0600)) >= 0)
+			dup2(fd, 2);
+		execl(daemon, "l3kvd", "-f", cfg, (char *)NULL);
+		_exit(127);
+	}
+	k = bench_pub_attach(sock, len, &memfd);
+	if ((pages = mmap(NULL, BENCH_PUB_BATCH * len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd,
+	    0)) == MAP_FAILED)
+		bench_pub_die("mmap", -errno);
+	for (i = 0; i < BENCH_PUB_BATCH * len; i++)
+		pages[i] = (uint8_t)(i * 131 + 7);
+	t0 = bench_now();
+	while (done < objects) {
+		n = objects - done < BENCH_PUB_BATCH ? objects - done : BENCH_PUB_BATCH;
+		for (i = 0; i < n; i++) {
+			uint64_t x = done + i + 1;
+
+			memset(pg[i].hash, 0, sizeof(pg[i].hash));
+			memcpy(pg[i].hash, &x, sizeof(x));
+			pg[i].hash[31] = 0x5a;
+			pg[i].src_page = (uint32_t)i;
+		}
+		rc = l3kv_publish(k, 0, pg, (uint32_t)n, &res);
+		if (rc == -ENOSPC) {
+			/* DRAM holds only objects not written yet: the engine waits. */
+			nospace++;
+			usleep(1000);
+			continue;
+		}
+		if (rc != 0)
+			bench_pub_die("publish", rc);
+		done += n;
+		if ((done / BENCH_PUB_BATCH) % 64 == 0 &&
+		    (d = bench_pub_stat(k, "file", "write_through", "dirty_objects")) > dirty_peak)
+			dirty_peak = d;
+	}
+	t_pub = bench_now() - t0;
+	backlog = bench_pub_stat(k, "file", "write_through", "dirty_objects");
+	while ((written = bench_pub_stat(k, "file", NULL, "writes")) +
+	    bench_pub_stat(k, "file", NULL, "write_failures") < (long long)objects)
+		usleep(1000);
+	t_file = bench_now() - t0;
+	failed = bench_pub_stat(k, "file", "write_through", "failed");
+	l3kv_close(k);
+	close(memfd);
+	munmap(pages, BENCH_PUB_BATCH * len);
+	kill(pid, SIGTERM);
+	waitpid(pid, NULL, 0);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tier);
+	if (system(cmd) != 0)
+		fprintf(stderr, "bench_file: could not remove %s\n", tier);
+
+	/* The tier alone, the same objects, in this process, with the daemon's writers. */
+	bench_writers = 2;
+	base = event_base_new();
+	ft = bench_tier(base, root, 2, 32, 1, NULL);
+	t_tier = bench_fill_sync(base, ft, 0, objects, len, 0);
+	filetier_free(ft);
+	event_base_free(base);
+
+	printf("write-through: %llu objects of %llu KiB, DRAM %llu MiB, 2 writers\n",
+	    (unsigned long long)objects, (unsigned long long)(len >> 10),
+	    (unsigned long long)dram_mib);
+	printf("  publish (acknowledged)  %9.0f objects/s %6.2f GB/s  (%llu no_space retries: "
+	    "DRAM all dirty)\n", (double)objects / t_pub, (double)(objects * len) / t_pub / 1e9,
+	    (unsigned long long)nospace);
+	printf("  written by the daemon   %9.0f objects/s %6.2f GB/s  (%lld of %llu on file, "
+	    "%lld failed; %lld dirty when publishing ended, peak sampled %lld)\n",
+	    (double)written / t_file, (double)written * (double)len / t_file / 1e9, written,
+	    (unsigned long long)objects, failed, backlog, dirty_peak);
+	printf("  tier alone (no daemon)  %9.0f objects/s %6.2f GB/s  | publish / tier %.2f, "
+	    "daemon writes / tier %.2f\n", (double)objects / t_tier,
+	    (double)(objects * len) / t_tier / 1e9, t_tier / t_pub, t_tier / t_file);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -905,6 +1154,7 @@ main(int argc, char **argv)
 	struct stat	 st;
 	unsigned	 readers = 2, depth = 32;
 	const char	*measure = NULL;	/* -M: one scan, in this fresh process */
+	uint64_t	 publish = 0, dram_mib = 0, len_set = 0;
 	int		 runs = 3, buffered = 0, gpu = 0, c, rc;
 	char		 cmd[PATH_MAX + 16], desc[256];
 	static const struct option longopts[] = {
@@ -912,7 +1162,7 @@ main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 }
 	};
 
-	while ((c = getopt_long(argc, argv, "d:s:t:r:R:q:F:bgOS:l:T:M:", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "d:s:t:r:R:q:F:bgOS:l:T:M:P:m:", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'd': dir = optarg; break;
 		case 's': sizes = optarg; break;
@@ -925,13 +1175,15 @@ main(int argc, char **argv)
 		case 'O': bench_tier_only = 1; break;
 		case 'g': gpu = 1; break;
 		case 'S': objects = strtoull(optarg, NULL, 0); break;
-		case 'l': len = strtoull(optarg, NULL, 0); break;
+		case 'l': len = len_set = strtoull(optarg, NULL, 0); break;
+		case 'P': publish = strtoull(optarg, NULL, 0); break;
+		case 'm': dram_mib = strtoull(optarg, NULL, 0); break;
 		case 'T': bench_scan_threads = (unsigned)atoi(optarg); break;
 		case 'M': measure = optarg; break;
 		default:
 			fprintf(stderr, "usage: bench_file -d DIR [--gpu] [-s KIB,..] [-t MIB] [-r RUNS] "
 			    "[-R READERS] [-q DEPTH] [-F FDS] [-b] [-O] | -d DIR -S OBJECTS [-l LEN] "
-			    "[-T THREADS]\n");
+			    "[-T THREADS] | -d DIR -P OBJECTS [-l LEN] [-m DRAM_MIB]\n");
 			return 2;
 		}
 	}
@@ -965,7 +1217,9 @@ main(int argc, char **argv)
 		bench_scan_measure(dir, measure);
 		return 0;
 	}
-	if (objects > 0)
+	if (publish > 0)
+		bench_publish(argv[0], dir, publish, len_set != 0 ? len : 16 * KIB, dram_mib);
+	else if (objects > 0)
 		bench_scan(dir, objects, len);
 	else if (gpu) {
 		bench_reads_gpu(dir, sizes, total, runs, readers, depth);

@@ -1,7 +1,8 @@
 #!/bin/bash
 # File-tier benchmark: restores through the file tier against a raw
 # O_DIRECT io_uring loop over the same files, cold and warm, the median of
-# RUNS runs each; then the startup scan of SCAN_OBJECTS small objects.
+# RUNS runs each; then the startup scan of SCAN_OBJECTS small objects; then
+# write-through, PUBLISH_OBJECTS objects of 16 KiB through a real l3kvd.
 #   tests/bench/file.sh [BUILD_DIR]      (make bench runs it)
 # BENCH_DIR picks the filesystem (default $TMPDIR or /var/tmp); SIZES (KiB),
 # TOTAL_MIB per size, RUNS, READERS, DEPTH, FD_CACHE (the tier's open-file
@@ -36,4 +37,8 @@ if [ -n "${GPU:-}" ]; then
 fi
 if [ "${GPU:-}" != only ]; then
 	"$BUILD/bench_file" -d "$dir" -S "${SCAN_OBJECTS:-100000}" -l 4096
+	# Write-through: PUBLISH through a real l3kvd against the tier's own write
+	# rate, with DRAM for every object, then with 64 MiB (publishes wait for writes).
+	"$BUILD/bench_file" -d "$dir" -P "${PUBLISH_OBJECTS:-32768}" -l 16384
+	"$BUILD/bench_file" -d "$dir" -P "${PUBLISH_OBJECTS:-32768}" -l 16384 -m 64
 fi
