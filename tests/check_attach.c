@@ -327,6 +327,61 @@ START_TEST(test_bad_registrations_are_refused_with_nothing_mapped)
 END_TEST
 
 /*
+ * Issue 11 item 2: a slot region whose stride is under a slot (0
+ * included) let a RESTORE into canonical slot 1 overwrite live slot 0.
+ * ATTACH refuses it, and any other region reaching into the slot
+ * region's bytes in the same memfd (through the same fd or another fd of
+ * the same file), with nothing mapped; the honest geometry is accepted.
+ */
+START_TEST(test_aliasing_slot_geometry_is_refused_at_attach)
+{
+	struct test_rank	 e;
+	struct l3kv		*k = client();
+	char			*before;
+	size_t			 kvlen;
+	int			 one, dup1;
+
+	engine_init(&e, "g-alias", 1, 0);
+	before = state_of_daemon();
+	e.regions[1].page_stride = 0;
+	assert_refused(k, &e, PROTO_S_INVALID, NULL);
+	ck_assert_str_eq(l3kv_last_error(k), "regions[1]: page_stride 0 is under the 4096 bytes one "
+	    "slot spans, so two slots would overlap");
+	e.regions[1].page_stride = SLOT_BYTES / 2;
+	assert_refused(k, &e, PROTO_S_INVALID, "regions[1]: page_stride 2048 is under the 4096 "
+	    "bytes one slot spans, so two slots would overlap");
+	e.regions[1].page_stride = SLOT_BYTES;
+	/* KV pages whose layers sit on one another. */
+	e.regions[0].layer_stride = 0;
+	assert_refused(k, &e, PROTO_S_INVALID, "regions[0]: layer_stride 0 is under");
+	e.regions[0].layer_stride = TOKEN_BYTES;
+
+	/* One memfd for both: the KV pages' last page is slot 0. */
+	kvlen = e.regions[0].size;
+	one = memfd(kvlen + SLOTS * SLOT_BYTES, MFD_ALLOW_SEALING);
+	e.regions[0].fd = one;
+	e.regions[1].fd = one;
+	e.regions[1].offset = kvlen - SLOT_BYTES;
+	assert_refused(k, &e, PROTO_S_BAD_REGION, NULL);
+	ck_assert_str_eq(l3kv_last_error(k), "regions[0]: bytes [0, 32768) overlap the state slots "
+	    "of regions[1] at [28672, 45056) in the same memory");
+	/* The same file through a second fd. */
+	dup1 = dup(one);
+	ck_assert_int_ge(dup1, 0);
+	e.regions[1].fd = dup1;
+	assert_refused(k, &e, PROTO_S_BAD_REGION, "overlap the state slots");
+	assert_state_is(before);
+	/* Side by side in one memfd is fine. */
+	e.regions[1].offset = kvlen;
+	ck_assert_msg(l3kv_attach(k, &e.args, NULL) == 0, "%s", l3kv_last_error(k));
+	l3kv_close(k);
+	close(dup1);
+	close(one);
+	test_rank_fini(&e);
+}
+END_TEST
+
+/*
  * GPU memory (CUDA IPC handles, cuMem fds) needs the cuda copy engine: a
  * daemon without a GPU refuses it as a bad region, saying so, with
  * nothing mapped; and no session mixes host and GPU memory.
@@ -480,6 +535,7 @@ suite_attach(void)
 	tcase_add_test(tc, test_fingerprint_is_stable_and_changes_with_the_layout);
 	tcase_add_test(tc, test_group_ranks_must_agree);
 	tcase_add_test(tc, test_bad_registrations_are_refused_with_nothing_mapped);
+	tcase_add_test(tc, test_aliasing_slot_geometry_is_refused_at_attach);
 	tcase_add_test(tc, test_gpu_memory_is_refused_cleanly_without_a_gpu);
 	tcase_add_test(tc, test_configured_model_refuses_other_models);
 	tcase_add_test(tc, test_killed_engine_releases_its_session);
