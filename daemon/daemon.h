@@ -179,7 +179,9 @@ struct ns {
 	TAILQ_ENTRY(ns)	 entry;
 };
 TAILQ_HEAD(ns_list, ns);
-void	 ns_canonical(const struct proto_layout *, const struct proto_pool *,
+/* Room for the longest canonical text (tests/check_attach.c checks it). */
+#define NS_TEXT_MAX		4096
+size_t	 ns_canonical(const struct proto_layout *, const struct proto_pool *,
 	    const char *role, uint64_t seed, char *buf, size_t len);
 void	 ns_fingerprint(const struct proto_layout *, const struct proto_pool *,
 	    const char *role, uint64_t seed, uint8_t out[16]);
