@@ -165,6 +165,7 @@ static const struct config_key config_keys[] = {
 	CONFIG_SIZE("limits.max_frame", max_frame, PROTO_FRAME_MIN, PROTO_FRAME_MAX, 16U << 20),
 	CONFIG_INT("lease.ttl_ms", lease_ttl_ms, 100, 3600000, 30000),
 	CONFIG_INT("admit.timeout_ms", admit_timeout_ms, 1, 600000, 2000),
+	CONFIG_INT("admit.max_waiting", admit_max_waiting, 1, 65536, 128),
 	CONFIG_INT("shutdown.drain_ms", drain_ms, 0, 600000, 5000),
 	CONFIG_LISTEN("metrics.listen", metrics_listen, 63, ""),
 	CONFIG_INT("testing.copy_delay_ms", test_copy_delay_ms, 0, 60000, 0),
@@ -233,7 +234,8 @@ static const char config_default_text[] =
     "    \"ttl_ms\": 30000\n"
     "  },\n"
     "  \"admit\": {\n"
-    "    \"timeout_ms\": 2000\n"
+    "    \"timeout_ms\": 2000,\n"
+    "    \"max_waiting\": 128\n"
     "  },\n"
     "  \"shutdown\": {\n"
     "    \"drain_ms\": 5000\n"

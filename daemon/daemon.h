@@ -80,6 +80,7 @@ struct config {
 	uint32_t	max_frame;		/* bytes, header included */
 	uint32_t	lease_ttl_ms;
 	uint32_t	admit_timeout_ms;	/* group barrier deadline */
+	uint32_t	admit_max_waiting;	/* ADMITs one session may have at a barrier */
 	uint32_t	drain_ms;		/* shutdown drain bound */
 	char		metrics_listen[64];	/* "" disables; used later */
 	uint32_t	test_copy_delay_ms;	/* testing only: slows copies */
@@ -121,6 +122,7 @@ struct metrics {
 	uint64_t	probes;
 	uint64_t	admits;
 	uint64_t	admits_admitted;
+	uint64_t	admits_limited;		/* refused: admit.max_waiting reached */
 	uint64_t	admit_pages;
 	uint64_t	admits_declined[PROTO_DECLINE__MAX];
 	uint64_t	restores_ready;
@@ -244,6 +246,7 @@ struct session {
 	int		 slot_region;	/* the state-slot region, or -1 */
 	uint8_t		*slot_held;	/* outstanding canonical slots (by a lease) */
 	unsigned	 jobs;		/* copy jobs in flight on its regions */
+	unsigned	 admits_waiting;	/* its ADMITs at an unanswered group barrier */
 	int		 detach_waiting;	/* DETACH answered when jobs drain */
 	struct proto_hdr detach_req;
 };

@@ -117,8 +117,9 @@ metrics_cache(void)
 	json_t	*o;
 
 	o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I,"
-	    " s:I, s:I, s:I, s:I}",
+	    " s:I, s:I, s:I, s:I, s:I}",
 	    "probes", I(metrics.probes), "admits", I(metrics.admits),
+	    "admits_limited", I(metrics.admits_limited),
 	    "admitted", I(metrics.admits_admitted), "admitted_pages", I(metrics.admit_pages),
 	    "restores_ready", I(metrics.restores_ready),
 	    "restores_partial", I(metrics.restores_partial),
