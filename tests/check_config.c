@@ -169,6 +169,7 @@ read_text(const char *path)
 	X(INT, max_frame,		16U << 20,		1U << 20)		\
 	X(INT, lease_ttl_ms,		30000,			5000)			\
 	X(INT, admit_timeout_ms,	2000,			500)			\
+	X(INT, admit_max_waiting,	128,			16)			\
 	X(INT, drain_ms,		5000,			0)			\
 	X(STR, metrics_listen,		"",			"127.0.0.1:9100")	\
 	X(INT, test_copy_delay_ms,	0,			10)			\
