@@ -150,7 +150,8 @@ static const struct config_key config_keys[] = {
 	/* ATTACH's layout.model is printable ASCII: nothing else could match. */
 	CONFIG_STRING("model", model, 0, PROTO_MODEL_LEN - 1, "", CONFIG_F_ASCII),
 	CONFIG_INT("namespace.seed", namespace_seed, 0, INT64_MAX, 0),
-	CONFIG_SIZE("tiers.dram.size", dram_size, 1ULL << 20, 1ULL << 40, 256ULL << 20),
+	/* The arena is whole 2 MiB units, rounded down (dram.c): at least one. */
+	CONFIG_SIZE("tiers.dram.size", dram_size, 2ULL << 20, 1ULL << 40, 256ULL << 20),
 	/* The file tier is off until a directory is named. */
 	CONFIG_STRING("tiers.file.path", file_path, 0, 255, "", 0),
 	CONFIG_SIZE("tiers.file.capacity", file_capacity, 1ULL << 20, 1ULL << 50, 64ULL << 30),

@@ -615,9 +615,11 @@ dram_map(struct dram *d, size_t len, char *err, size_t errlen)
 }
 
 /*
- * A new DRAM tier over an arena of arena_bytes, rounded up to whole 2 MiB
- * units; the caller owns it and frees it with dram_free. Nothing of the
- * arena is touched here: pages fault in as objects are written.
+ * A new DRAM tier over an arena of arena_bytes, rounded down to whole
+ * 2 MiB units: tiers.dram.size is a budget, and rounding up exceeded it
+ * by up to 2 MiB (issue 11 item 11). Under one unit is refused. The
+ * caller owns it and frees it with dram_free. Nothing of the arena is
+ * touched here: pages fault in as objects are written.
  */
 int
 dram_new(struct dram **dp, uint64_t arena_bytes, char *err, size_t errlen)
@@ -627,12 +629,16 @@ dram_new(struct dram **dp, uint64_t arena_bytes, char *err, size_t errlen)
 	int		 rc;
 
 	*dp = NULL;
-	nunits = (arena_bytes + DRAM_UNIT - 1) >> DRAM_UNIT_SHIFT;
-	if (arena_bytes == 0 || nunits > DRAM_UNITS_MAX) {
-		snprintf(err, errlen, "dram arena: %llu bytes is out of range [1, 32 TiB]",
+	nunits = arena_bytes >> DRAM_UNIT_SHIFT;
+	if (nunits == 0 || nunits > DRAM_UNITS_MAX) {
+		snprintf(err, errlen, "dram arena: %llu bytes is out of range [2 MiB, 32 TiB]",
 		    (unsigned long long)arena_bytes);
 		return -EINVAL;
 	}
+	if (arena_bytes & (DRAM_UNIT - 1))
+		log_info("dram", "arena of %llu bytes: %llu configured, rounded down to whole 2 MiB "
+		    "units", (unsigned long long)(nunits << DRAM_UNIT_SHIFT),
+		    (unsigned long long)arena_bytes);
 	if ((d = calloc(1, sizeof(*d))) == NULL)
 		goto nomem;
 	d->nunits = (uint32_t)nunits;

@@ -686,6 +686,22 @@ START_TEST(test_admits_waiting_at_the_barrier_are_capped_per_rank)
 }
 END_TEST
 
+/*
+ * Issue 11 item 11, through the daemon: 3 MiB of tiers.dram.size is a
+ * 2 MiB arena (it was 4 MiB, over the budget), and the start says so.
+ */
+START_TEST(test_dram_size_is_rounded_down_and_said_at_start)
+{
+	test_td_restart("{\"tiers\": {\"dram\": {\"size\": \"3 MiB\"}}}");
+	ck_assert_int_eq(test_td_stat("dram", "bytes_capacity"), 2LL << 20);
+	ck_assert(test_daemon_log_has(&test_td, "dram: arena of 2097152 bytes: 3145728 configured, "
+	    "rounded down to whole 2 MiB units"));
+	test_td_restart("{\"tiers\": {\"dram\": {\"size\": \"4 MiB\"}}}");
+	ck_assert_int_eq(test_td_stat("dram", "bytes_capacity"), 4LL << 20);
+	ck_assert(!test_daemon_log_has(&test_td, "rounded down"));
+}
+END_TEST
+
 START_TEST(test_lease_expires_and_restore_says_expired)
 {
 	struct l3kv_restore_result	res;
@@ -904,6 +920,7 @@ suite_cache(void)
 	tcase_add_test(tc, test_group_of_four_gets_identical_answers);
 	tcase_add_test(tc, test_missing_rank_makes_admit_decline_for_all_at_the_deadline);
 	tcase_add_test(tc, test_admits_waiting_at_the_barrier_are_capped_per_rank);
+	tcase_add_test(tc, test_dram_size_is_rounded_down_and_said_at_start);
 	tcase_add_test(tc, test_lease_expires_and_restore_says_expired);
 	tcase_add_test(tc, test_leases_expire_in_admission_order_each_after_its_ttl);
 	tcase_add_test(tc, test_best_effort_ends_at_its_deadline_with_whole_pages);
