@@ -123,6 +123,8 @@ struct metrics {
 	uint64_t	admits;
 	uint64_t	admits_admitted;
 	uint64_t	admits_limited;		/* refused: admit.max_waiting reached */
+	uint64_t	hits_dram;		/* pages_restored that DRAM held at ADMIT */
+	uint64_t	hits_file;		/* pages_restored staged from the file tier */
 	uint64_t	admit_pages;
 	uint64_t	admits_declined[PROTO_DECLINE__MAX];
 	uint64_t	restores_ready;
@@ -329,7 +331,7 @@ struct lease_read;
 struct lease_obj {
 	uint32_t		 id;		/* the DRAM object */
 	uint16_t		 pool;
-	uint16_t		 pad;
+	uint16_t		 staged;	/* 1: read from the file tier (a file hit) */
 	uint32_t		 page;		/* index in the admitted hashes */
 	struct lease_read	*read;		/* a file tier read in flight */
 };
@@ -638,6 +640,8 @@ void	 dram_drop(struct dram *, uint32_t id);
 const uint8_t *dram_data(const struct dram *, uint32_t id, uint64_t *len, uint64_t *checksum);
 uint8_t	*dram_data_mut(struct dram *, uint32_t id);
 void	 dram_stats(const struct dram *, struct dram_stats *);
+void	 dram_ns_objects(const struct dram *, const uint8_t fingerprint[16],
+	    uint64_t objects[PROTO_POOLS_MAX]);
 size_t	 dram_lru_order(const struct dram *, uint64_t len, uint32_t *ids, size_t max);
 /* XXH3-64 over the little-endian XXH3-64 digests of each chunk, then the length. */
 uint64_t dram_checksum(const void *, size_t);

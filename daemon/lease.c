@@ -610,6 +610,7 @@ lease_pin_one(struct server *s, struct lease *l, const struct admission *a, unsi
 	o->pool = (uint16_t)pool;
 	o->page = page;
 	o->read = NULL;
+	o->staged = 0;
 	/* admit_answer() just found these on this same loop turn. */
 	if (dram_lookup(s->dram, &k, &o->id) == 0) {
 		dram_pin(s->dram, o->id);
@@ -619,6 +620,7 @@ lease_pin_one(struct server *s, struct lease *l, const struct admission *a, unsi
 	/* Gone only where staging an earlier object evicted it: the promise stops. */
 	if (lease_stage_one(s, l, &k, o) != 0)
 		return -ENOENT;
+	o->staged = 1;
 	l->nobjs++;
 	return 0;
 }
@@ -660,6 +662,7 @@ lease_new(struct server *s, struct admission *a, uint16_t r, uint32_t n, const u
 				l->objs[l->nobjs].id = ids[i];
 				l->objs[l->nobjs].pool = (uint16_t)p;
 				l->objs[l->nobjs].page = i;
+				l->objs[l->nobjs].staged = 0;
 				l->objs[l->nobjs++].read = NULL;
 				continue;
 			}
