@@ -117,9 +117,11 @@ session_check_geometry(const struct proto_attach_view *v, char *err, size_t errl
 }
 
 /*
- * Whether regions a and b describe the same allocation: one memfd or
- * cuMem file (the same inode, whichever fd index carried it), or one
- * CUDA IPC handle. fds are the frame's, borrowed.
+ * Whether regions a and b describe the same allocation: one memfd (the
+ * same inode, whichever fd index carried it), one cuMem fd (the same fd
+ * index: every cuMem export may share one anonymous inode, so the inode
+ * says nothing there), or one CUDA IPC handle. fds are the frame's,
+ * borrowed.
  */
 static int
 session_same_memory(const struct proto_region *a, const struct proto_region *b,
@@ -135,6 +137,8 @@ session_same_memory(const struct proto_region *a, const struct proto_region *b,
 		return 0;	/* session_map_regions refuses it */
 	if (a->fd_index == b->fd_index)
 		return 1;
+	if (a->kind != PROTO_MEM_MEMFD)
+		return 0;
 	if (fstat(f->fds[a->fd_index], &sa) != 0 || fstat(f->fds[b->fd_index], &sb) != 0)
 		return 0;
 	return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
