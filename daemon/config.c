@@ -150,7 +150,8 @@ static const struct config_key config_keys[] = {
 	/* ATTACH's layout.model is printable ASCII: nothing else could match. */
 	CONFIG_STRING("model", model, 0, PROTO_MODEL_LEN - 1, "", CONFIG_F_ASCII),
 	CONFIG_INT("namespace.seed", namespace_seed, 0, INT64_MAX, 0),
-	CONFIG_SIZE("tiers.dram.size", dram_size, 1ULL << 20, 1ULL << 40, 256ULL << 20),
+	/* The arena is whole 2 MiB units, rounded down (dram.c): at least one. */
+	CONFIG_SIZE("tiers.dram.size", dram_size, 2ULL << 20, 1ULL << 40, 256ULL << 20),
 	/* The file tier is off until a directory is named. */
 	CONFIG_STRING("tiers.file.path", file_path, 0, 255, "", 0),
 	CONFIG_SIZE("tiers.file.capacity", file_capacity, 1ULL << 20, 1ULL << 50, 64ULL << 30),
@@ -166,6 +167,7 @@ static const struct config_key config_keys[] = {
 	CONFIG_SIZE("limits.max_frame", max_frame, PROTO_FRAME_MIN, PROTO_FRAME_MAX, 16U << 20),
 	CONFIG_INT("lease.ttl_ms", lease_ttl_ms, 100, 3600000, 30000),
 	CONFIG_INT("admit.timeout_ms", admit_timeout_ms, 1, 600000, 2000),
+	CONFIG_INT("admit.max_waiting", admit_max_waiting, 1, 65536, 128),
 	CONFIG_INT("shutdown.drain_ms", drain_ms, 0, 600000, 5000),
 	CONFIG_LISTEN("metrics.listen", metrics_listen, 63, ""),
 	CONFIG_INT("testing.copy_delay_ms", test_copy_delay_ms, 0, 60000, 0),
@@ -236,7 +238,8 @@ static const char config_default_text[] =
     "    \"ttl_ms\": 30000\n"
     "  },\n"
     "  \"admit\": {\n"
-    "    \"timeout_ms\": 2000\n"
+    "    \"timeout_ms\": 2000,\n"
+    "    \"max_waiting\": 128\n"
     "  },\n"
     "  \"shutdown\": {\n"
     "    \"drain_ms\": 5000\n"

@@ -80,6 +80,7 @@ struct config {
 	uint32_t	max_frame;		/* bytes, header included */
 	uint32_t	lease_ttl_ms;
 	uint32_t	admit_timeout_ms;	/* group barrier deadline */
+	uint32_t	admit_max_waiting;	/* ADMITs one session may have at a barrier */
 	uint32_t	drain_ms;		/* shutdown drain bound */
 	char		metrics_listen[64];	/* "" disables; used later */
 	uint32_t	test_copy_delay_ms;	/* testing only: slows copies */
@@ -123,6 +124,9 @@ struct metrics {
 	uint64_t	probes;
 	uint64_t	admits;
 	uint64_t	admits_admitted;
+	uint64_t	admits_limited;		/* refused: admit.max_waiting reached */
+	uint64_t	hits_dram;		/* pages_restored that DRAM held at ADMIT */
+	uint64_t	hits_file;		/* pages_restored staged from the file tier */
 	uint64_t	admit_pages;
 	uint64_t	admits_declined[PROTO_DECLINE__MAX];
 	uint64_t	restores_ready;
@@ -182,7 +186,9 @@ struct ns {
 	TAILQ_ENTRY(ns)	 entry;
 };
 TAILQ_HEAD(ns_list, ns);
-void	 ns_canonical(const struct proto_layout *, const struct proto_pool *,
+/* Room for the longest canonical text (tests/check_attach.c checks it). */
+#define NS_TEXT_MAX		4096
+size_t	 ns_canonical(const struct proto_layout *, const struct proto_pool *,
 	    const char *role, uint64_t seed, char *buf, size_t len);
 void	 ns_fingerprint(const struct proto_layout *, const struct proto_pool *,
 	    const char *role, uint64_t seed, uint8_t out[16]);
@@ -246,6 +252,7 @@ struct session {
 	int		 slot_region;	/* the state-slot region, or -1 */
 	uint8_t		*slot_held;	/* outstanding canonical slots (by a lease) */
 	unsigned	 jobs;		/* copy jobs in flight on its regions */
+	unsigned	 admits_waiting;	/* its ADMITs at an unanswered group barrier */
 	int		 detach_waiting;	/* DETACH answered when jobs drain */
 	struct proto_hdr detach_req;
 };
@@ -328,7 +335,7 @@ struct lease_read;
 struct lease_obj {
 	uint32_t		 id;		/* the DRAM object */
 	uint16_t		 pool;
-	uint16_t		 pad;
+	uint16_t		 staged;	/* 1: read from the file tier (a file hit) */
 	uint32_t		 page;		/* index in the admitted hashes */
 	struct lease_read	*read;		/* a file tier read in flight */
 };
@@ -644,6 +651,8 @@ const uint8_t *dram_data(const struct dram *, uint32_t id, uint64_t *len, uint64
 uint8_t	*dram_data_mut(struct dram *, uint32_t id);
 const struct obj_key *dram_key(const struct dram *, uint32_t id);
 void	 dram_stats(const struct dram *, struct dram_stats *);
+void	 dram_ns_objects(const struct dram *, const uint8_t fingerprint[16],
+	    uint64_t objects[PROTO_POOLS_MAX]);
 size_t	 dram_lru_order(const struct dram *, uint64_t len, uint32_t *ids, size_t max);
 /* XXH3-64 over the little-endian XXH3-64 digests of each chunk, then the length. */
 uint64_t dram_checksum(const void *, size_t);

@@ -125,6 +125,18 @@ struct dram {
 	uint64_t	 nslabs, units_used;
 	uint64_t	 evictions, evict_failures, drops;
 	uint64_t	 slab_meta;	/* bytes of slab bitmaps and owner arrays */
+
+	/*
+	 * VISIBLE objects per fingerprint and pool, for STATS: kept as they
+	 * change so that asking costs a lookup, not a walk of the index. An
+	 * entry goes when its last object does, so namespaces come and go.
+	 */
+	struct dram_nscount {
+		uint8_t		 fingerprint[16];
+		uint64_t	 objects[PROTO_POOLS_MAX];
+		uint64_t	 total;
+	}		*nsc;
+	uint32_t	 nnsc, nsc_cap;
 };
 
 static inline struct dram_obj *
@@ -466,6 +478,64 @@ dram_obj_release(struct dram *d, uint32_t id)
 		dram_slab_release(d, sid);
 }
 
+/* The counter entry of a fingerprint, or NULL. */
+static struct dram_nscount *
+dram_nscount_find(const struct dram *d, const uint8_t fp[16])
+{
+	uint32_t	i;
+
+	for (i = 0; i < d->nnsc; i++)
+		if (memcmp(d->nsc[i].fingerprint, fp, 16) == 0)
+			return &d->nsc[i];
+	return NULL;
+}
+
+/*
+ * An object of key k became VISIBLE (delta 1) or stopped being (-1).
+ * Out of memory for a new entry, the object goes uncounted: STATS is
+ * then short, nothing else is wrong, and its later -1 finds no entry.
+ */
+static void
+dram_nscount(struct dram *d, const struct obj_key *k, int delta)
+{
+	struct dram_nscount	*c = dram_nscount_find(d, k->fingerprint), *n;
+	unsigned		 pool = k->pool < PROTO_POOLS_MAX ? k->pool : PROTO_POOLS_MAX - 1;
+
+	if (c == NULL && delta < 0)
+		return;
+	if (c == NULL) {
+		if (d->nnsc == d->nsc_cap) {
+			uint32_t cap = d->nsc_cap == 0 ? 8 : d->nsc_cap * 2;
+
+			if ((n = realloc(d->nsc, cap * sizeof(*n))) == NULL)
+				return;
+			d->nsc = n;
+			d->nsc_cap = cap;
+		}
+		c = &d->nsc[d->nnsc++];
+		memset(c, 0, sizeof(*c));
+		memcpy(c->fingerprint, k->fingerprint, 16);
+	}
+	if (delta < 0 && c->objects[pool] == 0)
+		return;		/* counted before an allocation failure: never below 0 */
+	c->objects[pool] += (uint64_t)(int64_t)delta;
+	c->total += (uint64_t)(int64_t)delta;
+	if (c->total == 0)
+		*c = d->nsc[--d->nnsc];
+}
+
+/* VISIBLE objects of fingerprint fp, per pool index: into objects[PROTO_POOLS_MAX]. */
+void
+dram_ns_objects(const struct dram *d, const uint8_t fp[16], uint64_t objects[PROTO_POOLS_MAX])
+{
+	const struct dram_nscount	*c = dram_nscount_find(d, fp);
+
+	if (c != NULL)
+		memcpy(objects, c->objects, sizeof(c->objects));
+	else
+		memset(objects, 0, sizeof(c->objects));
+}
+
 static void
 dram_evict(struct dram *d, uint32_t id)
 {
@@ -475,6 +545,7 @@ dram_evict(struct dram *d, uint32_t id)
 	index_remove(&d->ix, id);
 	dram_lru_unlink(d, id);
 	d->nvisible--;
+	dram_nscount(d, &o->rec.key, -1);
 	d->evictions++;
 	dram_obj_release(d, id);
 }
@@ -615,9 +686,11 @@ dram_map(struct dram *d, size_t len, char *err, size_t errlen)
 }
 
 /*
- * A new DRAM tier over an arena of arena_bytes, rounded up to whole 2 MiB
- * units; the caller owns it and frees it with dram_free. Nothing of the
- * arena is touched here: pages fault in as objects are written.
+ * A new DRAM tier over an arena of arena_bytes, rounded down to whole
+ * 2 MiB units: tiers.dram.size is a budget, and rounding up exceeded it
+ * by up to 2 MiB (issue 11 item 11). Under one unit is refused. The
+ * caller owns it and frees it with dram_free. Nothing of the arena is
+ * touched here: pages fault in as objects are written.
  */
 int
 dram_new(struct dram **dp, uint64_t arena_bytes, char *err, size_t errlen)
@@ -627,12 +700,16 @@ dram_new(struct dram **dp, uint64_t arena_bytes, char *err, size_t errlen)
 	int		 rc;
 
 	*dp = NULL;
-	nunits = (arena_bytes + DRAM_UNIT - 1) >> DRAM_UNIT_SHIFT;
-	if (arena_bytes == 0 || nunits > DRAM_UNITS_MAX) {
-		snprintf(err, errlen, "dram arena: %llu bytes is out of range [1, 32 TiB]",
+	nunits = arena_bytes >> DRAM_UNIT_SHIFT;
+	if (nunits == 0 || nunits > DRAM_UNITS_MAX) {
+		snprintf(err, errlen, "dram arena: %llu bytes is out of range [2 MiB, 32 TiB]",
 		    (unsigned long long)arena_bytes);
 		return -EINVAL;
 	}
+	if (arena_bytes & (DRAM_UNIT - 1))
+		log_info("dram", "arena of %llu bytes: %llu configured, rounded down to whole 2 MiB "
+		    "units", (unsigned long long)(nunits << DRAM_UNIT_SHIFT),
+		    (unsigned long long)arena_bytes);
 	if ((d = calloc(1, sizeof(*d))) == NULL)
 		goto nomem;
 	d->nunits = (uint32_t)nunits;
@@ -673,6 +750,7 @@ dram_free(struct dram *d)
 		for (i = 0; i < d->nslab_ids; i++)
 			free(d->slabs[i].used);
 	index_fini(&d->ix);
+	free(d->nsc);
 	free(d->classes);
 	free(d->slabs);
 	free(d->scratch);
@@ -768,6 +846,7 @@ dram_commit(struct dram *d, uint32_t id, uint64_t checksum)
 	dram_obj_slab(d, o)->nheld--;
 	d->nwriting--;
 	d->nvisible++;
+	dram_nscount(d, &o->rec.key, 1);
 	dram_lru_push(d, id);
 	return 0;
 }
@@ -862,6 +941,7 @@ dram_drop(struct dram *d, uint32_t id)
 		return;
 	index_remove(&d->ix, id);
 	d->nvisible--;
+	dram_nscount(d, &o->rec.key, -1);
 	d->drops++;
 	if (o->pins > 0) {
 		o->state = DRAM_S_DROPPED;

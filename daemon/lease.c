@@ -632,6 +632,7 @@ lease_pin_one(struct server *s, struct lease *l, const struct admission *a, unsi
 	o->pool = (uint16_t)pool;
 	o->page = page;
 	o->read = NULL;
+	o->staged = 0;
 	/* admit_answer() just found these on this same loop turn. */
 	if (dram_lookup(s->dram, &k, &o->id) == 0) {
 		dram_pin(s->dram, o->id);
@@ -641,6 +642,7 @@ lease_pin_one(struct server *s, struct lease *l, const struct admission *a, unsi
 	/* Gone only where staging an earlier object evicted it: the promise stops. */
 	if (lease_stage_one(s, l, &k, o) != 0)
 		return -ENOENT;
+	o->staged = 1;
 	l->nobjs++;
 	return 0;
 }
@@ -682,6 +684,7 @@ lease_new(struct server *s, struct admission *a, uint16_t r, uint32_t n, const u
 				l->objs[l->nobjs].id = ids[i];
 				l->objs[l->nobjs].pool = (uint16_t)p;
 				l->objs[l->nobjs].page = i;
+				l->objs[l->nobjs].staged = 0;
 				l->objs[l->nobjs++].read = NULL;
 				continue;
 			}
@@ -746,6 +749,9 @@ admit_answer(struct server *s, struct admission *a, unsigned decline)
 	a->answered = 1;
 	if (a->deadline != NULL)
 		evtimer_del(a->deadline);
+	for (r = 0; r < a->size; r++)
+		if (a->ranks[r].asked && a->ranks[r].sess != NULL)
+			a->ranks[r].sess->admits_waiting--;	/* no longer at the barrier */
 	if (decline == PROTO_DECLINE_NONE) {
 		for (r = 0; r < a->size; r++)
 			if (a->ranks[r].reserved < reserved)
@@ -916,7 +922,22 @@ admit_request(struct conn *c, struct proto_frame *f)
 		return;
 	}
 	metrics.admits++;
-	if ((a = admit_find(sess->group, p.request_id)) == NULL) {
+	a = admit_find(sess->group, p.request_id);
+	/*
+	 * Each waiting admission holds its hashes (up to 2 MiB) and a timer:
+	 * a rank may keep admit.max_waiting of them at its group's barrier
+	 * (issue 11 item 6: 300 of them held 596 MiB). Asking again for one
+	 * it already waits on, or for an answered one, is not a new one.
+	 */
+	if (sess->group->size > 1 && (a == NULL || (!a->answered &&
+	    !a->ranks[sess->group_rank].asked)) &&
+	    sess->admits_waiting >= s->cfg->admit_max_waiting) {
+		metrics.admits_limited++;
+		conn_reply_error(c, &f->hdr, PROTO_S_LIMIT, "ADMIT: %u admissions of this rank are "
+		    "already waiting for their group (admit.max_waiting)", sess->admits_waiting);
+		return;
+	}
+	if (a == NULL) {
 		a = admit_new(s, sess->group, p.request_id, (unsigned)pool, p.npages, hashes);
 		if (a == NULL) {
 			conn_reply_error(c, &f->hdr, PROTO_S_NO_MEMORY, "ADMIT: out of memory");
@@ -950,6 +971,7 @@ admit_request(struct conn *c, struct proto_frame *f)
 			session_ref(sess);
 			ar->asked = 1;
 			a->nasked++;
+			sess->admits_waiting++;	/* until admit_answer, just below */
 		} else {
 			session_reply_error(sess, &ar->req, PROTO_S_BUSY,
 			    "ADMIT: superseded by seq %llu", (unsigned long long)f->hdr.seq);
@@ -972,6 +994,7 @@ admit_request(struct conn *c, struct proto_frame *f)
 	ar->reserved = p.reserved_pages;
 	ar->slot = p.state_slot;
 	a->nasked++;
+	sess->admits_waiting++;
 	if (s->stopping)
 		admit_answer(s, a, PROTO_DECLINE_SHUTTING_DOWN);
 	else if (a->nasked == a->size)
@@ -989,8 +1012,10 @@ admit_session_closing(struct session *sess)
 		next = TAILQ_NEXT(a, entry);
 		if (a->answered)
 			continue;
-		if (a->ranks[sess->group_rank].asked)
+		if (a->ranks[sess->group_rank].asked) {
 			a->ranks[sess->group_rank].asked = 0;	/* nobody to answer there */
+			sess->admits_waiting--;
+		}
 		admit_answer(sess->server, a, PROTO_DECLINE_RANK_LEFT);
 	}
 }

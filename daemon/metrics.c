@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -23,6 +24,29 @@ metrics_copy_engine(struct server *s)
 	return s->gpu_present ? "cuda" : "host";
 }
 
+/*
+ * A namespace's pools by name, with the objects DRAM holds of each
+ * (counted as they come and go, so this is no walk of the index).
+ */
+static json_t *
+metrics_ns_pools(struct server *s, const struct ns *ns)
+{
+	static const char *const kinds[] = { "?", "kv", "state", "sidecar" };
+	uint64_t	 dram[PROTO_POOLS_MAX];
+	json_t		*o = json_object();
+	int		 i;
+
+	if (s->dram != NULL)
+		dram_ns_objects(s->dram, ns->fingerprint, dram);
+	else
+		memset(dram, 0, sizeof(dram));
+	for (i = 0; i < ns->layout.npools && i < PROTO_POOLS_MAX; i++)
+		json_object_set_new(o, ns->pools[i].name, json_pack("{s:s, s:I}", "kind",
+		    kinds[ns->pools[i].kind <= PROTO_POOL_SIDECAR ? ns->pools[i].kind : 0],
+		    "dram_objects", (json_int_t)dram[i]));
+	return o;
+}
+
 static json_t *
 metrics_namespaces(struct server *s)
 {
@@ -36,6 +60,8 @@ metrics_namespaces(struct server *s)
 	TAILQ_FOREACH(ns, &s->namespaces, entry) {
 		o = json_pack("{s:s, s:s, s:I}", "name", ns->name, "model", ns->layout.model,
 		    "sessions", (json_int_t)ns->refs);
+		if (o != NULL)
+			json_object_set_new(o, "pools", metrics_ns_pools(s, ns));
 		/* The file tier's scan of it: "scanning" with the objects indexed so far, or "done". */
 		st = s->file != NULL ? filetier_scan_state(s->file, ns->fingerprint, &objects) :
 		    -ENOENT;
@@ -54,9 +80,16 @@ metrics_groups(struct server *s)
 	json_t		*a = json_array();
 	struct rank_group	*g;
 
+	static const char *const prefetch[] = { "?", "wait_complete", "best_effort", "timeout" };
+	static const char *const write[] = { "?", "write_through", "write_back", "offload" };
+
+	/* With the group's current policies (ATTACH's, or the last SET_POLICY's). */
 	TAILQ_FOREACH(g, &s->groups, entry)
-		json_array_append_new(a, json_pack("{s:s, s:I, s:I}", "id", g->id,
-		    "size", (json_int_t)g->size, "attached", (json_int_t)g->nmembers));
+		json_array_append_new(a, json_pack("{s:s, s:I, s:I, s:s, s:s, s:I}", "id", g->id,
+		    "size", (json_int_t)g->size, "attached", (json_int_t)g->nmembers,
+		    "prefetch", prefetch[g->prefetch <= PROTO_PREFETCH_TIMEOUT ? g->prefetch : 0],
+		    "write", write[g->write <= PROTO_WRITE_OFFLOAD ? g->write : 0],
+		    "prefetch_timeout_ms", (json_int_t)g->prefetch_timeout_ms));
 	return a;
 }
 
@@ -117,8 +150,9 @@ metrics_cache(void)
 	json_t	*o;
 
 	o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I,"
-	    " s:I, s:I, s:I, s:I}",
+	    " s:I, s:I, s:I, s:I, s:I}",
 	    "probes", I(metrics.probes), "admits", I(metrics.admits),
+	    "admits_limited", I(metrics.admits_limited),
 	    "admitted", I(metrics.admits_admitted), "admitted_pages", I(metrics.admit_pages),
 	    "restores_ready", I(metrics.restores_ready),
 	    "restores_partial", I(metrics.restores_partial),
@@ -131,6 +165,9 @@ metrics_cache(void)
 	    "objects_lost", I(metrics.objects_lost));
 	if (o == NULL)
 		return json_null();
+	/* Restored kv pages by the tier that held them at ADMIT: dram + file = pages_restored. */
+	json_object_set_new(o, "hits", json_pack("{s:I, s:I}", "dram", I(metrics.hits_dram),
+	    "file", I(metrics.hits_file)));
 	json_object_set_new(o, "declined", metrics_declines());
 	json_object_set_new(o, "restores_failed", metrics_failures());
 	return o;

@@ -5,9 +5,11 @@
  *
  * The fingerprint is XXH3-128 over a canonical text that names every
  * field that shapes bytes, in a fixed order, plus the role and the
- * daemon's namespace seed. Text rather than the raw struct so that the
- * hash does not depend on padding, and so that a human can read (in debug
- * logs) exactly what was hashed. Namespaces are reference counted by the
+ * daemon's namespace seed; every string in it is length-prefixed, so no
+ * two layouts share it. Text rather than the raw struct so that the hash
+ * does not depend on padding, and so that a human can read (in debug
+ * logs) exactly what was hashed. It is hashed as it is written, with no
+ * length limit. Namespaces are reference counted by the
  * sessions attached to them and live in the server's list.
  */
 #include <errno.h>
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define XXH_INLINE_ALL		/* XXH3_state_t on the stack, as dram.c and index.c do */
 #include <xxhash.h>
 
 #include "daemon.h"
@@ -43,33 +46,128 @@ ns_attention_name(unsigned a)
 }
 
 /*
+ * The canonical text is written through ns_put, which feeds the
+ * streaming XXH3 state and, when a buffer is given, copies what fits into
+ * it for humans. The hash never depends on that buffer: no layout can be
+ * cut short by it, silently or otherwise.
+ */
+struct ns_text {
+	XXH3_state_t	 st;
+	char		*buf;		/* NULL: hash only */
+	size_t		 len;
+	size_t		 n;		/* bytes of text so far, hashed */
+};
+
+static void
+ns_put(struct ns_text *t, const char *s, size_t n)
+{
+	XXH3_128bits_update(&t->st, s, n);
+	if (t->buf != NULL && t->n < t->len) {
+		size_t	room = t->len - 1 - t->n;
+
+		memcpy(t->buf + t->n, s, n < room ? n : room);
+		t->buf[t->n + (n < room ? n : room)] = '\0';
+	}
+	t->n += n;
+}
+
+/* ";key=<number>" */
+static void
+ns_num(struct ns_text *t, const char *key, unsigned long long v)
+{
+	char	num[48];
+	int	w;
+
+	w = snprintf(num, sizeof(num), ";%s=%llu", key, v);
+	ns_put(t, num, (size_t)w);	/* keys are this file's and short */
+}
+
+/*
+ * ";key=<length>:<bytes>". The length prefix is what makes the text
+ * unambiguous: the protocol lets a string hold every separator (";=,:"),
+ * and v1, which pasted strings bare, gave model "fpc;kv_dtype=x" with
+ * kv_dtype "y" the text (and so the namespace) of model "fpc" with
+ * kv_dtype "x;kv_dtype=y" (issue 11 item 1). cap bounds a fixed-size
+ * field that proto validated as NUL-terminated anyway.
+ */
+static void
+ns_str(struct ns_text *t, const char *key, const char *v, size_t cap)
+{
+	size_t	n = strnlen(v, cap);
+	char	head[48];
+	int	w;
+
+	w = snprintf(head, sizeof(head), ";%s=%zu:", key, n);
+	ns_put(t, head, (size_t)w);
+	ns_put(t, v, n);
+}
+
+/*
  * The canonical text. Field order and spelling are part of the on-disk
  * and on-wire identity of every object: changing them changes every
- * fingerprint, so it is versioned ("l3kv-ns-v1").
+ * fingerprint, so it is versioned. v2 ("l3kv-ns-v2") length-prefixes
+ * every string; every other value is a decimal number or one of this
+ * file's enum names, none of which holds a separator, so the text reads
+ * back one way only: two layouts share it only when every field is equal.
  */
-void
+static void
+ns_walk(struct ns_text *t, const struct proto_layout *l, const struct proto_pool *pools,
+    const char *role, uint64_t seed)
+{
+	const char	*tag = "l3kv-ns-v2";
+	int		 i;
+
+	ns_put(t, tag, strlen(tag));
+	ns_str(t, "role", role, SIZE_MAX);
+	ns_num(t, "nsseed", seed);
+	ns_str(t, "model", l->model, sizeof(l->model));
+	ns_str(t, "kv_dtype", l->kv_dtype, sizeof(l->kv_dtype));
+	ns_str(t, "hash_scheme", l->hash_scheme, sizeof(l->hash_scheme));
+	ns_num(t, "hash_len", l->hash_len);
+	ns_put(t, ";attention=", 11);
+	ns_put(t, ns_attention_name(l->attention), strlen(ns_attention_name(l->attention)));
+	ns_num(t, "tp", l->tp_size);
+	ns_num(t, "dcp", l->dcp_size);
+	ns_num(t, "dcp_rank", l->dcp_rank);
+	ns_num(t, "pp", l->pp_size);
+	ns_num(t, "pp_rank", l->pp_rank);
+	ns_num(t, "cp", l->cp_size);
+	ns_num(t, "page", l->page_tokens);
+	ns_num(t, "logical_page", l->logical_page_tokens);
+	ns_put(t, ";host_layout=", 13);
+	ns_put(t, ns_layout_name(l->host_layout), strlen(ns_layout_name(l->host_layout)));
+	ns_num(t, "seed", l->seed);
+	ns_num(t, "pools", l->npools);
+	for (i = 0; i < l->npools; i++) {
+		ns_str(t, "pool.name", pools[i].name, sizeof(pools[i].name));
+		ns_num(t, "pool.kind", pools[i].kind);
+		ns_num(t, "pool.hit", pools[i].hit_policy);
+		ns_num(t, "pool.trailing", pools[i].trailing);
+		ns_num(t, "pool.layers", pools[i].layers);
+		ns_num(t, "pool.bytes", pools[i].object_bytes);
+		ns_str(t, "pool.schema", pools[i].schema, sizeof(pools[i].schema));
+	}
+}
+
+/*
+ * Writes the canonical text into buf (for logs and tests; cut to len - 1
+ * bytes, always NUL-terminated when len > 0) and returns its whole
+ * length, which is what was hashed, like snprintf.
+ */
+size_t
 ns_canonical(const struct proto_layout *l, const struct proto_pool *pools, const char *role,
     uint64_t seed, char *buf, size_t len)
 {
-	size_t	n;
-	int	i, w;
+	struct ns_text	t;
 
-	w = snprintf(buf, len,
-	    "l3kv-ns-v1;role=%s;nsseed=%llu;model=%s;kv_dtype=%s;hash_scheme=%s;hash_len=%u;"
-	    "attention=%s;tp=%u;dcp=%u;dcp_rank=%u;pp=%u;pp_rank=%u;cp=%u;page=%u;"
-	    "logical_page=%u;host_layout=%s;seed=%llu;pools=%u",
-	    role, (unsigned long long)seed, l->model, l->kv_dtype, l->hash_scheme, l->hash_len,
-	    ns_attention_name(l->attention), l->tp_size, l->dcp_size, l->dcp_rank, l->pp_size,
-	    l->pp_rank, l->cp_size, l->page_tokens, l->logical_page_tokens,
-	    ns_layout_name(l->host_layout), (unsigned long long)l->seed, l->npools);
-	n = w < 0 ? 0 : (size_t)w;
-	for (i = 0; i < l->npools && n < len; i++) {
-		w = snprintf(buf + n, len - n,
-		    ";pool.%s=kind:%u,hit:%u,trailing:%u,layers:%u,bytes:%llu,schema:%s",
-		    pools[i].name, pools[i].kind, pools[i].hit_policy, pools[i].trailing,
-		    pools[i].layers, (unsigned long long)pools[i].object_bytes, pools[i].schema);
-		n += w < 0 ? 0 : (size_t)w;
-	}
+	XXH3_128bits_reset(&t.st);
+	t.buf = len > 0 ? buf : NULL;
+	t.len = len;
+	t.n = 0;
+	if (t.buf != NULL)
+		buf[0] = '\0';
+	ns_walk(&t, l, pools, role, seed);
+	return t.n;
 }
 
 void
@@ -77,11 +175,20 @@ ns_fingerprint(const struct proto_layout *l, const struct proto_pool *pools, con
     uint64_t seed, uint8_t out[16])
 {
 	XXH128_canonical_t	c;
-	char			text[4096];
+	struct ns_text		t;
+	char			text[NS_TEXT_MAX];
 
-	ns_canonical(l, pools, role, seed, text, sizeof(text));
-	XXH128_canonicalFromHash(&c, XXH3_128bits(text, strlen(text)));
+	XXH3_128bits_reset(&t.st);
+	t.buf = log_get_level() >= LOG_LEVEL_DEBUG ? text : NULL;
+	t.len = sizeof(text);
+	t.n = 0;
+	text[0] = '\0';
+	ns_walk(&t, l, pools, role, seed);
+	XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&t.st));
 	memcpy(out, c.digest, 16);
+	if (t.buf != NULL)
+		log_debug("ns", "fingerprint %02x%02x%02x%02x... of %zu bytes: %s%s", out[0], out[1],
+		    out[2], out[3], t.n, text, t.n >= sizeof(text) ? "..." : "");
 }
 
 /* "role/model-fingerprint", the model cut to its safe characters. */

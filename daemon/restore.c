@@ -32,6 +32,23 @@
 
 static void	restore_group_check(struct server *, struct admission *);
 
+/*
+ * Hits by tier: of the kv pages a READY restore put in place (its first
+ * `pages`), those DRAM held at ADMIT and those staged from the file tier.
+ * hits.dram + hits.file = pages_restored.
+ */
+static void
+restore_count_hits(const struct lease *l, uint32_t pages)
+{
+	uint32_t	i, file = 0;
+
+	for (i = 0; i < l->nobjs; i++)
+		file += l->objs[i].pool == l->adm->pool && l->objs[i].page < pages &&
+		    l->objs[i].staged;
+	metrics.hits_file += file;
+	metrics.hits_dram += pages - file;
+}
+
 static void
 restore_answer(struct lease *l, unsigned status, const char *why, uint32_t pages, int partial)
 {
@@ -52,6 +69,7 @@ restore_answer(struct lease *l, unsigned status, const char *why, uint32_t pages
 	metrics.restores_ready++;
 	metrics.restores_partial += partial != 0;
 	metrics.pages_restored += pages;
+	restore_count_hits(l, pages);
 	metrics.bytes_restored += r.bytes;
 	session_reply(l->sess, &l->restore_req, PROTO_S_OK, &r, sizeof(r));
 }

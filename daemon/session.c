@@ -10,6 +10,8 @@
  * cancels what is in flight and releases what is held; each copy job's
  * reference goes when its completion ran. The last one unmaps the memory.
  */
+#include <sys/stat.h>
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -108,6 +110,72 @@ session_check_geometry(const struct proto_attach_view *v, char *err, size_t errl
 		if ((p->kind == PROTO_POOL_STATE) != (r->layout == PROTO_LAYOUT_SLOTS)) {
 			snprintf(err, errlen, "regions[%u]: pool %s needs a %s region", i, p->name,
 			    p->kind == PROTO_POOL_STATE ? "slot" : "page");
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Whether regions a and b describe the same allocation: one memfd (the
+ * same inode, whichever fd index carried it), one cuMem fd (the same fd
+ * index: every cuMem export may share one anonymous inode, so the inode
+ * says nothing there), or one CUDA IPC handle. fds are the frame's,
+ * borrowed.
+ */
+static int
+session_same_memory(const struct proto_region *a, const struct proto_region *b,
+    const struct proto_frame *f)
+{
+	struct stat	sa, sb;
+
+	if (a->kind != b->kind)
+		return 0;
+	if (a->kind == PROTO_MEM_CUDA_IPC)
+		return memcmp(a->handle, b->handle, sizeof(a->handle)) == 0;
+	if (a->fd_index >= f->nfds || b->fd_index >= f->nfds)
+		return 0;	/* session_map_regions refuses it */
+	if (a->fd_index == b->fd_index)
+		return 1;
+	if (a->kind != PROTO_MEM_MEMFD)
+		return 0;
+	if (fstat(f->fds[a->fd_index], &sa) != 0 || fstat(f->fds[b->fd_index], &sb) != 0)
+		return 0;
+	return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/*
+ * Live state is sacred (contract item 6): no other region may reach into
+ * the state-slot region's bytes, or a KV or sidecar restore would write a
+ * live slot. (Distinct slots of the slot region itself never overlap:
+ * proto_region_alias refused such a geometry.)
+ */
+static int
+session_check_slot_overlap(const struct proto_attach_view *v, const struct proto_frame *f,
+    char *err, size_t errlen)
+{
+	const struct proto_region	*sr;
+	int				 slots = session_slot_region(v);
+	uint64_t			 s0, s1;
+	unsigned			 i;
+
+	if (slots < 0)
+		return 0;
+	sr = &v->regions[slots];
+	s0 = sr->offset;
+	s1 = sr->offset + proto_region_extent(sr);	/* checked: no overflow */
+	for (i = 0; i < v->fixed.nregions; i++) {
+		const struct proto_region	*r = &v->regions[i];
+		uint64_t			 r0 = r->offset, r1;
+
+		if ((int)i == slots || !region_is_memory(r) || !session_same_memory(r, sr, f))
+			continue;
+		r1 = r->offset + proto_region_extent(r);
+		if (r0 < s1 && s0 < r1) {
+			snprintf(err, errlen, "regions[%u]: bytes [%llu, %llu) overlap the state slots "
+			    "of regions[%d] at [%llu, %llu) in the same memory", i,
+			    (unsigned long long)r0, (unsigned long long)r1, slots,
+			    (unsigned long long)s0, (unsigned long long)s1);
 			return -EINVAL;
 		}
 	}
@@ -228,6 +296,8 @@ session_attach(struct conn *c, const struct proto_frame *f, struct session **out
 	if ((rc = session_check_geometry(&v, err, errlen)) != 0)
 		goto fail;
 	if ((rc = session_load_live(sess, &v, err, errlen)) != 0)
+		goto fail;
+	if ((rc = session_check_slot_overlap(&v, f, err, errlen)) != 0)
 		goto fail;
 	if ((rc = session_map_regions(sess, &v, f, err, errlen)) != 0)
 		goto fail;

@@ -30,7 +30,7 @@ static const struct proto_status_info proto_statuses[PROTO_S__MAX] = {
 	[PROTO_S_UNEXPECTED_FDS] = { "unexpected_fds", "file descriptors on a frame that takes none",
 	    EBADMSG },
 	[PROTO_S_DENIED] = { "denied", "peer credentials not allowed", EACCES },
-	[PROTO_S_LIMIT] = { "limit", "a connection or namespace limit is reached", EUSERS },
+	[PROTO_S_LIMIT] = { "limit", "a connection, namespace or waiting-ADMIT limit is reached", EUSERS },
 	[PROTO_S_INVALID] = { "invalid", "invalid field value", EINVAL },
 	[PROTO_S_STATE] = { "state", "not allowed in this connection state", EISCONN },
 	[PROTO_S_GUARD] = { "guard", "refused by a policy guard", EPERM },
@@ -341,7 +341,7 @@ proto_muladd(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
  * The extent of a region's described bytes: the highest byte any page,
  * layer and token can reach, plus one. 0 on overflow.
  */
-static uint64_t
+uint64_t
 proto_region_extent(const struct proto_region *r)
 {
 	uint64_t	end = r->token_bytes;
@@ -353,10 +353,56 @@ proto_region_extent(const struct proto_region *r)
 	return end;
 }
 
+/*
+ * Whether two distinct (page, layer, token) indices of a region can reach
+ * a common byte. Dimensions of one index are dropped (their stride is
+ * never used); the others, innermost (smallest stride) first, must each
+ * step at least over everything inside them: token_bytes, then the whole
+ * extent of the smaller dimensions. That nesting is what every real host
+ * and device layout is, and it is what proves the cells disjoint; a
+ * geometry outside it (a stride of 0, a slot stride under a slot, two
+ * dimensions interleaved) is refused, since a restore into one index would
+ * write another one's bytes: canonical slot 1 over live slot 0. Returns
+ * the offending dimension, or -1 when the cells are disjoint; call it only
+ * on a region whose extent did not overflow.
+ */
+int
+proto_region_alias(const struct proto_region *r, uint64_t *stride, uint64_t *span)
+{
+	uint64_t	count[3] = { r->num_pages, r->layers, r->page_tokens };
+	uint64_t	step[3] = { r->page_stride, r->layer_stride, r->token_stride };
+	uint64_t	extent = r->token_bytes;
+	int		order[3] = { 0, 1, 2 }, i, j, t;
+
+	for (i = 1; i < 3; i++)		/* three elements: insertion sort by stride */
+		for (j = i; j > 0 && step[order[j]] < step[order[j - 1]]; j--) {
+			t = order[j];
+			order[j] = order[j - 1];
+			order[j - 1] = t;
+		}
+	for (i = 0; i < 3; i++) {
+		int	d = order[i];
+
+		if (count[d] <= 1)
+			continue;
+		if (step[d] < extent) {
+			*stride = step[d];
+			*span = extent;
+			return d;
+		}
+		extent += (count[d] - 1) * step[d];	/* <= the region's extent: no overflow */
+	}
+	return -1;
+}
+
 static int
 proto_region_check(const struct proto_region *r, unsigned i, uint8_t npools,
     char *err, size_t errlen)
 {
+	static const char	*dim[3] = { "page", "layer", "token" };
+	uint64_t		 stride, span;
+	int			 d;
+
 	uint64_t	extent, end;
 
 	static const uint8_t	zero[offsetof(struct proto_region, handle)];
@@ -390,6 +436,13 @@ proto_region_check(const struct proto_region *r, unsigned i, uint8_t npools,
 		    (unsigned long long)r->size);
 	if (__builtin_add_overflow(r->offset, r->size, &end))
 		ATTACH_ERR("regions[%u]: offset + size overflows", i);
+	if ((d = proto_region_alias(r, &stride, &span)) >= 0) {
+		const char	*what = r->layout == PROTO_LAYOUT_SLOTS ? "slot" : dim[d];
+
+		ATTACH_ERR("regions[%u]: %s_stride %llu is under the %llu bytes one %s spans, so two "
+		    "%ss would overlap", i, dim[d], (unsigned long long)stride,
+		    (unsigned long long)span, what, what);
+	}
 	return 0;
 }
 

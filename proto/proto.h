@@ -455,6 +455,8 @@ int		 proto_hdr_check(const struct proto_hdr *, uint32_t max_frame);
 int		 proto_payload_check(unsigned type, uint32_t length, const void *payload);
 int		 proto_string_ok(const char *, size_t cap, int allow_empty);
 int		 proto_hello_check(const struct proto_hello *, uint16_t *version);
+uint64_t	 proto_region_extent(const struct proto_region *);
+int		 proto_region_alias(const struct proto_region *, uint64_t *stride, uint64_t *span);
 int		 proto_attach_decode(const void *, uint32_t length,
 		    struct proto_attach_view *, char *err, size_t errlen);
 uint32_t	 proto_attach_length(uint8_t npools, uint16_t nregions, uint32_t nlive);

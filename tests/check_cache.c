@@ -598,6 +598,110 @@ START_TEST(test_missing_rank_makes_admit_decline_for_all_at_the_deadline)
 }
 END_TEST
 
+/*
+ * Issue 11 item 6: a rank's ADMITs waiting at its group's barrier are
+ * capped (admit.max_waiting): one more is refused `limit`, with its text,
+ * nothing opened; asking again for one it waits on is not a new one; the
+ * waiting ones are answered as usual, and the cap frees as they are.
+ */
+START_TEST(test_admits_waiting_at_the_barrier_are_capped_per_rank)
+{
+	struct l3kv_admit_result	ar;
+	struct l3kv_completion		c;
+	struct l3kv_admit_args		args;
+	struct test_rank		r[2];
+	uint64_t			t[6], extra, again;
+	uint32_t			g, i;
+	uint8_t				*h = test_page_hashes(43, 4);
+
+	test_td_restart("{\"admit\": {\"max_waiting\": 4, \"timeout_ms\": 60000}}");
+	for (g = 0; g < 2; g++) {
+		test_rank_init(&r[g], &kv, "tp2-cap", 2, g);
+		r[g].args.layout.attention = L3KV_ATTN_MHA;
+		rank_attach(&r[g]);
+		publish_prefix(&r[g], 43, 4, 0, 4);
+	}
+	args = (struct l3kv_admit_args){ .hashes = h, .npages = 4, .reserved_pages = 4,
+	    .state_slot = L3KV_SLOT_NONE };
+	for (i = 0; i < 4; i++) {
+		args.request_id = 100 + i;
+		ck_assert_int_eq(l3kv_submit_admit(r[0].k, &args, &t[i]), 0);
+	}
+	/* The fifth would wait too: refused at once, with its reason. */
+	args.request_id = 104;
+	ck_assert_int_eq(l3kv_submit_admit(r[0].k, &args, &extra), 0);
+	test_rank_wait_completion(&r[0], &c);
+	ck_assert_uint_eq(c.ticket, extra);
+	ck_assert_int_eq(c.status, -EUSERS);
+	ck_assert_int_eq(c.proto_status, PROTO_S_LIMIT);
+	ck_assert_str_eq(c.payload, "ADMIT: 4 admissions of this rank are already waiting for their "
+	    "group (admit.max_waiting)");
+	l3kv_completion_release(&c);
+	ck_assert_int_eq(test_td_stat("cache", "admits_limited"), 1);
+	/* Asking again for a waiting one supersedes it: the old one is answered busy. */
+	args.request_id = 101;
+	ck_assert_int_eq(l3kv_submit_admit(r[0].k, &args, &again), 0);
+	test_rank_wait_completion(&r[0], &c);
+	ck_assert_uint_eq(c.ticket, t[1]);
+	ck_assert_int_eq(c.proto_status, PROTO_S_BUSY);
+	l3kv_completion_release(&c);
+	t[1] = again;
+	ck_assert_int_eq(test_td_stat("cache", "admits_limited"), 1);
+
+	/* Rank 1 completes the four barriers: each rank gets its leases. */
+	for (i = 0; i < 4; i++) {
+		args.request_id = 100 + i;
+		ck_assert_int_eq(l3kv_submit_admit(r[1].k, &args, &t[4]), 0);
+		test_rank_wait_completion(&r[1], &c);
+		ck_assert_int_eq(c.status, 0);
+		ck_assert_int_eq(l3kv_admit_result(&c, &ar), 0);
+		l3kv_completion_release(&c);
+		ck_assert_uint_eq(ar.admitted_pages, 4);
+		ck_assert_int_eq(l3kv_release(r[1].k, ar.lease), 0);
+	}
+	for (i = 0; i < 4; i++) {
+		test_rank_wait_completion(&r[0], &c);
+		ck_assert_int_eq(c.status, 0);
+		ck_assert_int_eq(l3kv_admit_result(&c, &ar), 0);
+		l3kv_completion_release(&c);
+		ck_assert_uint_eq(ar.admitted_pages, 4);
+		ck_assert_int_eq(l3kv_release(r[0].k, ar.lease), 0);
+	}
+	/* The cap is free again: the refused request goes through now. */
+	args.request_id = 104;
+	ck_assert_int_eq(l3kv_submit_admit(r[0].k, &args, &t[0]), 0);
+	ck_assert_int_eq(l3kv_submit_admit(r[1].k, &args, &t[1]), 0);
+	for (g = 0; g < 2; g++) {
+		test_rank_wait_completion(&r[g], &c);
+		ck_assert_int_eq(c.status, 0);
+		ck_assert_int_eq(l3kv_admit_result(&c, &ar), 0);
+		l3kv_completion_release(&c);
+		ck_assert_uint_eq(ar.admitted_pages, 4);
+		ck_assert_int_eq(l3kv_release(r[g].k, ar.lease), 0);
+	}
+	ck_assert_int_eq(test_td_stat("cache", "admits_limited"), 1);
+	free(h);
+	for (g = 0; g < 2; g++)
+		test_rank_fini(&r[g]);
+}
+END_TEST
+
+/*
+ * Issue 11 item 11, through the daemon: 3 MiB of tiers.dram.size is a
+ * 2 MiB arena (it was 4 MiB, over the budget), and the start says so.
+ */
+START_TEST(test_dram_size_is_rounded_down_and_said_at_start)
+{
+	test_td_restart("{\"tiers\": {\"dram\": {\"size\": \"3 MiB\"}}}");
+	ck_assert_int_eq(test_td_stat("dram", "bytes_capacity"), 2LL << 20);
+	ck_assert(test_daemon_log_has(&test_td, "dram: arena of 2097152 bytes: 3145728 configured, "
+	    "rounded down to whole 2 MiB units"));
+	test_td_restart("{\"tiers\": {\"dram\": {\"size\": \"4 MiB\"}}}");
+	ck_assert_int_eq(test_td_stat("dram", "bytes_capacity"), 4LL << 20);
+	ck_assert(!test_daemon_log_has(&test_td, "rounded down"));
+}
+END_TEST
+
 START_TEST(test_lease_expires_and_restore_says_expired)
 {
 	struct l3kv_restore_result	res;
@@ -815,6 +919,8 @@ suite_cache(void)
 	tcase_add_test(tc, test_engine_killed_mid_restore_leaves_no_pins);
 	tcase_add_test(tc, test_group_of_four_gets_identical_answers);
 	tcase_add_test(tc, test_missing_rank_makes_admit_decline_for_all_at_the_deadline);
+	tcase_add_test(tc, test_admits_waiting_at_the_barrier_are_capped_per_rank);
+	tcase_add_test(tc, test_dram_size_is_rounded_down_and_said_at_start);
 	tcase_add_test(tc, test_lease_expires_and_restore_says_expired);
 	tcase_add_test(tc, test_leases_expire_in_admission_order_each_after_its_ttl);
 	tcase_add_test(tc, test_best_effort_ends_at_its_deadline_with_whole_pages);

@@ -43,7 +43,7 @@ static const struct {
 	{ "bad-type-null.json", ": model: expected a string, got null", NULL },
 	{ "bad-section-not-object.json",
 	    ": tiers.dram: expected an object, got string \"1 GiB\"", NULL },
-	{ "bad-range-low.json", ": tiers.dram.size: 0 is out of range [1 MiB, 1 TiB]", NULL },
+	{ "bad-range-low.json", ": tiers.dram.size: 0 is out of range [2 MiB, 1 TiB]", NULL },
 	{ "bad-range-high.json",
 	    ": limits.max_connections: 65537 is out of range [1, 65536]", NULL },
 	{ "bad-range-negative.json", ": shutdown.drain_ms: -1 is out of range [0, 600000]", NULL },
@@ -170,6 +170,7 @@ read_text(const char *path)
 	X(INT, max_frame,		16U << 20,		1U << 20)		\
 	X(INT, lease_ttl_ms,		30000,			5000)			\
 	X(INT, admit_timeout_ms,	2000,			500)			\
+	X(INT, admit_max_waiting,	128,			16)			\
 	X(INT, drain_ms,		5000,			0)			\
 	X(STR, metrics_listen,		"",			"127.0.0.1:9100")	\
 	X(INT, test_copy_delay_ms,	0,			10)			\
@@ -421,9 +422,9 @@ START_TEST(test_unknown_key_is_rejected_with_its_name)
 {
 	load_bad("{\"bogus\": 1}", ": bogus: unknown key");
 	load_bad("{\"socket\": {\"size\": 1}}", ": socket.size: unknown key");
-	load_bad("{\"tiers\": {\"dram\": {\"size\": 1048576, \"x\": 1}}}",
+	load_bad("{\"tiers\": {\"dram\": {\"size\": 2097152, \"x\": 1}}}",
 	    ": tiers.dram.x: unknown key");
-	load_bad("{\"tiers\": {\"dram.size\": 1048576}}", ": tiers.dram.size: unknown key");
+	load_bad("{\"tiers\": {\"dram.size\": 2097152}}", ": tiers.dram.size: unknown key");
 	load_bad("{\"\": 1}", ": : unknown key");
 	/* A leaf is not a section, and a section is not a leaf. */
 	load_bad("{\"role\": {\"x\": 1}}", ": role: expected a string, got an object");
@@ -454,7 +455,7 @@ END_TEST
 
 START_TEST(test_duplicate_key_names_the_dotted_key)
 {
-	load_bad("{\"tiers\": {\"dram\": {\"size\": 1048576, \"size\": 1048576}}}",
+	load_bad("{\"tiers\": {\"dram\": {\"size\": 2097152, \"size\": 2097152}}}",
 	    ":1:43: tiers.dram.size: duplicate key");
 	load_bad("{\"socket\": {}, \"socket\": {}}", ":1:23: socket: duplicate key");
 	/* Strings with brackets and escaped quotes do not confuse the rescan. */
@@ -498,9 +499,9 @@ START_TEST(test_sizes_parse_with_and_without_units)
 	} sizes[] = {
 		{ "\"64 MiB\"", 64ULL << 20 },
 		{ "\"64MiB\"", 64ULL << 20 },
-		{ "\"1048576\"", 1ULL << 20 },
-		{ "\"1048576 B\"", 1ULL << 20 },
-		{ "\"1024 KiB\"", 1ULL << 20 },
+		{ "\"2097152\"", 2ULL << 20 },
+		{ "\"2097152 B\"", 2ULL << 20 },
+		{ "\"2048 KiB\"", 2ULL << 20 },
 		{ "\"1 GiB\"", 1ULL << 30 },
 		{ "\"3 GiB\"", 3ULL << 30 },
 		{ "\"1 TiB\"", 1ULL << 40 },
@@ -538,11 +539,11 @@ START_TEST(test_bad_size_strings_are_rejected)
 		{ "\"0x10 MiB\"", ": tiers.dram.size: unknown unit \"x10 MiB\"" },
 		{ "\"1.5 GiB\"", ": tiers.dram.size: \"1.5 GiB\": fractions" },
 		{ "\"1,5 GiB\"", ": tiers.dram.size: \"1,5 GiB\": fractions" },
-		{ "\"2 TiB\"", ": tiers.dram.size: \"2 TiB\" is out of range [1 MiB, 1 TiB]" },
+		{ "\"2 TiB\"", ": tiers.dram.size: \"2 TiB\" is out of range [2 MiB, 1 TiB]" },
 		{ "\"16777216 TiB\"", ": tiers.dram.size: \"16777216 TiB\" is out of range" },
 		{ "\"18446744073709551616\"",
 		    ": tiers.dram.size: \"18446744073709551616\" is out of range" },
-		{ "\"1048575 B\"", ": tiers.dram.size: \"1048575 B\" is out of range [1 MiB, 1 TiB]" },
+		{ "\"2097151 B\"", ": tiers.dram.size: \"2097151 B\" is out of range [2 MiB, 1 TiB]" },
 		{ "1.0", ": tiers.dram.size: expected an integer or a size string, got real 1" },
 	};
 
@@ -572,7 +573,7 @@ START_TEST(test_bounds_are_inclusive)
 	} keys[] = {
 #define F(f)	offsetof(struct config, f), sizeof(((struct config *)0)->f)
 		{ "namespace.seed", F(namespace_seed), 0, INT64_MAX, "[0, 9223372036854775807]" },
-		{ "tiers.dram.size", F(dram_size), 1ULL << 20, 1ULL << 40, "[1 MiB, 1 TiB]" },
+		{ "tiers.dram.size", F(dram_size), 2ULL << 20, 1ULL << 40, "[2 MiB, 1 TiB]" },
 		{ "tiers.file.capacity", F(file_capacity), 1ULL << 20, 1ULL << 50,
 		    "[1 MiB, 1 PiB]" },
 		{ "tiers.file.readers", F(file_readers), 1, 64, "[1, 64]" },
@@ -989,7 +990,7 @@ START_TEST(test_l3kvd_n_rejects_a_bad_config_naming_the_key)
 	src_path("tests/data/bad-range-low.json", path, sizeof(path));
 	run_l3kvd(path, &status, out, sizeof(out), err, sizeof(err));
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %#x", status);
-	snprintf(want, sizeof(want), "%s: tiers.dram.size: 0 is out of range [1 MiB, 1 TiB]\n",
+	snprintf(want, sizeof(want), "%s: tiers.dram.size: 0 is out of range [2 MiB, 1 TiB]\n",
 	    path);
 	ck_assert_str_eq(err, want);
 	ck_assert_str_eq(out, "");

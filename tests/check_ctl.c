@@ -162,8 +162,16 @@ START_TEST(test_stats_table_names_array_elements_by_index)
 	ck_assert_str_eq(err, "");
 	groups = strstr(out, "\ngroups\n");
 	ck_assert_msg(groups != NULL, "no groups section: %s", out);
-	ck_assert_msg(strstr(groups, "\ngroups\n  0.id        ctl-group\n  0.size      1\n"
-	    "  0.attached  1\n") != NULL, "groups: %s", groups);
+	ck_assert_msg(strstr(groups, "\ngroups\n  0.id                   ctl-group\n"
+	    "  0.size                 1\n  0.attached             1\n"
+	    "  0.prefetch             wait_complete\n  0.write                write_through\n"
+	    "  0.prefetch_timeout_ms  0\n") != NULL, "groups: %s", groups);
+	/* A namespace's pools, with their DRAM objects (issue 11 item 12). */
+	ck_assert_msg(strstr(out, "\n  0.pools.kv.kind          kv\n"
+	    "  0.pools.kv.dram_objects  0\n") != NULL, "namespaces: %s", out);
+	/* Hits by tier, under cache. */
+	ck_assert_msg(strstr(out, "  hits.dram ") != NULL && strstr(out, "  hits.file ") != NULL,
+	    "cache hits: %s", out);
 	test_rank_fini(&r);
 	free(out);
 	free(err);

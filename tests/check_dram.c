@@ -901,6 +901,34 @@ START_TEST(test_every_key_field_is_part_of_identity)
 }
 END_TEST
 
+/*
+ * Issue 11 item 11: the arena is the configured size rounded down to
+ * whole 2 MiB units, never up past the budget; under one unit is refused.
+ */
+START_TEST(test_arena_is_rounded_down_to_whole_units)
+{
+	struct dram_stats	 st;
+	struct dram		*d;
+	char			 err[256] = "";
+
+	d = dram_mk(3 * MIB);
+	dram_stats(d, &st);
+	EQ(st.bytes_capacity, 2 * MIB);
+	dram_free(d);
+	d = dram_mk(4 * MIB - 1);
+	dram_stats(d, &st);
+	EQ(st.bytes_capacity, 2 * MIB);
+	dram_free(d);
+	d = dram_mk(4 * MIB);
+	dram_stats(d, &st);
+	EQ(st.bytes_capacity, 4 * MIB);
+	dram_free(d);
+	EQ(dram_new(&d, 2 * MIB - 1, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_null(d);
+	ck_assert_str_eq(err, "dram arena: 2097151 bytes is out of range [2 MiB, 32 TiB]");
+}
+END_TEST
+
 START_TEST(test_bad_arguments_are_refused)
 {
 	struct dram	*d;
@@ -911,9 +939,9 @@ START_TEST(test_bad_arguments_are_refused)
 
 	EQ(dram_new(&d, 0, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_null(d);
-	ck_assert_str_eq(err, "dram arena: 0 bytes is out of range [1, 32 TiB]");
+	ck_assert_str_eq(err, "dram arena: 0 bytes is out of range [2 MiB, 32 TiB]");
 	EQ(dram_new(&d, 64ULL << 40, err, sizeof(err)), -EINVAL);
-	d = dram_mk(1);		/* rounded up to one unit */
+	d = dram_mk(2 * MIB);
 	key_of(&k, 1);
 	EQ(dram_alloc(d, &k, 0, DRAM_NONE, &id, &buf), -EINVAL);
 	EQ(dram_alloc(d, &k, 3 * MIB, DRAM_NONE, &id, &buf), -EFBIG);
@@ -1514,6 +1542,7 @@ suite_dram(void)
 	tcase_add_test(tc, test_objects_of_16_mib_and_more_fit_an_arena_that_holds_them);
 	tcase_add_test(tc, test_objects_are_aligned_for_copies_and_direct_io);
 	tcase_add_test(tc, test_every_key_field_is_part_of_identity);
+	tcase_add_test(tc, test_arena_is_rounded_down_to_whole_units);
 	tcase_add_test(tc, test_bad_arguments_are_refused);
 	tcase_add_test(tc, test_pin_counts_are_exact);
 	tcase_add_test(tc, test_random_operations_match_a_reference_model);

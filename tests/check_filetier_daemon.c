@@ -512,6 +512,96 @@ START_TEST(test_fresh_daemon_restores_earlier_publishes_byte_for_byte)
 }
 END_TEST
 
+/* The first namespace of STATS, a new reference. */
+static json_t *
+stats_ns0(void)
+{
+	json_t	*j = test_td_stats(), *ns = json_incref(json_array_get(json_object_get(j,
+	    "namespaces"), 0));
+
+	json_decref(j);
+	ck_assert_ptr_nonnull(ns);
+	return ns;
+}
+
+static long long
+ns_dram_objects(const char *pool)
+{
+	json_t		*ns = stats_ns0();
+	json_t		*v = json_object_get(json_object_get(json_object_get(ns, "pools"), pool),
+			    "dram_objects");
+	long long	 n;
+
+	ck_assert_msg(json_is_integer(v), "no namespaces[0].pools.%s.dram_objects", pool);
+	n = json_integer_value(v);
+	json_decref(ns);
+	return n;
+}
+
+/*
+ * Issue 11 item 12: STATS answers what operators ask. A restore of 12
+ * pages, 8 staged from files and 4 that DRAM held, counts hits 8 file
+ * and 4 dram (adding up to pages_restored); the namespace counts its
+ * objects per pool in DRAM (and in files, file_objects); the group shows
+ * its current policies, after a SET_POLICY too.
+ */
+START_TEST(test_stats_say_hits_per_tier_objects_per_pool_and_policies)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a;
+	struct test_rank		r;
+	json_t				*j, *g;
+
+	publish_and_restart("ft-stats", 6, 8);
+	rank_open(&r, "ft-stats");
+	ck_assert_int_eq(ns_dram_objects("kv"), 0);
+	test_rank_publish_kv(&r, 6, 8, 4, 8, NULL);	/* pages 8..11: DRAM (and files) */
+	ck_assert_int_eq(ns_dram_objects("kv"), 4);
+	ck_assert_int_eq(test_td_stat_wait("file", "objects", 12), 12);
+	a = admit(&r, 1, 6, 12);
+	ck_assert_uint_eq(a.admitted_pages, 12);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 16, 12, &res), 0);
+	ck_assert_uint_eq(res.pages, 12);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	ck_assert_int_eq(test_td_stat("cache", "pages_restored"), 12);
+	j = test_td_stats();
+	g = json_object_get(json_object_get(j, "cache"), "hits");
+	ck_assert_int_eq(json_integer_value(json_object_get(g, "file")), 8);
+	ck_assert_int_eq(json_integer_value(json_object_get(g, "dram")), 4);
+	g = json_array_get(json_object_get(j, "groups"), 0);
+	ck_assert_str_eq(json_string_value(json_object_get(g, "prefetch")), "wait_complete");
+	ck_assert_str_eq(json_string_value(json_object_get(g, "write")), "write_through");
+	ck_assert_int_eq(json_integer_value(json_object_get(g, "prefetch_timeout_ms")), 0);
+	json_decref(j);
+	/* The staged objects stayed in DRAM: the namespace holds all 12 there. */
+	ck_assert_int_eq(ns_dram_objects("kv"), 12);
+	j = stats_ns0();
+	ck_assert_int_eq(json_integer_value(json_object_get(j, "file_objects")), 8);	/* its scan's */
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(json_object_get(j,
+	    "pools"), "kv"), "kind")), "kv");
+	json_decref(j);
+
+	/* Again from DRAM only: 12 more dram hits, no file hit. */
+	a = admit(&r, 2, 6, 12);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 12, &res), 0);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	ck_assert_int_eq(test_td_stat("cache", "pages_restored"), 24);
+
+	/* A policy change shows. */
+	ck_assert_int_eq(l3kv_set_policy(r.k, L3KV_PREFETCH_TIMEOUT, L3KV_WRITE_BACK, 250), 0);
+	j = test_td_stats();
+	g = json_object_get(json_object_get(j, "cache"), "hits");
+	ck_assert_int_eq(json_integer_value(json_object_get(g, "file")), 8);
+	ck_assert_int_eq(json_integer_value(json_object_get(g, "dram")), 16);
+	g = json_array_get(json_object_get(j, "groups"), 0);
+	ck_assert_str_eq(json_string_value(json_object_get(g, "prefetch")), "timeout");
+	ck_assert_str_eq(json_string_value(json_object_get(g, "write")), "write_back");
+	ck_assert_int_eq(json_integer_value(json_object_get(g, "prefetch_timeout_ms")), 250);
+	json_decref(j);
+	test_rank_fini(&r);
+}
+END_TEST
+
 /*
  * A file that disappears after the daemon indexed it: ADMIT still
  * promises it (the index says visible), the read finds it gone, and
@@ -586,7 +676,7 @@ START_TEST(test_admit_promises_only_what_dram_can_stage)
 		test_rank_publish_kv(&r, 8, i, 64, 0, NULL);
 	ck_assert_int_eq(test_td_stat_wait("file", "objects", n), n);
 	test_rank_fini(&r);
-	restart_daemon_with("1 MiB", 0);	/* far fewer than 1024 objects of 4 KiB */
+	restart_daemon_with("2 MiB", 0);	/* one unit: far fewer than 1024 objects of 4 KiB */
 	rank_open(&r, "ft-a");
 	ck_assert_uint_eq(probe(&r, 8, n), n);
 	a = admit(&r, 1, 8, n);
@@ -1592,6 +1682,7 @@ suite_filetier_daemon(void)
 	tcase_add_test(tc, test_corrupted_file_fails_the_restore_as_lost);
 	tcase_add_test(tc, test_truncated_file_fails_the_restore_as_lost);
 	tcase_add_test(tc, test_file_with_another_fingerprint_is_a_miss);
+	tcase_add_test(tc, test_stats_say_hits_per_tier_objects_per_pool_and_policies);
 	tcase_add_test(tc, test_sigkill_while_publishing_serves_no_torn_object);
 	tc = test_tcase(s, "staging", 60, setup, teardown);
 	tcase_add_test(tc, test_admit_promises_only_what_dram_can_stage);

@@ -774,8 +774,131 @@ START_TEST(test_region_geometry_at_and_past_its_bounds)
 	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_INVALID);
 	ck_assert_str_eq(err, "regions[0]: offset + size overflows");
 	r->offset = UINT64_MAX - (1ULL << 40);
+	r->layer_stride = 576;		/* a single page, but its layers and tokens apart */
+	r->token_stride = 61 * 576;
 	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_OK);
 	free(a);
+}
+END_TEST
+
+/*
+ * Issue 11 item 2: a geometry under which two distinct indices reach a
+ * common byte is refused, for every kind of region. The slot region with
+ * a stride under a slot (0 included) let canonical slot 1 overwrite live
+ * slot 0.
+ */
+START_TEST(test_region_geometry_with_aliasing_indices_is_refused)
+{
+	struct pt_attach	*a = pt_attach_new();
+	struct proto_region	*kv = &a->regions[0], *sl = &a->regions[1];
+	char			 err[256];
+
+	/* Slots: stride 0 and stride half a slot; one slot's stride is never used. */
+	sl->page_stride = 0;
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_INVALID);
+	ck_assert_str_eq(err, "regions[1]: page_stride 0 is under the 4096 bytes one slot spans, "
+	    "so two slots would overlap");
+	sl->page_stride = 2048;
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_INVALID);
+	ck_assert_str_eq(err, "regions[1]: page_stride 2048 is under the 4096 bytes one slot spans, "
+	    "so two slots would overlap");
+	sl->page_stride = 4095;
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_INVALID);
+	sl->page_stride = 4096;
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_OK);
+	sl->page_stride = 8192;		/* gaps between slots are fine */
+	sl->size = 8 * 8192;
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_OK);
+	sl->num_pages = 1;
+	sl->page_stride = 0;
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_OK);
+	sl->num_pages = 8;
+	sl->page_stride = 4096;
+
+	/* page_first (tokens x layers x 576): each stride one below its span. */
+	kv->layer_stride = 575;
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_INVALID);
+	ck_assert_str_eq(err, "regions[0]: layer_stride 575 is under the 576 bytes one layer "
+	    "spans, so two layers would overlap");
+	kv->layer_stride = 576;
+	kv->token_stride = 61 * 576 - 1;
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_INVALID);
+	ck_assert_str_eq(err, "regions[0]: token_stride 35135 is under the 35136 bytes one token "
+	    "spans, so two tokens would overlap");
+	kv->token_stride = 61 * 576;
+	kv->page_stride = 64 * 61 * 576 - 1;
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_INVALID);
+	ck_assert_str_eq(err, "regions[0]: page_stride 2248703 is under the 2248704 bytes one page "
+	    "spans, so two pages would overlap");
+	kv->page_stride = 0;
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_INVALID);
+	ck_assert_ptr_nonnull(strstr(err, "regions[0]: page_stride 0 is under"));
+	/* Two dimensions on one stride alias. */
+	kv->page_stride = 576;
+	kv->layer_stride = 576;
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_INVALID);
+	ck_assert_ptr_nonnull(strstr(err, "would overlap"));
+
+	/* layer_first: per layer, pages x tokens x 576; layers far apart. */
+	kv->layout = PROTO_LAYOUT_LAYER_FIRST;
+	kv->token_stride = 576;
+	kv->page_stride = 64 * 576;
+	kv->layer_stride = 16ULL * 64 * 576;
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_OK);
+	kv->layer_stride = 15ULL * 64 * 576;	/* layer l's last page is layer l+1's first */
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_INVALID);
+	ck_assert_ptr_nonnull(strstr(err, "regions[0]: layer_stride"));
+
+	/* page_first_direct: page: layers x tokens x 576. */
+	kv->layout = PROTO_LAYOUT_PAGE_FIRST_DIRECT;
+	kv->token_stride = 576;
+	kv->layer_stride = 64 * 576;
+	kv->page_stride = 61ULL * 64 * 576;
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_OK);
+	kv->token_stride = 0;
+	ck_assert_int_eq(pt_attach_check(a, err, sizeof(err)), PROTO_S_INVALID);
+	ck_assert_str_eq(err, "regions[0]: token_stride 0 is under the 576 bytes one token spans, "
+	    "so two tokens would overlap");
+	free(a);
+}
+END_TEST
+
+/*
+ * The aliasing check agrees with brute force: over small random
+ * geometries, proto_region_alias says disjoint exactly when no two
+ * cells share a byte, or refuses (never accepts an aliasing one).
+ */
+START_TEST(test_region_alias_check_never_accepts_overlapping_cells)
+{
+	struct proto_region	r;
+	uint64_t		stride, span, cell[512];
+	unsigned		iter, n, i, j, p, l, t;
+	int			overlap;
+
+	srandom(1111);
+	for (iter = 0; iter < 20000; iter++) {
+		memset(&r, 0, sizeof(r));
+		r.num_pages = 1 + (uint32_t)random() % 8;
+		r.layers = 1 + (uint32_t)random() % 8;
+		r.page_tokens = 1 + (uint32_t)random() % 8;
+		r.token_bytes = 1 + (uint32_t)random() % 8;
+		r.page_stride = (uint64_t)random() % 200;
+		r.layer_stride = (uint64_t)random() % 40;
+		r.token_stride = (uint64_t)random() % 20;
+		n = 0;
+		for (p = 0; p < r.num_pages; p++)
+			for (l = 0; l < r.layers; l++)
+				for (t = 0; t < r.page_tokens; t++)
+					cell[n++] = p * r.page_stride + l * r.layer_stride +
+					    t * r.token_stride;
+		overlap = 0;
+		for (i = 0; i < n && !overlap; i++)
+			for (j = i + 1; j < n && !overlap; j++)
+				overlap = (cell[i] > cell[j] ? cell[i] - cell[j] : cell[j] - cell[i]) <
+				    r.token_bytes;
+		if (overlap)
+			ck_assert_int_ge(proto_region_alias(&r, &stride, &span), 0);
+	}
 }
 END_TEST
 
@@ -983,6 +1106,8 @@ suite_proto(void)
 	tcase_add_loop_test(tc, test_attach_decode_rejects_each_invalid_field, 0,
 	    (int)(sizeof(pt_bad_attach) / sizeof(pt_bad_attach[0])));
 	tcase_add_test(tc, test_region_geometry_at_and_past_its_bounds);
+	tcase_add_test(tc, test_region_geometry_with_aliasing_indices_is_refused);
+	tcase_add_test(tc, test_region_alias_check_never_accepts_overlapping_cells);
 	tcase_add_test(tc, test_event_registration_is_a_kind_and_a_handle);
 	tcase_add_test(tc, test_attach_length_saturates);
 	tcase_add_test(tc, test_string_ok);

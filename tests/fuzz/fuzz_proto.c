@@ -9,7 +9,9 @@
  * whatever follows the header, so that the fuzzer need not keep the
  * header's length in step to reach the field checks.
  *
- * Crashes, sanitizer reports and the invariants below are findings.
+ * Crashes, sanitizer reports and the invariants below are findings; an
+ * accepted region's geometry is checked cell by cell (no two indices
+ * alias, none reaches past its size).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -41,6 +43,41 @@ fuzz_dump(const struct proto_hdr *h, const void *payload)
 	fuzz_check_dump(big, sizeof(big), proto_dump(h, payload, big, sizeof(big)));
 }
 
+static int
+fuzz_cmp_u64(const void *a, const void *b)
+{
+	uint64_t	x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * An accepted memory region's cells are disjoint and inside its size:
+ * checked by brute force where the region has few enough cells.
+ */
+static void
+fuzz_region_geometry(const struct proto_region *r)
+{
+	static uint64_t	cell[4096];
+	uint64_t	n = (uint64_t)r->num_pages * r->layers * r->page_tokens, i = 0;
+	uint32_t	p, l, t;
+
+	if (r->kind == PROTO_MEM_CUDA_EVENT || n > 4096)
+		return;
+	for (p = 0; p < r->num_pages; p++)
+		for (l = 0; l < r->layers; l++)
+			for (t = 0; t < r->page_tokens; t++)
+				cell[i++] = p * r->page_stride + l * r->layer_stride +
+				    t * r->token_stride;
+	qsort(cell, n, sizeof(cell[0]), fuzz_cmp_u64);
+	for (i = 0; i < n; i++) {
+		if (cell[i] + r->token_bytes > r->size)
+			__builtin_trap();
+		if (i > 0 && cell[i] - cell[i - 1] < r->token_bytes)
+			__builtin_trap();	/* two indices alias */
+	}
+}
+
 static void
 fuzz_attach(const uint8_t *payload, uint32_t len)
 {
@@ -61,6 +98,8 @@ fuzz_attach(const uint8_t *payload, uint32_t len)
 		if (v.regions[i].pool >= v.fixed.layout.npools ||
 		    v.regions[i].fd_index >= PROTO_FDS_MAX)
 			__builtin_trap();
+	for (i = 0; i < v.fixed.nregions; i++)
+		fuzz_region_geometry(&v.regions[i]);
 	/* Every live index must be readable inside the payload. */
 	for (i = 0; i < v.fixed.nlive; i++)
 		sum += proto_attach_live(&v, i);
