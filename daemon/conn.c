@@ -757,7 +757,7 @@ conn_read_size(struct conn *c, int *bulk)
 	struct proto_hdr	h;
 	size_t			avail = c->in_len - c->in_off;
 
-	size_t			rest, step;
+	size_t			rest, room;
 
 	*bulk = c->session != NULL;
 	if (*bulk) {
@@ -768,18 +768,16 @@ conn_read_size(struct conn *c, int *bulk)
 	if (avail < CONN_HDR)
 		return CONN_HDR - avail;
 	/*
-	 * The rest of the payload, as far as the buffer reaches once grown by
-	 * what it holds (at least CONN_BULK): it doubles with the bytes that
-	 * came, so a header promising 16 MiB and sending nothing holds 4 KiB.
+	 * The rest of the payload, as far as the buffer reaches; a full buffer
+	 * doubles. It grows with the bytes that came, so a header promising
+	 * 16 MiB and sending nothing holds 4 KiB.
 	 */
 	memcpy(&h, c->in + c->in_off, CONN_HDR);
 	rest = CONN_HDR + h.length - avail;
-	step = c->in_len > CONN_BULK ? c->in_len : CONN_BULK;
-	if (rest > step)
-		rest = step;
-	if (conn_grow(c, c->in_len + rest) != 0)
+	if (c->in_len == c->in_cap && conn_grow(c, c->in_len + 1) != 0)
 		return 0;
-	return rest;
+	room = c->in_cap - c->in_len;
+	return rest < room ? rest : room;
 }
 
 /*
