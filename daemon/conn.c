@@ -41,7 +41,7 @@
 #define CONN_KEEP_BUFFER	(256U << 10)
 #define CONN_BULK		(64U << 10)	/* free space an attached read asks for */
 /* HELLO is 40 bytes; anything else before it is answered `state`: no need for more. */
-#define CONN_PREHELLO_MAX	4096
+#define CONN_PREHELLO_MAX	4096U
 /* Long enough for a peer that connected and wrote to reach its read; bounded in number. */
 #define CONN_LINGER_MS		2000
 #define CONN_LINGER_MAX		64
@@ -269,7 +269,8 @@ conn_deadline(const struct conn *c)
 		t = 0;
 	if (t != 0 && (at == 0 || t < at))
 		at = t;
-	if (c->flags & CONN_F_PARTIAL) {
+	/* Not while the daemon itself stopped reading (CONN_F_OVER). */
+	if ((c->flags & (CONN_F_PARTIAL | CONN_F_OVER)) == CONN_F_PARTIAL) {
 		t = c->frame_ms + cfg->frame_timeout_ms;
 		if (at == 0 || t < at)
 			at = t;
@@ -345,7 +346,8 @@ conn_timer_cb(evutil_socket_t fd, short ev, void *arg)
 		    now >= c->idle_ms + cfg->attach_timeout_ms)
 			snprintf(why, sizeof(why), "not attached and idle for %u ms",
 			    cfg->attach_timeout_ms);
-		else if ((c->flags & CONN_F_PARTIAL) && now >= c->frame_ms + cfg->frame_timeout_ms)
+		else if ((c->flags & (CONN_F_PARTIAL | CONN_F_OVER)) == CONN_F_PARTIAL &&
+		    now >= c->frame_ms + cfg->frame_timeout_ms)
 			snprintf(why, sizeof(why), "a frame not finished within %u ms of its first "
 			    "bytes (%zu bytes held)", cfg->frame_timeout_ms, c->in_len - c->in_off);
 		if (why[0] != '\0') {
@@ -375,6 +377,10 @@ conn_under(struct conn *c)
 	if (c->flags & CONN_F_DEAD)
 		return;
 	c->out_ms = 0;
+	/* The frame's clock ran while the daemon was not reading it: it starts again. */
+	if (c->flags & CONN_F_PARTIAL)
+		c->frame_ms = server_now_ms();
+	conn_timer_update(c);
 	if (event_add(c->ev_read, NULL) == 0 && c->in_len > c->in_off)
 		event_active(c->ev_read, EV_READ, 0);
 }
