@@ -953,8 +953,9 @@ START_TEST(test_unread_replies_stop_reading_and_are_dropped_at_the_deadline)
 	rss0 = proc_status_kb(test_td.pid, "VmRSS:");
 	sent = send_stats_unread(fd, 100000, 500);
 	rss1 = proc_status_kb(test_td.pid, "VmRSS:");
-	ck_assert_msg(sent < 100000, "the daemon read all %u requests", sent);
-	ck_assert_msg(rss1 - rss0 < 8 * 1024, "RSS grew %ld kB with %u requests unanswered",
+	/* The old daemon read all 100000 and grew by 120 MB (ASan's quarantine adds some here). */
+	ck_assert_msg(sent < 20000, "the daemon read %u requests", sent);
+	ck_assert_msg(rss1 - rss0 < 32 * 1024, "RSS grew %ld kB with %u requests unanswered",
 	    rss1 - rss0, sent);
 	ck_assert_int_eq(test_td_stat_wait("connections", "slow", 1), 1);
 	ck_assert_int_eq(test_td_stat_wait("connections", "open", 1), 1);
@@ -1015,6 +1016,37 @@ START_TEST(test_slow_reader_gets_every_reply_in_order)
 END_TEST
 
 /*
+ * Waits until the daemon holds no connection but fd's: the one that
+ * started it may still be closing, and its fd would leave a hole below
+ * the limit a test sets.
+ */
+static void
+wait_open_raw(int fd)
+{
+	int	i;
+
+	for (i = 0; i < 500 && raw_stat(fd, "connections", "open") != 1; i++)
+		usleep(10000);
+	ck_assert_int_eq(raw_stat(fd, "connections", "open"), 1);
+}
+
+/* connections.open, asked on k's own connection. */
+static long long
+stats_open(struct l3kv *k)
+{
+	json_t		*j;
+	char		*text = NULL;
+	long long	 n;
+
+	ck_assert_int_eq(l3kv_stats(k, &text), 0);
+	ck_assert_ptr_nonnull(j = json_loads(text, 0, NULL));
+	n = json_integer_value(json_object_get(json_object_get(j, "connections"), "open"));
+	json_decref(j);
+	l3kv_free(text);
+	return n;
+}
+
+/*
  * Connects until the daemon, at its open-file limit, refuses a peer with
  * the spare fd; the connections it could still accept are kept in held
  * (their count in *nheld). Returns the refused one's socket, its refusal
@@ -1050,6 +1082,7 @@ START_TEST(test_out_of_fds_refuses_cleanly_logs_once_and_recovers)
 
 	keep = raw_connect(test_td.sock);
 	raw_hello(keep);
+	wait_open_raw(keep);
 	was = daemon_set_nofile(test_td.pid, (rlim_t)proc_first_free_fd(test_td.pid));
 	fill_daemon_fds(held, 32, &nheld);
 	for (i = 0; i < 4; i++)
@@ -1077,10 +1110,12 @@ START_TEST(test_attach_whose_fds_the_kernel_dropped_is_refused_as_such)
 	    L3KV_ATTN_MLA, 8, 8, 2, 64 };
 	struct test_rank	r;
 	rlim_t			was;
-	int			rc;
+	int			rc, i;
 
 	test_rank_init(&r, &kv, "g-ctrunc", 1, 0);
 	ck_assert_int_eq(l3kv_connect(test_td.sock, 5000, &r.k), 0);
+	for (i = 0; i < 500 && stats_open(r.k) != 1; i++)
+		usleep(10000);
 	was = daemon_set_nofile(test_td.pid, (rlim_t)proc_first_free_fd(test_td.pid));
 	rc = l3kv_attach(r.k, &r.args, NULL);
 	ck_assert_msg(rc == -EUSERS, "attach: %d %s", rc, l3kv_last_error(r.k));
