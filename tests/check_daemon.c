@@ -651,6 +651,24 @@ proc_first_free_fd(pid_t pid)
 	return -1;
 }
 
+/* How many fds the daemon holds. */
+static int
+proc_fd_count(pid_t pid)
+{
+	char		path[64];
+	DIR		*d;
+	struct dirent	*e;
+	int		 n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	ck_assert_ptr_nonnull(d = opendir(path));
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
 /* Sets the daemon's soft open-file limit (the hard one stays), returning the old soft one. */
 static rlim_t
 daemon_set_nofile(pid_t pid, rlim_t soft)
@@ -1077,12 +1095,13 @@ fill_daemon_fds(int *held, int max, int *nheld)
 
 START_TEST(test_out_of_fds_refuses_cleanly_logs_once_and_recovers)
 {
-	int	keep, held[32], nheld = 0, i;
+	int	keep, held[32], nheld = 0, i, fds;
 	rlim_t	was;
 
 	keep = raw_connect(test_td.sock);
 	raw_hello(keep);
 	wait_open_raw(keep);
+	fds = proc_fd_count(test_td.pid);
 	was = daemon_set_nofile(test_td.pid, (rlim_t)proc_first_free_fd(test_td.pid));
 	fill_daemon_fds(held, 32, &nheld);
 	for (i = 0; i < 4; i++)
@@ -1095,6 +1114,10 @@ START_TEST(test_out_of_fds_refuses_cleanly_logs_once_and_recovers)
 	for (i = 0; i < nheld; i++)
 		close(held[i]);
 	close(keep);
+	/* Every refused socket closed, the spare fd taken back: keep's fd alone is gone. */
+	for (i = 0; i < 300 && proc_fd_count(test_td.pid) != fds - 1; i++)
+		usleep(10000);
+	ck_assert_int_eq(proc_fd_count(test_td.pid), fds - 1);
 }
 END_TEST
 
