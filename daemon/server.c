@@ -558,9 +558,9 @@ server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t er
 	}
 	s->ev_sigterm = evsignal_new(s->base, SIGTERM, server_signal_cb, s);
 	s->ev_sigint = evsignal_new(s->base, SIGINT, server_signal_cb, s);
-	if (s->ev_listen == NULL || s->ev_sigterm == NULL || s->ev_sigint == NULL ||
-	    event_add(s->ev_listen, NULL) != 0 || event_add(s->ev_sigterm, NULL) != 0 ||
-	    event_add(s->ev_sigint, NULL) != 0) {
+	if (s->ev_listen == NULL || s->ev_accept_pause == NULL || s->ev_sigterm == NULL ||
+	    s->ev_sigint == NULL || event_add(s->ev_listen, NULL) != 0 ||
+	    event_add(s->ev_sigterm, NULL) != 0 || event_add(s->ev_sigint, NULL) != 0) {
 		snprintf(err, errlen, "cannot register events");
 		return -ENOMEM;
 	}
