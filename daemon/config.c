@@ -165,6 +165,12 @@ static const struct config_key config_keys[] = {
 	CONFIG_INT("limits.max_connections_per_uid", max_connections_per_uid, 1, 65536, 256),
 	CONFIG_INT("limits.max_namespaces", max_namespaces, 1, 65536, 1024),
 	CONFIG_SIZE("limits.max_frame", max_frame, PROTO_FRAME_MIN, PROTO_FRAME_MAX, 16U << 20),
+	/* Per-connection deadlines and the output bound (conn.c). */
+	CONFIG_INT("limits.hello_timeout_ms", hello_timeout_ms, 10, 600000, 5000),
+	CONFIG_INT("limits.attach_timeout_ms", attach_timeout_ms, 10, 3600000, 60000),
+	CONFIG_INT("limits.frame_timeout_ms", frame_timeout_ms, 10, 600000, 10000),
+	CONFIG_SIZE("limits.max_output", max_output, 64U << 10, 1U << 30, 4U << 20),
+	CONFIG_INT("limits.output_timeout_ms", output_timeout_ms, 10, 600000, 10000),
 	CONFIG_INT("lease.ttl_ms", lease_ttl_ms, 100, 3600000, 30000),
 	CONFIG_INT("admit.timeout_ms", admit_timeout_ms, 1, 600000, 2000),
 	CONFIG_INT("admit.max_waiting", admit_max_waiting, 1, 65536, 128),
@@ -232,7 +238,12 @@ static const char config_default_text[] =
     "    \"max_connections\": 1024,\n"
     "    \"max_connections_per_uid\": 256,\n"
     "    \"max_namespaces\": 1024,\n"
-    "    \"max_frame\": \"16 MiB\"\n"
+    "    \"max_frame\": \"16 MiB\",\n"
+    "    \"hello_timeout_ms\": 5000,\n"
+    "    \"attach_timeout_ms\": 60000,\n"
+    "    \"frame_timeout_ms\": 10000,\n"
+    "    \"max_output\": \"4 MiB\",\n"
+    "    \"output_timeout_ms\": 10000\n"
     "  },\n"
     "  \"lease\": {\n"
     "    \"ttl_ms\": 30000\n"

@@ -78,6 +78,11 @@ struct config {
 	uint32_t	max_connections;
 	uint32_t	max_connections_per_uid;
 	uint32_t	max_frame;		/* bytes, header included */
+	uint32_t	hello_timeout_ms;	/* accept to HELLO */
+	uint32_t	attach_timeout_ms;	/* idle after HELLO, unattached */
+	uint32_t	frame_timeout_ms;	/* a frame's first byte to its last */
+	uint32_t	max_output;		/* bytes of replies before reading stops */
+	uint32_t	output_timeout_ms;	/* over max_output this long: closed */
 	uint32_t	lease_ttl_ms;
 	uint32_t	admit_timeout_ms;	/* group barrier deadline */
 	uint32_t	admit_max_waiting;	/* ADMITs one session may have at a barrier */
@@ -106,6 +111,9 @@ struct metrics {
 	uint64_t	connections_denied;
 	uint64_t	connections_limited;
 	uint64_t	connections_open;
+	uint64_t	connections_no_fd;	/* refused at EMFILE/ENFILE with the spare fd */
+	uint64_t	connections_timed_out;	/* HELLO, ATTACH or frame deadline */
+	uint64_t	connections_slow;	/* replies not drained in output_timeout_ms */
 	uint64_t	frames_in;
 	uint64_t	frames_out;
 	uint64_t	frames_bad;
@@ -409,10 +417,20 @@ struct conn {
 #define CONN_F_DEAD	0x02	/* closing: no more reads, flush then free */
 #define CONN_F_REAPED	0x04	/* free scheduled: nothing more is sent */
 #define CONN_F_READING	0x08	/* in its read callback: replies are written at its end */
+#define CONN_F_OVER	0x10	/* replies over limits.max_output: not reading */
+#define CONN_F_PARTIAL	0x20	/* part of a frame is held: frame_ms runs */
+#define CONN_F_PEER_GONE 0x40	/* EOF or an error from the peer: closed without linger */
+#define CONN_F_FDS_LOST	0x80	/* the kernel dropped fds (MSG_CTRUNC) of a frame */
 	uint16_t	 version;
 	char		 client[PROTO_NAME_LEN];
 	struct event	*ev_read;
 	struct event	*ev_write;
+	struct event	*ev_timer;	/* the earliest deadline below, when one runs */
+	uint64_t	 timer_at;	/* what ev_timer is set for; 0: not set */
+	uint64_t	 accepted_ms;	/* the HELLO deadline runs from here */
+	uint64_t	 idle_ms;	/* unattached: the last frame, for the ATTACH deadline */
+	uint64_t	 frame_ms;	/* CONN_F_PARTIAL: when the partial frame was first held */
+	uint64_t	 out_ms;	/* CONN_F_OVER, or dead with replies left: since when */
 	uint8_t		*in;		/* header + payload being assembled */
 	size_t		 in_off;	/* start of the current frame */
 	size_t		 in_len;	/* bytes held */
@@ -435,6 +453,18 @@ int	 conn_reply(struct conn *, const struct proto_hdr *req, unsigned status,
 	    const void *payload, uint32_t len);
 int	 conn_reply_error(struct conn *, const struct proto_hdr *req, unsigned status,
 	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void	 conn_linger(struct server *, int fd);
+void	 conn_linger_free_all(struct server *);
+
+/* A closed socket read and discarded until EOF, so its last frame is read, not reset. */
+struct conn_linger {
+	int		 fd;
+	struct server	*server;
+	struct event	*ev;
+	uint64_t	 until;
+	TAILQ_ENTRY(conn_linger) entry;
+};
+TAILQ_HEAD(conn_linger_list, conn_linger);
 
 /* dispatch.c */
 void	 dispatch_frame(struct conn *, struct proto_frame *);
@@ -449,6 +479,12 @@ struct server {
 	struct event	*ev_sigint;
 	struct event	*ev_drain;
 	struct conn_list conns;
+	struct conn_linger_list lingering;
+	unsigned	 nlingering;
+	int		 spare_fd;	/* given up to accept and refuse a peer at EMFILE */
+	struct event	*ev_accept_pause;
+	uint64_t	 nofd_logged_ms;
+	uint64_t	 nofd_unlogged;	/* refusals at EMFILE since the last log line */
 	struct ns_list	 namespaces;
 	struct group_list groups;
 	unsigned	 nconns;

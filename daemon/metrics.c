@@ -252,7 +252,7 @@ metrics_stats_json(struct server *s)
 	char	*out;
 
 	j = json_pack("{s:{s:s, s:s, s:s, s:I, s:I, s:s, s:b},"
-	    " s:{s:I, s:I, s:I, s:I},"
+	    " s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I},"
 	    " s:{s:I, s:I, s:I, s:I, s:I},"
 	    " s:{s:I, s:I, s:I, s:I, s:I},"
 	    " s:{s:I, s:I},"
@@ -262,7 +262,8 @@ metrics_stats_json(struct server *s)
 	    "copy_engine", metrics_copy_engine(s), "gpu", s->gpu_present,
 	    "connections", "open", I(metrics.connections_open),
 	    "accepted", I(metrics.connections_accepted), "denied", I(metrics.connections_denied),
-	    "limited", I(metrics.connections_limited),
+	    "limited", I(metrics.connections_limited), "no_fd", I(metrics.connections_no_fd),
+	    "timed_out", I(metrics.connections_timed_out), "slow", I(metrics.connections_slow),
 	    "frames", "in", I(metrics.frames_in), "out", I(metrics.frames_out),
 	    "bad", I(metrics.frames_bad), "bytes_in", I(metrics.bytes_in),
 	    "bytes_out", I(metrics.bytes_out),

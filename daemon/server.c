@@ -32,6 +32,9 @@
 #include "daemon.h"
 
 #define SERVER_BACKLOG	512
+/* Out of fds: how long accepting pauses, and how often that is logged. */
+#define SERVER_NOFD_PAUSE_MS	100
+#define SERVER_NOFD_LOG_MS	10000
 
 static int server_lock_fd = -1;
 
@@ -235,10 +238,12 @@ server_conns_of_uid(struct server *s, uid_t uid)
 
 /*
  * Refuses a peer with one ERROR frame sent straight on the socket (it is
- * small enough to fit the socket buffer), then closes it.
+ * small enough to fit the socket buffer), then lets it linger
+ * (conn_linger) so that the peer reads the frame even if it is writing
+ * its HELLO meanwhile; with linger 0 (no fd to spare) it is closed.
  */
 static void
-server_refuse(int fd, unsigned status, const char *msg)
+server_refuse(struct server *s, int fd, unsigned status, const char *msg, int linger)
 {
 	struct {
 		struct proto_hdr	h;
@@ -252,7 +257,63 @@ server_refuse(int fd, unsigned status, const char *msg)
 	memcpy(f.msg, msg, len);
 	if (send(fd, &f, sizeof(f.h) + len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
 		log_debug("server", "refusal not delivered: %s", strerror(errno));
-	close(fd);
+	if (linger)
+		conn_linger(s, fd);
+	else {
+		shutdown(fd, SHUT_WR);
+		close(fd);
+	}
+}
+
+static void
+server_accept_resume_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct server	*s = arg;
+
+	(void)fd;
+	(void)ev;
+	if (s->listen_fd >= 0 && event_add(s->ev_listen, NULL) != 0)
+		log_warn("server", "cannot resume accepting");
+}
+
+/*
+ * accept() failed with EMFILE or ENFILE: a peer waits in the backlog and
+ * no fd is there for it. The spare fd is given up to accept it and refuse
+ * it with a frame (instead of leaving it to hang), then taken back; and
+ * accepting pauses SERVER_NOFD_PAUSE_MS, because the listening socket
+ * stays readable and would otherwise spin the loop. Logged once per
+ * SERVER_NOFD_LOG_MS with the count since.
+ */
+static void
+server_accept_nofd(struct server *s, int err)
+{
+	struct timeval	tv = { 0, SERVER_NOFD_PAUSE_MS * 1000 };
+	uint64_t	now = server_now_ms();
+	int		fd = -1;
+
+	if (s->spare_fd >= 0) {
+		close(s->spare_fd);
+		s->spare_fd = -1;
+		fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	}
+	if (fd >= 0) {
+		metrics.connections_no_fd++;
+		metrics.connections_limited++;
+		s->nofd_unlogged++;
+		server_refuse(s, fd, PROTO_S_LIMIT, "the daemon is out of file descriptors", 0);
+	}
+	s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (now - s->nofd_logged_ms >= SERVER_NOFD_LOG_MS || s->nofd_logged_ms == 0) {
+		log_warn("server", "accept: %s: %llu connections refused since the last such "
+		    "message; accepting pauses %u ms at a time%s", strerror(err),
+		    (unsigned long long)s->nofd_unlogged, SERVER_NOFD_PAUSE_MS,
+		    s->spare_fd < 0 ? "; no spare fd to refuse with" : "");
+		s->nofd_logged_ms = now;
+		s->nofd_unlogged = 0;
+	}
+	event_del(s->ev_listen);
+	if (s->ev_accept_pause == NULL || evtimer_add(s->ev_accept_pause, &tv) != 0)
+		event_add(s->ev_listen, NULL);	/* better to spin than to stop serving */
 }
 
 static void
@@ -269,7 +330,9 @@ server_accept_cb(evutil_socket_t lfd, short ev, void *arg)
 	for (i = 0; i < 64; i++) {
 		fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+			if (errno == EMFILE || errno == ENFILE)
+				server_accept_nofd(s, errno);
+			else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
 				log_warn("server", "accept: %s", strerror(errno));
 			return;
 		}
@@ -284,7 +347,7 @@ server_accept_cb(evutil_socket_t lfd, short ev, void *arg)
 			log_warn("server", "denied pid %d uid %u gid %u: not in access.allow_uids or "
 			    "access.allow_gids", (int)cred.pid, (unsigned)cred.uid, (unsigned)cred.gid);
 			snprintf(msg, sizeof(msg), "uid %u is not allowed", (unsigned)cred.uid);
-			server_refuse(fd, PROTO_S_DENIED, msg);
+			server_refuse(s, fd, PROTO_S_DENIED, msg, 1);
 			continue;
 		}
 		if (s->nconns >= s->cfg->max_connections ||
@@ -295,12 +358,12 @@ server_accept_cb(evutil_socket_t lfd, short ev, void *arg)
 			    s->cfg->max_connections_per_uid);
 			snprintf(msg, sizeof(msg), "connection limit reached for uid %u",
 			    (unsigned)cred.uid);
-			server_refuse(fd, PROTO_S_LIMIT, msg);
+			server_refuse(s, fd, PROTO_S_LIMIT, msg, 1);
 			continue;
 		}
 		if (conn_new(s, fd, cred.uid, cred.gid, cred.pid) == NULL) {
 			log_warn("server", "out of memory for a connection");
-			server_refuse(fd, PROTO_S_NO_MEMORY, "out of memory");
+			server_refuse(s, fd, PROTO_S_NO_MEMORY, "out of memory", 1);
 			continue;
 		}
 		metrics.connections_accepted++;
@@ -371,6 +434,7 @@ server_signal_cb(evutil_socket_t sig, short ev, void *arg)
 	    s->nconns);
 	notify_send("STOPPING=1");
 	event_del(s->ev_listen);
+	event_del(s->ev_accept_pause);
 	close(s->listen_fd);
 	s->listen_fd = -1;
 	unlink(s->cfg->socket_path);
@@ -434,7 +498,9 @@ server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t er
 	memset(s, 0, sizeof(*s));
 	s->cfg = cfg;
 	s->listen_fd = -1;
+	s->spare_fd = -1;
 	TAILQ_INIT(&s->conns);
+	TAILQ_INIT(&s->lingering);
 	TAILQ_INIT(&s->namespaces);
 	TAILQ_INIT(&s->groups);
 	s->started_ms = server_now_ms();
@@ -485,11 +551,18 @@ server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t er
 	if ((rc = server_listen(s, err, errlen)) != 0)
 		return rc;
 	s->ev_listen = event_new(s->base, s->listen_fd, EV_READ | EV_PERSIST, server_accept_cb, s);
+	s->ev_accept_pause = evtimer_new(s->base, server_accept_resume_cb, s);
+	/* Kept for the moment fds run out: see server_accept_nofd(). */
+	if ((s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "open /dev/null: %s", strerror(-rc));
+		return rc;
+	}
 	s->ev_sigterm = evsignal_new(s->base, SIGTERM, server_signal_cb, s);
 	s->ev_sigint = evsignal_new(s->base, SIGINT, server_signal_cb, s);
-	if (s->ev_listen == NULL || s->ev_sigterm == NULL || s->ev_sigint == NULL ||
-	    event_add(s->ev_listen, NULL) != 0 || event_add(s->ev_sigterm, NULL) != 0 ||
-	    event_add(s->ev_sigint, NULL) != 0) {
+	if (s->ev_listen == NULL || s->ev_accept_pause == NULL || s->ev_sigterm == NULL ||
+	    s->ev_sigint == NULL || event_add(s->ev_listen, NULL) != 0 ||
+	    event_add(s->ev_sigterm, NULL) != 0 || event_add(s->ev_sigint, NULL) != 0) {
 		snprintf(err, errlen, "cannot register events");
 		return -ENOMEM;
 	}
@@ -525,6 +598,8 @@ server_free(struct server *s)
 	s->cuda = NULL;
 	while ((c = TAILQ_FIRST(&s->conns)) != NULL)
 		conn_free(c);
+	/* After the connections, which may have left sockets lingering. */
+	conn_linger_free_all(s);
 	/*
 	 * After the leases (they unpin file objects) and before the arena
 	 * (writers read object bytes from it): joins the file tier's threads;
@@ -543,7 +618,12 @@ server_free(struct server *s)
 		event_free(s->ev_sigterm);
 	if (s->ev_listen != NULL)
 		event_free(s->ev_listen);
-	s->ev_drain = s->ev_sigint = s->ev_sigterm = s->ev_listen = NULL;
+	if (s->ev_accept_pause != NULL)
+		event_free(s->ev_accept_pause);
+	s->ev_drain = s->ev_sigint = s->ev_sigterm = s->ev_listen = s->ev_accept_pause = NULL;
+	if (s->spare_fd >= 0)
+		close(s->spare_fd);
+	s->spare_fd = -1;
 	if (s->listen_fd >= 0) {
 		close(s->listen_fd);
 		unlink(s->cfg->socket_path);

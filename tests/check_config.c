@@ -140,7 +140,8 @@ read_text(const char *path)
  * Every field of struct config: how it compares (STR or INT), its
  * documented default (config/README.md), and what tests/data/good-full.json
  * sets it to. The fixture leaves tiers.file.readers, read_depth and
- * fd_cache and testing.scan_delay_ms at their defaults.
+ * fd_cache, testing.scan_delay_ms and the connection deadlines and output
+ * bound (limits.*_timeout_ms, limits.max_output) at their defaults.
  */
 #define CONFIG_FIELDS(X)								\
 	X(STR, socket_path,		"./run/l3kvd.sock",	"/tmp/l3kv-check/l3kvd.sock") \
@@ -168,6 +169,11 @@ read_text(const char *path)
 	X(INT, max_connections_per_uid,	256,			8)			\
 	X(INT, max_namespaces,		1024,			16)			\
 	X(INT, max_frame,		16U << 20,		1U << 20)		\
+	X(INT, hello_timeout_ms,	5000,			5000)			\
+	X(INT, attach_timeout_ms,	60000,			60000)			\
+	X(INT, frame_timeout_ms,	10000,			10000)			\
+	X(INT, max_output,		4U << 20,		4U << 20)		\
+	X(INT, output_timeout_ms,	10000,			10000)			\
 	X(INT, lease_ttl_ms,		30000,			5000)			\
 	X(INT, admit_timeout_ms,	2000,			500)			\
 	X(INT, admit_max_waiting,	128,			16)			\
@@ -584,6 +590,11 @@ START_TEST(test_bounds_are_inclusive)
 		{ "limits.max_connections_per_uid", F(max_connections_per_uid), 1, 65536,
 		    "[1, 65536]" },
 		{ "limits.max_frame", F(max_frame), 64 << 10, 64 << 20, "[64 KiB, 64 MiB]" },
+		{ "limits.hello_timeout_ms", F(hello_timeout_ms), 10, 600000, "[10, 600000]" },
+		{ "limits.attach_timeout_ms", F(attach_timeout_ms), 10, 3600000, "[10, 3600000]" },
+		{ "limits.frame_timeout_ms", F(frame_timeout_ms), 10, 600000, "[10, 600000]" },
+		{ "limits.max_output", F(max_output), 64 << 10, 1 << 30, "[64 KiB, 1 GiB]" },
+		{ "limits.output_timeout_ms", F(output_timeout_ms), 10, 600000, "[10, 600000]" },
 		{ "lease.ttl_ms", F(lease_ttl_ms), 100, 3600000, "[100, 3600000]" },
 		{ "admit.timeout_ms", F(admit_timeout_ms), 1, 600000, "[1, 600000]" },
 		{ "shutdown.drain_ms", F(drain_ms), 0, 600000, "[0, 600000]" },

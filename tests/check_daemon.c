@@ -2,7 +2,9 @@
  * Integration tests of the server itself, speaking raw frames to a real
  * l3kvd: every malformed-frame case answered with its exact status while
  * another client keeps working, the socket's safety rules, SIGTERM, the
- * per-uid cap, foreign uids, and systemd notification.
+ * per-uid cap, foreign uids, and systemd notification; and what bounds an
+ * abusive client (the "limits" case): deadlines, the output bound, input
+ * sized by bytes received, refusals a peer can read, running out of fds.
  */
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -10,8 +12,10 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -222,6 +226,9 @@ static const struct {
 	    .status = PROTO_S_UNEXPECTED_FDS, .reply = PROTO_T_STATS },
 	{ "reply flag from a client", PROTO_T_HEALTH, 0, .flags = PROTO_F_REPLY,
 	    .status = PROTO_S_BAD_FLAGS, .reply = PROTO_T_HEALTH },
+	/* Only the header: large frames wait for HELLO, so nothing waits for these bytes. */
+	{ "large frame before HELLO", PROTO_T_ATTACH, 1U << 20, .cut = HDR, .no_hello = 1,
+	    .status = PROTO_S_TOO_BIG, .reply = PROTO_T_ATTACH },
 };
 
 /*
@@ -604,6 +611,558 @@ START_TEST(test_foreign_uid_is_denied_and_logged)
 }
 END_TEST
 
+/* The "limits" case: what bounds an abusive client. */
+
+/* A field of the daemon's /proc/PID/status, in kB ("VmSize:", "VmRSS:"). */
+static long
+proc_status_kb(pid_t pid, const char *field)
+{
+	char	path[64], line[256];
+	FILE	*f;
+	long	kb = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	ck_assert_ptr_nonnull(f = fopen(path, "r"));
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (strncmp(line, field, strlen(field)) == 0)
+			kb = strtol(line + strlen(field), NULL, 10);
+	fclose(f);
+	ck_assert_int_ge(kb, 0);
+	return kb;
+}
+
+/*
+ * The lowest fd number the daemon does not hold: with its open-file limit
+ * there, it can open nothing more (it may have inherited fds far above).
+ */
+static int
+proc_first_free_fd(pid_t pid)
+{
+	char		path[64];
+	struct stat	st;
+	int		fd;
+
+	for (fd = 0; fd < 65536; fd++) {
+		snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, fd);
+		if (lstat(path, &st) != 0)
+			return fd;
+	}
+	ck_abort_msg("daemon holds 65536 fds");
+	return -1;
+}
+
+/* How many fds the daemon holds. */
+static int
+proc_fd_count(pid_t pid)
+{
+	char		path[64];
+	DIR		*d;
+	struct dirent	*e;
+	int		 n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	ck_assert_ptr_nonnull(d = opendir(path));
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+/* Sets the daemon's soft open-file limit (the hard one stays), returning the old soft one. */
+static rlim_t
+daemon_set_nofile(pid_t pid, rlim_t soft)
+{
+	struct rlimit	old, rl;
+
+	ck_assert_int_eq(prlimit(pid, RLIMIT_NOFILE, NULL, &old), 0);
+	rl = old;
+	rl.rlim_cur = soft;
+	ck_assert_int_eq(prlimit(pid, RLIMIT_NOFILE, &rl, NULL), 0);
+	return old.rlim_cur;
+}
+
+/* Lines of the daemon's log that contain needle. */
+static int
+log_count(const struct test_daemon *d, const char *needle)
+{
+	char	line[1024];
+	FILE	*f;
+	int	n = 0;
+
+	ck_assert_ptr_nonnull(f = fopen(d->log, "r"));
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (strstr(line, needle) != NULL)
+			n++;
+	fclose(f);
+	return n;
+}
+
+/* STATS over an open raw connection (one that needs no new fd in the daemon). */
+static long long
+raw_stat(int fd, const char *section, const char *key)
+{
+	static char	 buf[1 << 16];
+	struct proto_hdr h;
+	json_t		*j, *v;
+	long long	 n;
+
+	h = raw_request(fd, PROTO_T_STATS, 99, buf, sizeof(buf));
+	ck_assert_uint_eq(h.status, PROTO_S_OK);
+	ck_assert_ptr_nonnull(j = json_loads(buf, 0, NULL));
+	v = json_object_get(json_object_get(j, section), key);
+	ck_assert_msg(json_is_integer(v), "stats %s.%s missing", section, key);
+	n = json_integer_value(v);
+	json_decref(j);
+	return n;
+}
+
+/* The next reply is an ERROR frame of status st whose text has want; then EOF. */
+static void
+raw_expect_error(int fd, unsigned st, const char *want)
+{
+	struct proto_hdr	h;
+	char			buf[512];
+
+	h = raw_reply(fd, buf, sizeof(buf));
+	ck_assert_msg(h.status == st, "status %s (%s), want %s", proto_status_name(h.status), buf,
+	    proto_status_name(st));
+	ck_assert_uint_eq(h.type, PROTO_T_ERROR);
+	ck_assert_msg(strstr(buf, want) != NULL, "\"%s\" has no \"%s\"", buf, want);
+	ck_assert(raw_eof(fd));
+}
+
+static void
+raw_hello_frame(int fd)
+{
+	struct proto_hello	hello;
+
+	memset(&hello, 0, sizeof(hello));
+	hello.version_min = hello.version_max = 1;
+	raw_frame(fd, PROTO_T_HELLO, 1, &hello, sizeof(hello));
+}
+
+/*
+ * A refused peer that writes its HELLO after the daemon refused it (the
+ * usual client: connect, send, read) still reads the refusal: the daemon
+ * lingers instead of closing with the HELLO unread, which failed the
+ * peer's write with EPIPE (52 of 60 refusals lost in the issue's test).
+ */
+START_TEST(test_refusal_is_read_by_a_peer_that_writes_first)
+{
+	struct proto_hdr	h;
+	char			buf[512];
+	int			keep, fd, i;
+
+	test_td_restart("{\"limits\": {\"max_connections_per_uid\": 1}}");
+	/* The start-up probe's connection may not be gone yet. */
+	for (i = 0; i < 100; i++) {
+		keep = raw_connect(test_td.sock);
+		h = raw_request(keep, PROTO_T_HEALTH, 1, buf, sizeof(buf));
+		if (h.status == PROTO_S_STATE)	/* served: HEALTH before HELLO */
+			break;
+		close(keep);
+		usleep(10000);
+	}
+	ck_assert_uint_eq(h.status, PROTO_S_STATE);
+	raw_hello(keep);
+	/*
+	 * What an engine sees: libl3kv's connect (connect, HELLO, read) fails
+	 * with the limit. It writes its HELLO before the daemon refuses, so
+	 * this held on the old daemon too; the raw peers below wait 5 ms
+	 * first, as a busy client may, and lost every refusal to EPIPE.
+	 */
+	for (i = 0; i < 60; i++) {
+		struct l3kv	*k = NULL;
+
+		ck_assert_int_eq(l3kv_connect(test_td.sock, 5000, &k), -EUSERS);
+		ck_assert_ptr_null(k);
+	}
+	for (i = 0; i < 60; i++) {
+		fd = raw_connect(test_td.sock);
+		ck_assert_int_ge(fd, 0);
+		usleep(5000);	/* the daemon accepts and refuses meanwhile */
+		raw_hello_frame(fd);	/* asserts the whole frame was sent: no EPIPE */
+		raw_expect_error(fd, PROTO_S_LIMIT, "connection limit reached");
+		close(fd);
+	}
+	ck_assert_int_ge(raw_stat(keep, "connections", "limited"), 120);
+	close(keep);
+}
+END_TEST
+
+/* The same for a framing error: a peer still writing gets to read its ERROR. */
+START_TEST(test_peer_writing_after_a_framing_error_still_reads_it)
+{
+	struct proto_hdr	h;
+	char			buf[512];
+	int			fd, i;
+
+	for (i = 0; i < 20; i++) {
+		fd = raw_connect(test_td.sock);
+		raw_hello(fd);
+		proto_hdr_init(&h, PROTO_T_HEALTH, 0, 5);
+		h.magic = 0x11223344;
+		raw_send(fd, &h, sizeof(h), -1);
+		usleep(5000);	/* answered and closed meanwhile */
+		raw_frame(fd, PROTO_T_HEALTH, 6, NULL, 0);
+		h = raw_reply(fd, buf, sizeof(buf));
+		ck_assert_uint_eq(h.status, PROTO_S_BAD_MAGIC);
+		ck_assert(raw_eof(fd));
+		close(fd);
+	}
+	assert_daemon_serves(test_td.sock);
+}
+END_TEST
+
+START_TEST(test_no_hello_within_the_deadline_is_timed_out)
+{
+	int	fd;
+
+	test_td_restart("{\"limits\": {\"hello_timeout_ms\": 100}}");
+	fd = raw_connect(test_td.sock);
+	raw_expect_error(fd, PROTO_S_TIMEOUT, "no HELLO within 100 ms");
+	close(fd);
+	ck_assert_int_eq(test_td_stat("connections", "timed_out"), 1);
+	ck_assert_int_eq(test_td_stat_wait("connections", "open", 1), 1);	/* the stats one */
+}
+END_TEST
+
+/*
+ * Unattached connections are closed once idle for limits.attach_timeout_ms;
+ * one that keeps asking stays, and an attached one is never timed out.
+ */
+START_TEST(test_unattached_idle_connection_is_timed_out_attached_is_not)
+{
+	static const struct test_rank_kv kv = { "daemon-test", "latent:64:fp8_e4m3",
+	    L3KV_ATTN_MLA, 8, 8, 2, 64 };
+	struct test_rank	r;
+	struct proto_hdr	h;
+	char			buf[4096];
+	uint32_t		nstops = 0;
+	int			fd, busy, i;
+
+	test_td_restart("{\"limits\": {\"attach_timeout_ms\": 150}}");
+	test_rank_init(&r, &kv, "g-limits", 1, 0);
+	test_rank_attach(&r, test_td.sock);
+	fd = raw_connect(test_td.sock);
+	raw_hello(fd);
+	busy = raw_connect(test_td.sock);
+	raw_hello(busy);
+	for (i = 0; i < 10; i++) {
+		usleep(50000);
+		h = raw_request(busy, PROTO_T_HEALTH, 10 + (uint64_t)i, buf, sizeof(buf));
+		ck_assert_uint_eq(h.status, PROTO_S_OK);
+	}
+	/* 500 ms later: the idle one is gone, the busy one and the attached rank serve. */
+	raw_expect_error(fd, PROTO_S_TIMEOUT, "not attached and idle for 150 ms");
+	close(fd);
+	ck_assert_uint_eq(test_rank_probe(&r, 1, 4, NULL, &nstops), 0);
+	close(busy);
+	test_rank_fini(&r);
+	ck_assert_int_eq(test_td_stat("connections", "timed_out"), 1);
+}
+END_TEST
+
+/* A frame begun and not finished: the partial header, then a partial payload. */
+START_TEST(test_unfinished_frame_is_timed_out)
+{
+	struct proto_hdr	h;
+	uint8_t			bytes[HDR + 100] = { 0 };
+	int			fd;
+
+	test_td_restart("{\"limits\": {\"frame_timeout_ms\": 100}}");
+	fd = raw_connect(test_td.sock);
+	raw_hello(fd);
+	proto_hdr_init(&h, PROTO_T_HEALTH, 0, 2);
+	raw_send(fd, &h, 10, -1);
+	raw_expect_error(fd, PROTO_S_TIMEOUT, "a frame not finished within 100 ms");
+	close(fd);
+
+	fd = raw_connect(test_td.sock);
+	raw_hello(fd);
+	proto_hdr_init(&h, PROTO_T_ATTACH, 4096, 2);
+	memcpy(bytes, &h, sizeof(h));
+	raw_send(fd, bytes, sizeof(bytes), -1);
+	raw_expect_error(fd, PROTO_S_TIMEOUT, "(124 bytes held)");
+	close(fd);
+	ck_assert_int_eq(test_td_stat("connections", "timed_out"), 2);
+}
+END_TEST
+
+/*
+ * Headers promising max_frame (16 MiB) after HELLO, with 1 KiB of payload
+ * each: the daemon's buffers follow the bytes, not the promise (the old
+ * code reserved 32 MiB of address space per connection: 1.6 GiB here),
+ * and the frame deadline frees them.
+ */
+#define PROMISES	50
+
+START_TEST(test_promised_length_reserves_nothing)
+{
+	struct proto_hdr	h;
+	uint8_t			bytes[HDR + 1024] = { 0 };
+	long			vm0, vm1, rss0, rss1;
+	int			fds[PROMISES], i;
+
+	test_td_restart("{\"limits\": {\"frame_timeout_ms\": 1000}}");
+	for (i = 0; i < PROMISES; i++) {
+		fds[i] = raw_connect(test_td.sock);
+		raw_hello(fds[i]);
+	}
+	vm0 = proc_status_kb(test_td.pid, "VmSize:");
+	rss0 = proc_status_kb(test_td.pid, "VmRSS:");
+	proto_hdr_init(&h, PROTO_T_ATTACH, 16U << 20, 2);
+	memcpy(bytes, &h, sizeof(h));
+	for (i = 0; i < PROMISES; i++)
+		raw_send(fds[i], bytes, sizeof(bytes), -1);
+	usleep(200000);	/* every connection read its bytes */
+	vm1 = proc_status_kb(test_td.pid, "VmSize:");
+	rss1 = proc_status_kb(test_td.pid, "VmRSS:");
+	ck_assert_msg(vm1 - vm0 < 16 * 1024, "address space grew %ld kB for %d promises",
+	    vm1 - vm0, PROMISES);
+	ck_assert_msg(rss1 - rss0 < 8 * 1024, "RSS grew %ld kB", rss1 - rss0);
+	for (i = 0; i < PROMISES; i++) {
+		raw_expect_error(fds[i], PROTO_S_TIMEOUT, "a frame not finished");
+		close(fds[i]);
+	}
+	ck_assert_int_eq(test_td_stat("connections", "timed_out"), PROMISES);
+	ck_assert_int_eq(test_td_stat_wait("connections", "open", 1), 1);
+}
+END_TEST
+
+/* Sends up to n STATS frames without reading; returns how many the socket took. */
+static unsigned
+send_stats_unread(int fd, unsigned n, int wait_ms)
+{
+	static uint8_t		frames[1024 * HDR];
+	struct proto_hdr	h;
+	struct pollfd		pfd = { fd, POLLOUT, 0 };
+	size_t			off = 0, len = 0;
+	unsigned		sent = 0, queued = 0, i;
+	ssize_t			w;
+
+	while (sent < n) {
+		if (off == len) {
+			for (i = 0, len = 0; i < 1024 && queued < n; i++, queued++) {
+				proto_hdr_init(&h, PROTO_T_STATS, 0, 100 + queued);
+				memcpy(frames + len, &h, sizeof(h));
+				len += sizeof(h);
+			}
+			off = 0;
+		}
+		w = send(fd, frames + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (w > 0) {
+			off += (size_t)w;
+			sent = queued - (unsigned)((len - off) / HDR);
+			continue;
+		}
+		ck_assert_msg(w < 0 && errno == EAGAIN, "send: %s", strerror(errno));
+		if (poll(&pfd, 1, wait_ms) == 0)
+			break;	/* the daemon stopped reading */
+	}
+	return sent;
+}
+
+/*
+ * 100k STATS requests sent and no reply read (the issue: RSS from 5 MB
+ * to 127 MB): the daemon stops reading once limits.max_output of replies
+ * wait, so the client's sends block and the daemon's memory stays put;
+ * the connection is closed when the replies are not taken within
+ * limits.output_timeout_ms.
+ */
+START_TEST(test_unread_replies_stop_reading_and_are_dropped_at_the_deadline)
+{
+	long		rss0, rss1;
+	unsigned	sent;
+	int		fd;
+
+	test_td_restart("{\"limits\": {\"max_output\": \"256 KiB\", \"output_timeout_ms\": 1500}}");
+	fd = raw_connect(test_td.sock);
+	raw_hello(fd);
+	rss0 = proc_status_kb(test_td.pid, "VmRSS:");
+	sent = send_stats_unread(fd, 100000, 500);
+	rss1 = proc_status_kb(test_td.pid, "VmRSS:");
+	/* The old daemon read all 100000 and grew by 120 MB (ASan's quarantine adds some here). */
+	ck_assert_msg(sent < 20000, "the daemon read %u requests", sent);
+	ck_assert_msg(rss1 - rss0 < 32 * 1024, "RSS grew %ld kB with %u requests unanswered",
+	    rss1 - rss0, sent);
+	ck_assert_int_eq(test_td_stat_wait("connections", "slow", 1), 1);
+	ck_assert_int_eq(test_td_stat_wait("connections", "open", 1), 1);
+	close(fd);
+	assert_daemon_serves(test_td.sock);
+}
+END_TEST
+
+/*
+ * A reader slower than its requests (a child sends 3000 STATS, blocking;
+ * this process reads 4 KiB at a time): reading pauses and resumes at
+ * limits.max_output, and every reply comes, in order.
+ */
+START_TEST(test_slow_reader_gets_every_reply_in_order)
+{
+	static uint8_t		in[1 << 16];
+	struct proto_hdr	h;
+	size_t			have = 0, used;
+	unsigned		want = 3000, got = 0, i;
+	pid_t			pid;
+	int			fd, st;
+	ssize_t			n;
+
+	test_td_restart("{\"limits\": {\"max_output\": \"64 KiB\"}}");
+	fd = raw_connect(test_td.sock);
+	raw_hello(fd);
+	ck_assert_int_ge(pid = fork(), 0);
+	if (pid == 0) {
+		for (i = 0; i < want; i++) {
+			proto_hdr_init(&h, PROTO_T_STATS, 0, 100 + i);
+			if (send(fd, &h, sizeof(h), MSG_NOSIGNAL) != (ssize_t)sizeof(h))
+				_exit(1);
+		}
+		_exit(0);
+	}
+	while (got < want) {
+		usleep(500);
+		n = recv(fd, in + have, sizeof(in) - have < 4096 ? sizeof(in) - have : 4096, 0);
+		ck_assert_int_gt(n, 0);
+		have += (size_t)n;
+		for (used = 0; have - used >= HDR; used += HDR + h.length) {
+			memcpy(&h, in + used, HDR);
+			if (have - used < HDR + h.length)
+				break;
+			ck_assert_uint_eq(h.status, PROTO_S_OK);
+			ck_assert_uint_eq(h.type, PROTO_T_STATS);
+			ck_assert_uint_eq(h.seq, 100 + got);	/* each call numbers from 100 */
+			got++;
+		}
+		memmove(in, in + used, have - used);
+		have -= used;
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	close(fd);
+	ck_assert_int_eq(test_td_stat("connections", "slow"), 0);
+}
+END_TEST
+
+/*
+ * Waits until the daemon holds no connection but fd's: the one that
+ * started it may still be closing, and its fd would leave a hole below
+ * the limit a test sets.
+ */
+static void
+wait_open_raw(int fd)
+{
+	int	i;
+
+	for (i = 0; i < 500 && raw_stat(fd, "connections", "open") != 1; i++)
+		usleep(10000);
+	ck_assert_int_eq(raw_stat(fd, "connections", "open"), 1);
+}
+
+/* connections.open, asked on k's own connection. */
+static long long
+stats_open(struct l3kv *k)
+{
+	json_t		*j;
+	char		*text = NULL;
+	long long	 n;
+
+	ck_assert_int_eq(l3kv_stats(k, &text), 0);
+	ck_assert_ptr_nonnull(j = json_loads(text, 0, NULL));
+	n = json_integer_value(json_object_get(json_object_get(j, "connections"), "open"));
+	json_decref(j);
+	l3kv_free(text);
+	return n;
+}
+
+/*
+ * Connects until the daemon, at its open-file limit, refuses a peer with
+ * the spare fd; the connections it could still accept are kept in held
+ * (their count in *nheld). Returns the refused one's socket, its refusal
+ * read. The old daemon left such a peer hanging in the backlog.
+ */
+static void
+fill_daemon_fds(int *held, int max, int *nheld)
+{
+	struct pollfd	pfd;
+	int		fd, i;
+
+	for (i = 0; i < max; i++) {
+		fd = raw_connect(test_td.sock);
+		ck_assert_int_ge(fd, 0);
+		pfd.fd = fd;
+		pfd.events = POLLIN;
+		if (poll(&pfd, 1, 1000) == 1) {
+			raw_expect_error(fd, PROTO_S_LIMIT, "out of file descriptors");
+			close(fd);
+			return;
+		}
+		raw_hello(fd);	/* accepted: it holds one of the daemon's fds */
+		ck_assert_int_lt(*nheld, max);
+		held[(*nheld)++] = fd;
+	}
+	ck_abort_msg("%d connections and none refused", max);
+}
+
+START_TEST(test_out_of_fds_refuses_cleanly_logs_once_and_recovers)
+{
+	int	keep, held[32], nheld = 0, i, fds;
+	rlim_t	was;
+
+	keep = raw_connect(test_td.sock);
+	raw_hello(keep);
+	wait_open_raw(keep);
+	fds = proc_fd_count(test_td.pid);
+	was = daemon_set_nofile(test_td.pid, (rlim_t)proc_first_free_fd(test_td.pid));
+	fill_daemon_fds(held, 32, &nheld);
+	for (i = 0; i < 4; i++)
+		fill_daemon_fds(held, 1, &nheld);
+	ck_assert_int_eq(raw_stat(keep, "connections", "no_fd"), 5);
+	ck_assert_int_eq(log_count(&test_td, "connections refused since the last such message"),
+	    1);
+	daemon_set_nofile(test_td.pid, was);
+	assert_daemon_serves(test_td.sock);
+	for (i = 0; i < nheld; i++)
+		close(held[i]);
+	close(keep);
+	/* Every refused socket closed, the spare fd taken back: keep's fd alone is gone. */
+	for (i = 0; i < 300 && proc_fd_count(test_td.pid) != fds - 1; i++)
+		usleep(10000);
+	ck_assert_int_eq(proc_fd_count(test_td.pid), fds - 1);
+}
+END_TEST
+
+/*
+ * An ATTACH whose fds the kernel could not install (the daemon at its
+ * open-file limit: MSG_CTRUNC and no control message) is refused as such
+ * and the connection kept: the same ATTACH succeeds once fds are back.
+ * The old daemon took it as an ATTACH that carried no fds (bad_region).
+ */
+START_TEST(test_attach_whose_fds_the_kernel_dropped_is_refused_as_such)
+{
+	static const struct test_rank_kv kv = { "daemon-test", "latent:64:fp8_e4m3",
+	    L3KV_ATTN_MLA, 8, 8, 2, 64 };
+	struct test_rank	r;
+	rlim_t			was;
+	int			rc, i;
+
+	test_rank_init(&r, &kv, "g-ctrunc", 1, 0);
+	ck_assert_int_eq(l3kv_connect(test_td.sock, 5000, &r.k), 0);
+	for (i = 0; i < 500 && stats_open(r.k) != 1; i++)
+		usleep(10000);
+	was = daemon_set_nofile(test_td.pid, (rlim_t)proc_first_free_fd(test_td.pid));
+	rc = l3kv_attach(r.k, &r.args, NULL);
+	ck_assert_msg(rc == -EUSERS, "attach: %d %s", rc, l3kv_last_error(r.k));
+	ck_assert_uint_eq(l3kv_last_status(r.k), PROTO_S_LIMIT);
+	ck_assert_ptr_nonnull(strstr(l3kv_last_error(r.k), "dropped by the kernel (MSG_CTRUNC)"));
+	daemon_set_nofile(test_td.pid, was);
+	ck_assert_msg(l3kv_attach(r.k, &r.args, NULL) == 0, "attach: %s", l3kv_last_error(r.k));
+	test_rank_fini(&r);
+	ck_assert_int_eq(test_td_stat("attach", "refused"), 1);
+}
+END_TEST
+
 Suite *
 suite_daemon(void)
 {
@@ -624,6 +1183,18 @@ suite_daemon(void)
 	tcase_add_test(tc, test_soft_open_file_limit_is_raised_to_the_hard_one);
 	tcase_add_test(tc, test_per_uid_connection_cap_refuses_with_limit);
 	tcase_add_test(tc, test_socket_gets_the_configured_mode);
+
+	tc = test_tcase(s, "limits", 30, test_td_setup, test_td_teardown);
+	tcase_add_test(tc, test_refusal_is_read_by_a_peer_that_writes_first);
+	tcase_add_test(tc, test_peer_writing_after_a_framing_error_still_reads_it);
+	tcase_add_test(tc, test_no_hello_within_the_deadline_is_timed_out);
+	tcase_add_test(tc, test_unattached_idle_connection_is_timed_out_attached_is_not);
+	tcase_add_test(tc, test_unfinished_frame_is_timed_out);
+	tcase_add_test(tc, test_promised_length_reserves_nothing);
+	tcase_add_test(tc, test_unread_replies_stop_reading_and_are_dropped_at_the_deadline);
+	tcase_add_test(tc, test_slow_reader_gets_every_reply_in_order);
+	tcase_add_test(tc, test_out_of_fds_refuses_cleanly_logs_once_and_recovers);
+	tcase_add_test(tc, test_attach_whose_fds_the_kernel_dropped_is_refused_as_such);
 
 	tc = test_tcase(s, "socket", 30, NULL, NULL);
 	tcase_add_test(tc, test_stale_socket_is_removed_and_replaced);
