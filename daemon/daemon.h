@@ -886,6 +886,9 @@ void	 filetier_ns_detach(struct filetier *, const uint8_t fingerprint[16]);
 /* 1 while a namespace's scan runs, 0 once it ended, -ENOENT: not attached; *objects so far. */
 int	 filetier_scan_state(const struct filetier *, const uint8_t fingerprint[16],
 	    uint64_t *objects);
+/* Its VISIBLE objects per pool index: 0, or -ENOENT where the tier does not know it. */
+int	 filetier_ns_objects(const struct filetier *, const uint8_t fingerprint[16],
+	    uint64_t objects[PROTO_POOLS_MAX]);
 /* Visible objects only; no side effects at all (PROBE). */
 int	 filetier_lookup(const struct filetier *, const struct obj_key *, uint32_t *id,
 	    uint64_t *len);

@@ -129,6 +129,7 @@ struct filetier_ns {
 	_Atomic int	direct;		/* 1 until a filesystem refuses O_DIRECT */
 	uint64_t	scanned;	/* objects indexed by its scan, so far */
 	uint64_t	objects;	/* its entries in the index, any state */
+	uint64_t	visible[PROTO_POOLS_MAX];	/* its VISIBLE entries, by pool (STATS) */
 	unsigned	jobs;		/* its jobs whose completion has not run */
 	int		attached;	/* a session uses it (filetier_scan_start) */
 	int		scan_err;	/* the scan's failure, once it ended */
@@ -732,6 +733,17 @@ filetier_post(struct filetier *ft, struct filetier_job_list *batch)
 		abort();	/* an eventfd write cannot fail otherwise */
 }
 
+/* An entry of ns became VISIBLE (delta 1) or stopped being (-1): STATS' per-pool counts. */
+static void
+filetier_ns_visible(struct filetier_ns *ns, const struct obj_key *k, int delta)
+{
+	unsigned	pool = k->pool < PROTO_POOLS_MAX ? k->pool : PROTO_POOLS_MAX - 1;
+
+	if (ns == NULL || (delta < 0 && ns->visible[pool] == 0))
+		return;
+	ns->visible[pool] += (uint64_t)(int64_t)delta;
+}
+
 /*
  * Takes an entry out of service: VISIBLE -> DELETING with an unlink job
  * (the file is still there), or, when the file is already gone, out of
@@ -750,8 +762,9 @@ filetier_ent_retire(struct filetier *ft, uint32_t id, int file_gone)
 		index_lru_unlink(&ft->ix, &ft->lru, id);
 	ft->st.visible--;
 	ft->st.bytes_used -= filetier_file_bytes(e->len);
-	if (!file_gone && (ns = filetier_ns_find(ft, e->rec.key.fingerprint)) != NULL &&
-	    (job = calloc(1, sizeof(*job))) != NULL) {
+	ns = filetier_ns_find(ft, e->rec.key.fingerprint);
+	filetier_ns_visible(ns, &e->rec.key, -1);
+	if (!file_gone && ns != NULL && (job = calloc(1, sizeof(*job))) != NULL) {
 		if (filetier_ns_hold(ft, ns) != 0) {
 			free(job);
 			goto gone;
@@ -986,6 +999,7 @@ filetier_write_done(struct filetier *ft, struct filetier_job *job)
 	if (job->status == 0) {
 		e->state = FILETIER_S_VISIBLE;
 		ft->st.visible++;
+		filetier_ns_visible(job->ns, &job->key, 1);
 		ft->st.writes++;
 		ft->st.bytes_written += job->len;
 		index_lru_push(&ft->ix, &ft->lru, job->id);
@@ -2490,6 +2504,7 @@ filetier_scan_take(struct filetier *ft, struct filetier_scan *sc, struct filetie
 		/* At the LRU end: what a scan finds is older than anything written since the start. */
 		index_lru_push_tail(&ft->ix, &ft->lru, id);
 		ft->st.visible++;
+		filetier_ns_visible(sc->ns, &f->key, 1);
 		ft->st.bytes_used += filetier_file_bytes(f->len);
 		ft->st.scan_objects++;
 		ft->st.scan_bytes += filetier_file_bytes(f->len);
@@ -2967,6 +2982,19 @@ fail:
 	snprintf(err, errlen, "file tier: cannot start the scan of %s: %s", name, strerror(-rc));
 	filetier_scan_free(sc);
 	return rc;
+}
+
+/* VISIBLE objects of a namespace, per pool index: 0, or -ENOENT when the tier does not know it. */
+int
+filetier_ns_objects(const struct filetier *ft, const uint8_t fp[16],
+    uint64_t objects[PROTO_POOLS_MAX])
+{
+	const struct filetier_ns	*ns = filetier_ns_find(ft, fp);
+
+	if (ns == NULL)
+		return -ENOENT;
+	memcpy(objects, ns->visible, sizeof(ns->visible));
+	return 0;
 }
 
 /*

@@ -32,18 +32,24 @@ static json_t *
 metrics_ns_pools(struct server *s, const struct ns *ns)
 {
 	static const char *const kinds[] = { "?", "kv", "state", "sidecar" };
-	uint64_t	 dram[PROTO_POOLS_MAX];
-	json_t		*o = json_object();
-	int		 i;
+	uint64_t	 dram[PROTO_POOLS_MAX], file[PROTO_POOLS_MAX];
+	json_t		*o = json_object(), *p;
+	int		 i, has_file;
 
 	if (s->dram != NULL)
 		dram_ns_objects(s->dram, ns->fingerprint, dram);
 	else
 		memset(dram, 0, sizeof(dram));
-	for (i = 0; i < ns->layout.npools && i < PROTO_POOLS_MAX; i++)
-		json_object_set_new(o, ns->pools[i].name, json_pack("{s:s, s:I}", "kind",
+	has_file = s->file != NULL && filetier_ns_objects(s->file, ns->fingerprint, file) == 0;
+	for (i = 0; i < ns->layout.npools && i < PROTO_POOLS_MAX; i++) {
+		p = json_pack("{s:s, s:I}", "kind",
 		    kinds[ns->pools[i].kind <= PROTO_POOL_SIDECAR ? ns->pools[i].kind : 0],
-		    "dram_objects", (json_int_t)dram[i]));
+		    "dram_objects", (json_int_t)dram[i]);
+		/* Files visible now (written, or found by the scan), not only what the scan found. */
+		if (p != NULL && has_file)
+			json_object_set_new(p, "file_objects", json_integer((json_int_t)file[i]));
+		json_object_set_new(o, ns->pools[i].name, p);
+	}
 	return o;
 }
 

@@ -524,18 +524,25 @@ stats_ns0(void)
 	return ns;
 }
 
+/* namespaces[0].pools.<pool>.<what>: dram_objects or file_objects. */
 static long long
-ns_dram_objects(const char *pool)
+ns_pool_count(const char *pool, const char *what)
 {
 	json_t		*ns = stats_ns0();
 	json_t		*v = json_object_get(json_object_get(json_object_get(ns, "pools"), pool),
-			    "dram_objects");
+			    what);
 	long long	 n;
 
-	ck_assert_msg(json_is_integer(v), "no namespaces[0].pools.%s.dram_objects", pool);
+	ck_assert_msg(json_is_integer(v), "no namespaces[0].pools.%s.%s", pool, what);
 	n = json_integer_value(v);
 	json_decref(ns);
 	return n;
+}
+
+static long long
+ns_dram_objects(const char *pool)
+{
+	return ns_pool_count(pool, "dram_objects");
 }
 
 /*
@@ -555,9 +562,12 @@ START_TEST(test_stats_say_hits_per_tier_objects_per_pool_and_policies)
 	publish_and_restart("ft-stats", 6, 8);
 	rank_open(&r, "ft-stats");
 	ck_assert_int_eq(ns_dram_objects("kv"), 0);
+	ck_assert_int_eq(ns_pool_count("kv", "file_objects"), 8);
 	test_rank_publish_kv(&r, 6, 8, 4, 8, NULL);	/* pages 8..11: DRAM (and files) */
 	ck_assert_int_eq(ns_dram_objects("kv"), 4);
 	ck_assert_int_eq(test_td_stat_wait("file", "objects", 12), 12);
+	/* Live, unlike the scan's file_objects: the 4 written since count too. */
+	ck_assert_int_eq(ns_pool_count("kv", "file_objects"), 12);
 	a = admit(&r, 1, 6, 12);
 	ck_assert_uint_eq(a.admitted_pages, 12);
 	ck_assert_int_eq(test_rank_restore(&r, a.lease, 16, 12, &res), 0);
@@ -1475,8 +1485,13 @@ START_TEST(test_admit_right_after_a_lost_restore_shares_the_reads_in_flight)
 	ck_assert_uint_eq(a.admitted_pages, 8);
 	ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 8, &rr), -ENODATA);
 	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
-	/* The seven good reads are still held back: this is the window. */
-	ck_assert_int_eq(test_td_stat("file", "reads_inflight"), 7);
+	/*
+	 * The good reads that had started are still held back: this is the
+	 * window. (Those the readers had not started yet when the release
+	 * cancelled them are gone already, so fewer than seven may be left;
+	 * the ADMIT below starts them again.)
+	 */
+	ck_assert_int_ge(test_td_stat("file", "reads_inflight"), 1);
 	ck_assert_uint_eq(probe(&r, 43, 7), 7);
 	a = admit(&r, 2, 43, 7);
 	ck_assert_uint_eq(a.admitted_pages, 7);
