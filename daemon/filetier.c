@@ -50,20 +50,12 @@
  * writers, filetier_scan.c the startup scan.
  */
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
-#include <sys/syscall.h>
-#include <sys/uio.h>
-
-#include <linux/openat2.h>
 
 #include <assert.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -73,14 +65,15 @@
 #include <unistd.h>
 
 #include <event2/event.h>
-#include <liburing.h>
-#include <xxhash.h>
 
 #include "filetier.h"
 
+#define FILETIER_PINS_MAX	UINT16_MAX
+#define FILETIER_NOSPACE_TRIES	8		/* a full filesystem: evict and retry, this often */
+#define FILETIER_RECHECK_NS	1000000000LL	/* a lowered capacity is rechecked once a second */
+#define FILETIER_WARN_NS	10000000000LL	/* a recreated directory is reported every 10 s */
 
 /* Index: index.c's, loop thread only. */
-
 
 /* Out of the index; a scan running meanwhile must not bring the key back. */
 static void
@@ -608,7 +601,6 @@ filetier_done_cb(evutil_socket_t fd, short ev, void *arg)
 	filetier_delay_arm(ft);
 }
 
-
 /*
  * Opens a namespace's directory, <role>/<model-fingerprint> under the
  * root, one component at a time with no link followed; create makes the
@@ -786,7 +778,6 @@ filetier_jobs_free(struct filetier_job_list *l)
 		free(job);
 	}
 }
-
 
 int
 filetier_new(struct event_base *base, const struct filetier_params *p, struct filetier **out,

@@ -29,18 +29,9 @@
 
 #include "daemon.h"
 
-#define FILETIER_MAGIC		"l3kvobj"	/* 8 bytes with its NUL */
-#define FILETIER_VERSION	1
-#define FILETIER_HDR_CSUM_OFF	96		/* the header checksum covers bytes before it */
 #define FILETIER_HDR_USED	104
-#define FILETIER_PINS_MAX	UINT16_MAX
 #define FILETIER_OBJ_PATH	80		/* "pp-ssss/hh/<64 hex>.obj" and its NUL */
-#define FILETIER_DIR_MODE	0750		/* KV bytes are derived from prompts */
-#define FILETIER_FILE_MODE	0640
 #define FILETIER_TMP_PREFIX	".tmp-"
-#define FILETIER_NOSPACE_TRIES	8		/* a full filesystem: evict and retry, this often */
-#define FILETIER_RECHECK_NS	1000000000LL	/* a lowered capacity is rechecked once a second */
-#define FILETIER_WARN_NS	10000000000LL	/* a recreated directory is reported every 10 s */
 
 _Static_assert(FILETIER_HDR_USED <= FILETIER_HDR, "the header fits its block");
 _Static_assert(FILETIER_OBJ_MAX + FILETIER_HDR <= 0x7ffff000, "a read's size fits a CQE");

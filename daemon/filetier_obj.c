@@ -10,34 +10,27 @@
  * followed (openat2, or O_NOFOLLOW per component on older kernels), so
  * that nothing outside the root is ever read, made or removed.
  */
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
-#include <sys/eventfd.h>
-#include <sys/random.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 
 #include <linux/openat2.h>
 
-#include <assert.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <malloc.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <event2/event.h>
-#include <liburing.h>
 #include <xxhash.h>
 
 #include "filetier.h"
+
+#define FILETIER_MAGIC		"l3kvobj"	/* 8 bytes with its NUL */
+#define FILETIER_VERSION	1
+#define FILETIER_HDR_CSUM_OFF	96		/* the header checksum covers bytes before it */
+#define FILETIER_DIR_MODE	0750		/* KV bytes are derived from prompts */
 
 /* Keys and paths: pure functions, called by every thread. */
 
@@ -245,7 +238,6 @@ filetier_unlink_obj(int nsfd, const struct obj_key *k)
 	return rc;
 }
 
-
 static void
 filetier_le64(uint8_t *p, uint64_t v)
 {
@@ -353,7 +345,6 @@ filetier_hdr_make(uint8_t *h, const struct obj_key *k, uint64_t len, uint64_t cs
 {
 	filetier_hdr_build(h, k, len, csum);
 }
-
 
 const char *
 filetier_strerror(int status)

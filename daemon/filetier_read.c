@@ -8,30 +8,21 @@
  * the loop through filetier_post (filetier.c). Small objects' descriptors
  * stay in an open-file cache shared by the readers, described below.
  */
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
-#include <sys/syscall.h>
 #include <sys/uio.h>
 
 #include <linux/openat2.h>
 
 #include <assert.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#include <event2/event.h>
 #include <liburing.h>
 #include <xxhash.h>
 

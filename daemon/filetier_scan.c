@@ -1,8 +1,8 @@
 /*
- * The file tier's startup scan of one namespace, off the loop: a scan thread lists
- * the leaf directories and shares them with scan_threads - 1 helpers;
- * each reads headers and hands what it found, a leaf directory at a
- * time, to the loop through the scan's eventfd. The loop indexes each
+ * The file tier's startup scan of one namespace, off the loop: a scan
+ * thread lists the leaf directories and shares them with scan_threads - 1
+ * helpers; each reads headers and hands what it found, a leaf directory
+ * at a time, to the loop through the scan's eventfd. The loop indexes each
  * batch at once (PROBE and ADMIT see the objects found so far, and a
  * key already indexed, written since the start, is never replaced),
  * at the LRU's end: older than anything written since. When every
@@ -14,15 +14,8 @@
  */
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
-#include <sys/syscall.h>
-#include <sys/uio.h>
 
-#include <linux/openat2.h>
-
-#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -36,11 +29,8 @@
 #include <unistd.h>
 
 #include <event2/event.h>
-#include <liburing.h>
-#include <xxhash.h>
 
 #include "filetier.h"
-
 
 struct filetier_found {
 	struct obj_key	key;

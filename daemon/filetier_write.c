@@ -7,34 +7,20 @@
  * made again behind the same descriptor. Finished jobs go back to the
  * loop through filetier_post (filetier.c).
  */
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
-#include <sys/eventfd.h>
 #include <sys/random.h>
-#include <sys/syscall.h>
 #include <sys/uio.h>
 
-#include <linux/openat2.h>
-
-#include <assert.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#include <event2/event.h>
-#include <liburing.h>
-#include <xxhash.h>
-
 #include "filetier.h"
+
+#define FILETIER_FILE_MODE	0640
 
 /* Writer threads: writes, renames and unlinks with plain system calls. */
 
