@@ -274,7 +274,7 @@ filetier_get32(const uint8_t *p)
  *	36  4	flags (0)
  *	40 32	page hash
  *	72  8	payload length
- *	80  8	payload checksum (dram_checksum)
+ *	80  8	payload checksum (checksum_obj)
  *	88  8	written at, Unix ns (informative)
  *	96  8	XXH3-64 of bytes 0..95
  *     104	zeros to 4096

@@ -50,7 +50,7 @@ filetier_read_verify(const struct filetier_job *job, const uint8_t *hdr, ssize_t
 		return -ENODATA;
 	if ((uint64_t)res > filetier_file_bytes(len))
 		return -EUCLEAN;	/* bytes past the payload: not a file we wrote */
-	if ((*csum = dram_checksum(job->buf, len)) != want)
+	if ((*csum = checksum_obj(job->buf, len)) != want)
 		return -EBADMSG;
 	return 0;
 }

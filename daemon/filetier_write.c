@@ -129,7 +129,7 @@ filetier_write_file(struct filetier *ft, struct filetier_job *job, uint64_t *rng
 	int			 fd = -1, lfd, pfd = -1, rc, tries, made = 0;
 
 	/* A DRAM object that no longer matches its checksum is not made durable. */
-	if (dram_checksum(job->buf, job->len) != job->checksum)
+	if (checksum_obj(job->buf, job->len) != job->checksum)
 		return -EBADMSG;
 	filetier_hdr_build(hdr, &job->key, job->len, job->checksum);
 	filetier_obj_path(&job->key, path);
