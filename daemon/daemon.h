@@ -769,7 +769,7 @@ int	 cuda_event_open(struct cuda_engine *, const char *none_why, struct region *
  * of a role may share. Loop thread only; the module's threads do the I/O
  * and every completion runs on the loop. Keys are obj_keys; a key's
  * namespace must have been attached (filetier_scan_start) first. Files:
- * see filetier.c.
+ * see filetier.c; the family (filetier_*.c) shares filetier.h.
  */
 #define FILETIER_NONE		INDEX_NONE
 #define FILETIER_HDR		4096			/* header block; the payload follows */

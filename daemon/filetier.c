@@ -39,7 +39,7 @@
  * the root is ever read, made or removed. A namespace without sessions
  * keeps no descriptor; its objects stay indexed.
  * A namespace enters the index by a scan of its directory (headers only,
- * by scan_threads threads, off the loop: see the scan's section), which
+ * by scan_threads threads, off the loop: see filetier_scan.c), which
  * also removes stale temp files and anything in the object directories
  * that is not a valid object.
  *
@@ -600,6 +600,8 @@ filetier_done_cb(evutil_socket_t fd, short ev, void *arg)
 	}
 	filetier_delay_arm(ft);
 }
+
+/* Namespaces: registered, opened, forgotten (filetier_scan_start attaches them). */
 
 /*
  * Opens a namespace's directory, <role>/<model-fingerprint> under the
