@@ -203,7 +203,7 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(PROTO_SRCS) daemon/config.c daemon/log.c
 	$(Q)clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined \
 		$(shell pkg-config --cflags jansson) -o $@ $^ $(shell pkg-config --libs jansson)
 
-# The file object header decoder lives in filetier.c, which links with the rest of the daemon.
+# The file object header decoder lives in filetier_obj.c, which links with the rest of the daemon.
 $(BUILD)/fuzz/fuzz_filehdr: tests/fuzz/fuzz_filehdr.c $(DAEMON_SRCS) $(PROTO_SRCS) kernels/kernels_stub.c
 	$(call msg,FUZZ,$@)
 	@mkdir -p $(dir $@)

@@ -104,7 +104,7 @@ copy_run(struct copy_engine *ce, struct copy_job *job)
 		pg = &job->pages[i];
 		if (job->kind == COPY_RESTORE) {
 			/* Verify before writing: a corrupt page never lands. */
-			if (dram_checksum(pg->obj, pg->len) != pg->checksum) {
+			if (checksum_obj(pg->obj, pg->len) != pg->checksum) {
 				job->status = PROTO_S_LOST;
 				job->bad_page = i;
 				return;
@@ -114,7 +114,7 @@ copy_run(struct copy_engine *ce, struct copy_job *job)
 		} else {
 			copy_page_scatter(pg->geom != NULL ? pg->geom : job->geom,
 			    pg->base != NULL ? pg->base : job->base, pg->region_page, pg->obj, 0);
-			pg->checksum = dram_checksum(pg->obj, pg->len);
+			pg->checksum = checksum_obj(pg->obj, pg->len);
 		}
 		atomic_store_explicit(&job->done_pages, i + 1, memory_order_release);
 	}

@@ -641,14 +641,18 @@ index_lru_unlink(struct index *ix, struct index_lru *l, uint32_t id)
 	r->lru_prev = r->lru_next = INDEX_NONE;
 }
 
+/* checksum.c: the object checksum of every tier and copy engine; thread-safe */
+#define CHECKSUM_CHUNK		(64U << 10)
+/* XXH3-64 over the little-endian XXH3-64 digests of each chunk, then the length. */
+uint64_t checksum_obj(const void *, size_t);
+
 /*
  * dram.c: the DRAM tier (arena, slabs, index, LRU, pins). Loop thread
  * only; workers touch an object's bytes, never its metadata, while it is
- * pinned or WRITING. dram_checksum alone is thread-safe.
+ * pinned or WRITING.
  */
 struct dram;
 #define DRAM_NONE		INDEX_NONE
-#define DRAM_CSUM_CHUNK		(64U << 10)
 struct dram_stats {
 	uint64_t	objects;	/* visible + writing + dropped */
 	uint64_t	visible;
@@ -690,8 +694,6 @@ void	 dram_stats(const struct dram *, struct dram_stats *);
 void	 dram_ns_objects(const struct dram *, const uint8_t fingerprint[16],
 	    uint64_t objects[PROTO_POOLS_MAX]);
 size_t	 dram_lru_order(const struct dram *, uint64_t len, uint32_t *ids, size_t max);
-/* XXH3-64 over the little-endian XXH3-64 digests of each chunk, then the length. */
-uint64_t dram_checksum(const void *, size_t);
 void	*dram_arena(const struct dram *, size_t *len);
 
 /* gpu.c: run-time GPU detection through the kernels/ header */
@@ -767,7 +769,7 @@ int	 cuda_event_open(struct cuda_engine *, const char *none_why, struct region *
  * of a role may share. Loop thread only; the module's threads do the I/O
  * and every completion runs on the loop. Keys are obj_keys; a key's
  * namespace must have been attached (filetier_scan_start) first. Files:
- * see filetier.c.
+ * see filetier.c; the family (filetier_*.c) shares filetier.h.
  */
 #define FILETIER_NONE		INDEX_NONE
 #define FILETIER_HDR		4096			/* header block; the payload follows */

@@ -28,9 +28,8 @@
  *   free slot of its class, free units for a new slab, its class's LRU
  *   victim, and last whole slabs of other classes that hold nothing
  *   WRITING or pinned (the least recently used run of units).
- * - The checksum is chunked (XXH3-64 of 64 KiB chunks, then of their
- *   digests) so that the GPU path can verify staged bytes in HBM with the
- *   same function instead of spending CPU cores on it.
+ * - An object's checksum is checksum.c's (checksum_obj), computed by the
+ *   caller and kept with the object.
  */
 #include <sys/mman.h>
 
@@ -39,10 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Inlined, as when the key hash lived here too: dram_checksum's code is unchanged. */
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 #include "daemon.h"
 
@@ -1031,49 +1026,6 @@ dram_lru_order(const struct dram *d, uint64_t len, uint32_t *ids, size_t max)
 	const struct dram_class	*c = dram_class_find(d, len);
 
 	return c == NULL ? 0 : index_lru_order(&d->ix, &c->lru, ids, max);
-}
-
-/*
- * The chunked checksum: XXH3-64 of each DRAM_CSUM_CHUNK bytes (the last
- * chunk may be short), then XXH3-64 of those digests as little-endian
- * 64-bit words followed by the total length, also little-endian. The
- * chunks are independent, so a GPU kernel computes the same value over
- * staged bytes with one thread block per chunk. Thread-safe: workers
- * call it.
- */
-#define DRAM_CSUM_STACK		512	/* digests on the stack: objects to 32 MiB */
-
-static void
-dram_le64(uint8_t *p, uint64_t v)
-{
-	int	i;
-
-	for (i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-uint64_t
-dram_checksum(const void *buf, size_t len)
-{
-	const uint8_t	*p = buf;
-	uint8_t		 stackbuf[(DRAM_CSUM_STACK + 1) * 8], *dig = stackbuf;
-	size_t		 nchunks = (len + DRAM_CSUM_CHUNK - 1) / DRAM_CSUM_CHUNK, i, n;
-	uint64_t	 h;
-
-	/* Past 32 MiB the digest array is a heap copy; the value is the same. */
-	if (nchunks > DRAM_CSUM_STACK && (dig = malloc((nchunks + 1) * 8)) == NULL)
-		fatalx("dram", "checksum: out of memory for %zu digests", nchunks);
-	for (i = 0; i < nchunks; i++) {
-		n = len - i * DRAM_CSUM_CHUNK;
-		if (n > DRAM_CSUM_CHUNK)
-			n = DRAM_CSUM_CHUNK;
-		dram_le64(dig + i * 8, XXH3_64bits(p + i * DRAM_CSUM_CHUNK, n));
-	}
-	dram_le64(dig + nchunks * 8, (uint64_t)len);
-	h = XXH3_64bits(dig, (nchunks + 1) * 8);
-	if (dig != stackbuf)
-		free(dig);
-	return h;
 }
 
 /* The arena, for registering it with CUDA. */

@@ -555,7 +555,7 @@ engine_csum_kernel(const struct engine_unit *units, uint32_t nunits, const uint8
 
 /*
  * One warp per object: the length after its digests, the XXH3-64 of
- * those bytes (dram_checksum's final step), the comparison, the ok flag.
+ * those bytes (checksum_obj's final step), the comparison, the ok flag.
  */
 static __global__ void
 engine_finish_kernel(const struct engine_item *items, uint32_t nitems, uint64_t *dig,
@@ -587,7 +587,7 @@ engine_finish_kernel(const struct engine_item *items, uint32_t nitems, uint64_t 
 	nunits = __shfl_sync(0xffffffffU, nunits, 0);
 	d = dig + dig0;
 	if (t == 0)
-		d[nunits] = bytes;	/* little-endian, as dram_le64 writes it */
+		d[nunits] = bytes;	/* little-endian, as checksum_le64 writes it */
 	__syncwarp();
 	h = engine_warp_hash((const uint8_t *)d, (nunits + 1) * 8, t);
 	if (t == 0) {

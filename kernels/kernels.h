@@ -20,7 +20,7 @@
  *      coalesced into one cudaMemcpyAsync; runs shorter than
  *      conf.dma_min_bytes are gathered instead by a kernel reading the
  *      mapped host memory (zero-copy), which avoids the ~3 us per copy;
- *   2. the chunked checksum (dram_checksum's) of every staged object,
+ *   2. the chunked checksum (checksum_obj's) of every staged object,
  *      computed on the GPU, compared with the expected value;
  *   3. if an engine event was given and has not completed, the chunk
  *      stays staged until the engine sees it complete (below);
@@ -195,7 +195,7 @@ uint64_t kernels_region_obj_bytes(const struct kernels_region *);
 /* One page of a restore or publish. */
 struct kernels_page {
 	void		*host;		/* the object, in registered host memory */
-	uint64_t	 checksum;	/* restore: dram_checksum(host, obj_bytes) */
+	uint64_t	 checksum;	/* restore: checksum_obj(host, obj_bytes) */
 	uint32_t	 page;		/* page index in the region */
 	uint32_t	 region;	/* index into the op's region list */
 };
@@ -254,7 +254,7 @@ int	kernels_op_result(const struct kernels_op *, struct kernels_result *, uint8_
 void	kernels_op_free(struct kernels_op *);
 
 /*
- * The chunked checksum (dram_checksum's) of len bytes at a device
+ * The chunked checksum (checksum_obj's) of len bytes at a device
  * address, computed by the engine's kernels on the current device;
  * synchronous. For tests.
  */

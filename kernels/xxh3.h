@@ -17,7 +17,7 @@
  *    tail are per lane. xxh3g_long_emul() is the host model of exactly
  *    that decomposition, tested bit-exact against libxxhash.
  *
- * The chunked checksum of the DRAM tier (dram_checksum) is XXH3-64 of
+ * The object checksum (checksum_obj, daemon/checksum.c) is XXH3-64 of
  * each 64 KiB chunk, then XXH3-64 over the chunk digests as little-endian
  * words followed by the total length, little-endian: xxh3g_checksum().
  */
@@ -47,7 +47,7 @@
 #define XXH3G_STRIPE		64
 #define XXH3G_BLOCK		1024	/* (192 - 64) / 8 = 16 stripes */
 #define XXH3G_MIDSIZE_MAX	240
-#define XXH3G_CHUNK		(64U << 10)	/* DRAM_CSUM_CHUNK */
+#define XXH3G_CHUNK		(64U << 10)	/* CHECKSUM_CHUNK */
 
 /* The default secret (FARSH's), from the xxHash specification. */
 #define XXH3G_SECRET_INIT {						\
@@ -417,7 +417,7 @@ xxh3g_long_emul(const uint8_t *in, size_t len)
 	return xxh3g_long_tail(acc, in, len);
 }
 
-/* dram_checksum(), on the host, with the scalar hash; NULL-safe for len 0. */
+/* checksum_obj(), on the host, with the scalar hash; NULL-safe for len 0. */
 static inline uint64_t
 xxh3g_checksum(const void *buf, size_t len)
 {

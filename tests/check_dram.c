@@ -96,7 +96,7 @@ try_put(struct dram *d, uint32_t n, uint64_t len, uint32_t near, uint32_t *idp)
 	if ((rc = dram_alloc(d, &k, len, near, &id, &buf)) != 0)
 		return rc;
 	fill(buf, len, n);
-	EQ(dram_commit(d, id, dram_checksum(buf, len)), 0);
+	EQ(dram_commit(d, id, checksum_obj(buf, len)), 0);
 	if (idp != NULL)
 		*idp = id;
 	return 0;
@@ -134,7 +134,7 @@ assert_object(const struct dram *d, uint32_t id, uint32_t n, uint64_t len)
 	ck_assert_ptr_nonnull(p);
 	EQ(l, len);
 	CHECK(intact(p, l, n), "object %u: bytes changed", n);
-	EQ(c, dram_checksum(p, l));
+	EQ(c, checksum_obj(p, l));
 }
 
 static void
@@ -187,12 +187,12 @@ START_TEST(test_writing_object_is_invisible_until_commit)
 	PEQ(dram_data_mut(d, id), buf);
 	fill(buf, 5000, 1);
 	EQ(dram_lookup(d, &k, &got), -ENOENT);
-	EQ(dram_commit(d, id, dram_checksum(buf, 5000)), 0);
+	EQ(dram_commit(d, id, checksum_obj(buf, 5000)), 0);
 	EQ(dram_lookup(d, &k, &got), 0);
 	EQ(got, id);
 	PEQ(dram_data(d, id, &len, &csum), buf);
 	EQ(len, 5000);
-	EQ(csum, dram_checksum(buf, 5000));
+	EQ(csum, checksum_obj(buf, 5000));
 	EQ(dram_lru_order(d, 5000, lru, 4), 1);
 	EQ(dram_commit(d, id, 0), -EINVAL);
 	dram_stats(d, &st);
@@ -431,7 +431,7 @@ START_TEST(test_eviction_never_takes_a_pinned_object)
 		/* Never the memory of a WRITING or pinned object. */
 		ck_assert_ptr_ne(buf, wbuf);
 		fill(buf, 16384, n);
-		EQ(dram_commit(d, id, dram_checksum(buf, 16384)), 0);
+		EQ(dram_commit(d, id, checksum_obj(buf, 16384)), 0);
 	}
 	dram_stats(d, &st);
 	EQ(st.evictions, 2000);
@@ -739,15 +739,15 @@ END_TEST
 static uint64_t
 checksum_reference(const uint8_t *p, size_t len)
 {
-	size_t		 n = (len + DRAM_CSUM_CHUNK - 1) / DRAM_CSUM_CHUNK, i, j, l;
+	size_t		 n = (len + CHECKSUM_CHUNK - 1) / CHECKSUM_CHUNK, i, j, l;
 	uint8_t		*dig = malloc((n + 1) * 8);
 	uint64_t	 h, v;
 
 	ck_assert_ptr_nonnull(dig);
 	for (i = 0; i < n; i++) {
-		l = len - i * DRAM_CSUM_CHUNK < DRAM_CSUM_CHUNK ? len - i * DRAM_CSUM_CHUNK :
-		    DRAM_CSUM_CHUNK;
-		v = XXH3_64bits(p + i * DRAM_CSUM_CHUNK, l);
+		l = len - i * CHECKSUM_CHUNK < CHECKSUM_CHUNK ? len - i * CHECKSUM_CHUNK :
+		    CHECKSUM_CHUNK;
+		v = XXH3_64bits(p + i * CHECKSUM_CHUNK, l);
 		for (j = 0; j < 8; j++)
 			dig[i * 8 + j] = (uint8_t)(v >> (8 * j));
 	}
@@ -760,10 +760,10 @@ checksum_reference(const uint8_t *p, size_t len)
 
 START_TEST(test_checksum_chunked_matches_reference)
 {
-	static const size_t	 lens[] = { 0, 1, 63, 4096, DRAM_CSUM_CHUNK - 1, DRAM_CSUM_CHUNK,
-	    DRAM_CSUM_CHUNK + 1, 5 * DRAM_CSUM_CHUNK + 123, 36864, 2359296,
-	    600 * (size_t)DRAM_CSUM_CHUNK + 7 };	/* past the on-stack digests */
-	size_t			 max = 600 * (size_t)DRAM_CSUM_CHUNK + 7, i;
+	static const size_t	 lens[] = { 0, 1, 63, 4096, CHECKSUM_CHUNK - 1, CHECKSUM_CHUNK,
+	    CHECKSUM_CHUNK + 1, 5 * CHECKSUM_CHUNK + 123, 36864, 2359296,
+	    600 * (size_t)CHECKSUM_CHUNK + 7 };	/* past the on-stack digests */
+	size_t			 max = 600 * (size_t)CHECKSUM_CHUNK + 7, i;
 	uint8_t			*p = malloc(max);
 	uint64_t		 x = 0x9e3779b97f4a7c15ULL;
 
@@ -775,11 +775,11 @@ START_TEST(test_checksum_chunked_matches_reference)
 		p[i] = (uint8_t)x;
 	}
 	for (i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
-		EQ(dram_checksum(p, lens[i]), checksum_reference(p, lens[i]));
+		EQ(checksum_obj(p, lens[i]), checksum_reference(p, lens[i]));
 	/* The length is part of it: trailing zeros change the value. */
-	memset(p, 0, 2 * DRAM_CSUM_CHUNK);
-	ck_assert_uint_ne(dram_checksum(p, 100), dram_checksum(p, 101));
-	ck_assert_uint_ne(dram_checksum(p, DRAM_CSUM_CHUNK), dram_checksum(p, 2 * DRAM_CSUM_CHUNK));
+	memset(p, 0, 2 * CHECKSUM_CHUNK);
+	ck_assert_uint_ne(checksum_obj(p, 100), checksum_obj(p, 101));
+	ck_assert_uint_ne(checksum_obj(p, CHECKSUM_CHUNK), checksum_obj(p, 2 * CHECKSUM_CHUNK));
 	free(p);
 }
 END_TEST
@@ -787,32 +787,32 @@ END_TEST
 START_TEST(test_checksum_detects_a_flipped_byte)
 {
 	struct dram	*d = dram_mk(4 * MIB);
-	static const uint64_t	at[] = { 0, 1, DRAM_CSUM_CHUNK - 1, DRAM_CSUM_CHUNK,
-	    2 * DRAM_CSUM_CHUNK + 5, 200000 - 1 };
+	static const uint64_t	at[] = { 0, 1, CHECKSUM_CHUNK - 1, CHECKSUM_CHUNK,
+	    2 * CHECKSUM_CHUNK + 5, 200000 - 1 };
 	uint64_t	 len, csum, i, bit;
 	uint32_t	 id;
-	uint8_t		*m, save[DRAM_CSUM_CHUNK];
+	uint8_t		*m, save[CHECKSUM_CHUNK];
 
 	id = put(d, 1, 200000, DRAM_NONE);
 	m = dram_data_mut(d, id);
 	PEQ(dram_data(d, id, &len, &csum), m);
-	EQ(dram_checksum(m, len), csum);
+	EQ(checksum_obj(m, len), csum);
 	for (i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
 		for (bit = 0; bit < 8; bit++) {
 			m[at[i]] ^= (uint8_t)(1U << bit);
-			ck_assert_uint_ne(dram_checksum(m, len), csum);
+			ck_assert_uint_ne(checksum_obj(m, len), csum);
 			m[at[i]] ^= (uint8_t)(1U << bit);
 		}
 	}
-	EQ(dram_checksum(m, len), csum);
+	EQ(checksum_obj(m, len), csum);
 	/* Swapped chunks are caught: the digests are hashed in order. */
-	memset(m, 0x11, DRAM_CSUM_CHUNK);
-	memset(m + DRAM_CSUM_CHUNK, 0x22, DRAM_CSUM_CHUNK);
-	csum = dram_checksum(m, len);
-	memcpy(save, m, DRAM_CSUM_CHUNK);
-	memmove(m, m + DRAM_CSUM_CHUNK, DRAM_CSUM_CHUNK);
-	memcpy(m + DRAM_CSUM_CHUNK, save, DRAM_CSUM_CHUNK);
-	ck_assert_uint_ne(dram_checksum(m, len), csum);
+	memset(m, 0x11, CHECKSUM_CHUNK);
+	memset(m + CHECKSUM_CHUNK, 0x22, CHECKSUM_CHUNK);
+	csum = checksum_obj(m, len);
+	memcpy(save, m, CHECKSUM_CHUNK);
+	memmove(m, m + CHECKSUM_CHUNK, CHECKSUM_CHUNK);
+	memcpy(m + CHECKSUM_CHUNK, save, CHECKSUM_CHUNK);
+	ck_assert_uint_ne(checksum_obj(m, len), csum);
 	dram_drop(d, id);
 	assert_empty(d);
 	dram_free(d);
@@ -1198,7 +1198,7 @@ START_TEST(test_random_operations_match_a_reference_model)
 				continue;
 			o = &m->o[i];
 			if (rm_rand(m) % 4) {
-				o->csum = dram_checksum(o->buf, o->len);
+				o->csum = checksum_obj(o->buf, o->len);
 				EQ(dram_commit(d, o->id, o->csum), 0);
 				o->state = RM_V;
 			} else {

@@ -220,7 +220,7 @@ write_wait(struct event_base *base, struct filetier *ft, const uint8_t *fp, uint
 	fill(data, len, n);
 	key_of(&k, fp, n);
 	r.count = &count;
-	rc = filetier_write(ft, &k, data, len, dram_checksum(data, len), on_done, &r);
+	rc = filetier_write(ft, &k, data, len, checksum_obj(data, len), on_done, &r);
 	if (rc == 0) {
 		loop_until(base, &count, 1);
 		rc = r.status;
@@ -251,7 +251,7 @@ read_wait(struct event_base *base, struct filetier *ft, const uint8_t *fp, uint3
 	}
 	if (rc == 0) {
 		ck_assert_msg(intact(dst, len, n), "object %u: bytes differ", n);
-		ck_assert_msg(r.checksum == dram_checksum(dst, len), "object %u: checksum", n);
+		ck_assert_msg(r.checksum == checksum_obj(dst, len), "object %u: checksum", n);
 	}
 	free(dst);
 	return rc;
@@ -645,7 +645,7 @@ kill_child(uint32_t first, int fsync)
 			key_of(&k, fp_a, n + (uint32_t)i);
 			r[i] = (struct result){ .count = &count };
 			if (filetier_write(ft, &k, data[i], KILL_LEN,
-			    dram_checksum(data[i], KILL_LEN), on_done, &r[i]) != 0)
+			    checksum_obj(data[i], KILL_LEN), on_done, &r[i]) != 0)
 				_exit(3);
 			sent++;
 		}
@@ -874,7 +874,7 @@ START_TEST(test_two_tiers_writing_the_same_keys_are_harmless)
 		key_of(&k, fp_a, i);
 		wr[i] = (struct result){ .count = &writes };
 		ck_assert_int_eq(filetier_write(b, &k, data[i], SHARE_LEN,
-		    dram_checksum(data[i], SHARE_LEN), on_done, &wr[i]), 0);
+		    checksum_obj(data[i], SHARE_LEN), on_done, &wr[i]), 0);
 	}
 	for (round = 0; round < 3; round++) {
 		for (i = 0; i < SHARE_N; i++) {
@@ -1140,7 +1140,7 @@ START_TEST(test_bad_writes_and_reads_are_refused_with_nothing_changed)
 	for (i = 0; i < 3; i++) {
 		key_of(&k, fp_a, (uint32_t)i);
 		ck_assert_int_eq(filetier_write(ft, &k, data, sizeof(data),
-		    dram_checksum(data, sizeof(data)), on_done, &r[i]), i < 2 ? 0 : -EAGAIN);
+		    checksum_obj(data, sizeof(data)), on_done, &r[i]), i < 2 ? 0 : -EAGAIN);
 	}
 	/* A key being written or present is refused: one writer per key. */
 	key_of(&k, fp_a, 0);
@@ -1258,7 +1258,7 @@ tree_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 	int	 fd;
 
 	(void)ftw;
-	tree_digest = tree_digest * 31 + dram_checksum(path + tree_skip, strlen(path + tree_skip));
+	tree_digest = tree_digest * 31 + checksum_obj(path + tree_skip, strlen(path + tree_skip));
 	if (flag != FTW_F && flag != FTW_SL)
 		return 0;
 	tree_files++;
@@ -1268,7 +1268,7 @@ tree_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 	ck_assert_int_ge(fd = open(path, O_RDONLY), 0);
 	ck_assert_int_eq(read(fd, buf, (size_t)st->st_size), st->st_size);
 	close(fd);
-	tree_digest = tree_digest * 31 + dram_checksum(buf, (uint64_t)st->st_size);
+	tree_digest = tree_digest * 31 + checksum_obj(buf, (uint64_t)st->st_size);
 	free(buf);
 	return 0;
 }
@@ -1358,7 +1358,7 @@ write_key_wait(struct event_base *base, struct filetier *ft, const struct obj_ke
 	ck_assert_ptr_nonnull(data);
 	fill(data, 40000, n);
 	r.count = &count;
-	rc = filetier_write(ft, k, data, 40000, dram_checksum(data, 40000), on_done, &r);
+	rc = filetier_write(ft, k, data, 40000, checksum_obj(data, 40000), on_done, &r);
 	if (rc == 0) {
 		loop_until(base, &count, 1);
 		rc = r.status;
@@ -1508,7 +1508,7 @@ START_TEST(test_symlinked_namespace_dir_is_refused_and_its_target_untouched)
 		ck_assert_int_eq(filetier_lookup(ft, &k0, NULL, NULL), -ENOENT);
 		memset(data, 1, sizeof(data));
 		ck_assert_int_eq(filetier_write(ft, &k0, data, sizeof(data),
-		    dram_checksum(data, sizeof(data)), on_done, NULL), -ESRCH);
+		    checksum_obj(data, sizeof(data)), on_done, NULL), -ESRCH);
 		filetier_free(ft);
 		ck_assert_uint_eq(tree_of(outside, &files2), digest);
 		ck_assert_uint_eq(files2, files);
@@ -1699,7 +1699,7 @@ START_TEST(test_many_reads_in_flight_land_the_right_bytes)
 		fill(data, MANY_LEN, i);
 		key_of(&k, fp_a, i);
 		r[i].count = &count;
-		ck_assert_int_eq(filetier_write(ft, &k, data, MANY_LEN, dram_checksum(data, MANY_LEN),
+		ck_assert_int_eq(filetier_write(ft, &k, data, MANY_LEN, checksum_obj(data, MANY_LEN),
 		    on_done, &r[i]), 0);
 		/* The payload must stay put until its write is done. */
 		loop_until(base, &count, (int)i + 1);
@@ -1789,7 +1789,7 @@ START_TEST(test_free_with_jobs_in_flight_leaks_nothing)
 		r[i] = (struct result){ .count = &count };
 		key_of(&k, fp_a, (uint32_t)i);
 		ck_assert_int_eq(filetier_write(ft, &k, data, 256 * KIB,
-		    dram_checksum(data, 256 * KIB), on_done, &r[i]), 0);
+		    checksum_obj(data, 256 * KIB), on_done, &r[i]), 0);
 	}
 	/* No completion runs after free, and no thread touches dst after it returned. */
 	filetier_free(ft);

@@ -1,7 +1,7 @@
 /*
  * The cuda copy engine (kernels/engine.cu) checked byte for byte against
  * the host engine's own reference, copy_page_scatter() and
- * dram_checksum().
+ * checksum_obj().
  *
  * Suite gpu (tag gpu: runs only where kernels_device_count() finds a
  * GPU): restores of several geometries (MLA layer_first, page_first and
@@ -9,7 +9,7 @@
  * only 8-, 4- or 1-byte accesses) from objects placed in runs and
  * scattered in a registered arena, by DMA, by the zero-copy gather and
  * by the automatic choice; a corrupt object reported and its page left
- * as it was; the GPU checksum equal to dram_checksum for 1 B .. 9 MiB at
+ * as it was; the GPU checksum equal to checksum_obj for 1 B .. 9 MiB at
  * any alignment; publish and back; cancel; the notify eventfd; input
  * rejected before anything moves; restores while a busy kernel holds the
  * GPU; memory opened from a second process (legacy IPC with an IPC
@@ -21,7 +21,7 @@
  * the kernels run (kernels/xxh3.h), compiled as host code here, equal to
  * libxxhash for every length to 4 KiB and around every path boundary,
  * the warp decomposition's host model too; the chunked checksum equal to
- * dram_checksum; kernels_init failing cleanly where there is no GPU.
+ * checksum_obj; kernels_init failing cleanly where there is no GPU.
  *
  * Every run draws new random bytes (never zeros); a failure prints the
  * seed, and L3KV_SEED=N repeats a run.
@@ -430,7 +430,7 @@ gpu_case(const struct gpu_reg *r, uint32_t n, int how, uint8_t **objs, struct ke
 	for (i = 0; i < n; i++) {
 		memset(&pg[i], 0, sizeof(pg[i]));
 		pg[i].host = objs[i];
-		pg[i].checksum = dram_checksum(objs[i], r->obj);
+		pg[i].checksum = checksum_obj(objs[i], r->obj);
 		pg[i].page = pages[i];
 	}
 	free(pages);
@@ -491,7 +491,7 @@ gpu_restore_case(struct kernels_engine *e, struct gpu_reg *regs, unsigned nregs,
 	}
 	for (i = 0; i < n; i++) {
 		pg[i].host = objs[i];
-		pg[i].checksum = dram_checksum(objs[i], obj);
+		pg[i].checksum = checksum_obj(objs[i], obj);
 		pg[i].region = i % nregs;
 		pg[i].page = pages[i % nregs][i / nregs];
 	}
@@ -664,7 +664,7 @@ START_TEST(test_gpu_corrupt_object_reported_and_not_written)
 	for (i = 0; i < 12; i++) {
 		if (i == bad[0] || i == bad[1]) {
 			EQ(st[i], KERNELS_PAGE_BAD);
-			EQ(cs[i], dram_checksum(objs[i], r.obj));	/* what the GPU saw */
+			EQ(cs[i], checksum_obj(objs[i], r.obj));	/* what the GPU saw */
 			continue;	/* the mirror keeps the sentinel */
 		}
 		EQ(st[i], KERNELS_PAGE_DONE);
@@ -678,7 +678,7 @@ START_TEST(test_gpu_corrupt_object_reported_and_not_written)
 }
 END_TEST
 
-START_TEST(test_gpu_checksum_kernel_equals_dram_checksum)
+START_TEST(test_gpu_checksum_kernel_equals_checksum_obj)
 {
 	static const size_t	 lens[] = { 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64,
 	    65, 96, 97, 127, 128, 129, 200, 239, 240, 241, 255, 256, 257, 511, 1023, 1024, 1025,
@@ -705,9 +705,9 @@ START_TEST(test_gpu_checksum_kernel_equals_dram_checksum)
 			off = k == 0 ? 0 : k == 1 ? 8 : 1 + gpu_rnd() % 15;
 			rc = kernels_checksum_device((uint8_t *)d + off, len, &got, err, sizeof(err));
 			CHECK(rc == 0, "kernels_checksum_device: %d %s", rc, err);
-			CHECK(got == dram_checksum(h + off, len),
+			CHECK(got == checksum_obj(h + off, len),
 			    "checksum of %zu bytes at +%zu: %016llx, want %016llx", len, off,
-			    (unsigned long long)got, (unsigned long long)dram_checksum(h + off, len));
+			    (unsigned long long)got, (unsigned long long)checksum_obj(h + off, len));
 		}
 	}
 	kernels_dev_free(d);
@@ -753,7 +753,7 @@ gpu_publish_case(struct kernels_engine *e, int layout, uint32_t tokens, uint32_t
 	CHECK(d < 0, "published arena (flags %#x) differs at byte %lld", flags, d);
 	for (i = 0; i < n; i++) {
 		EQ(st[i], KERNELS_PAGE_DONE);
-		CHECK(cs[i] == dram_checksum(objs[i], src.obj), "page %u: GPU checksum %016llx",
+		CHECK(cs[i] == checksum_obj(objs[i], src.obj), "page %u: GPU checksum %016llx",
 		    i, (unsigned long long)cs[i]);
 		pg[i].checksum = cs[i];
 	}
@@ -1005,7 +1005,7 @@ START_TEST(test_gpu_submit_rejects_bad_input)
 	loose = gpu_host(r.obj, 0);
 	for (i = 0; i < 4; i++) {
 		pg[i].host = arena + i * r.obj;
-		pg[i].checksum = dram_checksum(pg[i].host, r.obj);
+		pg[i].checksum = checksum_obj(pg[i].host, r.obj);
 		pg[i].page = i;
 		pg[i].region = 0;
 	}
@@ -2209,7 +2209,7 @@ suite_gpu(void)
 	tcase_add_test(tc, test_gpu_restore_mha_k_and_v);
 	tcase_add_test(tc, test_gpu_restore_narrow_geometries);
 	tcase_add_test(tc, test_gpu_corrupt_object_reported_and_not_written);
-	tcase_add_test(tc, test_gpu_checksum_kernel_equals_dram_checksum);
+	tcase_add_test(tc, test_gpu_checksum_kernel_equals_checksum_obj);
 	tcase_add_test(tc, test_gpu_publish_round_trip);
 	tcase_add_test(tc, test_gpu_cancel_leaves_later_pages_untouched);
 	tcase_add_test(tc, test_gpu_gated_restore_waits_for_its_event_or_drops_at_cancel);
@@ -2286,7 +2286,7 @@ START_TEST(test_xxh3_equals_libxxhash_at_block_and_chunk_edges)
 }
 END_TEST
 
-START_TEST(test_xxh3_checksum_equals_dram_checksum)
+START_TEST(test_xxh3_checksum_equals_checksum_obj)
 {
 	size_t		 max = 9 * GPU_MIB + 1, lens[] = { 0, 1, 240, 241, 65535, 65536, 65537,
 	    2248704, 4 * GPU_MIB, 9 * GPU_MIB, 0, 0, 0, 0 }, i;
@@ -2298,7 +2298,7 @@ START_TEST(test_xxh3_checksum_equals_dram_checksum)
 	for (i = 10; i < sizeof(lens) / sizeof(lens[0]); i++)
 		lens[i] = 1 + gpu_rnd() % (max - 1);
 	for (i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
-		CHECK(xxh3g_checksum(b, lens[i]) == dram_checksum(b, lens[i]), "%zu bytes", lens[i]);
+		CHECK(xxh3g_checksum(b, lens[i]) == checksum_obj(b, lens[i]), "%zu bytes", lens[i]);
 	free(b);
 }
 END_TEST
@@ -2331,7 +2331,7 @@ suite_gpu_host(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_xxh3_equals_libxxhash_at_every_length_to_4k);
 	tcase_add_test(tc, test_xxh3_equals_libxxhash_at_block_and_chunk_edges);
-	tcase_add_test(tc, test_xxh3_checksum_equals_dram_checksum);
+	tcase_add_test(tc, test_xxh3_checksum_equals_checksum_obj);
 	tcase_add_test(tc, test_kernels_init_fails_cleanly_without_a_gpu);
 	suite_add_tcase(s, tc);
 	return s;

@@ -198,7 +198,7 @@ main(int argc, char **argv)
 		reps = (size_t)(4ULL << 30) / sizes[s];
 		t = bench_now();
 		for (i = 0; i < reps; i++)
-			csum += dram_checksum(big, sizes[s]);
+			csum += checksum_obj(big, sizes[s]);
 		t = bench_now() - t;
 		printf("checksum of %7zu bytes %27.2f GB/s\n", sizes[s],
 		    (double)reps * (double)sizes[s] / t / 1e9);

@@ -273,7 +273,7 @@ bench_fill_sync(struct event_base *base, struct filetier *ft, unsigned pool, uin
 		x ^= x << 17;
 		memcpy(data + i, &x, len - i < 8 ? len - i : 8);
 	}
-	csum = dram_checksum(data, len);
+	csum = checksum_obj(data, len);
 	for (i = 0; i < n; i++) {
 		while (w.inflight >= 64)
 			event_base_loop(base, EVLOOP_ONCE);

@@ -195,8 +195,8 @@ bench_set_make(struct bench_set *s, const struct bench_size *sz, uint64_t bytes,
 		s->contig[i].page = s->scat[i].page = pages[i];
 	}
 	for (i = 0; i < s->n; i++) {
-		s->contig[i].checksum = dram_checksum(s->contig[i].host, s->obj);
-		s->scat[i].checksum = dram_checksum(s->scat[i].host, s->obj);
+		s->contig[i].checksum = checksum_obj(s->contig[i].host, s->obj);
+		s->scat[i].checksum = checksum_obj(s->scat[i].host, s->obj);
 	}
 	free(slot);
 	free(pages);
