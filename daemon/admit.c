@@ -144,18 +144,7 @@ admit_find(struct rank_group *g, uint64_t request_id)
 	return NULL;
 }
 
-/* Unlinks from the group (the group's reference). */
 static void
-admit_unlink(struct server *s, struct admission *a)
-{
-	if (a->group == NULL)
-		return;
-	TAILQ_REMOVE(&a->group->admissions, a, entry);
-	a->group = NULL;
-	admission_unref(s, a);
-}
-
-void
 admission_unref(struct server *s, struct admission *a)
 {
 	uint16_t	r;
@@ -177,6 +166,17 @@ admission_unref(struct server *s, struct admission *a)
 	free(a->ranks);
 	free(a->hashes);
 	free(a);
+}
+
+/* Unlinks from the group (the group's reference). */
+static void
+admit_unlink(struct server *s, struct admission *a)
+{
+	if (a->group == NULL)
+		return;
+	TAILQ_REMOVE(&a->group->admissions, a, entry);
+	a->group = NULL;
+	admission_unref(s, a);
 }
 
 /* A lease of a lets go of it: the last lease of an answered admission takes it out of its group. */

@@ -377,10 +377,18 @@ struct lease {
 						   and destinations (malloc), restore.c's */
 	TAILQ_ENTRY(lease)	 entry;		/* in the session's list */
 };
-/* Where a lease's end fails its group's restore (restore_fail_group, set by server.c). */
-typedef void	lease_group_fail_fn(struct server *, struct admission *, unsigned status,
-	    const char *why);
-void	 lease_set_group_fail(lease_group_fail_fn *);
+/*
+ * What a lease's end means above lease.c, set once by server.c so that
+ * lease.c never calls up by name: a lease the group still needs ended
+ * (restore_fail_group), and a lease let go of its admission
+ * (admission_lease_gone).
+ */
+struct lease_hooks {
+	void	(*group_fail)(struct server *, struct admission *, unsigned status,
+		    const char *why);
+	void	(*admission_gone)(struct server *, struct admission *);
+};
+void	 lease_set_hooks(const struct lease_hooks *);
 struct lease *lease_new(struct server *, struct admission *, uint16_t rank, uint32_t npages,
 	    const uint32_t *ids);
 void	 lease_trim(struct server *, struct lease *, uint32_t npages);
@@ -421,7 +429,6 @@ struct admission {
 void	 admit_request(struct conn *, struct proto_frame *);
 void	 admit_session_closing(struct session *);
 void	 admit_group_gone(struct server *, struct rank_group *);
-void	 admission_unref(struct server *, struct admission *);
 void	 admission_lease_gone(struct server *, struct admission *);
 
 /* restore.c: RESTORE and CANCEL, group completion */

@@ -10,10 +10,12 @@
  * group) and on its session.
  *
  * restore.c drives a lease through RESTORE (its states, LEASE_*) and calls
- * down into this file; this file never calls up. Where a lease's end
- * fails its group's restore (its TTL ran out, or a RELEASE let go of a
- * lease the group still needs), it calls the hook the top of the daemon
- * set with lease_set_group_fail (restore_fail_group).
+ * down into this file; this file never calls up by name. What a lease's
+ * end means above it goes through the hooks the top of the daemon set
+ * once with lease_set_hooks: a lease the group still needs (its TTL ran
+ * out, a RELEASE let go of it) fails the group's restore
+ * (restore_fail_group), and a lease lets go of its admission
+ * (admission_lease_gone).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -37,13 +39,13 @@ static void	lease_ttl_cb(evutil_socket_t, short, void *);
 static struct lease_list	lease_cache = TAILQ_HEAD_INITIALIZER(lease_cache);
 static unsigned			lease_ncache;
 
-static lease_group_fail_fn	*lease_group_fail;
+static struct lease_hooks	lease_hooks;
 
-/* Where a lease's end fails its group's restore: restore_fail_group, set once at start. */
+/* Set once at start-up (server.c), before any lease is made. */
 void
-lease_set_group_fail(lease_group_fail_fn *fn)
+lease_set_hooks(const struct lease_hooks *h)
 {
-	lease_group_fail = fn;
+	lease_hooks = *h;
 }
 
 /* A zeroed lease with room for nobjs objects and its timer, or NULL. */
@@ -100,7 +102,7 @@ lease_ttl_cb(evutil_socket_t fd, short ev, void *arg)
 		if (l->state != LEASE_READY) {
 			/* The group cannot complete without this rank. */
 			l->state = LEASE_EXPIRED;
-			lease_group_fail(s, l->adm, PROTO_S_EXPIRED, "a lease of the group expired");
+			lease_hooks.group_fail(s, l->adm, PROTO_S_EXPIRED, "a lease of the group expired");
 		}
 		lease_unpin(s, l);
 		l->state = LEASE_EXPIRED;
@@ -198,7 +200,7 @@ lease_free(struct server *s, struct lease *l)
 	if (l->adm != NULL) {
 		if (l->adm->ranks[l->rank].lease == l)
 			l->adm->ranks[l->rank].lease = NULL;
-		admission_lease_gone(s, l->adm);
+		lease_hooks.admission_gone(s, l->adm);
 	}
 	metrics.leases_open--;
 	session_unref(l->sess);
@@ -358,7 +360,7 @@ release_request(struct conn *c, struct proto_frame *f)
 	 */
 	if (l->state == LEASE_ADMITTED && l->adm != NULL &&
 	    (l->adm->size > 1 || l->restore_waiting))
-		lease_group_fail(c->server, l->adm, PROTO_S_CANCELLED,
+		lease_hooks.group_fail(c->server, l->adm, PROTO_S_CANCELLED,
 		    "a rank of the group released its lease");
 	lease_free(c->server, l);
 	conn_reply(c, &f->hdr, PROTO_S_OK, NULL, 0);
