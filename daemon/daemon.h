@@ -431,7 +431,10 @@ void	 admit_session_closing(struct session *);
 void	 admit_group_gone(struct server *, struct rank_group *);
 void	 admission_lease_gone(struct server *, struct admission *);
 
-/* restore.c: RESTORE and CANCEL, group completion */
+/*
+ * restore.c: RESTORE and CANCEL, group completion; drives a lease's states,
+ * calling lease.c and staging.c, which never call it by name.
+ */
 void	 restore_request(struct conn *, struct proto_frame *);
 void	 cancel_request(struct conn *, struct proto_frame *);
 void	 restore_session_closing(struct session *);

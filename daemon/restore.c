@@ -19,6 +19,13 @@
  * best_effort and timeout (DCP 1 only, by the guard) arm a deadline: at it
  * the copy stops at a page boundary and READY reports the whole, verified,
  * contiguous prefix that landed, flagged partial.
+ *
+ * This file drives a lease through its states (LEASE_*) and calls down:
+ * lease.c for the lease itself, staging.c for objects still on their way
+ * from a slower tier (a RESTORE that comes before they landed is parked
+ * and goes on from staging_wait's callback), then the copy engine. Neither
+ * calls back up by name: lease.c fails a group through the hook server.c
+ * gives it (restore_fail_group).
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -91,7 +98,7 @@ restore_answer_cancel(struct lease *l)
 /*
  * Fails the group's restore: every lease of the admission ends FAILED (or
  * CANCELLED for the one that asked), unpinned; those with a copy in flight
- * are answered when it stops.
+ * are answered when it stops. Also lease.c's group_fail hook.
  */
 void
 restore_fail_group(struct server *s, struct admission *a, unsigned status, const char *why)
