@@ -297,7 +297,109 @@ uint32_t cache_group_stops(struct server *, struct session *const *ranks, unsign
 void	 cache_probe(struct conn *, struct proto_frame *);
 void	 cache_debug(struct conn *, struct proto_frame *);
 
-/* lease.c: the ADMIT barrier, leases, RELEASE */
+/*
+ * staging.c: objects of a lease read from a slower tier into DRAM, the
+ * reads shared between leases, with a completion callback per lease.
+ */
+struct lease;
+struct lease_obj;
+struct staging_read;
+enum staging_tier {
+	STAGING_TIER_FILE = 1,	/* filetier.c */
+};
+/* status 0: every staged object landed; -EIO: bad_page (a prefix page) was lost. */
+typedef void	staging_done_fn(struct server *, struct lease *, int status, uint32_t bad_page);
+/* A lease's staging, staging.c's alone (a part of struct lease). */
+struct staging {
+	uint32_t		 inflight;	/* objects still being read */
+	int			 failed;
+	uint32_t		 bad_page;	/* the first page lost, with failed */
+	staging_done_fn		*done;		/* staging_wait's, until called */
+};
+int	 staging_add(struct server *, struct lease *, struct lease_obj *, const struct obj_key *,
+	    unsigned tier);
+void	 staging_drop(struct lease *, struct lease_obj *);
+void	 staging_moved(struct lease *, uint32_t from, uint32_t to);
+int	 staging_pending(const struct lease *);
+void	 staging_wait(struct lease *, staging_done_fn *);
+int	 staging_status(const struct lease *, uint32_t *bad_page);
+
+/*
+ * lease.c: what one rank of an admission holds (pins, a slot, a TTL)
+ * until RELEASE, expiry or its session's end; RELEASE.
+ */
+enum lease_state {
+	LEASE_ADMITTED = 1,	/* pinned, waiting for RESTORE */
+	LEASE_RESTORING,	/* a copy job in flight */
+	LEASE_COPIED,		/* this rank's pages are in place, group not yet */
+	LEASE_READY,		/* answered READY; pinned until RELEASE */
+	LEASE_FAILED,
+	LEASE_CANCELLED,
+	LEASE_EXPIRED,
+};
+/*
+ * One pinned object of a lease: which pool, which page of the prefix.
+ * An object staged from a slower tier is a WRITING DRAM object, not yet
+ * pinned, while read != NULL; pinned once its read committed it; and
+ * DRAM_NONE once its read failed.
+ */
+struct lease_obj {
+	uint32_t		 id;		/* the DRAM object */
+	uint16_t		 pool;
+	uint16_t		 staged;	/* 1: read from the file tier (a file hit) */
+	uint32_t		 page;		/* index in the admitted hashes */
+	struct staging_read	*read;		/* a staging read in flight (staging.c) */
+};
+struct lease {
+	uint64_t		 id;
+	struct admission	*adm;		/* a reference */
+	uint16_t		 rank;
+	struct session		*sess;		/* a reference */
+	int			 state;		/* LEASE_* */
+	uint32_t		 npages;	/* the promise, in pages */
+	struct lease_obj	*objs;		/* kv pages, sidecar pages, the checkpoint */
+	uint32_t		 nobjs;
+	uint32_t		 objs_cap;	/* allocated entries (kept for reuse) */
+	uint32_t		 slot;		/* canonical state slot, PROTO_SLOT_NONE */
+	int			 slot_held;	/* outstanding in the session */
+	int			 pinned;
+	struct event		*timer;		/* TTL, or the restore deadline; in the
+						   lease's own allocation */
+	struct copy_job		*job;		/* while RESTORING */
+	int			 deadline_hit;	/* best_effort/timeout ended early */
+	uint32_t		 landed;	/* pages in place */
+	int			 restore_waiting;
+	struct proto_hdr	 restore_req;
+	int			 cancel_waiting;
+	struct proto_hdr	 cancel_req;
+	struct staging		 staging;	/* objects on their way from a slower tier */
+	struct proto_restore	*parked;	/* a RESTORE waiting for them: its request
+						   and destinations (malloc), restore.c's */
+	TAILQ_ENTRY(lease)	 entry;		/* in the session's list */
+};
+/*
+ * What a lease's end means above lease.c, set once by server.c so that
+ * lease.c never calls up by name: a lease the group still needs ended
+ * (restore_fail_group), and a lease let go of its admission
+ * (admission_lease_gone).
+ */
+struct lease_hooks {
+	void	(*group_fail)(struct server *, struct admission *, unsigned status,
+		    const char *why);
+	void	(*admission_gone)(struct server *, struct admission *);
+};
+void	 lease_set_hooks(const struct lease_hooks *);
+struct lease *lease_new(struct server *, struct admission *, uint16_t rank, uint32_t npages,
+	    const uint32_t *ids);
+void	 lease_trim(struct server *, struct lease *, uint32_t npages);
+struct lease *lease_find(const struct session *, uint64_t id);
+void	 lease_unpin(struct server *, struct lease *);
+void	 lease_release_slot(struct lease *);
+void	 lease_free(struct server *, struct lease *);
+void	 lease_arm_ttl(struct server *, struct lease *);
+void	 release_request(struct conn *, struct proto_frame *);
+
+/* admit.c: the ADMIT group barrier and the promise */
 struct admission {
 	uint64_t		 request_id;
 	struct rank_group	*group;		/* NULL once the group is gone */
@@ -324,77 +426,20 @@ struct admission {
 	char			 why[160];
 	TAILQ_ENTRY(admission)	 entry;
 };
-enum lease_state {
-	LEASE_ADMITTED = 1,	/* pinned, waiting for RESTORE */
-	LEASE_RESTORING,	/* a copy job in flight */
-	LEASE_COPIED,		/* this rank's pages are in place, group not yet */
-	LEASE_READY,		/* answered READY; pinned until RELEASE */
-	LEASE_FAILED,
-	LEASE_CANCELLED,
-	LEASE_EXPIRED,
-};
-/*
- * One pinned object of a lease: which pool, which page of the prefix.
- * An object staged from the file tier is a WRITING DRAM object, not yet
- * pinned, while read != NULL; pinned once its read committed it; and
- * DRAM_NONE once its read failed.
- */
-struct lease_read;
-struct lease_obj {
-	uint32_t		 id;		/* the DRAM object */
-	uint16_t		 pool;
-	uint16_t		 staged;	/* 1: read from the file tier (a file hit) */
-	uint32_t		 page;		/* index in the admitted hashes */
-	struct lease_read	*read;		/* a file tier read in flight */
-};
-struct lease {
-	uint64_t		 id;
-	struct admission	*adm;		/* a reference */
-	uint16_t		 rank;
-	struct session		*sess;		/* a reference */
-	int			 state;		/* LEASE_* */
-	uint32_t		 npages;	/* the promise, in pages */
-	struct lease_obj	*objs;		/* kv pages, sidecar pages, the checkpoint */
-	uint32_t		 nobjs;
-	uint32_t		 objs_cap;	/* allocated entries (kept for reuse) */
-	uint32_t		 slot;		/* canonical state slot, PROTO_SLOT_NONE */
-	int			 slot_held;	/* outstanding in the session */
-	int			 pinned;
-	struct event		*timer;		/* TTL, or the restore deadline; in the
-						   lease's own allocation */
-	struct copy_job		*job;		/* while RESTORING */
-	int			 deadline_hit;	/* best_effort/timeout ended early */
-	uint32_t		 landed;	/* pages in place */
-	int			 restore_waiting;
-	struct proto_hdr	 restore_req;
-	int			 cancel_waiting;
-	struct proto_hdr	 cancel_req;
-	/* File tier reads (kv-only layouts): RESTORE waits for them. */
-	uint32_t		 reads;		/* in flight */
-	int			 read_failed;
-	uint32_t		 read_bad_page;
-	int			 read_wait;	/* a RESTORE is parked until reads == 0 */
-	struct proto_restore	*parked;	/* its request and destinations (malloc) */
-	TAILQ_ENTRY(lease)	 entry;		/* in the session's list */
-};
 void	 admit_request(struct conn *, struct proto_frame *);
 void	 admit_session_closing(struct session *);
 void	 admit_group_gone(struct server *, struct rank_group *);
-void	 admission_unref(struct server *, struct admission *);
-struct lease *lease_find(const struct session *, uint64_t id);
-void	 lease_unpin(struct server *, struct lease *);
-void	 lease_release_slot(struct lease *);
-void	 lease_free(struct server *, struct lease *);
-void	 lease_arm_ttl(struct server *, struct lease *);
-void	 release_request(struct conn *, struct proto_frame *);
+void	 admission_lease_gone(struct server *, struct admission *);
 
-/* restore.c: RESTORE and CANCEL, group completion */
+/*
+ * restore.c: RESTORE and CANCEL, group completion; drives a lease's states,
+ * calling lease.c and staging.c, which never call it by name.
+ */
 void	 restore_request(struct conn *, struct proto_frame *);
 void	 cancel_request(struct conn *, struct proto_frame *);
 void	 restore_session_closing(struct session *);
 void	 restore_fail_group(struct server *, struct admission *, unsigned status,
 	    const char *why);
-void	 restore_reads_done(struct server *, struct lease *);
 
 /* publish.c */
 struct publish_backlog;

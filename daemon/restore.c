@@ -19,6 +19,13 @@
  * best_effort and timeout (DCP 1 only, by the guard) arm a deadline: at it
  * the copy stops at a page boundary and READY reports the whole, verified,
  * contiguous prefix that landed, flagged partial.
+ *
+ * This file drives a lease through its states (LEASE_*) and calls down:
+ * lease.c for the lease itself, staging.c for objects still on their way
+ * from a slower tier (a RESTORE that comes before they landed is parked
+ * and goes on from staging_wait's callback), then the copy engine. Neither
+ * calls back up by name: lease.c fails a group through the hook server.c
+ * gives it (restore_fail_group).
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -91,7 +98,7 @@ restore_answer_cancel(struct lease *l)
 /*
  * Fails the group's restore: every lease of the admission ends FAILED (or
  * CANCELLED for the one that asked), unpinned; those with a copy in flight
- * are answered when it stops.
+ * are answered when it stops. Also lease.c's group_fail hook.
  */
 void
 restore_fail_group(struct server *s, struct admission *a, unsigned status, const char *why)
@@ -234,7 +241,7 @@ restore_check(struct session *sess, struct lease *l, const struct proto_restore 
 
 	switch (l->state) {
 	case LEASE_ADMITTED:
-		if (l->read_wait) {
+		if (l->parked != NULL) {
 			snprintf(err, errlen, "lease %llu is being restored", (unsigned long long)l->id);
 			return PROTO_S_STATE;
 		}
@@ -377,7 +384,8 @@ restore_lost(struct server *s, struct lease *l, uint32_t i, const char *where, i
 
 /*
  * Starts the copy of a checked RESTORE (restore_waiting and restore_req
- * set); dst stays the caller's. Its objects are all in DRAM by now.
+ * set) whose staging did not fail; dst stays the caller's. Its objects
+ * are all in DRAM by now.
  */
 static void
 restore_start(struct server *s, struct lease *l, const struct proto_restore *pp,
@@ -389,11 +397,6 @@ restore_start(struct server *s, struct lease *l, const struct proto_restore *pp,
 	struct timeval		 tv;
 	uint32_t		 i;
 
-	if (l->read_failed) {
-		/* The file tier's read counted the loss already. */
-		restore_lost(s, l, l->read_bad_page, "file tier", 0);
-		return;
-	}
 	if ((i = restore_first_dropped(s, l)) != UINT32_MAX) {
 		restore_lost(s, l, i, "tier", 1);
 		return;
@@ -451,24 +454,25 @@ restore_start(struct server *s, struct lease *l, const struct proto_restore *pp,
 }
 
 /*
- * A lease's file tier reads all finished (or one failed): a parked
- * RESTORE goes on, or fails as lost. Called by lease.c's read completion.
+ * staging_wait's callback: the lease's staged objects all landed, or one
+ * failed (restore_start sees which); the parked RESTORE goes on, or fails
+ * as lost.
  */
-void
-restore_reads_done(struct server *s, struct lease *l)
+static void
+restore_staged(struct server *s, struct lease *l, int status, uint32_t bad_page)
 {
 	struct proto_restore	*p = l->parked;
 
-	if (!l->read_wait || (l->reads > 0 && !l->read_failed))
-		return;
-	l->read_wait = 0;
 	l->parked = NULL;
 	if (l->state != LEASE_ADMITTED || !l->restore_waiting) {
 		/* The group failed meanwhile, and that answered the RESTORE. */
 		free(p);
 		return;
 	}
-	restore_start(s, l, p, (uint32_t *)(p + 1));
+	if (status != 0)
+		restore_lost(s, l, bad_page, "file tier", 0);	/* the read counted the loss */
+	else
+		restore_start(s, l, p, (uint32_t *)(p + 1));
 	free(p);
 }
 
@@ -479,7 +483,7 @@ restore_request(struct conn *c, struct proto_frame *f)
 	struct session		*sess = c->session;
 	struct server		*s = c->server;
 	struct lease		*l;
-	uint32_t		*dst;
+	uint32_t		*dst, bad;
 	char			 err[160];
 	unsigned		 st;
 
@@ -502,9 +506,9 @@ restore_request(struct conn *c, struct proto_frame *f)
 	}
 	l->restore_waiting = 1;
 	l->restore_req = f->hdr;
-	if (l->reads > 0 && !l->read_failed) {
+	if (staging_pending(l)) {
 		/*
-		 * Objects still coming from the file tier: park the request
+		 * Objects still coming from a slower tier: park the request
 		 * (the lease stays ADMITTED, its TTL stopped) until they are
 		 * all in DRAM; a failed one fails it as lost, never shorter.
 		 */
@@ -517,11 +521,14 @@ restore_request(struct conn *c, struct proto_frame *f)
 		memcpy(l->parked, &p, sizeof(p));
 		memcpy(l->parked + 1, dst, (size_t)p.npages * sizeof(*dst));
 		free(dst);
-		l->read_wait = 1;
+		staging_wait(l, restore_staged);
 		evtimer_del(l->timer);
 		return;
 	}
-	restore_start(s, l, &p, dst);
+	if (staging_status(l, &bad) != 0)
+		restore_lost(s, l, bad, "file tier", 0);	/* the read counted the loss */
+	else
+		restore_start(s, l, &p, dst);
 	free(dst);
 }
 

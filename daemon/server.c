@@ -506,6 +506,9 @@ server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t er
 	s->started_ms = server_now_ms();
 	signal(SIGPIPE, SIG_IGN);
 	server_raise_nofile();
+	/* What a lease's end means above lease.c, which never calls up by name. */
+	lease_set_hooks(&(struct lease_hooks){ .group_fail = restore_fail_group,
+	    .admission_gone = admission_lease_gone });
 	if ((s->base = event_base_new()) == NULL) {
 		snprintf(err, errlen, "event_base_new failed");
 		return -ENOMEM;
