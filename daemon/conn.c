@@ -22,6 +22,12 @@
  * over limits.max_output stop the reading until the peer takes them; and
  * one timer per connection runs whichever deadline is nearest (HELLO,
  * ATTACH, finishing a frame, draining replies).
+ *
+ * conn.c is the transport only: it knows the framing, not what a frame
+ * means. Its owner passes two callbacks to conn_new(), as tmux's
+ * proc_add_peer() takes its dispatcher: one for each checked frame, one
+ * when the connection is gone (for the engines, dispatch_frame() and
+ * dispatch_closed()); another dispatcher can reuse the same framing.
  */
 #include <sys/socket.h>
 
@@ -56,9 +62,16 @@ static void	conn_timer_cb(evutil_socket_t, short, void *);
 static void	conn_timer_update(struct conn *);
 static void	conn_close_fds(struct conn *);
 
-/* Returns a new connection owned by the server's list; takes fd. */
+/*
+ * Returns a new connection owned by the server's list; takes fd.
+ * frame_cb gets each checked frame (borrowed, with its fds), closed_cb
+ * is called once from conn_free() after the socket is closed; both get
+ * arg.
+ */
 struct conn *
-conn_new(struct server *s, int fd, uid_t uid, gid_t gid, pid_t pid)
+conn_new(struct server *s, int fd, uid_t uid, gid_t gid, pid_t pid,
+    void (*frame_cb)(struct conn *, struct proto_frame *, void *),
+    void (*closed_cb)(struct conn *, void *), void *arg)
 {
 	struct conn	*c;
 	int		 i;
@@ -70,6 +83,9 @@ conn_new(struct server *s, int fd, uid_t uid, gid_t gid, pid_t pid)
 	c->uid = uid;
 	c->gid = gid;
 	c->pid = pid;
+	c->frame_cb = frame_cb;
+	c->closed_cb = closed_cb;
+	c->cb_arg = arg;
 	c->id = ++s->next_conn_id;
 	c->accepted_ms = c->idle_ms = server_now_ms();
 	for (i = 0; i < PROTO_FDS_MAX; i++)
@@ -96,10 +112,6 @@ conn_free(struct conn *c)
 {
 	if (c == NULL)
 		return;
-	if (c->session != NULL) {
-		session_close(c->session);
-		c->session = NULL;
-	}
 	conn_close_fds(c);
 	if (c->ev_read != NULL)
 		event_free(c->ev_read);
@@ -118,7 +130,8 @@ conn_free(struct conn *c)
 		TAILQ_REMOVE(&c->server->conns, c, entry);
 		c->server->nconns--;
 		metrics.connections_open--;
-		server_conn_closed(c->server, c);
+		/* The owner ends what the connection held (its session). */
+		c->closed_cb(c, c->cb_arg);
 	}
 	free(c);
 }
@@ -685,7 +698,7 @@ conn_next_frame(struct conn *c)
 		conn_fail(c, &h, PROTO_S_UNEXPECTED_FDS, "fds on a frame not flagged as carrying them");
 		return -1;
 	}
-	if (take_fds && h.type != PROTO_T_ATTACH) {
+	if (take_fds && !proto_type_takes_fds(h.type)) {
 		conn_fail(c, &h, PROTO_S_UNEXPECTED_FDS, "fds on a frame that takes none");
 		return -1;
 	}
@@ -726,8 +739,8 @@ conn_next_frame(struct conn *c)
 		proto_dump(&h, f.payload, dump, sizeof(dump));
 		log_debug("conn", "conn %llu: < %s fds=%d", (unsigned long long)c->id, dump, f.nfds);
 	}
-	dispatch_frame(c, &f);
-	/* The dispatcher borrowed the fds; mappings outlive them. */
+	c->frame_cb(c, &f, c->cb_arg);
+	/* The owner borrowed the fds; mappings outlive them. */
 	if (take_fds)
 		conn_close_fds(c);
 	c->in_off += CONN_HDR + h.length;

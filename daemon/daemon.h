@@ -443,10 +443,16 @@ struct conn {
 	size_t		 out_len;
 	size_t		 out_cap;
 	struct session	*session;	/* owned; NULL until ATTACH */
+	/* The owner's callbacks (conn_new): a checked frame arrived, the connection closed. */
+	void		(*frame_cb)(struct conn *, struct proto_frame *, void *);
+	void		(*closed_cb)(struct conn *, void *);
+	void		*cb_arg;
 	TAILQ_ENTRY(conn) entry;
 };
 TAILQ_HEAD(conn_list, conn);
-struct conn *conn_new(struct server *, int fd, uid_t, gid_t, pid_t);
+struct conn *conn_new(struct server *, int fd, uid_t, gid_t, pid_t,
+	    void (*frame_cb)(struct conn *, struct proto_frame *, void *),
+	    void (*closed_cb)(struct conn *, void *), void *arg);
 void	 conn_free(struct conn *);
 void	 conn_close(struct conn *);
 int	 conn_reply(struct conn *, const struct proto_hdr *req, unsigned status,
@@ -466,8 +472,11 @@ struct conn_linger {
 };
 TAILQ_HEAD(conn_linger_list, conn_linger);
 
-/* dispatch.c */
-void	 dispatch_frame(struct conn *, struct proto_frame *);
+/* dispatch.c: the engine connections' callbacks; the served types' handlers */
+void	 dispatch_init(void);
+void	 dispatch_frame(struct conn *, struct proto_frame *, void *);
+void	 dispatch_closed(struct conn *, void *);
+void	 dispatch_session_end(struct conn *, const struct proto_hdr *detach);
 
 /* server.c */
 struct server {
@@ -506,7 +515,6 @@ int	 server_init(struct server *, struct config *, int ngpu, char *err, size_t e
 unsigned server_copies_inflight(const struct server *);
 int	 server_run(struct server *);
 void	 server_free(struct server *);
-void	 server_conn_closed(struct server *, struct conn *);
 void	 server_maybe_finish(struct server *);
 unsigned server_conns_of_uid(struct server *, uid_t);
 uint64_t server_now_ms(void);

@@ -361,7 +361,8 @@ server_accept_cb(evutil_socket_t lfd, short ev, void *arg)
 			server_refuse(s, fd, PROTO_S_LIMIT, msg, 1);
 			continue;
 		}
-		if (conn_new(s, fd, cred.uid, cred.gid, cred.pid) == NULL) {
+		if (conn_new(s, fd, cred.uid, cred.gid, cred.pid, dispatch_frame, dispatch_closed,
+		    s) == NULL) {
 			log_warn("server", "out of memory for a connection");
 			server_refuse(s, fd, PROTO_S_NO_MEMORY, "out of memory", 1);
 			continue;
@@ -392,14 +393,6 @@ server_maybe_finish(struct server *s)
 {
 	if (s->stopping && s->nconns == 0 && server_copies_inflight(s) == 0)
 		server_finish(s);
-}
-
-/* Called by conn_free(). */
-void
-server_conn_closed(struct server *s, struct conn *c)
-{
-	(void)c;
-	server_maybe_finish(s);
 }
 
 static void
@@ -504,6 +497,7 @@ server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t er
 	TAILQ_INIT(&s->namespaces);
 	TAILQ_INIT(&s->groups);
 	s->started_ms = server_now_ms();
+	dispatch_init();
 	signal(SIGPIPE, SIG_IGN);
 	server_raise_nofile();
 	if ((s->base = event_base_new()) == NULL) {

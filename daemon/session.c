@@ -390,10 +390,7 @@ session_job_done(struct session *sess)
 	sess->jobs--;
 	if (sess->jobs == 0 && sess->detach_waiting && c != NULL) {
 		sess->detach_waiting = 0;
-		conn_reply(c, &sess->detach_req, PROTO_S_OK, NULL, 0);
-		c->session = NULL;
-		metrics.detaches++;
-		session_close(sess);
+		dispatch_session_end(c, &sess->detach_req);
 	}
 	session_unref(sess);
 	server_maybe_finish(s);	/* a shutdown drain may have waited for this copy */
