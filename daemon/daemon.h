@@ -275,6 +275,11 @@ int	 session_reply(struct session *, const struct proto_hdr *, unsigned status,
 int	 session_reply_error(struct session *, const struct proto_hdr *, unsigned status,
 	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void	 session_job_done(struct session *);
+int	 session_is_hybrid(const struct session *);
+int	 session_pool_of(const struct session *, unsigned kind);
+int	 session_region_of_pool(const struct session *, unsigned pool);
+unsigned session_memory_region(const struct session *, uint32_t idx, const struct region **,
+	    char *err, size_t errlen);
 
 /* cache.c: keys, PROBE, DEBUG */
 struct obj_key;
@@ -288,10 +293,7 @@ uint32_t cache_rank_hits_ids(struct server *, const struct session *, unsigned p
 	    const uint8_t *hashes, uint32_t n, uint32_t *ids);
 uint32_t cache_group_hits(struct server *, const struct session *, unsigned pool,
 	    const uint8_t *hashes, uint32_t n);
-int	 cache_pool_of(const struct session *, unsigned kind);
-int	 cache_is_hybrid(const struct session *);
 int	 cache_file_ok(const struct server *, const struct session *, unsigned pool);
-int	 cache_region_of_pool(const struct session *, unsigned pool);
 uint32_t cache_group_stops(struct server *, struct session *const *ranks, unsigned nranks,
 	    const uint8_t *hashes, uint32_t n, uint8_t *legal);
 void	 cache_probe(struct conn *, struct proto_frame *);
