@@ -276,7 +276,7 @@ conn_deadline(const struct conn *c)
 		return at;
 	if (!(c->flags & CONN_F_HELLO))
 		t = c->accepted_ms + cfg->hello_timeout_ms;
-	else if (c->session == NULL)
+	else if (!(c->flags & CONN_F_ATTACHED))
 		t = c->idle_ms + cfg->attach_timeout_ms;
 	else
 		t = 0;
@@ -355,7 +355,7 @@ conn_timer_cb(evutil_socket_t fd, short ev, void *arg)
 		if (!(c->flags & CONN_F_HELLO) && now >= c->accepted_ms + cfg->hello_timeout_ms)
 			snprintf(why, sizeof(why), "no HELLO within %u ms of connecting",
 			    cfg->hello_timeout_ms);
-		else if ((c->flags & CONN_F_HELLO) && c->session == NULL &&
+		else if ((c->flags & (CONN_F_HELLO | CONN_F_ATTACHED)) == CONN_F_HELLO &&
 		    now >= c->idle_ms + cfg->attach_timeout_ms)
 			snprintf(why, sizeof(why), "not attached and idle for %u ms",
 			    cfg->attach_timeout_ms);
@@ -778,7 +778,7 @@ conn_read_size(struct conn *c, int *bulk)
 
 	size_t			rest, room;
 
-	*bulk = c->session != NULL;
+	*bulk = (c->flags & CONN_F_ATTACHED) != 0;
 	if (*bulk) {
 		if (conn_grow(c, c->in_len + CONN_BULK) != 0)
 			return 0;

@@ -415,7 +415,7 @@ struct conn {
 	pid_t		 pid;
 	uint64_t	 id;
 	int		 flags;
-#define CONN_F_HELLO	0x01	/* version fixed */
+#define CONN_F_HELLO	0x01	/* version fixed (set by the owner) */
 #define CONN_F_DEAD	0x02	/* closing: no more reads, flush then free */
 #define CONN_F_REAPED	0x04	/* free scheduled: nothing more is sent */
 #define CONN_F_READING	0x08	/* in its read callback: replies are written at its end */
@@ -423,6 +423,8 @@ struct conn {
 #define CONN_F_PARTIAL	0x20	/* part of a frame is held: frame_ms runs */
 #define CONN_F_PEER_GONE 0x40	/* EOF or an error from the peer: closed without linger */
 #define CONN_F_FDS_LOST	0x80	/* the kernel dropped fds (MSG_CTRUNC) of a frame */
+/* Set by the owner: past set-up (ATTACH), no frame takes fds; reads take what is there. */
+#define CONN_F_ATTACHED	0x100
 	uint16_t	 version;
 	char		 client[PROTO_NAME_LEN];
 	struct event	*ev_read;

@@ -82,6 +82,7 @@ dispatch_attach(struct conn *c, struct proto_frame *f)
 		return;
 	}
 	c->session = sess;
+	c->flags |= CONN_F_ATTACHED;
 	metrics.attaches++;
 	log_info("attach", "conn %llu (pid %d): session %u in %s, group %s rank %u/%u",
 	    (unsigned long long)c->id, (int)c->pid, sess->id, sess->ns->name, sess->group->id,
@@ -105,6 +106,7 @@ dispatch_session_end(struct conn *c, const struct proto_hdr *detach)
 		req = *detach;	/* it may live in the session */
 	session_close(sess);
 	c->session = NULL;
+	c->flags &= ~CONN_F_ATTACHED;
 	if (detach != NULL) {
 		metrics.detaches++;
 		conn_reply(c, &req, PROTO_S_OK, NULL, 0);
