@@ -26,8 +26,9 @@
  * conn.c is the transport only: it knows the framing, not what a frame
  * means. Its owner passes two callbacks to conn_new(), as tmux's
  * proc_add_peer() takes its dispatcher: one for each checked frame, one
- * when the connection is gone (for the engines, dispatch_frame() and
- * dispatch_closed()); another dispatcher can reuse the same framing.
+ * when the connection goes (for the engines, dispatch_frame() and
+ * server.c's server_conn_closed(), which ends the session through
+ * dispatch_session_end()); another dispatcher can reuse the framing.
  */
 #include <sys/socket.h>
 
@@ -63,10 +64,10 @@ static void	conn_timer_update(struct conn *);
 static void	conn_close_fds(struct conn *);
 
 /*
- * Returns a new connection owned by the server's list; takes fd.
- * frame_cb gets each checked frame (borrowed, with its fds), closed_cb
- * is called once from conn_free() after the socket is closed; both get
- * arg.
+ * Returns a new connection, owned by the caller; takes fd. frame_cb gets
+ * each checked frame (borrowed, with its fds); closed_cb is called once,
+ * first thing in conn_free(), while replies can still be sent; both get
+ * arg. A connection that conn_new() failed to make calls neither.
  */
 struct conn *
 conn_new(struct server *s, int fd, uid_t uid, gid_t gid, pid_t pid,
@@ -99,8 +100,6 @@ conn_new(struct server *s, int fd, uid_t uid, gid_t gid, pid_t pid,
 		conn_free(c);
 		return NULL;
 	}
-	TAILQ_INSERT_TAIL(&s->conns, c, entry);
-	s->nconns++;
 	metrics.connections_open++;
 	conn_timer_update(c);	/* the HELLO deadline */
 	return c;
@@ -112,6 +111,12 @@ conn_free(struct conn *c)
 {
 	if (c == NULL)
 		return;
+	/*
+	 * First, while the connection still works: the owner ends what it
+	 * held (a session's last replies may still go out) and lets go of it.
+	 */
+	if (c->fd >= 0)
+		c->closed_cb(c, c->cb_arg);
 	conn_close_fds(c);
 	if (c->ev_read != NULL)
 		event_free(c->ev_read);
@@ -127,11 +132,7 @@ conn_free(struct conn *c)
 			conn_linger(c->server, c->fd);
 		else
 			close(c->fd);
-		TAILQ_REMOVE(&c->server->conns, c, entry);
-		c->server->nconns--;
 		metrics.connections_open--;
-		/* The owner ends what the connection held (its session). */
-		c->closed_cb(c, c->cb_arg);
 	}
 	free(c);
 }

@@ -451,7 +451,7 @@ struct conn {
 	void		(*frame_cb)(struct conn *, struct proto_frame *, void *);
 	void		(*closed_cb)(struct conn *, void *);
 	void		*cb_arg;
-	TAILQ_ENTRY(conn) entry;
+	TAILQ_ENTRY(conn) entry;	/* the owner's list (server.c: s->conns) */
 };
 TAILQ_HEAD(conn_list, conn);
 struct conn *conn_new(struct server *, int fd, uid_t, gid_t, pid_t,
@@ -479,7 +479,6 @@ TAILQ_HEAD(conn_linger_list, conn_linger);
 /* dispatch.c: the engine connections' callbacks; the served types' handlers */
 void	 dispatch_init(void);
 void	 dispatch_frame(struct conn *, struct proto_frame *, void *);
-void	 dispatch_closed(struct conn *, void *);
 void	 dispatch_session_end(struct conn *, const struct proto_hdr *detach);
 
 /* server.c */

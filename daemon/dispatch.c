@@ -113,16 +113,6 @@ dispatch_session_end(struct conn *c, const struct proto_hdr *detach)
 	}
 }
 
-/* conn.c's closed callback: whatever the connection held goes. */
-void
-dispatch_closed(struct conn *c, void *arg)
-{
-	struct server	*s = arg;
-
-	dispatch_session_end(c, NULL);
-	server_maybe_finish(s);
-}
-
 static void
 dispatch_detach(struct conn *c, struct proto_frame *f)
 {
@@ -191,7 +181,7 @@ dispatch_health(struct conn *c, struct proto_frame *f)
 /* How each served type is handled, indexed by its number (proto.h). */
 struct dispatch_entry {
 	void	(*fn)(struct conn *, struct proto_frame *);
-	int	  flags;
+	int	 flags;
 #define DISPATCH_F_HELLO	0x1	/* only after HELLO */
 #define DISPATCH_F_SESSION	0x2	/* only attached and not detaching */
 };

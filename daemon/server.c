@@ -38,6 +38,8 @@
 
 static int server_lock_fd = -1;
 
+static void	server_conn_closed(struct conn *, void *);
+
 uint64_t
 server_now_ms(void)
 {
@@ -320,6 +322,7 @@ static void
 server_accept_cb(evutil_socket_t lfd, short ev, void *arg)
 {
 	struct server	*s = arg;
+	struct conn	*c;
 	struct ucred	 cred;
 	socklen_t	 len;
 	char		 msg[128];
@@ -361,12 +364,14 @@ server_accept_cb(evutil_socket_t lfd, short ev, void *arg)
 			server_refuse(s, fd, PROTO_S_LIMIT, msg, 1);
 			continue;
 		}
-		if (conn_new(s, fd, cred.uid, cred.gid, cred.pid, dispatch_frame, dispatch_closed,
-		    s) == NULL) {
+		if ((c = conn_new(s, fd, cred.uid, cred.gid, cred.pid, dispatch_frame,
+		    server_conn_closed, s)) == NULL) {
 			log_warn("server", "out of memory for a connection");
 			server_refuse(s, fd, PROTO_S_NO_MEMORY, "out of memory", 1);
 			continue;
 		}
+		TAILQ_INSERT_TAIL(&s->conns, c, entry);
+		s->nconns++;
 		metrics.connections_accepted++;
 		log_debug("server", "accepted pid %d uid %u", (int)cred.pid, (unsigned)cred.uid);
 	}
@@ -393,6 +398,21 @@ server_maybe_finish(struct server *s)
 {
 	if (s->stopping && s->nconns == 0 && server_copies_inflight(s) == 0)
 		server_finish(s);
+}
+
+/*
+ * conn.c's closed callback for an engine connection: its session ends
+ * (the one teardown path), then it leaves the list, which may end a drain.
+ */
+static void
+server_conn_closed(struct conn *c, void *arg)
+{
+	struct server	*s = arg;
+
+	dispatch_session_end(c, NULL);
+	TAILQ_REMOVE(&s->conns, c, entry);
+	s->nconns--;
+	server_maybe_finish(s);
 }
 
 static void
