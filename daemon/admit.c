@@ -120,7 +120,7 @@ admit_check_slots(struct admission *a)
 
 	for (r = 0; r < a->size; r++) {
 		sess = a->ranks[r].sess;
-		if (cache_pool_of(sess, PROTO_POOL_STATE) < 0)
+		if (session_pool_of(sess, PROTO_POOL_STATE) < 0)
 			continue;
 		slot = a->ranks[r].slot;
 		if (sess->slot_region < 0 || slot == PROTO_SLOT_NONE ||
@@ -218,7 +218,7 @@ admit_answer(struct server *s, struct admission *a, unsigned decline)
 		for (r = 0; r < a->size; r++)
 			if (a->ranks[r].reserved < reserved)
 				reserved = a->ranks[r].reserved;
-		if (cache_is_hybrid(a->ranks[0].sess)) {
+		if (session_is_hybrid(a->ranks[0].sess)) {
 			n = admit_stop_point(s, a, reserved, &hit);
 		} else {
 			/* The objects found are pinned below without a second lookup (or none: NULL). */
@@ -370,7 +370,7 @@ admit_request(struct conn *c, struct proto_frame *f)
 	int			 pool;
 
 	memcpy(&p, f->payload, sizeof(p));
-	if ((pool = cache_pool_of(sess, PROTO_POOL_KV)) < 0) {
+	if ((pool = session_pool_of(sess, PROTO_POOL_KV)) < 0) {
 		conn_reply_error(c, &f->hdr, PROTO_S_INVALID, "ADMIT: the layout has no kv pool");
 		return;
 	}

@@ -31,30 +31,6 @@ cache_key(const struct session *sess, unsigned pool, const uint8_t *hash, struct
 	memcpy(k->hash, hash, PROTO_HASH_LEN);
 }
 
-/* Whether the layout has pools beyond kv: then stop points matter. */
-int
-cache_is_hybrid(const struct session *sess)
-{
-	unsigned	i;
-
-	for (i = 0; i < sess->ns->layout.npools; i++)
-		if (sess->ns->pools[i].kind != PROTO_POOL_KV)
-			return 1;
-	return 0;
-}
-
-/* The first region registered for a pool, or -1. */
-int
-cache_region_of_pool(const struct session *sess, unsigned pool)
-{
-	unsigned	i;
-
-	for (i = 0; i < sess->nregions; i++)
-		if (region_is_memory(&sess->regions[i].desc) && sess->regions[i].desc.pool == pool)
-			return (int)i;
-	return -1;
-}
-
 /* One object held in DRAM or, where its pool allows, in the file tier; no side effects. */
 static int
 cache_has(struct server *s, const struct session *sess, unsigned pool, const uint8_t *hashes,
@@ -137,18 +113,6 @@ cache_group_stops(struct server *s, struct session *const *ranks, unsigned nrank
 		if (legal[p])
 			return p;
 	return 0;
-}
-
-/* The first pool of a kind, or -1. */
-int
-cache_pool_of(const struct session *sess, unsigned kind)
-{
-	unsigned	i;
-
-	for (i = 0; i < sess->ns->layout.npools; i++)
-		if (sess->ns->pools[i].kind == kind)
-			return (int)i;
-	return -1;
 }
 
 /*
@@ -340,7 +304,7 @@ cache_probe(struct conn *c, struct proto_frame *f)
 	}
 	metrics.probes++;
 	memset(&r, 0, sizeof(r));
-	if (!cache_is_hybrid(sess)) {
+	if (!session_is_hybrid(sess)) {
 		r.hit_pages = cache_group_hits(c->server, sess, p.pool, hashes, p.npages);
 		conn_reply(c, &f->hdr, PROTO_S_OK, &r, sizeof(r));
 		return;

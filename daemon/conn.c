@@ -22,6 +22,13 @@
  * over limits.max_output stop the reading until the peer takes them; and
  * one timer per connection runs whichever deadline is nearest (HELLO,
  * ATTACH, finishing a frame, draining replies).
+ *
+ * conn.c is the transport only: it knows the framing, not what a frame
+ * means. Its owner passes two callbacks to conn_new(), as tmux's
+ * proc_add_peer() takes its dispatcher: one for each checked frame, one
+ * when the connection goes (for the engines, dispatch_frame() and
+ * server.c's server_conn_closed(), which ends the session through
+ * dispatch_session_end()); another dispatcher can reuse the framing.
  */
 #include <sys/socket.h>
 
@@ -56,9 +63,16 @@ static void	conn_timer_cb(evutil_socket_t, short, void *);
 static void	conn_timer_update(struct conn *);
 static void	conn_close_fds(struct conn *);
 
-/* Returns a new connection owned by the server's list; takes fd. */
+/*
+ * Returns a new connection, owned by the caller; takes fd. frame_cb gets
+ * each checked frame (borrowed, with its fds); closed_cb is called once,
+ * first thing in conn_free(), while replies can still be sent; both get
+ * arg. A connection that conn_new() failed to make calls neither.
+ */
 struct conn *
-conn_new(struct server *s, int fd, uid_t uid, gid_t gid, pid_t pid)
+conn_new(struct server *s, int fd, uid_t uid, gid_t gid, pid_t pid,
+    void (*frame_cb)(struct conn *, struct proto_frame *, void *),
+    void (*closed_cb)(struct conn *, void *), void *arg)
 {
 	struct conn	*c;
 	int		 i;
@@ -70,6 +84,9 @@ conn_new(struct server *s, int fd, uid_t uid, gid_t gid, pid_t pid)
 	c->uid = uid;
 	c->gid = gid;
 	c->pid = pid;
+	c->frame_cb = frame_cb;
+	c->closed_cb = closed_cb;
+	c->cb_arg = arg;
 	c->id = ++s->next_conn_id;
 	c->accepted_ms = c->idle_ms = server_now_ms();
 	for (i = 0; i < PROTO_FDS_MAX; i++)
@@ -83,8 +100,6 @@ conn_new(struct server *s, int fd, uid_t uid, gid_t gid, pid_t pid)
 		conn_free(c);
 		return NULL;
 	}
-	TAILQ_INSERT_TAIL(&s->conns, c, entry);
-	s->nconns++;
 	metrics.connections_open++;
 	conn_timer_update(c);	/* the HELLO deadline */
 	return c;
@@ -96,10 +111,12 @@ conn_free(struct conn *c)
 {
 	if (c == NULL)
 		return;
-	if (c->session != NULL) {
-		session_close(c->session);
-		c->session = NULL;
-	}
+	/*
+	 * First, while the connection still works: the owner ends what it
+	 * held (a session's last replies may still go out) and lets go of it.
+	 */
+	if (c->fd >= 0)
+		c->closed_cb(c, c->cb_arg);
 	conn_close_fds(c);
 	if (c->ev_read != NULL)
 		event_free(c->ev_read);
@@ -115,10 +132,7 @@ conn_free(struct conn *c)
 			conn_linger(c->server, c->fd);
 		else
 			close(c->fd);
-		TAILQ_REMOVE(&c->server->conns, c, entry);
-		c->server->nconns--;
 		metrics.connections_open--;
-		server_conn_closed(c->server, c);
 	}
 	free(c);
 }
@@ -263,7 +277,7 @@ conn_deadline(const struct conn *c)
 		return at;
 	if (!(c->flags & CONN_F_HELLO))
 		t = c->accepted_ms + cfg->hello_timeout_ms;
-	else if (c->session == NULL)
+	else if (!(c->flags & CONN_F_ATTACHED))
 		t = c->idle_ms + cfg->attach_timeout_ms;
 	else
 		t = 0;
@@ -342,7 +356,7 @@ conn_timer_cb(evutil_socket_t fd, short ev, void *arg)
 		if (!(c->flags & CONN_F_HELLO) && now >= c->accepted_ms + cfg->hello_timeout_ms)
 			snprintf(why, sizeof(why), "no HELLO within %u ms of connecting",
 			    cfg->hello_timeout_ms);
-		else if ((c->flags & CONN_F_HELLO) && c->session == NULL &&
+		else if ((c->flags & (CONN_F_HELLO | CONN_F_ATTACHED)) == CONN_F_HELLO &&
 		    now >= c->idle_ms + cfg->attach_timeout_ms)
 			snprintf(why, sizeof(why), "not attached and idle for %u ms",
 			    cfg->attach_timeout_ms);
@@ -685,7 +699,7 @@ conn_next_frame(struct conn *c)
 		conn_fail(c, &h, PROTO_S_UNEXPECTED_FDS, "fds on a frame not flagged as carrying them");
 		return -1;
 	}
-	if (take_fds && h.type != PROTO_T_ATTACH) {
+	if (take_fds && !proto_type_takes_fds(h.type)) {
 		conn_fail(c, &h, PROTO_S_UNEXPECTED_FDS, "fds on a frame that takes none");
 		return -1;
 	}
@@ -726,8 +740,8 @@ conn_next_frame(struct conn *c)
 		proto_dump(&h, f.payload, dump, sizeof(dump));
 		log_debug("conn", "conn %llu: < %s fds=%d", (unsigned long long)c->id, dump, f.nfds);
 	}
-	dispatch_frame(c, &f);
-	/* The dispatcher borrowed the fds; mappings outlive them. */
+	c->frame_cb(c, &f, c->cb_arg);
+	/* The owner borrowed the fds; mappings outlive them. */
 	if (take_fds)
 		conn_close_fds(c);
 	c->in_off += CONN_HDR + h.length;
@@ -765,7 +779,7 @@ conn_read_size(struct conn *c, int *bulk)
 
 	size_t			rest, room;
 
-	*bulk = c->session != NULL;
+	*bulk = (c->flags & CONN_F_ATTACHED) != 0;
 	if (*bulk) {
 		if (conn_grow(c, c->in_len + CONN_BULK) != 0)
 			return 0;

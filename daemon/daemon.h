@@ -275,6 +275,11 @@ int	 session_reply(struct session *, const struct proto_hdr *, unsigned status,
 int	 session_reply_error(struct session *, const struct proto_hdr *, unsigned status,
 	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void	 session_job_done(struct session *);
+int	 session_is_hybrid(const struct session *);
+int	 session_pool_of(const struct session *, unsigned kind);
+int	 session_region_of_pool(const struct session *, unsigned pool);
+unsigned session_memory_region(const struct session *, uint32_t idx, const struct region **,
+	    char *err, size_t errlen);
 
 /* cache.c: keys, PROBE, DEBUG */
 struct obj_key;
@@ -288,10 +293,7 @@ uint32_t cache_rank_hits_ids(struct server *, const struct session *, unsigned p
 	    const uint8_t *hashes, uint32_t n, uint32_t *ids);
 uint32_t cache_group_hits(struct server *, const struct session *, unsigned pool,
 	    const uint8_t *hashes, uint32_t n);
-int	 cache_pool_of(const struct session *, unsigned kind);
-int	 cache_is_hybrid(const struct session *);
 int	 cache_file_ok(const struct server *, const struct session *, unsigned pool);
-int	 cache_region_of_pool(const struct session *, unsigned pool);
 uint32_t cache_group_stops(struct server *, struct session *const *ranks, unsigned nranks,
 	    const uint8_t *hashes, uint32_t n, uint8_t *legal);
 void	 cache_probe(struct conn *, struct proto_frame *);
@@ -458,7 +460,7 @@ struct conn {
 	pid_t		 pid;
 	uint64_t	 id;
 	int		 flags;
-#define CONN_F_HELLO	0x01	/* version fixed */
+#define CONN_F_HELLO	0x01	/* version fixed (set by the owner) */
 #define CONN_F_DEAD	0x02	/* closing: no more reads, flush then free */
 #define CONN_F_REAPED	0x04	/* free scheduled: nothing more is sent */
 #define CONN_F_READING	0x08	/* in its read callback: replies are written at its end */
@@ -466,6 +468,8 @@ struct conn {
 #define CONN_F_PARTIAL	0x20	/* part of a frame is held: frame_ms runs */
 #define CONN_F_PEER_GONE 0x40	/* EOF or an error from the peer: closed without linger */
 #define CONN_F_FDS_LOST	0x80	/* the kernel dropped fds (MSG_CTRUNC) of a frame */
+/* Set by the owner: past set-up (ATTACH), no frame takes fds; reads take what is there. */
+#define CONN_F_ATTACHED	0x100
 	uint16_t	 version;
 	char		 client[PROTO_NAME_LEN];
 	struct event	*ev_read;
@@ -488,10 +492,16 @@ struct conn {
 	size_t		 out_len;
 	size_t		 out_cap;
 	struct session	*session;	/* owned; NULL until ATTACH */
-	TAILQ_ENTRY(conn) entry;
+	/* The owner's callbacks (conn_new): a checked frame arrived, the connection closed. */
+	void		(*frame_cb)(struct conn *, struct proto_frame *, void *);
+	void		(*closed_cb)(struct conn *, void *);
+	void		*cb_arg;
+	TAILQ_ENTRY(conn) entry;	/* the owner's list (server.c: s->conns) */
 };
 TAILQ_HEAD(conn_list, conn);
-struct conn *conn_new(struct server *, int fd, uid_t, gid_t, pid_t);
+struct conn *conn_new(struct server *, int fd, uid_t, gid_t, pid_t,
+	    void (*frame_cb)(struct conn *, struct proto_frame *, void *),
+	    void (*closed_cb)(struct conn *, void *), void *arg);
 void	 conn_free(struct conn *);
 void	 conn_close(struct conn *);
 int	 conn_reply(struct conn *, const struct proto_hdr *req, unsigned status,
@@ -511,8 +521,10 @@ struct conn_linger {
 };
 TAILQ_HEAD(conn_linger_list, conn_linger);
 
-/* dispatch.c */
-void	 dispatch_frame(struct conn *, struct proto_frame *);
+/* dispatch.c: the engine connections' callbacks; the served types' handlers */
+void	 dispatch_init(void);
+void	 dispatch_frame(struct conn *, struct proto_frame *, void *);
+void	 dispatch_session_end(struct conn *, const struct proto_hdr *detach);
 
 /* server.c */
 struct server {
@@ -551,7 +563,6 @@ int	 server_init(struct server *, struct config *, int ngpu, char *err, size_t e
 unsigned server_copies_inflight(const struct server *);
 int	 server_run(struct server *);
 void	 server_free(struct server *);
-void	 server_conn_closed(struct server *, struct conn *);
 void	 server_maybe_finish(struct server *);
 unsigned server_conns_of_uid(struct server *, uid_t);
 uint64_t server_now_ms(void);

@@ -1,9 +1,17 @@
 /*
- * The dispatcher: one handler per request type, called by conn.c with a
- * frame whose header and payload length were already checked. Handlers
- * validate fields, act, and answer exactly once. Errors in a well-framed
- * request are answered with their status and the connection stays open;
- * only framing errors (conn.c) close it.
+ * The dispatcher: the engine connections' callbacks. dispatch_frame()
+ * gets a frame whose header and payload length conn.c already checked and
+ * looks up its handler in dispatch_table, indexed by the type numbers of
+ * proto.c's list: proto.c says which types are served, this table how,
+ * and dispatch_init() makes sure that the two agree. A table entry's
+ * flags are the state a request needs (HELLO done, a session attached
+ * and not detaching); handlers validate fields, act, and answer exactly
+ * once. Errors in a well-framed request are answered with their status
+ * and the connection stays open; only framing errors (conn.c) close it.
+ *
+ * A session ends in one place, dispatch_session_end(): when its
+ * connection closes (the engine left or died), and at DETACH, at once or
+ * once its copies drained.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -74,6 +82,7 @@ dispatch_attach(struct conn *c, struct proto_frame *f)
 		return;
 	}
 	c->session = sess;
+	c->flags |= CONN_F_ATTACHED;
 	metrics.attaches++;
 	log_info("attach", "conn %llu (pid %d): session %u in %s, group %s rank %u/%u",
 	    (unsigned long long)c->id, (int)c->pid, sess->id, sess->ns->name, sess->group->id,
@@ -81,11 +90,38 @@ dispatch_attach(struct conn *c, struct proto_frame *f)
 	conn_reply(c, &f->hdr, PROTO_S_OK, &r, sizeof(r));
 }
 
+/*
+ * Ends the connection's session: the one teardown path. detach is the
+ * DETACH to answer, NULL when the connection closed.
+ */
+void
+dispatch_session_end(struct conn *c, const struct proto_hdr *detach)
+{
+	struct session		*sess = c->session;
+	struct proto_hdr	 req;
+
+	if (sess == NULL)
+		return;
+	if (detach != NULL)
+		req = *detach;	/* it may live in the session */
+	session_close(sess);
+	c->session = NULL;
+	c->flags &= ~CONN_F_ATTACHED;
+	if (detach != NULL) {
+		metrics.detaches++;
+		conn_reply(c, &req, PROTO_S_OK, NULL, 0);
+	}
+}
+
 static void
 dispatch_detach(struct conn *c, struct proto_frame *f)
 {
 	if (c->session == NULL) {
 		conn_reply_error(c, &f->hdr, PROTO_S_STATE, "not attached");
+		return;
+	}
+	if (c->session->detach_waiting) {
+		conn_reply_error(c, &f->hdr, PROTO_S_STATE, "already detaching");
 		return;
 	}
 	log_info("attach", "conn %llu: session %u detached", (unsigned long long)c->id,
@@ -97,10 +133,7 @@ dispatch_detach(struct conn *c, struct proto_frame *f)
 		restore_session_closing(c->session);
 		return;
 	}
-	session_close(c->session);
-	c->session = NULL;
-	metrics.detaches++;
-	conn_reply(c, &f->hdr, PROTO_S_OK, NULL, 0);
+	dispatch_session_end(c, &f->hdr);
 }
 
 static void
@@ -131,79 +164,77 @@ dispatch_need_session(struct conn *c, struct proto_frame *f)
 	return 1;
 }
 
-void
-dispatch_frame(struct conn *c, struct proto_frame *f)
+static void
+dispatch_stats(struct conn *c, struct proto_frame *f)
 {
-	if (!(c->flags & CONN_F_HELLO) && f->hdr.type != PROTO_T_HELLO) {
+	metrics.stats_requests++;
+	dispatch_json(c, f, metrics_stats_json(c->server));
+}
+
+static void
+dispatch_health(struct conn *c, struct proto_frame *f)
+{
+	metrics.health_requests++;
+	dispatch_json(c, f, metrics_health_json(c->server));
+}
+
+/* How each served type is handled, indexed by its number (proto.h). */
+struct dispatch_entry {
+	void	(*fn)(struct conn *, struct proto_frame *);
+	int	 flags;
+#define DISPATCH_F_HELLO	0x1	/* only after HELLO */
+#define DISPATCH_F_SESSION	0x2	/* only attached and not detaching */
+};
+
+#define DISPATCH_CACHE_OP	(DISPATCH_F_HELLO | DISPATCH_F_SESSION)
+static const struct dispatch_entry dispatch_table[PROTO_TYPES_MAX] = {
+	[PROTO_T_HELLO] =	{ dispatch_hello, 0 },
+	[PROTO_T_ATTACH] =	{ dispatch_attach, DISPATCH_F_HELLO },
+	[PROTO_T_DETACH] =	{ dispatch_detach, DISPATCH_F_HELLO },
+	[PROTO_T_STATS] =	{ dispatch_stats, DISPATCH_F_HELLO },
+	[PROTO_T_HEALTH] =	{ dispatch_health, DISPATCH_F_HELLO },
+	[PROTO_T_PROBE] =	{ cache_probe, DISPATCH_CACHE_OP },
+	[PROTO_T_ADMIT] =	{ admit_request, DISPATCH_CACHE_OP },
+	[PROTO_T_RESTORE] =	{ restore_request, DISPATCH_CACHE_OP },
+	[PROTO_T_CANCEL] =	{ cancel_request, DISPATCH_CACHE_OP },
+	[PROTO_T_RELEASE] =	{ release_request, DISPATCH_CACHE_OP },
+	[PROTO_T_PUBLISH] =	{ publish_request, DISPATCH_CACHE_OP },
+	[PROTO_T_SET_POLICY] =	{ group_set_policy, DISPATCH_CACHE_OP },
+	[PROTO_T_DEBUG] =	{ cache_debug, DISPATCH_CACHE_OP },
+};
+
+/* At start: every type proto.c lets through has a handler, and only those. */
+void
+dispatch_init(void)
+{
+	unsigned	t;
+
+	for (t = 0; t < PROTO_TYPES_MAX; t++)
+		if (proto_type_is_request(t) != (dispatch_table[t].fn != NULL))
+			fatalx("dispatch", "type %u (%s): %s", t, proto_type_name(t),
+			    proto_type_is_request(t) ? "served by proto.c, no handler" :
+			    "a handler for a type proto.c refuses");
+}
+
+/* conn.c's frame callback: one checked frame, borrowed with its fds. */
+void
+dispatch_frame(struct conn *c, struct proto_frame *f, void *arg)
+{
+	const struct dispatch_entry	*d;
+
+	(void)arg;
+	/* proto_hdr_check() let through only served types; dispatch_init() checked them. */
+	if (f->hdr.type >= PROTO_TYPES_MAX || (d = &dispatch_table[f->hdr.type])->fn == NULL) {
+		conn_reply_error(c, &f->hdr, PROTO_S_BAD_TYPE, "type %u is not served",
+		    f->hdr.type);
+		return;
+	}
+	if ((d->flags & DISPATCH_F_HELLO) && !(c->flags & CONN_F_HELLO)) {
 		conn_reply_error(c, &f->hdr, PROTO_S_STATE, "%s before HELLO",
 		    proto_type_name(f->hdr.type));
 		return;
 	}
-	switch (f->hdr.type) {
-	case PROTO_T_PROBE:
-	case PROTO_T_ADMIT:
-	case PROTO_T_RESTORE:
-	case PROTO_T_CANCEL:
-	case PROTO_T_RELEASE:
-	case PROTO_T_PUBLISH:
-	case PROTO_T_SET_POLICY:
-	case PROTO_T_DEBUG:
-		if (!dispatch_need_session(c, f))
-			return;
-		break;
-	case PROTO_T_DETACH:
-		if (c->session != NULL && c->session->detach_waiting) {
-			conn_reply_error(c, &f->hdr, PROTO_S_STATE, "already detaching");
-			return;
-		}
-		break;
-	}
-	switch (f->hdr.type) {
-	case PROTO_T_HELLO:
-		dispatch_hello(c, f);
-		break;
-	case PROTO_T_ATTACH:
-		dispatch_attach(c, f);
-		break;
-	case PROTO_T_DETACH:
-		dispatch_detach(c, f);
-		break;
-	case PROTO_T_STATS:
-		metrics.stats_requests++;
-		dispatch_json(c, f, metrics_stats_json(c->server));
-		break;
-	case PROTO_T_HEALTH:
-		metrics.health_requests++;
-		dispatch_json(c, f, metrics_health_json(c->server));
-		break;
-	case PROTO_T_PROBE:
-		cache_probe(c, f);
-		break;
-	case PROTO_T_ADMIT:
-		admit_request(c, f);
-		break;
-	case PROTO_T_RESTORE:
-		restore_request(c, f);
-		break;
-	case PROTO_T_CANCEL:
-		cancel_request(c, f);
-		break;
-	case PROTO_T_RELEASE:
-		release_request(c, f);
-		break;
-	case PROTO_T_PUBLISH:
-		publish_request(c, f);
-		break;
-	case PROTO_T_DEBUG:
-		cache_debug(c, f);
-		break;
-	case PROTO_T_SET_POLICY:
-		group_set_policy(c, f);
-		break;
-	default:
-		/* proto_hdr_check() let through only served types. */
-		conn_reply_error(c, &f->hdr, PROTO_S_BAD_TYPE, "type %u is not served",
-		    f->hdr.type);
-		break;
-	}
+	if ((d->flags & DISPATCH_F_SESSION) && !dispatch_need_session(c, f))
+		return;
+	d->fn(c, f);
 }

@@ -270,7 +270,7 @@ lease_new(struct server *s, struct admission *a, uint16_t r, uint32_t n, const u
 	struct lease	*l;
 	uint32_t	 i, max = 0, from, want = n;
 	unsigned	 p;
-	int		 hybrid = cache_is_hybrid(sess);
+	int		 hybrid = session_is_hybrid(sess);
 
 	for (p = 0; p < sess->ns->layout.npools; p++)
 		max += sess->ns->pools[p].kind == PROTO_POOL_STATE ? 1 : n;
@@ -316,7 +316,7 @@ lease_new(struct server *s, struct admission *a, uint16_t r, uint32_t n, const u
 		n = 0;
 	}
 	l->slot = PROTO_SLOT_NONE;
-	if (sess->slot_region >= 0 && cache_pool_of(sess, PROTO_POOL_STATE) >= 0) {
+	if (sess->slot_region >= 0 && session_pool_of(sess, PROTO_POOL_STATE) >= 0) {
 		l->slot = a->ranks[r].slot;
 		l->slot_held = 1;
 		sess->slot_held[l->slot] = 1;

@@ -341,20 +341,14 @@ publish_check(struct session *sess, const struct proto_publish *p,
 {
 	const struct region	*rg;
 	uint32_t		 i;
+	unsigned		 st;
 
 	if (p->flags != 0) {
 		snprintf(err, errlen, "unknown flags 0x%x", p->flags);
 		return PROTO_S_INVALID;
 	}
-	if (p->region >= sess->nregions) {
-		snprintf(err, errlen, "no region %u", p->region);
-		return PROTO_S_OUT_OF_BOUNDS;
-	}
-	rg = &sess->regions[p->region];
-	if (!region_is_memory(&rg->desc)) {
-		snprintf(err, errlen, "region %u is an event, not memory", p->region);
-		return PROTO_S_INVALID;
-	}
+	if ((st = session_memory_region(sess, p->region, &rg, err, errlen)) != PROTO_S_OK)
+		return st;
 	for (i = 0; i < p->npages; i++) {
 		if (pages[i].src_page >= rg->desc.num_pages) {
 			snprintf(err, errlen, "source %u is page %u of a %u-page region", i,

@@ -238,6 +238,7 @@ restore_check(struct session *sess, struct lease *l, const struct proto_restore 
 {
 	const struct region	*rg;
 	uint32_t		 i;
+	unsigned		 st;
 
 	switch (l->state) {
 	case LEASE_ADMITTED:
@@ -282,15 +283,8 @@ restore_check(struct session *sess, struct lease *l, const struct proto_restore 
 		snprintf(err, errlen, "%u destination pages for %u admitted", p->npages, l->npages);
 		return PROTO_S_INVALID;
 	}
-	if (p->region >= sess->nregions) {
-		snprintf(err, errlen, "no region %u", p->region);
-		return PROTO_S_OUT_OF_BOUNDS;
-	}
-	rg = &sess->regions[p->region];
-	if (!region_is_memory(&rg->desc)) {
-		snprintf(err, errlen, "region %u is an event, not memory", p->region);
-		return PROTO_S_INVALID;
-	}
+	if ((st = session_memory_region(sess, p->region, &rg, err, errlen)) != PROTO_S_OK)
+		return st;
 	if (rg->desc.pool != l->adm->pool) {
 		snprintf(err, errlen, "region %u holds pool %u, not the kv pool", p->region,
 		    rg->desc.pool);
@@ -325,7 +319,7 @@ restore_check(struct session *sess, struct lease *l, const struct proto_restore 
 
 		if (o->pool == l->adm->pool || sess->ns->pools[o->pool].kind == PROTO_POOL_STATE)
 			continue;
-		if ((reg = cache_region_of_pool(sess, o->pool)) < 0) {
+		if ((reg = session_region_of_pool(sess, o->pool)) < 0) {
 			snprintf(err, errlen, "no region registered for pool %u", o->pool);
 			return PROTO_S_INVALID;
 		}
@@ -419,7 +413,7 @@ restore_start(struct server *s, struct lease *l, const struct proto_restore *pp,
 		struct copy_page	*pg = &job->pages[i];
 		const struct lease_obj	*o = &l->objs[i];
 		int			 reg = o->pool == l->adm->pool ? p.region :
-					     cache_region_of_pool(sess, o->pool);
+					     session_region_of_pool(sess, o->pool);
 
 		pg->id = o->id;
 		pg->obj = (uint8_t *)(uintptr_t)dram_data(s->dram, pg->id, &pg->len, &pg->checksum);
@@ -440,7 +434,7 @@ restore_start(struct server *s, struct lease *l, const struct proto_restore *pp,
 	 * hybrid layout cannot stop between its stop points, so it waits.
 	 */
 	if (sess->prefetch != PROTO_PREFETCH_WAIT_COMPLETE && sess->prefetch_timeout_ms > 0 &&
-	    !cache_is_hybrid(sess)) {
+	    !session_is_hybrid(sess)) {
 		tv.tv_sec = sess->prefetch_timeout_ms / 1000;
 		tv.tv_usec = (sess->prefetch_timeout_ms % 1000) * 1000;
 		evtimer_add(l->timer, &tv);

@@ -38,6 +38,8 @@
 
 static int server_lock_fd = -1;
 
+static void	server_conn_closed(struct conn *, void *);
+
 uint64_t
 server_now_ms(void)
 {
@@ -320,6 +322,7 @@ static void
 server_accept_cb(evutil_socket_t lfd, short ev, void *arg)
 {
 	struct server	*s = arg;
+	struct conn	*c;
 	struct ucred	 cred;
 	socklen_t	 len;
 	char		 msg[128];
@@ -361,11 +364,14 @@ server_accept_cb(evutil_socket_t lfd, short ev, void *arg)
 			server_refuse(s, fd, PROTO_S_LIMIT, msg, 1);
 			continue;
 		}
-		if (conn_new(s, fd, cred.uid, cred.gid, cred.pid) == NULL) {
+		if ((c = conn_new(s, fd, cred.uid, cred.gid, cred.pid, dispatch_frame,
+		    server_conn_closed, s)) == NULL) {
 			log_warn("server", "out of memory for a connection");
 			server_refuse(s, fd, PROTO_S_NO_MEMORY, "out of memory", 1);
 			continue;
 		}
+		TAILQ_INSERT_TAIL(&s->conns, c, entry);
+		s->nconns++;
 		metrics.connections_accepted++;
 		log_debug("server", "accepted pid %d uid %u", (int)cred.pid, (unsigned)cred.uid);
 	}
@@ -394,11 +400,18 @@ server_maybe_finish(struct server *s)
 		server_finish(s);
 }
 
-/* Called by conn_free(). */
-void
-server_conn_closed(struct server *s, struct conn *c)
+/*
+ * conn.c's closed callback for an engine connection: its session ends
+ * (the one teardown path), then it leaves the list, which may end a drain.
+ */
+static void
+server_conn_closed(struct conn *c, void *arg)
 {
-	(void)c;
+	struct server	*s = arg;
+
+	dispatch_session_end(c, NULL);
+	TAILQ_REMOVE(&s->conns, c, entry);
+	s->nconns--;
 	server_maybe_finish(s);
 }
 
@@ -504,6 +517,7 @@ server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t er
 	TAILQ_INIT(&s->namespaces);
 	TAILQ_INIT(&s->groups);
 	s->started_ms = server_now_ms();
+	dispatch_init();
 	signal(SIGPIPE, SIG_IGN);
 	server_raise_nofile();
 	/* What a lease's end means above lease.c, which never calls up by name. */

@@ -6,8 +6,9 @@
  * so a refused ATTACH leaves the daemon exactly as it was.
  *
  * A session is reference counted (daemon.h says why): the connection's
- * reference goes at DETACH or disconnect through session_close(), which
- * cancels what is in flight and releases what is held; each copy job's
+ * reference goes at DETACH or disconnect through session_close() (called
+ * from dispatch_session_end(), the one teardown path), which cancels what
+ * is in flight and releases what is held; each copy job's
  * reference goes when its completion ran. The last one unmaps the memory.
  */
 #include <sys/stat.h>
@@ -377,6 +378,64 @@ session_close(struct session *sess)
 	session_unref(sess);
 }
 
+/* The session's layout: questions the cache and the requests ask of it. */
+
+/* Whether the layout has pools beyond kv: then stop points matter. */
+int
+session_is_hybrid(const struct session *sess)
+{
+	unsigned	i;
+
+	for (i = 0; i < sess->ns->layout.npools; i++)
+		if (sess->ns->pools[i].kind != PROTO_POOL_KV)
+			return 1;
+	return 0;
+}
+
+/* The first region registered for a pool, or -1. */
+int
+session_region_of_pool(const struct session *sess, unsigned pool)
+{
+	unsigned	i;
+
+	for (i = 0; i < sess->nregions; i++)
+		if (region_is_memory(&sess->regions[i].desc) && sess->regions[i].desc.pool == pool)
+			return (int)i;
+	return -1;
+}
+
+/* The first pool of a kind, or -1. */
+int
+session_pool_of(const struct session *sess, unsigned kind)
+{
+	unsigned	i;
+
+	for (i = 0; i < sess->ns->layout.npools; i++)
+		if (sess->ns->pools[i].kind == kind)
+			return (int)i;
+	return -1;
+}
+
+/*
+ * The memory region a RESTORE or PUBLISH names: registered, and memory
+ * (not an event). PROTO_S_OK with *out set, or a status with err filled.
+ */
+unsigned
+session_memory_region(const struct session *sess, uint32_t idx, const struct region **out,
+    char *err, size_t errlen)
+{
+	if (idx >= sess->nregions) {
+		snprintf(err, errlen, "no region %u", idx);
+		return PROTO_S_OUT_OF_BOUNDS;
+	}
+	if (!region_is_memory(&sess->regions[idx].desc)) {
+		snprintf(err, errlen, "region %u is an event, not memory", idx);
+		return PROTO_S_INVALID;
+	}
+	*out = &sess->regions[idx];
+	return PROTO_S_OK;
+}
+
 /*
  * A copy job on this session's memory finished (its completion ran). A
  * DETACH that waited for the drain is answered now.
@@ -390,10 +449,7 @@ session_job_done(struct session *sess)
 	sess->jobs--;
 	if (sess->jobs == 0 && sess->detach_waiting && c != NULL) {
 		sess->detach_waiting = 0;
-		conn_reply(c, &sess->detach_req, PROTO_S_OK, NULL, 0);
-		c->session = NULL;
-		metrics.detaches++;
-		session_close(sess);
+		dispatch_session_end(c, &sess->detach_req);
 	}
 	session_unref(sess);
 	server_maybe_finish(s);	/* a shutdown drain may have waited for this copy */

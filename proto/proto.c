@@ -76,49 +76,73 @@ proto_status_errno(unsigned s)
 	return -proto_statuses[s].err;
 }
 
+/*
+ * The message types: the one list of them. A type a client may send is
+ * marked PROTO_TYPE_REQUEST (proto_hdr_check() lets through nothing
+ * else; the daemon's dispatcher must serve each, and checks so at
+ * start); its payload length follows one rule, checked before any field
+ * is read: a fixed size, or a fixed part and count * elem bytes where
+ * the count is a uint32 at count_at, or ATTACH's own.
+ */
+struct proto_type_info {
+	const char	*name;
+	uint8_t		 flags;
+#define PROTO_TYPE_REQUEST	0x01	/* a client may send it: served */
+#define PROTO_TYPE_FDS		0x02	/* may carry SCM_RIGHTS fds (PROTO_F_FDS) */
+	uint8_t		 rule;
+#define PROTO_LEN_FIXED		0
+#define PROTO_LEN_COUNTED	1
+#define PROTO_LEN_ATTACH	2
+	uint8_t		 count_at;
+	uint32_t	 fixed;
+	uint32_t	 elem;
+};
+
+#define PROTO_REQ(n, len)	{ n, PROTO_TYPE_REQUEST, PROTO_LEN_FIXED, 0, len, 0 }
+#define PROTO_REQ_COUNTED(n, fixed, at, elem) \
+	{ n, PROTO_TYPE_REQUEST, PROTO_LEN_COUNTED, at, fixed, elem }
+
+static const struct proto_type_info proto_types[PROTO_TYPES_MAX] = {
+	[PROTO_T_HELLO] =	PROTO_REQ("HELLO", sizeof(struct proto_hello)),
+	[PROTO_T_ATTACH] =	{ "ATTACH", PROTO_TYPE_REQUEST | PROTO_TYPE_FDS, PROTO_LEN_ATTACH,
+				  0, 0, 0 },
+	[PROTO_T_DETACH] =	PROTO_REQ("DETACH", 0),
+	[PROTO_T_STATS] =	PROTO_REQ("STATS", 0),
+	[PROTO_T_HEALTH] =	PROTO_REQ("HEALTH", 0),
+	[PROTO_T_PROBE] =	PROTO_REQ_COUNTED("PROBE", sizeof(struct proto_probe), 0,
+				    PROTO_HASH_LEN),
+	[PROTO_T_ADMIT] =	PROTO_REQ_COUNTED("ADMIT", sizeof(struct proto_admit), 8,
+				    PROTO_HASH_LEN),
+	[PROTO_T_RESTORE] =	PROTO_REQ_COUNTED("RESTORE", sizeof(struct proto_restore), 8, 4),
+	[PROTO_T_CANCEL] =	PROTO_REQ("CANCEL", sizeof(struct proto_lease_op)),
+	[PROTO_T_RELEASE] =	PROTO_REQ("RELEASE", sizeof(struct proto_lease_op)),
+	[PROTO_T_PUBLISH] =	PROTO_REQ_COUNTED("PUBLISH", sizeof(struct proto_publish), 0,
+				    sizeof(struct proto_publish_page)),
+	[PROTO_T_SET_POLICY] =	PROTO_REQ("SET_POLICY", sizeof(struct proto_set_policy)),
+	[PROTO_T_DEBUG] =	PROTO_REQ("DEBUG", sizeof(struct proto_debug)),
+	[PROTO_T_ERROR] =	{ "ERROR", 0, PROTO_LEN_FIXED, 0, 0, 0 },
+};
+
 const char *
 proto_type_name(unsigned t)
 {
-	switch (t) {
-	case PROTO_T_HELLO:	return "HELLO";
-	case PROTO_T_ATTACH:	return "ATTACH";
-	case PROTO_T_DETACH:	return "DETACH";
-	case PROTO_T_STATS:	return "STATS";
-	case PROTO_T_HEALTH:	return "HEALTH";
-	case PROTO_T_PROBE:	return "PROBE";
-	case PROTO_T_ADMIT:	return "ADMIT";
-	case PROTO_T_RESTORE:	return "RESTORE";
-	case PROTO_T_CANCEL:	return "CANCEL";
-	case PROTO_T_RELEASE:	return "RELEASE";
-	case PROTO_T_PUBLISH:	return "PUBLISH";
-	case PROTO_T_SET_POLICY: return "SET_POLICY";
-	case PROTO_T_DEBUG:	return "DEBUG";
-	case PROTO_T_ERROR:	return "ERROR";
-	}
-	return "UNKNOWN";
+	if (t >= PROTO_TYPES_MAX || proto_types[t].name == NULL)
+		return "UNKNOWN";
+	return proto_types[t].name;
 }
 
 /* Types a client may send and that this version of the daemon serves. */
 int
 proto_type_is_request(unsigned t)
 {
-	switch (t) {
-	case PROTO_T_HELLO:
-	case PROTO_T_ATTACH:
-	case PROTO_T_DETACH:
-	case PROTO_T_STATS:
-	case PROTO_T_HEALTH:
-	case PROTO_T_PROBE:
-	case PROTO_T_ADMIT:
-	case PROTO_T_RESTORE:
-	case PROTO_T_CANCEL:
-	case PROTO_T_RELEASE:
-	case PROTO_T_PUBLISH:
-	case PROTO_T_SET_POLICY:
-	case PROTO_T_DEBUG:
-		return 1;
-	}
-	return 0;
+	return t < PROTO_TYPES_MAX && (proto_types[t].flags & PROTO_TYPE_REQUEST);
+}
+
+/* Requests whose first byte may bring fds (ATTACH's memory registrations). */
+int
+proto_type_takes_fds(unsigned t)
+{
+	return t < PROTO_TYPES_MAX && (proto_types[t].flags & PROTO_TYPE_FDS);
 }
 
 void
@@ -200,38 +224,24 @@ proto_counted(uint32_t length, const void *payload, size_t fixed, size_t count_a
 int
 proto_payload_check(unsigned type, uint32_t length, const void *payload)
 {
-	struct proto_attach	a;
+	const struct proto_type_info	*ti;
+	struct proto_attach		 a;
 
-	switch (type) {
-	case PROTO_T_HELLO:
-		return length == sizeof(struct proto_hello) ? 0 : PROTO_S_BAD_LENGTH;
-	case PROTO_T_DETACH:
-	case PROTO_T_STATS:
-	case PROTO_T_HEALTH:
-		return length == 0 ? 0 : PROTO_S_BAD_LENGTH;
-	case PROTO_T_ATTACH:
+	if (!proto_type_is_request(type))
+		return PROTO_S_BAD_TYPE;
+	ti = &proto_types[type];
+	switch (ti->rule) {
+	case PROTO_LEN_FIXED:
+		return length == ti->fixed ? 0 : PROTO_S_BAD_LENGTH;
+	case PROTO_LEN_COUNTED:
+		return proto_counted(length, payload, ti->fixed, ti->count_at, ti->elem);
+	case PROTO_LEN_ATTACH:
 		if (length < sizeof(a))
 			return PROTO_S_BAD_LENGTH;
 		memcpy(&a, payload, sizeof(a));
 		if (length != proto_attach_length(a.layout.npools, a.nregions, a.nlive))
 			return PROTO_S_BAD_LENGTH;
 		return 0;
-	case PROTO_T_PROBE:
-		return proto_counted(length, payload, sizeof(struct proto_probe), 0, PROTO_HASH_LEN);
-	case PROTO_T_ADMIT:
-		return proto_counted(length, payload, sizeof(struct proto_admit), 8, PROTO_HASH_LEN);
-	case PROTO_T_RESTORE:
-		return proto_counted(length, payload, sizeof(struct proto_restore), 8, 4);
-	case PROTO_T_PUBLISH:
-		return proto_counted(length, payload, sizeof(struct proto_publish), 0,
-		    sizeof(struct proto_publish_page));
-	case PROTO_T_CANCEL:
-	case PROTO_T_RELEASE:
-		return length == sizeof(struct proto_lease_op) ? 0 : PROTO_S_BAD_LENGTH;
-	case PROTO_T_DEBUG:
-		return length == sizeof(struct proto_debug) ? 0 : PROTO_S_BAD_LENGTH;
-	case PROTO_T_SET_POLICY:
-		return length == sizeof(struct proto_set_policy) ? 0 : PROTO_S_BAD_LENGTH;
 	}
 	return PROTO_S_BAD_TYPE;
 }

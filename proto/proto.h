@@ -68,6 +68,7 @@ enum proto_type {
 	PROTO_T_DEBUG		= 240,	/* tests only: testing.debug_ops */
 	PROTO_T_ERROR		= 255,
 };
+#define PROTO_TYPES_MAX		256	/* every type number is below it */
 
 /* Reply status codes. Numbers are never reused. */
 enum proto_status {
@@ -449,6 +450,7 @@ const char	*proto_status_name(unsigned);
 const char	*proto_status_text(unsigned);
 int		 proto_status_errno(unsigned);
 int		 proto_type_is_request(unsigned);
+int		 proto_type_takes_fds(unsigned);
 void		 proto_hdr_init(struct proto_hdr *, unsigned type, uint32_t length,
 		    uint64_t seq);
 int		 proto_hdr_check(const struct proto_hdr *, uint32_t max_frame);
