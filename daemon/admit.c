@@ -1,5 +1,5 @@
 /*
- * ADMIT: the group barrier and the promise (contract item 3).
+ * ADMIT: the group barrier and the promise (docs/contract.md, item 3).
  *
  * ADMIT is a group barrier. The first rank to ask for a request id opens
  * an admission in its group; it is answered once every rank of the group

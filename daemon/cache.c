@@ -5,8 +5,9 @@
  *
  * An object's key is (the rank's namespace fingerprint, pool, shard, page
  * hash): the fingerprint carries the layout, so another layout is a miss
- * by construction (contract item 1). PROBE only calls dram_lookup() and
- * filetier_lookup(), which move nothing, not even an LRU (contract item 2).
+ * by construction (docs/contract.md, item 1). PROBE only calls
+ * dram_lookup() and filetier_lookup(), which move nothing, not even an
+ * LRU (docs/contract.md, item 2).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -94,8 +95,8 @@ cache_rank_stops(struct server *s, const struct session *sess, const uint8_t *ha
 
 /*
  * The legal stop points common to every rank: an intersection, never the
- * minimum of per-rank maxima (contract item 4). legal has n+1 entries;
- * returns the largest common stop point, 0 when there is none.
+ * minimum of per-rank maxima (docs/contract.md, item 4). legal has n+1
+ * entries; returns the largest common stop point, 0 when there is none.
  */
 uint32_t
 cache_group_stops(struct server *s, struct session *const *ranks, unsigned nranks,

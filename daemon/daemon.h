@@ -238,7 +238,7 @@ TAILQ_HEAD(lease_list, lease);
  * A session is reference counted: its connection holds one reference,
  * and every copy job that reads or writes its regions holds another, so
  * an engine that goes away keeps its memory mapped until its in-flight
- * copies drained (contract item 10).
+ * copies drained (docs/contract.md, item 10).
  */
 struct session {
 	uint32_t	 id;

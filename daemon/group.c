@@ -16,8 +16,8 @@
 #include "daemon.h"
 
 /*
- * Contract item 9. DCP shards a prefix across ranks, so a rank that ends
- * early leaves a hole no other rank can fill: DCP > 1 requires
+ * docs/contract.md, item 9. DCP shards a prefix across ranks, so a rank
+ * that ends early leaves a hole no other rank can fill: DCP > 1 requires
  * wait_complete; decode KV offload with DCP storage is refused; DCP
  * sharding is defined for MLA only.
  */

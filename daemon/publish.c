@@ -1,8 +1,8 @@
 /*
  * PUBLISH: an engine hands pages to the daemon to keep (write-through).
- * Contract item 8: an object becomes visible only when all its bytes and
- * its checksum are in the tier, and a failed publish leaves nothing
- * visible.
+ * docs/contract.md, item 8: an object becomes visible only when all its
+ * bytes and its checksum are in the tier, and a failed publish leaves
+ * nothing visible.
  *
  * The request is checked whole first (region, pool, every source index,
  * hash padding). A checkpoint is published from a state-slot region: its

@@ -5,11 +5,11 @@
  * (CUDA IPC handles, cuMem fds) is opened by cuda.c instead; unmapping
  * goes there too.
  *
- * The daemon must never fault on client memory (contract item 11), and a
- * mapped file that shrinks turns writes past its end into SIGBUS. So a
- * region's file must be sealed against shrinking: l3kvd adds F_SEAL_SHRINK
- * itself when the memfd allows sealing, and refuses the registration when
- * it can neither find nor add the seal.
+ * The daemon must never fault on client memory (docs/contract.md, item
+ * 11), and a mapped file that shrinks turns writes past its end into
+ * SIGBUS. So a region's file must be sealed against shrinking: l3kvd adds
+ * F_SEAL_SHRINK itself when the memfd allows sealing, and refuses the
+ * registration when it can neither find nor add the seal.
  */
 #include <sys/mman.h>
 #include <sys/stat.h>

@@ -1,6 +1,6 @@
 /*
- * RESTORE and CANCEL: wait_complete across the group (contract items 5,
- * 7, 10, 11).
+ * RESTORE and CANCEL: wait_complete across the group (docs/contract.md,
+ * items 5, 7, 10, 11).
  *
  * A RESTORE names its lease and one destination page per admitted page.
  * Everything is checked before any byte moves: the lease's state, the page
@@ -291,7 +291,7 @@ restore_check(struct session *sess, struct lease *l, const struct proto_restore 
 		return PROTO_S_INVALID;
 	}
 	if (l->slot != PROTO_SLOT_NONE) {
-		/* Contract item 6: live state is sacred, and so is another lease's slot. */
+		/* docs/contract.md, item 6: live state is sacred, and so is another lease's slot. */
 		if (p->state_region != sess->slot_region) {
 			snprintf(err, errlen, "state region %u is not the slot region %d",
 			    p->state_region, sess->slot_region);

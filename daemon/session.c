@@ -146,10 +146,10 @@ session_same_memory(const struct proto_region *a, const struct proto_region *b,
 }
 
 /*
- * Live state is sacred (contract item 6): no other region may reach into
- * the state-slot region's bytes, or a KV or sidecar restore would write a
- * live slot. (Distinct slots of the slot region itself never overlap:
- * proto_region_alias refused such a geometry.)
+ * Live state is sacred (docs/contract.md, item 6): no other region may
+ * reach into the state-slot region's bytes, or a KV or sidecar restore
+ * would write a live slot. (Distinct slots of the slot region itself never
+ * overlap: proto_region_alias refused such a geometry.)
  */
 static int
 session_check_slot_overlap(const struct proto_attach_view *v, const struct proto_frame *f,

@@ -1,8 +1,8 @@
 /*
- * Hybrid models and DCP against a real l3kvd (contract items 1, 3, 4, 6,
- * 8, 9): legal stop points across ranks and pools, canonical and live
- * state slots, all-or-nothing checkpoints, one writer per DCP shard,
- * SET_POLICY and its guards, and layout identity.
+ * Hybrid models and DCP against a real l3kvd (docs/contract.md, items
+ * 1, 3, 4, 6, 8, 9): legal stop points across ranks and pools, canonical
+ * and live state slots, all-or-nothing checkpoints, one writer per DCP
+ * shard, SET_POLICY and its guards, and layout identity.
  */
 #include <errno.h>
 #include <jansson.h>
