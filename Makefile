@@ -16,6 +16,12 @@ LIBDIR		?= $(PREFIX)/lib
 INCLUDEDIR	?= $(PREFIX)/include
 SYSCONFDIR	?= /etc
 UNITDIR		?= $(PREFIX)/lib/systemd/system
+PYTHON		?= python3
+# Where `make install` copies the l3kv package: the interpreter's purelib under PREFIX
+# (Debian: $(PREFIX)/lib/python3.X/dist-packages), asked once, only by `install`.
+PYTHONDIR	?= $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("purelib", \
+		   vars={"base": "$(PREFIX)", "platbase": "$(PREFIX)"}))' 2>/dev/null)
+PY_SRCS		:= $(wildcard lib/python/l3kv/*.py)
 DESTDIR		?=
 BUILD		?= build
 FUZZ_SECONDS	?= 20
@@ -251,6 +257,9 @@ install: all
 	sed 's|@SBINDIR@|$(SBINDIR)|g; s|@SYSCONFDIR@|$(SYSCONFDIR)|g' config/l3kvd.service \
 		> $(DESTDIR)$(UNITDIR)/l3kvd.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/l3kvd.service
+	@test -n "$(PYTHONDIR)" || { echo "install: no $(PYTHON) to ask for PYTHONDIR; set PYTHONDIR="; exit 1; }
+	install -d $(DESTDIR)$(PYTHONDIR)/l3kv
+	install -m 0644 $(PY_SRCS) $(DESTDIR)$(PYTHONDIR)/l3kv/
 
 clean:
 	rm -rf build build-asan
