@@ -263,10 +263,16 @@ class SGLangStack(unittest.TestCase):
     def tearDown(self):
         for s in self.stacks:
             s.close()
-        with l3kv.Client(self.sock) as c:
-            st = c.stats()
-        self.assertEqual(st.get("leases", {}).get("active", 0) if isinstance(
-            st.get("leases"), dict) else 0, 0, "leases left: %s" % st.get("leases"))
+        # Every lease released (or expired), every pin dropped, every mapping gone.
+        deadline = time.monotonic() + 5
+        while True:
+            st = _stats(self.sock)
+            left = (st["cache"]["leases_open"], st["dram"]["pins"], st["attach"]["sessions"],
+                    st["memory"]["regions_mapped"])
+            if left == (0, 0, 0, 0) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(left, (0, 0, 0, 0), "leases, pins, sessions, regions left")
 
     def stack(self, **kw):
         s = Stack(self.sock, **kw)
@@ -351,13 +357,14 @@ class SGLangStack(unittest.TestCase):
         s = self.stack(model="detach")
         idx, tokens = s.fill(2, 6)
         self.assertEqual(s.backup(idx, tokens), 2)
-        with l3kv.Client(self.sock) as c:
-            before = c.stats()
+        before = _stats(self.sock)
+        self.assertEqual(before["attach"]["sessions"], 1)
+        self.assertEqual(before["memory"]["regions_mapped"], 2)     # K and V halves
         s.ctl.detach_storage_backend()
         self.assertFalse(s.ctl.enable_storage)
-        with l3kv.Client(self.sock) as c:
-            after = c.stats()
-        self.assertLess(_sessions(after), _sessions(before), (before, after))
+        after = _stats(self.sock)
+        self.assertEqual((after["attach"]["sessions"], after["memory"]["regions_mapped"],
+                          after["cache"]["leases_open"]), (0, 0, 0))
         s.ctl.attach_storage_backend("dynamic", model_name="detach",
                                      storage_backend_extra_config=_extra(self.sock),
                                      host_pools=getattr(s.group, "entries", None))
@@ -403,19 +410,9 @@ class SGLangStack(unittest.TestCase):
         self.assertTrue(s.threads_alive())
 
 
-def _sessions(stats):
-    for k in ("sessions", "connections"):
-        v = stats.get(k)
-        if isinstance(v, int):
-            return v
-        if isinstance(v, dict):
-            for kk in ("active", "attached", "count", "open"):
-                if isinstance(v.get(kk), int):
-                    return v[kk]
-    ns = stats.get("namespaces")
-    if isinstance(ns, list):
-        return sum(int(n.get("sessions", 0)) for n in ns)
-    raise AssertionError("no session count in STATS: %s" % sorted(stats))
+def _stats(sock):
+    with l3kv.Client(sock) as c:
+        return c.stats()
 
 
 if __name__ == "__main__":
