@@ -22,6 +22,10 @@ PYTHON		?= python3
 PYTHONDIR	?= $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("purelib", \
 		   vars={"base": "$(PREFIX)", "platbase": "$(PREFIX)"}))' 2>/dev/null)
 PY_SRCS		:= $(wildcard lib/python/l3kv/*.py)
+# The python_sglang suite's virtual environment (sglang 0.5.23, torch 2.14.1, exact pins in
+# tests/python/sglang-requirements.txt), made by `make check` and shared by `make asan`; its
+# wheels are cached beside it. SG_VENV= (empty) leaves it out: the suite is then skipped.
+SG_VENV		?= build/venv-sglang
 DESTDIR		?=
 BUILD		?= build
 FUZZ_SECONDS	?= 20
@@ -30,7 +34,7 @@ V		?= 0
 # Debian packages the build and the tests need (checked by `make deps`).
 DEB_PKGS	:= gcc make pkg-config libevent-dev libjansson-dev check libfabric-dev \
 		   liburing-dev libxxhash-dev systemd clang cppcheck clang-format \
-		   redis-server redis-tools
+		   redis-server redis-tools python3-venv g++ ninja-build libssl-dev
 PKGS		:= libevent jansson libxxhash liburing libfabric
 CHECK_PKG	:= check
 
@@ -92,7 +96,7 @@ LIBA		:= $(BUILD)/libl3kv.a
 TESTRUN		:= $(BUILD)/tests/run
 SOVERSION	:= 1
 
-.PHONY: all deps run check test asan fuzz lint install clean bench
+.PHONY: all deps run check test asan fuzz lint install clean bench sglang-venv
 all: $(L3KVD) $(L3KVCTL) $(LIBSO) $(LIBA) $(BUILD)/l3kv.pc
 	@echo "  note    $(KERNEL_NOTE)"
 
@@ -191,8 +195,12 @@ run: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(L3KVD) $(L3KVD_ARGS)
 
-test: all $(TESTRUN)
-	$(Q)L3KV_BUILD=$(BUILD) $(TESTRUN)
+# SGLang's native page hash is built by torch's cpp_extension: g++, ninja, libssl-dev.
+sglang-venv:
+	$(Q)if [ -n "$(SG_VENV)" ]; then tests/python/sglang_venv.sh $(SG_VENV) $(PYTHON); fi
+
+test: all $(TESTRUN) sglang-venv
+	$(Q)L3KV_BUILD=$(BUILD) L3KV_SGLANG_VENV=$(if $(SG_VENV),$(SG_VENV),/nonexistent) $(TESTRUN)
 
 check: deps
 	$(Q)$(MAKE) --no-print-directory test

@@ -51,6 +51,9 @@ if __name__ == "__main__":
     if "--probe" in sys.argv:
         sys.exit(0)
 
+# SGLang's native page hash is a torch cpp_extension built on first use: keep it in the venv.
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch-extensions"))
+
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
