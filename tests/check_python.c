@@ -3,7 +3,8 @@
  * tests/python with that build's libl3kv.so and asserts that each exits
  * 0. test_client.py starts its own l3kvd from $L3KV_BUILD and drives it
  * through ctypes; test_torch_geometry.py checks l3kv.torch's region
- * geometry without a GPU (suite python). python3 is required, not
+ * geometry without a GPU; test_sglang_alone.py drives l3kv.sglang on a
+ * stand-in host pool against a real l3kvd (suite python). python3 is required, not
  * optional: where it is missing the test fails and says so, it never
  * passes silently.
  *
@@ -55,6 +56,7 @@
 
 #define PY_CLIENT	"tests/python/test_client.py"
 #define PY_GEOMETRY	"tests/python/test_torch_geometry.py"
+#define PY_SGLANG_ALONE	"tests/python/test_sglang_alone.py"
 #define PY_GPU		"tests/python/test_gpu_torch.py"
 #define PY_SGLANG	"tests/python/test_sglang.py"
 #define PY_SGLANG_VENV	"build/venv-sglang"	/* the Makefile's SG_VENV, $L3KV_SGLANG_VENV */
@@ -276,6 +278,13 @@ START_TEST(test_python_client_passes_its_tests)
 }
 END_TEST
 
+/* l3kv.sglang on a stand-in host pool: standard library only, so it runs wherever python3 does. */
+START_TEST(test_python_sglang_backend_alone_passes_its_tests)
+{
+	py_script_passes(PY_SGLANG_ALONE, PY_DEADLINE_S);
+}
+END_TEST
+
 START_TEST(test_python_torch_geometry_passes_its_tests)
 {
 	py_script_passes(PY_GEOMETRY, PY_DEADLINE_S);
@@ -420,6 +429,7 @@ suite_python(void)
 	tcase_set_timeout(tc, PY_DEADLINE_S + 30);
 	tcase_add_test(tc, test_python_client_passes_its_tests);
 	tcase_add_test(tc, test_python_torch_geometry_passes_its_tests);
+	tcase_add_test(tc, test_python_sglang_backend_alone_passes_its_tests);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -89,7 +89,6 @@ except Exception:  # noqa: BLE001
     _PoolHitPolicy = None
 
 POOL_KV = "kv"
-_RETRY_ERRNOS = None    # every L3kvError after registration is a miss; see _call()
 _LEASES_MAX = 4096      # leases remembered at once; the oldest is released beyond
 try:
     from sglang.srt.mem_cache.hicache_storage import STORAGE_BATCH_SIZE as _BATCH
