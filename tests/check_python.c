@@ -4,9 +4,9 @@
  * 0. test_client.py starts its own l3kvd from $L3KV_BUILD and drives it
  * through ctypes; test_torch_geometry.py checks l3kv.torch's region
  * geometry without a GPU; test_sglang_alone.py drives l3kv.sglang on a
- * stand-in host pool against a real l3kvd (suite python). python3 is required, not
- * optional: where it is missing the test fails and says so, it never
- * passes silently.
+ * stand-in host pool against a real l3kvd (suite python). python3 is
+ * required, not optional: where it is missing the test fails and says
+ * so, it never passes silently.
  *
  * test_gpu_torch.py is an engine written with torch on the GPU (suite
  * python_gpu, tag gpu_torch). It exits 77 where torch or CUDA is missing;
