@@ -24,7 +24,7 @@ PYTHONDIR	?= $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("p
 PY_SRCS		:= $(wildcard lib/python/l3kv/*.py)
 # The python_sglang suite's virtual environment (sglang 0.5.23, torch 2.14.1, exact pins in
 # tests/python/sglang-requirements.txt), made by `make check` and shared by `make asan`; its
-# wheels are cached beside it. SG_VENV= (empty) leaves it out: the suite is then skipped.
+# wheels are kept beside it (build/sglang-wheels). SG_VENV= (empty) leaves it out: the suite is then skipped.
 SG_VENV		?= build/venv-sglang
 DESTDIR		?=
 BUILD		?= build
