@@ -36,13 +36,20 @@ echo "  venv    $venv: sglang==0.5.23, torch==2.14.1 and what they import (wheel
 "$py" -m venv "$venv" > /dev/null 2>&1 || skip "$py -m venv failed (Debian: apt-get install python3-venv)"
 log=$venv/pip.log
 mkdir -p "$wheels"
-"$venv/bin/pip" download --disable-pip-version-check --no-deps --progress-bar off \
-	-d "$wheels" -r "$reqs" > "$log" 2>&1 ||
-	skip "pip download failed: $(grep -v '^ ' "$log" | tail -1)"
-got=$(date +%s)
-"$venv/bin/pip" install --disable-pip-version-check --no-deps --no-index --progress-bar off \
-	--find-links "$wheels" -r "$reqs" >> "$log" 2>&1 ||
-	skip "pip install failed: $(grep -v '^ ' "$log" | tail -1)"
+install() {
+	"$venv/bin/pip" install --disable-pip-version-check --no-deps --no-index \
+		--progress-bar off --find-links "$wheels" -r "$reqs" >> "$log" 2>&1
+}
+: > "$log"
+got=$start
+# From the kept wheels alone when they are all there (no network needed), else download first.
+if ! install; then
+	"$venv/bin/pip" download --disable-pip-version-check --no-deps --progress-bar off \
+		-d "$wheels" -r "$reqs" >> "$log" 2>&1 ||
+		skip "pip download failed: $(grep -v '^ ' "$log" | tail -1)"
+	got=$(date +%s)
+	install || skip "pip install failed: $(grep -v '^ ' "$log" | tail -1)"
+fi
 "$venv/bin/python" -c "import sglang, torch" >> "$log" 2>&1 ||
 	skip "the venv does not import sglang and torch: $(tail -1 "$log")"
 end=$(date +%s)
