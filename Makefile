@@ -16,6 +16,16 @@ LIBDIR		?= $(PREFIX)/lib
 INCLUDEDIR	?= $(PREFIX)/include
 SYSCONFDIR	?= /etc
 UNITDIR		?= $(PREFIX)/lib/systemd/system
+PYTHON		?= python3
+# Where `make install` copies the l3kv package: the interpreter's purelib under PREFIX
+# (Debian: $(PREFIX)/lib/python3.X/dist-packages), asked once, only by `install`.
+PYTHONDIR	?= $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("purelib", \
+		   vars={"base": "$(PREFIX)", "platbase": "$(PREFIX)"}))' 2>/dev/null)
+PY_SRCS		:= $(wildcard lib/python/l3kv/*.py)
+# The python_sglang suite's virtual environment (sglang 0.5.23, torch 2.14.1, exact pins in
+# tests/python/sglang-requirements.txt), made by `make check` and shared by `make asan`; its
+# wheels are kept beside it (build/sglang-wheels). SG_VENV= (empty) leaves it out: the suite is then skipped.
+SG_VENV		?= build/venv-sglang
 DESTDIR		?=
 BUILD		?= build
 FUZZ_SECONDS	?= 20
@@ -24,7 +34,7 @@ V		?= 0
 # Debian packages the build and the tests need (checked by `make deps`).
 DEB_PKGS	:= gcc make pkg-config libevent-dev libjansson-dev check libfabric-dev \
 		   liburing-dev libxxhash-dev systemd clang cppcheck clang-format \
-		   redis-server redis-tools
+		   redis-server redis-tools python3-venv g++ ninja-build libssl-dev
 PKGS		:= libevent jansson libxxhash liburing libfabric
 CHECK_PKG	:= check
 
@@ -86,7 +96,7 @@ LIBA		:= $(BUILD)/libl3kv.a
 TESTRUN		:= $(BUILD)/tests/run
 SOVERSION	:= 1
 
-.PHONY: all deps run check test asan fuzz lint install clean bench
+.PHONY: all deps run check test asan fuzz lint install clean bench sglang-venv
 all: $(L3KVD) $(L3KVCTL) $(LIBSO) $(LIBA) $(BUILD)/l3kv.pc
 	@echo "  note    $(KERNEL_NOTE)"
 
@@ -185,8 +195,12 @@ run: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(L3KVD) $(L3KVD_ARGS)
 
-test: all $(TESTRUN)
-	$(Q)L3KV_BUILD=$(BUILD) $(TESTRUN)
+# SGLang's native page hash is built by torch's cpp_extension: g++, ninja, libssl-dev.
+sglang-venv:
+	$(Q)if [ -n "$(SG_VENV)" ]; then tests/python/sglang_venv.sh $(SG_VENV) $(PYTHON); fi
+
+test: all $(TESTRUN) sglang-venv
+	$(Q)L3KV_BUILD=$(BUILD) L3KV_SGLANG_VENV=$(if $(SG_VENV),$(SG_VENV),/nonexistent) $(TESTRUN)
 
 check: deps
 	$(Q)$(MAKE) --no-print-directory test
@@ -251,6 +265,9 @@ install: all
 	sed 's|@SBINDIR@|$(SBINDIR)|g; s|@SYSCONFDIR@|$(SYSCONFDIR)|g' config/l3kvd.service \
 		> $(DESTDIR)$(UNITDIR)/l3kvd.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/l3kvd.service
+	@test -n "$(PYTHONDIR)" || { echo "install: no $(PYTHON) to ask for PYTHONDIR; set PYTHONDIR="; exit 1; }
+	install -d $(DESTDIR)$(PYTHONDIR)/l3kv
+	install -m 0644 $(PY_SRCS) $(DESTDIR)$(PYTHONDIR)/l3kv/
 
 clean:
 	rm -rf build build-asan

@@ -3,15 +3,25 @@
  * tests/python with that build's libl3kv.so and asserts that each exits
  * 0. test_client.py starts its own l3kvd from $L3KV_BUILD and drives it
  * through ctypes; test_torch_geometry.py checks l3kv.torch's region
- * geometry without a GPU (suite python). python3 is required, not
- * optional: where it is missing the test fails and says so, it never
- * passes silently.
+ * geometry without a GPU; test_sglang_alone.py drives l3kv.sglang on a
+ * stand-in host pool against a real l3kvd (suite python). python3 is
+ * required, not optional: where it is missing the test fails and says
+ * so, it never passes silently.
  *
  * test_gpu_torch.py is an engine written with torch on the GPU (suite
  * python_gpu, tag gpu_torch). It exits 77 where torch or CUDA is missing;
  * the runner asks it first (--probe, python_gpu_skip_reason()) and lists
  * the suite as skipped with its reason, and a 77 from the real run is a
  * failure, never a pass.
+ *
+ * test_sglang.py is SGLang's own HiCache stack (sglang 0.5.23, CPU only)
+ * around l3kv.sglang.L3kvStorage and a live l3kvd (suite python_sglang,
+ * tag sglang). It runs under the interpreter of the virtual environment
+ * `make check` builds ($L3KV_SGLANG_PYTHON, default
+ * build/venv-sglang/bin/python); where that could not be made, the
+ * venv's SKIPPED file says why and the suite is listed as skipped with
+ * that reason, as it is where the interpreter is missing or the script's
+ * --probe exits 77; a 77 from the real run is a failure.
  *
  * Under ASan the library is instrumented and the interpreter is not, so
  * the sanitizer runtimes this runner was linked with are preloaded into
@@ -46,7 +56,11 @@
 
 #define PY_CLIENT	"tests/python/test_client.py"
 #define PY_GEOMETRY	"tests/python/test_torch_geometry.py"
+#define PY_SGLANG_ALONE	"tests/python/test_sglang_alone.py"
 #define PY_GPU		"tests/python/test_gpu_torch.py"
+#define PY_SGLANG	"tests/python/test_sglang.py"
+#define PY_SGLANG_VENV	"build/venv-sglang"	/* the Makefile's SG_VENV, $L3KV_SGLANG_VENV */
+#define PY_SGLANG_DEADLINE_S 240	/* importing SGLang takes ~15 s, the tests ~5 */
 #define PY_DEADLINE_S	60		/* the CPU scripts take about a second */
 #define PY_GPU_DEADLINE_S 300		/* the GPU one about half a minute */
 #define PY_PROBE_S	120		/* importing torch and finding CUDA */
@@ -92,9 +106,31 @@ py_preload_sanitizers(void)
 }
 #endif
 
-/* The child: python3 on the script (arg: its one argument, or NULL), stdout and stderr into out. */
+/* The SGLang venv: $L3KV_SGLANG_VENV (the Makefile passes SG_VENV), else PY_SGLANG_VENV. */
+static const char *
+py_sglang_venv(void)
+{
+	const char	*env = getenv("L3KV_SGLANG_VENV");
+
+	return env != NULL && *env != '\0' ? env : PY_SGLANG_VENV;
+}
+
+/* The SGLang venv's interpreter ($L3KV_SGLANG_PYTHON overrides it, for a venv of one's own). */
+static const char *
+py_sglang_python(void)
+{
+	static char	path[PATH_MAX];
+	const char	*env = getenv("L3KV_SGLANG_PYTHON");
+
+	if (env != NULL && *env != '\0')
+		return env;
+	snprintf(path, sizeof(path), "%s/bin/python", py_sglang_venv());
+	return path;
+}
+
+/* The child: python on the script (arg: its one argument, or NULL), stdout and stderr into out. */
 static void
-py_exec(int out, const char *script, const char *arg)
+py_exec(int out, const char *python, const char *script, const char *arg)
 {
 	char	lib[PATH_MAX];
 
@@ -110,8 +146,8 @@ py_exec(int out, const char *script, const char *arg)
 #ifdef PY_ASAN
 	py_preload_sanitizers();
 #endif
-	execlp("python3", "python3", script, arg, (char *)NULL);
-	fprintf(stderr, "exec python3: %s\n", strerror(errno));
+	execlp(python, python, script, arg, (char *)NULL);
+	fprintf(stderr, "exec python3: %s: %s\n", python, strerror(errno));
 	_exit(PY_EXEC_FAILED);
 }
 
@@ -161,7 +197,8 @@ py_collect(int fd, int deadline_s, char **out, size_t *len)
  * -ETIMEDOUT (the child was killed), or -errno when it could not start.
  */
 static int
-py_run(const char *script, const char *arg, int deadline_s, char **out, size_t *len, int *st)
+py_run_with(const char *python, const char *script, const char *arg, int deadline_s, char **out,
+    size_t *len, int *st)
 {
 	pid_t	pid;
 	int	pipefd[2], rc;
@@ -179,7 +216,7 @@ py_run(const char *script, const char *arg, int deadline_s, char **out, size_t *
 	}
 	if (pid == 0) {
 		close(pipefd[0]);
-		py_exec(pipefd[1], script, arg);
+		py_exec(pipefd[1], python, script, arg);
 	}
 	close(pipefd[1]);
 	rc = py_collect(pipefd[0], deadline_s, out, len);
@@ -189,6 +226,12 @@ py_run(const char *script, const char *arg, int deadline_s, char **out, size_t *
 	while (waitpid(pid, st, 0) < 0 && errno == EINTR)
 		;
 	return rc;
+}
+
+static int
+py_run(const char *script, const char *arg, int deadline_s, char **out, size_t *len, int *st)
+{
+	return py_run_with("python3", script, arg, deadline_s, out, len, st);
 }
 
 /* Fails the test unless script exited 0; its output is printed when it did not. */
@@ -232,6 +275,13 @@ py_script_passes(const char *script, int deadline_s)
 START_TEST(test_python_client_passes_its_tests)
 {
 	py_script_passes(PY_CLIENT, PY_DEADLINE_S);
+}
+END_TEST
+
+/* l3kv.sglang on a stand-in host pool: standard library only, so it runs wherever python3 does. */
+START_TEST(test_python_sglang_backend_alone_passes_its_tests)
+{
+	py_script_passes(PY_SGLANG_ALONE, PY_DEADLINE_S);
 }
 END_TEST
 
@@ -291,6 +341,85 @@ python_gpu_skip_reason(void)
 	return why[0] != '\0' ? why : NULL;
 }
 
+START_TEST(test_python_sglang_stack_round_trips_through_l3kvd)
+{
+	char	*output;
+	size_t	 len;
+	int	 st, rc;
+
+	rc = py_run_with(py_sglang_python(), PY_SGLANG, NULL, PY_SGLANG_DEADLINE_S, &output, &len,
+	    &st);
+	ck_assert_msg(output != NULL || rc == -ENOMEM, "running %s: %s", PY_SGLANG, strerror(-rc));
+	py_assert_passed(PY_SGLANG, rc, st, output != NULL ? output : "", len,
+	    PY_SGLANG_DEADLINE_S);
+	free(output);
+}
+END_TEST
+
+/*
+ * Why the python_sglang suite cannot run here, or NULL: the venv's
+ * SKIPPED file (written where it could not be made), a missing
+ * interpreter, or the script's own reason for --probe.
+ */
+const char *
+python_sglang_skip_reason(void)
+{
+	static char	 why[512];
+	char		 path[PATH_MAX], *output, *nl;
+	const char	*python = py_sglang_python();
+	size_t		 len;
+	FILE		*f;
+	int		 st, rc;
+
+	why[0] = '\0';
+#ifdef PY_ASAN
+	/*
+	 * Under ASan the interpreter would carry the preloaded sanitizer
+	 * runtimes into torch's and SGLang's native code; the suite runs in
+	 * `make check`'s build instead (CI runs both), rather than twice.
+	 */
+	snprintf(why, sizeof(why), "not under ASan: torch and SGLang run in `make check`'s build");
+	return why;
+#endif
+	snprintf(path, sizeof(path), "%s/SKIPPED", py_sglang_venv());
+	if (getenv("L3KV_SGLANG_PYTHON") == NULL && (f = fopen(path, "r")) != NULL) {
+		if (fgets(why, sizeof(why), f) == NULL)
+			snprintf(why, sizeof(why), "the SGLang venv could not be made");
+		fclose(f);
+		if ((nl = strchr(why, '\n')) != NULL)
+			*nl = '\0';
+		return why;
+	}
+	if (access(python, X_OK) != 0) {
+		snprintf(why, sizeof(why), "no SGLang venv interpreter %s (`make check` makes it)",
+		    python);
+		return why;
+	}
+	rc = py_run_with(python, PY_SGLANG, "--probe", PY_PROBE_S, &output, &len, &st);
+	if (output == NULL)
+		return NULL;
+	if (rc == 0 && WIFEXITED(st) && WEXITSTATUS(st) == PY_SKIP) {
+		if ((nl = strchr(output, '\n')) != NULL)
+			*nl = '\0';
+		snprintf(why, sizeof(why), "%s", strncmp(output, "SKIP: ", 6) == 0 ? output + 6 :
+		    output);
+	}
+	free(output);
+	return why[0] != '\0' ? why : NULL;
+}
+
+Suite *
+suite_python_sglang(void)
+{
+	Suite	*s = suite_create("python_sglang");
+	TCase	*tc = tcase_create("stack");
+
+	tcase_set_timeout(tc, PY_SGLANG_DEADLINE_S + 30);
+	tcase_add_test(tc, test_python_sglang_stack_round_trips_through_l3kvd);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
 Suite *
 suite_python(void)
 {
@@ -300,6 +429,7 @@ suite_python(void)
 	tcase_set_timeout(tc, PY_DEADLINE_S + 30);
 	tcase_add_test(tc, test_python_client_passes_its_tests);
 	tcase_add_test(tc, test_python_torch_geometry_passes_its_tests);
+	tcase_add_test(tc, test_python_sglang_backend_alone_passes_its_tests);
 	suite_add_tcase(s, tc);
 	return s;
 }

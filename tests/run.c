@@ -3,8 +3,9 @@
  * with check, and closes with a plain "N passed, N failed, N skipped"
  * line. Suites tagged gpu, rdma or slow are added only where the
  * hardware is (or L3KV_SLOW=1), gpu_torch where there is a GPU and
- * python3 has torch with CUDA; a suite left out is printed as skipped
- * with its reason, never counted as passed.
+ * python3 has torch with CUDA, sglang where `make check` made SGLang's
+ * venv; a suite left out is printed as skipped with its reason, never
+ * counted as passed.
  *
  * L3KV_SUITE=name runs one suite; CK_RUN_CASE/CK_RUN_SUITE also work.
  */
@@ -21,7 +22,7 @@
 struct runner_suite {
 	const char	*name;
 	Suite		*(*make)(void);
-	const char	*tag;		/* NULL, "gpu", "gpu_torch", "rdma", "slow", "root" */
+	const char	*tag;		/* NULL, "gpu", "gpu_torch", "sglang", "rdma", "slow", "root" */
 };
 
 static const struct runner_suite runner_suites[] = {
@@ -42,6 +43,7 @@ static const struct runner_suite runner_suites[] = {
 	{ "root",	suite_root,	"root" },
 	{ "gpu",	suite_gpu,	"gpu" },
 	{ "python_gpu",	suite_python_gpu, "gpu_torch" },
+	{ "python_sglang", suite_python_sglang, "sglang" },
 };
 
 /*
@@ -101,6 +103,8 @@ runner_skip_reason(const char *tag)
 		return runner_gpu_reason();
 	if (strcmp(tag, "gpu_torch") == 0)
 		return runner_gpu_reason() != NULL ? runner_gpu_reason() : python_gpu_skip_reason();
+	if (strcmp(tag, "sglang") == 0)
+		return python_sglang_skip_reason();
 	if (strcmp(tag, "rdma") == 0)
 		return "no RDMA provider on this machine";
 	return "unknown tag";

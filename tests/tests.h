@@ -33,6 +33,9 @@ Suite	*suite_python(void);
 Suite	*suite_python_gpu(void);
 /* Why the python_gpu suite cannot run here (no torch, no CUDA for it), or NULL. */
 const char *python_gpu_skip_reason(void);
+Suite	*suite_python_sglang(void);
+/* Why the python_sglang suite cannot run here (no SGLang venv, and why), or NULL. */
+const char *python_sglang_skip_reason(void);
 
 /* A real l3kvd started from $L3KV_BUILD/l3kvd in a mkdtemp directory. */
 struct test_daemon {

@@ -1,0 +1,421 @@
+"""SGLang's own HiCache stack around l3kv.sglang.L3kvStorage and a live l3kvd.
+
+Runs under the interpreter of the SGLang virtual environment that `make
+check` builds (build/venv-sglang: sglang==0.5.23, torch==2.14.1, CPU
+only). SGLang's code runs unmodified: its kv-only stack builder
+(build_kv_only_stack: the HybridCacheController 0.5.23 builds even for
+plain MHA and MLA), the backend factory's `dynamic` loader, the shm host
+allocator (memfds), the four storage threads and their gloo all-reduces,
+the native page-hash chain (get_hash_str). The test plays the scheduler:
+it queues backups (write_storage) and prefetches (prefetch), allocates
+the host pages a storage hit needs and reads the acks, as
+unified_radix_cache does. The one stand-in: where there is no CUDA,
+SGLang's cudaHostRegister of the host pool is a no-op.
+
+Exits 77 with "SKIP: reason" where SGLang cannot be imported; --probe
+only asks that.
+"""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import unittest
+from queue import Empty
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from l3kvd_process import BUILD, Daemon, _set_pdeathsig  # noqa: E402
+
+
+def _skip_reason():
+    try:
+        import sglang  # noqa: F401
+        import torch  # noqa: F401
+        from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import (  # noqa: F401
+            build_kv_only_stack)
+    except Exception as e:  # noqa: BLE001
+        return "SGLang's HiCache stack cannot be imported here (%s: %s)" % (
+            type(e).__name__, e)
+    return None
+
+
+if __name__ == "__main__":
+    why = _skip_reason()
+    if why is not None:
+        print("SKIP: " + why)
+        sys.exit(77)
+    if "--probe" in sys.argv:
+        sys.exit(0)
+
+# SGLang's native page hash is a torch cpp_extension built on first use: keep it in the venv.
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch-extensions"))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import l3kv  # noqa: E402
+import l3kv.sglang  # noqa: E402
+
+PAGE = 16           # tokens per page
+LAYERS = 3
+HOST_TOKENS = 512   # device pool tokens; the host pool is hicache_ratio (2) times it
+WAIT_S = 20
+
+os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+
+_CUDA = torch.cuda.is_available()
+if not _CUDA:
+    # The one stand-in: no CUDA, no cudaHostRegister of the host pool.
+    import sglang.srt.mem_cache.pool_host.common as _phc
+    _phc._cuda_host_register = lambda buffer, registration_granularity_bytes=None: None
+
+from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator  # noqa: E402
+from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle  # noqa: E402
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
+from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import (  # noqa: E402
+    build_kv_only_stack)
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool  # noqa: E402
+from sglang.srt.mem_cache.utils import get_hash_str  # noqa: E402
+from sglang.srt.runtime_context import get_context, get_parallel  # noqa: E402
+
+
+class Daemon2(Daemon):
+    """A Daemon that can be killed and started again on the same socket."""
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self.proc = None
+
+    def restart(self):
+        self.proc = subprocess.Popen([os.path.join(BUILD, "l3kvd"), "-f",
+                                      os.path.join(self.dir, "l3kvd.json")],
+                                     stdout=self._log, stderr=subprocess.STDOUT,
+                                     preexec_fn=_set_pdeathsig)
+        self._wait_socket(5)
+
+
+def _extra(sock, **more):
+    d = {"backend_name": "l3kv", "module_path": "l3kv.sglang", "class_name": "L3kvStorage",
+         "interface_v1": 1, "allocator": "shm", "socket": sock,
+         "reconnect_ms": 50, "reconnect_max_ms": 200}
+    d.update(more)
+    return d
+
+
+class Stack:
+    """SGLang's kv-only HiCache stack (device pool on the CPU, host pool in
+    memfds, HybridCacheController with the dynamic l3kv backend attached)."""
+
+    def __init__(self, sock, mla=False, layout="page_first", extra=None, model="l3kv-test"):
+        extra = dict(extra if extra is not None else _extra(sock))
+        self.ov = get_context().override_server_args(
+            enable_hierarchical_cache=True, hicache_mem_layout=layout,
+            hicache_storage_backend="dynamic",
+            hicache_storage_backend_extra_config=json.dumps(extra),
+            hicache_ratio=2.0, hicache_write_policy="write_through",
+            hicache_io_backend="direct", page_size=PAGE, device="cpu")
+        self.ov.install()
+        try:
+            if mla:
+                self.kv = MLATokenToKVPool(size=HOST_TOKENS, page_size=PAGE,
+                                           dtype=torch.bfloat16, kv_lora_rank=32,
+                                           qk_rope_head_dim=8, layer_num=LAYERS, device="cpu",
+                                           enable_memory_saver=False)
+            else:
+                self.kv = MHATokenToKVPool(size=HOST_TOKENS, page_size=PAGE,
+                                           dtype=torch.bfloat16, head_num=2, head_dim=8,
+                                           layer_num=LAYERS, device="cpu",
+                                           enable_memory_saver=False)
+            alloc = PagedTokenToKVPoolAllocator(HOST_TOKENS, PAGE, torch.bfloat16, "cpu",
+                                                self.kv, need_sort=False)
+            params = CacheInitParams(disable=False, req_to_token_pool=None,
+                                     token_to_kv_pool_allocator=alloc, page_size=PAGE,
+                                     tp_cache_group=dist.group.WORLD)
+            self.group, self.ctl = build_kv_only_stack(
+                params=params, kv_pool=self.kv,
+                full_layer_mapping={i: i for i in range(LAYERS)},
+                load_cache_event=threading.Event(), storage_backend="dynamic", use_mla=mla,
+                model_name=model, storage_backend_extra_config=extra)
+        except BaseException:
+            self.ov.restore()
+            raise
+        self.host = self.ctl.mem_pool_host
+        self.pool = self.group.anchor_entry.host_pool
+
+    @property
+    def backend(self):
+        return self.ctl.storage_backend
+
+    def close(self):
+        try:
+            if self.ctl.enable_storage:
+                self.ctl.detach_storage_backend()
+        finally:
+            self.ov.restore()
+
+    def threads_alive(self):
+        c = self.ctl
+        return all(t.is_alive() for t in (c.prefetch_thread, c.prefetch_io_aux_thread,
+                                          c.prefetch_sync_thread, c.backup_thread))
+
+    # Pages and bytes.
+
+    def fill(self, npages, seed):
+        """npages of fresh host pages filled with seeded random bytes: (host_indices, tokens)."""
+        idx = self.host.alloc(npages * PAGE)
+        assert idx is not None, "host pool full"
+        g = torch.Generator().manual_seed(seed)
+        for p in range(npages):
+            t = int(idx[p * PAGE])
+            page = self.pool.get_data_page(t, flat=False)
+            page.copy_(torch.randint(-1000, 1000, page.shape, generator=g).to(page.dtype))
+        tokens = [random.Random(seed).randrange(50000) for _ in range(npages * PAGE)]
+        return idx, tokens
+
+    def page_bytes(self, idx, npages):
+        out = []
+        for p in range(npages):
+            page = self.pool.get_data_page(int(idx[p * PAGE]), flat=True)
+            out.append(page.view(torch.uint8).clone())
+        return out
+
+    # What the scheduler does.
+
+    def backup(self, idx, tokens, hashes=None):
+        hashes = hashes or get_hash_str(tokens, None, page_size=PAGE)
+        op_id = self.ctl.write_storage(idx, tokens, hash_value=hashes)
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                op = self.ctl.ack_backup_queue.get(timeout=0.5)
+            except Empty:
+                continue
+            if op.id == op_id:
+                return op.completed_tokens // PAGE
+        raise AssertionError("no backup ack in %d s" % WAIT_S)
+
+    def prefetch(self, tokens, before_get=None):
+        """A prefetch through SGLang's threads: (pages hit, pages loaded,
+        host indices). before_get runs between the hit and the load."""
+        rid = "req-%d" % random.randrange(1 << 30)
+        op = self.ctl.prefetch(CacheRequestHandle(rid, 0), tokens, None, None)
+        deadline = time.monotonic() + WAIT_S
+        got = None
+        while time.monotonic() < deadline:
+            try:
+                got = self.ctl.prefetch_hit_queue.get(timeout=0.5)
+                break
+            except Empty:
+                continue
+        assert got is op, "no prefetch hit in %d s" % WAIT_S
+        hit = op.storage_hit_count // PAGE
+        if hit == 0:
+            return 0, 0, None
+        if before_get is not None:
+            before_get()
+        idx = self.host.alloc(hit * PAGE)
+        op.host_indices = idx
+        op.hash_value = op.hash_value[:hit]
+        self.ctl.prefetch_buffer.put(op)
+        loaded = None
+        while time.monotonic() < deadline:
+            try:
+                ack = self.ctl.ack_prefetch_queue.get(timeout=0.5)
+            except Empty:
+                continue
+            if ack.rid != rid:
+                continue
+            if ack.completed_tokens is not None:
+                loaded = ack.completed_tokens // PAGE
+            if getattr(ack, "completed_req", False):
+                return hit, loaded or 0, idx
+        raise AssertionError("prefetch %s did not complete in %d s" % (rid, WAIT_S))
+
+
+def _wipe(stack, idx, npages):
+    for p in range(npages):
+        stack.pool.get_data_page(int(idx[p * PAGE]), flat=False).zero_()
+
+
+class SGLangStack(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not dist.is_initialized():
+            dist.init_process_group("gloo", rank=0, world_size=1)
+            get_parallel().override_permanently(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1,
+                                                attn_dcp_rank=0)
+        cls.daemon = Daemon2(BUILD, {"tiers": {"dram": {"size": "64 MiB"}},
+                                     "copy_engine": "host"}, "l3kv-sg-")
+        cls.sock = cls.daemon.sock
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+        cls.daemon.cleanup()
+
+    def setUp(self):
+        self.stacks = []
+
+    def tearDown(self):
+        for s in self.stacks:
+            s.close()
+        # Every lease released (or expired), every pin dropped, every mapping gone.
+        deadline = time.monotonic() + 5
+        while True:
+            st = _stats(self.sock)
+            left = (st["cache"]["leases_open"], st["dram"]["pins"], st["attach"]["sessions"],
+                    st["memory"]["regions_mapped"])
+            if left == (0, 0, 0, 0) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(left, (0, 0, 0, 0), "leases, pins, sessions, regions left")
+
+    def stack(self, **kw):
+        s = Stack(self.sock, **kw)
+        self.stacks.append(s)
+        return s
+
+    def round_trip(self, mla, seed):
+        s = self.stack(mla=mla, model="rt-%s-%d" % ("mla" if mla else "mha", seed))
+        self.assertIsInstance(s.backend, l3kv.sglang.L3kvStorage)
+        n = 6
+        idx, tokens = s.fill(n, seed)
+        want = s.page_bytes(idx, n)
+        self.assertEqual(s.backup(idx, tokens), n)
+        hit, loaded, dst = s.prefetch(tokens)
+        self.assertEqual((hit, loaded), (n, n))
+        self.assertTrue(all(int(a) != int(b) for a, b in zip(dst[::PAGE], idx[::PAGE])),
+                        "the prefetch must land in other host pages")
+        got = s.page_bytes(dst, n)
+        for p in range(n):
+            self.assertTrue(torch.equal(got[p], want[p]), "page %d differs" % p)
+        st = s.backend.get_stats()
+        self.assertEqual(st["restored_pages"], n)
+        self.assertEqual(st["leases"], 0)
+        return s
+
+    def test_mha_round_trip_is_bitwise(self):
+        self.round_trip(False, 1)
+
+    def test_mla_round_trip_is_bitwise(self):
+        self.round_trip(True, 2)
+
+    def test_a_gap_gives_the_leading_run(self):
+        s = self.stack(model="gap")
+        n = 8
+        idx, tokens = s.fill(n, 3)
+        hashes = get_hash_str(tokens, None, page_size=PAGE)
+        want = s.page_bytes(idx, n)
+        self.assertEqual(s.backup(idx[:4 * PAGE], tokens[:4 * PAGE], hashes[:4]), 4)
+        self.assertEqual(s.backup(idx[5 * PAGE:], tokens[5 * PAGE:], hashes[5:]), 3)
+        hit, loaded, dst = s.prefetch(tokens)
+        self.assertEqual((hit, loaded), (4, 4))
+        got = s.page_bytes(dst, 4)
+        for p in range(4):
+            self.assertTrue(torch.equal(got[p], want[p]), "page %d differs" % p)
+
+    def test_a_repeated_write_is_present_not_rewritten(self):
+        s = self.stack(model="again")
+        idx, tokens = s.fill(4, 4)
+        self.assertEqual(s.backup(idx, tokens), 4)
+        self.assertEqual(s.backup(idx, tokens), 4)
+        st = s.backend.get_stats()
+        self.assertEqual((st["published_pages"], st["present_pages"]), (4, 4))
+
+    def test_a_killed_daemon_is_a_miss_then_recovers(self):
+        s = self.stack(model="restart")
+        n = 4
+        idx, tokens = s.fill(n, 5)
+        want = s.page_bytes(idx, n)
+        self.assertEqual(s.backup(idx, tokens), n)
+        # Killed between the hit (admitted) and the load: the load is a miss.
+        hit, loaded, dst = s.prefetch(tokens, before_get=self.daemon.kill)
+        self.assertEqual((hit, loaded), (n, 0))
+        self.assertTrue(s.threads_alive())
+        # Down: lookups are misses, backups fail, nothing raises.
+        self.assertEqual(s.prefetch(tokens)[:2], (0, 0))
+        self.assertEqual(s.backup(idx, tokens), 0)
+        self.assertTrue(s.threads_alive())
+        self.daemon.restart()
+        time.sleep(0.3)     # past the backoff
+        # The restarted daemon's DRAM is empty: a miss, then the backup goes in again.
+        self.assertEqual(s.prefetch(tokens)[:2], (0, 0))
+        self.assertEqual(s.backup(idx, tokens), n)
+        hit, loaded, dst = s.prefetch(tokens)
+        self.assertEqual((hit, loaded), (n, n))
+        got = s.page_bytes(dst, n)
+        for p in range(n):
+            self.assertTrue(torch.equal(got[p], want[p]), "page %d differs" % p)
+        self.assertGreaterEqual(s.backend.get_stats()["reconnects"], 1)
+        self.assertTrue(s.threads_alive())
+
+    def test_detach_then_attach_releases_the_mapping(self):
+        s = self.stack(model="detach")
+        idx, tokens = s.fill(2, 6)
+        self.assertEqual(s.backup(idx, tokens), 2)
+        before = _stats(self.sock)
+        self.assertEqual(before["attach"]["sessions"], 1)
+        self.assertEqual(before["memory"]["regions_mapped"], 2)     # K and V halves
+        s.ctl.detach_storage_backend()
+        self.assertFalse(s.ctl.enable_storage)
+        after = _stats(self.sock)
+        self.assertEqual((after["attach"]["sessions"], after["memory"]["regions_mapped"],
+                          after["cache"]["leases_open"]), (0, 0, 0))
+        s.ctl.attach_storage_backend("dynamic", model_name="detach",
+                                     storage_backend_extra_config=_extra(self.sock),
+                                     host_pools=getattr(s.group, "entries", None))
+        hit, loaded, _ = s.prefetch(tokens)
+        self.assertEqual((hit, loaded), (2, 2))
+
+    def test_refusals_say_what_to_change(self):
+        cases = [
+            (dict(layout="layer_first"), "page_first"),
+            (dict(extra=_extra(self.sock, allocator=None)), "shm"),
+            (dict(extra={k: v for k, v in _extra(self.sock).items() if k != "interface_v1"}),
+             "interface_v1"),
+        ]
+        for kw, text in cases:
+            with self.subTest(kw=kw):
+                with self.assertRaises(Exception) as cm:
+                    self.stack(**kw)
+                self.assertIn(text, str(cm.exception))
+                self.assertIn("l3kv", str(cm.exception))
+
+    def test_sglang_fault_injector_never_gives_wrong_bytes(self):
+        os.environ["SGLANG_TEST_HICACHE_BACKEND_RANDOM_FAILURE"] = "0.3"
+        os.environ["SGLANG_TEST_HICACHE_BACKEND_RANDOM_DELAY"] = "0.01"
+        try:
+            s = self.stack(model="faults")
+        finally:
+            del os.environ["SGLANG_TEST_HICACHE_BACKEND_RANDOM_FAILURE"]
+            del os.environ["SGLANG_TEST_HICACHE_BACKEND_RANDOM_DELAY"]
+        self.assertNotIsInstance(s.backend, l3kv.sglang.L3kvStorage)   # the injector wraps it
+        for seed in range(10, 16):
+            idx, tokens = s.fill(3, seed)
+            want = s.page_bytes(idx, 3)
+            s.backup(idx, tokens)
+            hit, loaded, dst = s.prefetch(tokens)
+            self.assertLessEqual(loaded, hit)
+            if loaded:
+                got = s.page_bytes(dst, loaded)
+                for p in range(loaded):
+                    self.assertTrue(torch.equal(got[p], want[p]), "seed %d page %d" % (seed, p))
+            s.host.free(idx)
+            if dst is not None:
+                s.host.free(dst)
+        self.assertTrue(s.threads_alive())
+
+
+def _stats(sock):
+    with l3kv.Client(sock) as c:
+        return c.stats()
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0]], verbosity=2)
