@@ -55,14 +55,14 @@ LDFLAGS		+= $(SAN)
 # CUDA: kernels/*.cu with nvcc when it is there, the stub otherwise.
 KERNEL_CU	:= $(wildcard kernels/*.cu)
 ifneq ($(NVCC),)
-KERNEL_OBJS	:= $(patsubst kernels/%.cu,$(BUILD)/kernels/%.o,$(KERNEL_CU))
+KERNEL_OBJS	:= $(patsubst kernels/%.cu,$(BUILD)/kernels/%.o,$(KERNEL_CU)) $(BUILD)/kernels/kernels_conf.o
 KERNEL_LIBS	:= -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 KERNEL_NOTE	:= nvcc found: CUDA kernels built for sm_90 (+PTX), cudart linked statically
 NVCCFLAGS	?= -O3 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
 		   -Xcompiler -fPIC,-fno-exceptions,-fno-threadsafe-statics,-fvisibility=hidden \
 		   -Ikernels
 else
-KERNEL_OBJS	:= $(BUILD)/kernels/kernels_stub.o
+KERNEL_OBJS	:= $(BUILD)/kernels/kernels_stub.o $(BUILD)/kernels/kernels_conf.o
 KERNEL_LIBS	:=
 KERNEL_NOTE	:= nvcc not found: built the kernel stub; only the host copy engine is available
 endif
@@ -204,7 +204,8 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(PROTO_SRCS) daemon/config.c daemon/log.c
 		$(shell pkg-config --cflags jansson) -o $@ $^ $(shell pkg-config --libs jansson)
 
 # The file object header decoder lives in filetier.c, which links with the rest of the daemon.
-$(BUILD)/fuzz/fuzz_filehdr: tests/fuzz/fuzz_filehdr.c $(DAEMON_SRCS) $(PROTO_SRCS) kernels/kernels_stub.c
+$(BUILD)/fuzz/fuzz_filehdr: tests/fuzz/fuzz_filehdr.c $(DAEMON_SRCS) $(PROTO_SRCS) kernels/kernels_stub.c \
+		kernels/kernels_conf.c
 	$(call msg,FUZZ,$@)
 	@mkdir -p $(dir $@)
 	$(Q)clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined \
