@@ -71,6 +71,7 @@
 #define COPY_PIECE_MIN		(1ULL << 20)
 #define COPY_PIECES_PER_WORKER	4
 #define COPY_BATCH		64	/* completions per loop wakeup */
+#define COPY_SUM_CHUNKS		128	/* digests on the stack: pages to 8 MiB */
 
 struct copy_engine {
 	pthread_mutex_t		 lock;		/* guards todo, stop */
@@ -86,7 +87,16 @@ struct copy_engine {
 
 /* The guarded copy this thread is in, or NULL (read by the SIGBUS handler). */
 static __thread sigjmp_buf *volatile copy_guard;
-static pthread_once_t	copy_guard_once = PTHREAD_ONCE_INIT;
+static pthread_once_t	copy_once = PTHREAD_ONCE_INIT;
+
+static uint64_t
+copy_csum_base(const void *p, size_t len)
+{
+	return XXH3_64bits(p, len);
+}
+
+/* The chunk digest: XXH3-64, with AVX2 where the CPU has it (copy_csum.c). */
+static uint64_t	(*copy_digest)(const void *, size_t) = copy_csum_base;
 
 static void
 copy_sigbus(int sig, siginfo_t *si, void *uc)
@@ -108,8 +118,9 @@ copy_sigbus(int sig, siginfo_t *si, void *uc)
 		raise(sig);	/* sent, not a fault: returning would not repeat it */
 }
 
+/* Once per process: the SIGBUS handler, the digest this CPU runs fastest. */
 static void
-copy_guard_install(void)
+copy_init(void)
 {
 	struct sigaction	sa;
 
@@ -119,6 +130,11 @@ copy_guard_install(void)
 	sigemptyset(&sa.sa_mask);
 	if (sigaction(SIGBUS, &sa, NULL) != 0)
 		fatalx("copy", "sigaction(SIGBUS): %s", strerror(errno));
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx2"))
+		copy_digest = copy_csum_avx2;
+#endif
 }
 
 static void
@@ -177,34 +193,41 @@ copy_le64(uint8_t *p, uint64_t v)
 }
 
 /*
- * Copies a contiguous page out of engine memory into its object and
- * returns the object's checksum, in one pass: each chunk is hashed right
- * after it was copied, from the object's bytes (in cache, and what the
- * tier will hold whatever the engine writes meanwhile). The value is
- * dram_checksum()'s (dram.c): XXH3-64 over the chunks' little-endian
- * digests, then the length.
+ * The object checksum of obj's len bytes: dram_checksum()'s value (dram.c:
+ * XXH3-64 over the chunks' little-endian digests, then the length), with
+ * the fastest digest this CPU has. With src, each chunk is first copied
+ * from src into obj and hashed right after, while it is in cache: a
+ * publish is one pass over the bytes.
  */
-uint64_t
-copy_page_publish(uint8_t *obj, const uint8_t *src, uint64_t len)
+static uint64_t
+copy_sum(uint8_t *obj, const uint8_t *src, uint64_t len)
 {
-	uint8_t		stackbuf[64 * 8 + 8], *dig = stackbuf;
-	uint64_t	nchunks = (len + DRAM_CSUM_CHUNK - 1) / DRAM_CSUM_CHUNK, i, n, h;
+	uint8_t		stackbuf[(COPY_SUM_CHUNKS + 1) * 8], *dig = stackbuf;
+	uint64_t	nchunks = (len + DRAM_CSUM_CHUNK - 1) / DRAM_CSUM_CHUNK, i, n;
 
-	if (nchunks > 64) {
-		/* Past 4 MiB: copy, then the tier's own function (the same value). */
-		memcpy(obj, src, len);
+	if (nchunks > COPY_SUM_CHUNKS) {
+		/* Larger than any page: the tier's own function (the same value). */
+		if (src != NULL)
+			memcpy(obj, src, len);
 		return dram_checksum(obj, len);
 	}
 	for (i = 0; i < nchunks; i++) {
 		n = len - i * DRAM_CSUM_CHUNK;
 		if (n > DRAM_CSUM_CHUNK)
 			n = DRAM_CSUM_CHUNK;
-		memcpy(obj + i * DRAM_CSUM_CHUNK, src + i * DRAM_CSUM_CHUNK, n);
-		copy_le64(dig + i * 8, XXH3_64bits(obj + i * DRAM_CSUM_CHUNK, n));
+		if (src != NULL)
+			memcpy(obj + i * DRAM_CSUM_CHUNK, src + i * DRAM_CSUM_CHUNK, n);
+		copy_le64(dig + i * 8, copy_digest(obj + i * DRAM_CSUM_CHUNK, n));
 	}
 	copy_le64(dig + nchunks * 8, len);
-	h = XXH3_64bits(dig, (nchunks + 1) * 8);
-	return h;
+	return copy_digest(dig, (nchunks + 1) * 8);
+}
+
+/* Copies a contiguous page out of engine memory into its object; its checksum. */
+uint64_t
+copy_page_publish(uint8_t *obj, const uint8_t *src, uint64_t len)
+{
+	return copy_sum(obj, src, len);
 }
 
 /* Whether a region's page is one run of bytes in both layouts. */
@@ -300,7 +323,7 @@ copy_run(struct copy_engine *ce, struct copy_job *job, uint32_t first, uint32_t 
 		base = pg->base != NULL ? pg->base : job->base;
 		if (job->kind == COPY_RESTORE) {
 			/* Verify before writing: a corrupt page never lands. */
-			if (dram_checksum(pg->obj, pg->len) != pg->checksum) {
+			if (copy_sum(pg->obj, NULL, pg->len) != pg->checksum) {
 				copy_guard = NULL;
 				copy_fail(ce, job, PROTO_S_LOST, i, NULL);
 				break;
@@ -311,7 +334,7 @@ copy_run(struct copy_engine *ce, struct copy_job *job, uint32_t first, uint32_t 
 			    base + (uint64_t)pg->region_page * g->page_stride, pg->len);
 		} else {
 			copy_page_scatter(g, base, pg->region_page, pg->obj, 0);
-			pg->checksum = dram_checksum(pg->obj, pg->len);
+			pg->checksum = copy_sum(pg->obj, NULL, pg->len);
 		}
 	}
 	copy_guard = NULL;
@@ -386,7 +409,7 @@ copy_engine_new(struct event_base *base, int nthreads, unsigned delay_ms,
 	pthread_cond_init(&ce->cond, NULL);
 	TAILQ_INIT(&ce->todo);
 	ce->delay_ms = delay_ms;
-	pthread_once(&copy_guard_once, copy_guard_install);
+	pthread_once(&copy_once, copy_init);
 	if ((rc = workq_new(base, "copy", COPY_BATCH, copy_done, NULL, ce, &ce->wq, err,
 	    errlen)) != 0) {
 		copy_engine_free(ce);

@@ -783,6 +783,8 @@ void	 copy_host_submit(struct copy_engine *, struct copy_job *);
 void	 copy_page_scatter(const struct proto_region *, uint8_t *base, uint32_t page,
 	    uint8_t *obj, int to_region);
 uint64_t copy_page_publish(uint8_t *obj, const uint8_t *src, uint64_t len);
+/* copy_csum.c: XXH3-64 built for AVX2; call only where the CPU has it. */
+uint64_t copy_csum_avx2(const void *, size_t);
 
 /*
  * cuda.c: the cuda copy engine's daemon side (kernels/ through kernels.h):
