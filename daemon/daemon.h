@@ -716,12 +716,11 @@ struct workq_entry {
 struct workq;
 typedef void workq_done_fn(struct workq_entry *, void *arg);
 typedef void workq_wake_fn(void *arg);
-int	 workq_new(struct event_base *, const char *name, unsigned batch, workq_done_fn *,
-	    workq_wake_fn *, void *arg, struct workq **, char *err, size_t errlen);
+int	 workq_new(struct event_base *, const char *name, unsigned batch, workq_done_fn *done,
+	    workq_wake_fn *wake, void *arg, struct workq **out, char *err, size_t errlen);
 void	 workq_free(struct workq *);
 void	 workq_push(struct workq *, struct workq_entry *);
 int	 workq_fd(const struct workq *);
-void	 workq_kick(struct workq *);
 
 /*
  * copy.c: the copy-engine front (copy_submit, copy_cancel pick the host

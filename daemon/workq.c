@@ -6,8 +6,10 @@
  * FIFO of entries the callers embed in their own objects (no allocation
  * on the way back, so a completion can never fail), an eventfd written
  * when the FIFO goes from empty to not empty, and a loop callback that
- * runs at most `batch` completions per wakeup and re-arms itself for the
- * rest, so that a burst of completions cannot starve the sockets.
+ * runs at most `batch` completions per wakeup and leaves the rest to a
+ * zero timer, which fires only after the loop has polled its sockets
+ * again (event_active would run it in the same pass), so that a burst of
+ * completions cannot starve the connections.
  *
  * Ownership: an entry pushed belongs to the queue until its done() runs
  * on the loop thread; workq_free drops the entries not yet run (the loop
@@ -32,6 +34,7 @@ struct workq {
 	struct workq_entry	*tail;
 	int			 efd;
 	struct event		*ev;
+	struct event		*more;		/* a zero timer: the rest, next loop turn */
 	unsigned		 batch;
 	workq_done_fn		*done;
 	workq_wake_fn		*wake;
@@ -41,17 +44,13 @@ struct workq {
 
 /* The loop's side: bounded drain, then the owner's wake hook. */
 static void
-workq_cb(evutil_socket_t fd, short ev, void *arg)
+workq_drain(struct workq *q)
 {
-	struct workq		*q = arg;
-	struct workq_entry	*first, *last = NULL, *e, *next;
-	unsigned		 n = 0;
-	uint64_t		 v;
-	int			 more;
+	static const struct timeval	 now = { 0, 0 };
+	struct workq_entry		*first, *last = NULL, *e, *next;
+	unsigned			 n = 0;
+	int				 more;
 
-	(void)ev;
-	if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-		log_warn(q->name, "eventfd read: %s", strerror(errno));
 	pthread_mutex_lock(&q->lock);
 	first = q->head;
 	for (e = first; e != NULL && n < q->batch; e = e->next, n++)
@@ -65,14 +64,34 @@ workq_cb(evutil_socket_t fd, short ev, void *arg)
 	more = q->head != NULL;
 	pthread_mutex_unlock(&q->lock);
 	/* Entries pushed from now on write the eventfd only if the FIFO was empty. */
-	if (more)
-		event_active(q->ev, EV_READ, 0);
+	if (more && evtimer_add(q->more, &now) != 0)
+		event_active(q->ev, EV_READ, 0);	/* cannot fail; never strand entries */
 	for (e = last != NULL ? first : NULL; e != NULL; e = next) {
 		next = e->next;
 		q->done(e, q->arg);
 	}
 	if (q->wake != NULL)
 		q->wake(q->arg);
+}
+
+static void
+workq_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct workq	*q = arg;
+	uint64_t	 v;
+
+	(void)ev;
+	if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		log_warn(q->name, "eventfd read: %s", strerror(errno));
+	workq_drain(q);
+}
+
+static void
+workq_more_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	(void)fd;
+	(void)ev;
+	workq_drain(arg);
 }
 
 /*
@@ -105,7 +124,8 @@ workq_new(struct event_base *base, const char *name, unsigned batch, workq_done_
 		return rc;
 	}
 	q->ev = event_new(base, q->efd, EV_READ | EV_PERSIST, workq_cb, q);
-	if (q->ev == NULL || event_add(q->ev, NULL) != 0) {
+	q->more = evtimer_new(base, workq_more_cb, q);
+	if (q->ev == NULL || q->more == NULL || event_add(q->ev, NULL) != 0) {
 		snprintf(err, errlen, "out of memory for the %s queue", name);
 		workq_free(q);
 		return -ENOMEM;
@@ -122,6 +142,8 @@ workq_free(struct workq *q)
 		return;
 	if (q->ev != NULL)
 		event_free(q->ev);
+	if (q->more != NULL)
+		event_free(q->more);
 	if (q->efd >= 0)
 		close(q->efd);
 	pthread_mutex_destroy(&q->lock);
@@ -153,11 +175,4 @@ int
 workq_fd(const struct workq *q)
 {
 	return q->efd;
-}
-
-/* Loop thread: runs the callback at the next turn of the loop. */
-void
-workq_kick(struct workq *q)
-{
-	event_active(q->ev, EV_READ, 0);
 }
