@@ -27,10 +27,12 @@
  * raises `failed` and the others stop at their next page; the worker that
  * ends the job's last run completes it. Cancellation is a flag read
  * between pages, so a cancel is acknowledged only when the completion
- * ran, i.e. when no copy can still land. A restore verifies each object
- * whole before writing it (a corrupt page never lands; with several runs,
- * pages of other runs may have); a publish checksums each 64 KiB chunk
- * right after copying it, while it is in cache.
+ * ran, i.e. when no copy can still land. A restore verifies a page of up
+ * to COPY_VERIFY_FIRST bytes whole before writing it (a corrupt page
+ * never lands), a larger one chunk by chunk as it copies it (one pass over
+ * DRAM; the restore still fails `lost`, never succeeds unverified); with
+ * several runs, pages of other runs may have landed. A publish checksums
+ * each 64 KiB chunk right after copying it, while it is in cache.
  *
  * The fault guard: a memfd that cannot be sealed against shrinking (an
  * engine that created it without MFD_ALLOW_SEALING, as SGLang's shm
@@ -72,6 +74,13 @@
 #define COPY_PIECES_PER_WORKER	4
 #define COPY_BATCH		64	/* completions per loop wakeup */
 #define COPY_SUM_CHUNKS		128	/* digests on the stack: pages to 8 MiB */
+/*
+ * Restored pages up to this size are verified whole before any byte is
+ * written (two passes over a page that stays in L2); larger ones in one
+ * pass, each 64 KiB chunk hashed and then copied while in cache, so that
+ * a corrupt one may have partly landed when its restore fails `lost`.
+ */
+#define COPY_VERIFY_FIRST	(256U << 10)
 
 struct copy_engine {
 	pthread_mutex_t		 lock;		/* guards todo, stop */
@@ -197,19 +206,24 @@ copy_le64(uint8_t *p, uint64_t v)
  * XXH3-64 over the chunks' little-endian digests, then the length), with
  * the fastest digest this CPU has. With src, each chunk is first copied
  * from src into obj and hashed right after, while it is in cache: a
- * publish is one pass over the bytes.
+ * publish is one pass over the bytes. With dst, each chunk of obj is
+ * hashed and then copied to dst from cache: a large restore is one pass
+ * (the hash is always of obj, the tier's bytes, never of engine memory).
  */
 static uint64_t
-copy_sum(uint8_t *obj, const uint8_t *src, uint64_t len)
+copy_sum2(uint8_t *obj, const uint8_t *src, uint8_t *dst, uint64_t len)
 {
 	uint8_t		stackbuf[(COPY_SUM_CHUNKS + 1) * 8], *dig = stackbuf;
-	uint64_t	nchunks = (len + DRAM_CSUM_CHUNK - 1) / DRAM_CSUM_CHUNK, i, n;
+	uint64_t	nchunks = (len + DRAM_CSUM_CHUNK - 1) / DRAM_CSUM_CHUNK, i, n, h;
 
 	if (nchunks > COPY_SUM_CHUNKS) {
 		/* Larger than any page: the tier's own function (the same value). */
 		if (src != NULL)
 			memcpy(obj, src, len);
-		return dram_checksum(obj, len);
+		h = dram_checksum(obj, len);
+		if (dst != NULL)
+			memcpy(dst, obj, len);
+		return h;
 	}
 	for (i = 0; i < nchunks; i++) {
 		n = len - i * DRAM_CSUM_CHUNK;
@@ -218,9 +232,17 @@ copy_sum(uint8_t *obj, const uint8_t *src, uint64_t len)
 		if (src != NULL)
 			memcpy(obj + i * DRAM_CSUM_CHUNK, src + i * DRAM_CSUM_CHUNK, n);
 		copy_le64(dig + i * 8, copy_digest(obj + i * DRAM_CSUM_CHUNK, n));
+		if (dst != NULL)
+			memcpy(dst + i * DRAM_CSUM_CHUNK, obj + i * DRAM_CSUM_CHUNK, n);
 	}
 	copy_le64(dig + nchunks * 8, len);
 	return copy_digest(dig, (nchunks + 1) * 8);
+}
+
+static uint64_t
+copy_sum(uint8_t *obj, const uint8_t *src, uint64_t len)
+{
+	return copy_sum2(obj, src, NULL, len);
 }
 
 /* Copies a contiguous page out of engine memory into its object; its checksum. */
@@ -321,7 +343,15 @@ copy_run(struct copy_engine *ce, struct copy_job *job, uint32_t first, uint32_t 
 		pg = &job->pages[i];
 		g = pg->geom != NULL ? pg->geom : job->geom;
 		base = pg->base != NULL ? pg->base : job->base;
-		if (job->kind == COPY_RESTORE) {
+		if (job->kind == COPY_RESTORE && pg->len > COPY_VERIFY_FIRST && copy_contiguous(g)) {
+			/* One pass: each chunk verified as it is copied; the page fails whole. */
+			if (copy_sum2(pg->obj, NULL, base + (uint64_t)pg->region_page * g->page_stride,
+			    pg->len) != pg->checksum) {
+				copy_guard = NULL;
+				copy_fail(ce, job, PROTO_S_LOST, i, NULL);
+				break;
+			}
+		} else if (job->kind == COPY_RESTORE) {
 			/* Verify before writing: a corrupt page never lands. */
 			if (copy_sum(pg->obj, NULL, pg->len) != pg->checksum) {
 				copy_guard = NULL;

@@ -33,6 +33,7 @@ struct cp {
 	uint8_t			*mem;
 	struct region		 reg;
 	struct copy_job		 job;
+	uint32_t		 page;		/* bytes of a page */
 	int			 done;
 };
 
@@ -44,13 +45,14 @@ cp_done(struct copy_job *job)
 
 /* An engine of CP_WORKERS workers; an arena of random objects; an unsealed memfd region. */
 static void
-cp_init(struct cp *c, unsigned delay_ms)
+cp_init_page(struct cp *c, unsigned delay_ms, uint32_t page)
 {
 	char		err[256];
-	uint64_t	x = 88172645463325252ULL, i, len = (uint64_t)CP_PAGE * CP_PAGES;
+	uint64_t	x = 88172645463325252ULL, i, len = (uint64_t)page * CP_PAGES;
 	int		fd;
 
 	memset(c, 0, sizeof(*c));
+	c->page = page;
 	c->base = event_base_new();
 	ck_assert_ptr_nonnull(c->base);
 	ck_assert_int_eq(copy_engine_new(c->base, CP_WORKERS, delay_ms, &c->ce, err, sizeof(err)),
@@ -70,8 +72,8 @@ cp_init(struct cp *c, unsigned delay_ms)
 	ck_assert(c->mem != MAP_FAILED);
 	c->reg.desc = (struct proto_region){ .kind = PROTO_MEM_MEMFD,
 	    .layout = PROTO_LAYOUT_PAGE_FIRST, .size = len, .num_pages = CP_PAGES,
-	    .page_tokens = 1, .layers = 1, .token_bytes = CP_PAGE, .page_stride = CP_PAGE,
-	    .layer_stride = CP_PAGE, .token_stride = CP_PAGE };
+	    .page_tokens = 1, .layers = 1, .token_bytes = page, .page_stride = page,
+	    .layer_stride = page, .token_stride = page };
 	c->reg.map = c->mem;
 	c->reg.map_len = len;
 	c->reg.base = c->mem;
@@ -80,11 +82,17 @@ cp_init(struct cp *c, unsigned delay_ms)
 }
 
 static void
+cp_init(struct cp *c, unsigned delay_ms)
+{
+	cp_init_page(c, delay_ms, CP_PAGE);
+}
+
+static void
 cp_fini(struct cp *c)
 {
 	copy_engine_free(c->ce);
 	event_base_free(c->base);
-	munmap(c->mem, (size_t)CP_PAGE * CP_PAGES);
+	munmap(c->mem, (size_t)c->page * CP_PAGES);
 	close(c->reg.fd);
 	free(c->arena);
 	free(c->job.pages);
@@ -110,9 +118,9 @@ cp_job(struct cp *c, int kind)
 	for (i = 0; i < CP_PAGES; i++) {
 		struct copy_page *pg = &c->job.pages[i];
 
-		pg->obj = c->arena + (uint64_t)i * CP_PAGE;
-		pg->len = CP_PAGE;
-		pg->checksum = dram_checksum(pg->obj, CP_PAGE);
+		pg->obj = c->arena + (uint64_t)i * c->page;
+		pg->len = c->page;
+		pg->checksum = dram_checksum(pg->obj, c->page);
 		pg->region_page = CP_PAGES - 1 - i;
 	}
 	c->done = 0;
@@ -131,8 +139,8 @@ cp_run(struct cp *c)
 static int
 cp_page_landed(const struct cp *c, uint32_t i)
 {
-	return memcmp(c->mem + (uint64_t)(CP_PAGES - 1 - i) * CP_PAGE,
-	    c->arena + (uint64_t)i * CP_PAGE, CP_PAGE) == 0;
+	return memcmp(c->mem + (uint64_t)(CP_PAGES - 1 - i) * c->page,
+	    c->arena + (uint64_t)i * c->page, c->page) == 0;
 }
 
 START_TEST(test_a_split_restore_lands_every_page_and_a_split_publish_sums_them)
@@ -149,14 +157,14 @@ START_TEST(test_a_split_restore_lands_every_page_and_a_split_publish_sums_them)
 	for (i = 0; i < CP_PAGES; i++)
 		ck_assert_msg(cp_page_landed(&c, i), "page %u", i);
 	/* Publish back into a zeroed arena: the same bytes, the tier's checksum. */
-	memset(c.arena, 0, (size_t)CP_PAGE * CP_PAGES);
+	memset(c.arena, 0, (size_t)c.page * CP_PAGES);
 	cp_job(&c, COPY_PUBLISH);
 	cp_run(&c);
 	ck_assert_int_eq(c.job.status, PROTO_S_OK);
 	for (i = 0; i < CP_PAGES; i++) {
 		ck_assert_msg(cp_page_landed(&c, i), "page %u", i);
 		ck_assert_uint_eq(c.job.pages[i].checksum,
-		    dram_checksum(c.arena + (uint64_t)i * CP_PAGE, CP_PAGE));
+		    dram_checksum(c.arena + (uint64_t)i * c.page, c.page));
 	}
 	cp_fini(&c);
 }
@@ -202,6 +210,31 @@ START_TEST(test_a_corrupt_object_fails_a_split_restore_and_is_named)
 }
 END_TEST
 
+/* Pages over 256 KiB are verified as they are copied: one pass, still never a success. */
+START_TEST(test_large_pages_restore_in_one_pass_and_a_corrupt_one_fails)
+{
+	struct cp	c;
+	uint32_t	i, bad = 40;
+
+	cp_init_page(&c, 0, (2248704 / 64) * 64);
+	cp_job(&c, COPY_RESTORE);
+	cp_run(&c);
+	ck_assert_int_eq(c.job.status, PROTO_S_OK);
+	for (i = 0; i < CP_PAGES; i++)
+		ck_assert_msg(cp_page_landed(&c, i), "page %u", i);
+	memset(c.mem, 0, (size_t)c.page * CP_PAGES);
+	cp_job(&c, COPY_RESTORE);
+	c.job.pages[bad].checksum ^= 1;
+	cp_run(&c);
+	ck_assert_int_eq(c.job.status, PROTO_S_LOST);
+	ck_assert_uint_eq(c.job.bad_page, bad);
+	ck_assert_uint_le(c.job.done_pages, bad);
+	for (i = 0; i < c.job.done_pages; i++)
+		ck_assert_msg(cp_page_landed(&c, i), "page %u", i);
+	cp_fini(&c);
+}
+END_TEST
+
 START_TEST(test_a_cancelled_split_restore_reports_its_landed_prefix)
 {
 	struct cp	c;
@@ -225,7 +258,7 @@ cp_shrink(void *arg)
 	struct cp	*c = arg;
 
 	usleep(120000);
-	ck_assert_int_eq(ftruncate(c->reg.fd, CP_PAGE * 2), 0);
+	ck_assert_int_eq(ftruncate(c->reg.fd, (off_t)c->page * 2), 0);
 	return NULL;
 }
 
@@ -338,6 +371,7 @@ suite_copy(void)
 	tcase_add_test(tc, test_a_split_restore_lands_every_page_and_a_split_publish_sums_them);
 	tcase_add_test(tc, test_publish_checksum_is_the_tiers_for_every_length);
 	tcase_add_test(tc, test_a_corrupt_object_fails_a_split_restore_and_is_named);
+	tcase_add_test(tc, test_large_pages_restore_in_one_pass_and_a_corrupt_one_fails);
 	tcase_add_test(tc, test_a_cancelled_split_restore_reports_its_landed_prefix);
 	tcase_add_test(tc, test_a_memfd_shrunk_under_a_copy_fails_the_job_not_the_process);
 	tcase_add_test_raise_signal(tc, test_a_fault_outside_the_guard_still_kills, SIGBUS);
