@@ -65,14 +65,14 @@ LDFLAGS		+= $(SAN)
 # CUDA: kernels/*.cu with nvcc when it is there, the stub otherwise.
 KERNEL_CU	:= $(wildcard kernels/*.cu)
 ifneq ($(NVCC),)
-KERNEL_OBJS	:= $(patsubst kernels/%.cu,$(BUILD)/kernels/%.o,$(KERNEL_CU))
+KERNEL_OBJS	:= $(patsubst kernels/%.cu,$(BUILD)/kernels/%.o,$(KERNEL_CU)) $(BUILD)/kernels/kernels_conf.o
 KERNEL_LIBS	:= -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 KERNEL_NOTE	:= nvcc found: CUDA kernels built for sm_90 (+PTX), cudart linked statically
 NVCCFLAGS	?= -O3 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
 		   -Xcompiler -fPIC,-fno-exceptions,-fno-threadsafe-statics,-fvisibility=hidden \
 		   -Ikernels
 else
-KERNEL_OBJS	:= $(BUILD)/kernels/kernels_stub.o
+KERNEL_OBJS	:= $(BUILD)/kernels/kernels_stub.o $(BUILD)/kernels/kernels_conf.o
 KERNEL_LIBS	:=
 KERNEL_NOTE	:= nvcc not found: built the kernel stub; only the host copy engine is available
 endif
@@ -104,6 +104,12 @@ $(BUILD)/%.o: %.c
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# XXH3 chooses its vector code at compile time: the copy engine's digest gets AVX2 (used only
+# where the CPU has it).
+ifneq ($(filter x86_64 amd64,$(shell uname -m)),)
+$(BUILD)/daemon/copy_csum.o: CFLAGS += -mavx2
+endif
 
 # Tests build paths from mkdtemp names; truncation there fails the test, not the build.
 $(BUILD)/tests/%.o: CFLAGS += -Wno-format-truncation
@@ -158,6 +164,11 @@ $(BUILD)/bench_dram: tests/bench/bench_dram.c $(DAEMON_OBJS) $(PROTO_OBJS) $(KER
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_DEPS) $(KERNEL_LIBS) -lm
 
+# The host copy engine alone against memmove by as many threads (RESTORE, PUBLISH; checksums verified).
+$(BUILD)/bench_copy: tests/bench/bench_copy.c $(DAEMON_OBJS) $(PROTO_OBJS) $(KERNEL_OBJS)
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_DEPS) $(KERNEL_LIBS) -lm
+
 # The GPU data-path benchmark, through kernels.h (tests/bench/gpu.sh runs it on a GPU host).
 $(BUILD)/bench_gpu: $(BUILD)/tests/bench/bench_gpu.o $(DAEMON_OBJS) $(PROTO_OBJS) $(KERNEL_OBJS)
 	$(call msg,LD,$@)
@@ -171,8 +182,10 @@ $(BUILD)/bench_e2e: $(BUILD)/tests/bench/bench_e2e.o $(LIB_OBJS) $(PROTO_OBJS) $
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS_DEPS) $(KERNEL_LIBS) -lm
 
 # Benchmarks: numbers, never pass/fail. Results go to tests/bench/RESULTS.md by hand.
-bench: all $(BUILD)/bench_control $(BUILD)/bench_file $(BUILD)/bench_e2e $(BUILD)/bench_dram
+bench: all $(BUILD)/bench_control $(BUILD)/bench_file $(BUILD)/bench_e2e $(BUILD)/bench_dram \
+		$(BUILD)/bench_copy
 	$(Q)$(BUILD)/bench_dram 200000
+	$(Q)$(BUILD)/bench_copy
 	$(Q)tests/bench/control.sh $(BUILD)
 	$(Q)tests/bench/file.sh $(BUILD)
 
@@ -218,7 +231,8 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(PROTO_SRCS) daemon/config.c daemon/log.c
 		$(shell pkg-config --cflags jansson) -o $@ $^ $(shell pkg-config --libs jansson)
 
 # The file object header decoder lives in filetier_obj.c, which links with the rest of the daemon.
-$(BUILD)/fuzz/fuzz_filehdr: tests/fuzz/fuzz_filehdr.c $(DAEMON_SRCS) $(PROTO_SRCS) kernels/kernels_stub.c
+$(BUILD)/fuzz/fuzz_filehdr: tests/fuzz/fuzz_filehdr.c $(DAEMON_SRCS) $(PROTO_SRCS) kernels/kernels_stub.c \
+		kernels/kernels_conf.c
 	$(call msg,FUZZ,$@)
 	@mkdir -p $(dir $@)
 	$(Q)clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined \

@@ -1,22 +1,56 @@
 /*
- * The host copy engine: worker threads that move page bytes between the
- * DRAM tier and engine memory registered as memfds, verifying checksums
- * on the way. It is the production path for host-memory engines (SGLang's
+ * The copy-engine front and the host copy engine.
+ *
+ * The front: copy_submit() and copy_cancel() pick the engine by the job's
+ * region (GPU memory: cuda.c; a memfd: the host engine here), so restore.c
+ * and publish.c never choose.
+ *
+ * The host engine: worker threads that move page bytes between the DRAM
+ * tier and engine memory registered as memfds, verifying checksums on the
+ * way. It is the production path for host-memory engines (SGLang's
  * shm-allocated L2 pool) and what every CI test drives.
  *
  * Ownership: the loop thread builds a job, pins everything it touches
  * (objects, the session whose regions it writes) and submits it; from
  * then on the job belongs to the workers until its completion runs back
- * on the loop thread, which alone unpins. Workers never touch daemon
- * state: they read and write bytes, fill the job's result fields, and
- * report through an eventfd watched by the loop. Cancellation is a flag
- * the worker reads between pages, so a cancel is acknowledged only when
- * the completion ran, i.e. when no copy can still land.
+ * on the loop thread (through a workq), which alone unpins. Workers never
+ * touch daemon state: they read and write bytes and fill the job's result
+ * fields.
+ *
+ * Pieces: a job of more than COPY_PIECE_MIN bytes is split into runs of
+ * whole pages (up to COPY_PIECES_PER_WORKER per worker, for balance) that
+ * the workers take from the job at the head of the queue, so one RESTORE
+ * or PUBLISH runs on every worker at once. A run that stops (a cancel, a
+ * corrupt object, a fault) lowers the job's stop_page to where it stopped;
+ * pages below it have all landed, so done_pages is the whole, verified,
+ * contiguous prefix that a cancel or a deadline reports. A run that fails
+ * raises `failed` and the others stop at their next page; the worker that
+ * ends the job's last run completes it. Cancellation is a flag read
+ * between pages, so a cancel is acknowledged only when the completion
+ * ran, i.e. when no copy can still land. A restore verifies a page of up
+ * to COPY_VERIFY_FIRST bytes whole before writing it (a corrupt page
+ * never lands), a larger one chunk by chunk as it copies it (one pass over
+ * DRAM; the restore still fails `lost`, never succeeds unverified); with
+ * several runs, pages of other runs may have landed. A publish checksums
+ * each 64 KiB chunk right after copying it, while it is in cache.
+ *
+ * The fault guard: a memfd that cannot be sealed against shrinking (an
+ * engine that created it without MFD_ALLOW_SEALING, as SGLang's shm
+ * allocator does) can be truncated under a copy, and a mapped page past
+ * the file's end raises SIGBUS. Every run checks the sizes of its
+ * unsealed regions (fstat) before it starts, and runs its copies under a
+ * per-thread sigjmp_buf: the SIGBUS handler, installed once, jumps back
+ * into the run when the faulting thread is inside a guarded copy (the run
+ * fails its job with PROTO_S_BAD_REGION), and otherwise restores the
+ * default action so that the fault kills the process as it would have.
+ * The loop thread never touches engine memory: only these runs do.
  */
-#include <sys/eventfd.h>
+#include <sys/stat.h>
 
 #include <errno.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,23 +58,93 @@
 #include <time.h>
 #include <unistd.h>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include <event2/event.h>
 
 #include "daemon.h"
 
+/*
+ * Below this many bytes a job is one run: a worker's wake-up (tens of us
+ * on a loaded host) costs more than it saves, and small jobs keep their
+ * page order (tests/check_cache.c's corrupt-object case relies on it).
+ */
+#define COPY_PIECE_MIN		(1ULL << 20)
+#define COPY_PIECES_PER_WORKER	4
+#define COPY_BATCH		64	/* completions per loop wakeup */
+#define COPY_SUM_CHUNKS		128	/* digests on the stack: pages to 8 MiB */
+/*
+ * Restored pages up to this size are verified whole before any byte is
+ * written (two passes over a page that stays in L2); larger ones in one
+ * pass, each 64 KiB chunk hashed and then copied while in cache, so that
+ * a corrupt one may have partly landed when its restore fails `lost`.
+ */
+#define COPY_VERIFY_FIRST	(256U << 10)
+
 struct copy_engine {
-	pthread_mutex_t		 lock;		/* guards both queues and stop */
+	pthread_mutex_t		 lock;		/* guards todo, stop */
 	pthread_cond_t		 cond;
-	struct copy_job_list	 todo;
-	struct copy_job_list	 done;
+	struct copy_job_list	 todo;		/* jobs with runs not taken yet */
 	int			 stop;
-	int			 efd;		/* workers -> loop */
-	struct event		*ev;
+	struct workq		*wq;		/* workers -> loop */
 	pthread_t		*threads;
 	int			 nthreads;
 	unsigned		 inflight;	/* loop thread's count */
 	unsigned		 delay_ms;	/* testing.copy_delay_ms */
 };
+
+/* The guarded copy this thread is in, or NULL (read by the SIGBUS handler). */
+static __thread sigjmp_buf *volatile copy_guard;
+static pthread_once_t	copy_once = PTHREAD_ONCE_INIT;
+
+static uint64_t
+copy_csum_base(const void *p, size_t len)
+{
+	return XXH3_64bits(p, len);
+}
+
+/* The chunk digest: XXH3-64, with AVX2 where the CPU has it (copy_csum.c). */
+static uint64_t	(*copy_digest)(const void *, size_t) = copy_csum_base;
+
+static void
+copy_sigbus(int sig, siginfo_t *si, void *uc)
+{
+	sigjmp_buf		*jb = copy_guard;
+	struct sigaction	 sa;
+
+	(void)uc;
+	if (jb != NULL && si->si_code == BUS_ADRERR) {
+		copy_guard = NULL;
+		siglongjmp(*jb, 1);
+	}
+	/* Not ours: the default action, as if no handler had been installed. */
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = SIG_DFL;
+	sigemptyset(&sa.sa_mask);
+	sigaction(sig, &sa, NULL);
+	if (si->si_code <= 0)
+		raise(sig);	/* sent, not a fault: returning would not repeat it */
+}
+
+/* Once per process: the SIGBUS handler, the digest this CPU runs fastest. */
+static void
+copy_init(void)
+{
+	struct sigaction	sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = copy_sigbus;
+	sa.sa_flags = SA_SIGINFO;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGBUS, &sa, NULL) != 0)
+		fatalx("copy", "sigaction(SIGBUS): %s", strerror(errno));
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx2"))
+		copy_digest = copy_csum_avx2;
+#endif
+}
 
 static void
 copy_sleep_ms(unsigned ms)
@@ -89,36 +193,195 @@ copy_page_scatter(const struct proto_region *g, uint8_t *base, uint32_t page, ui
 }
 
 static void
-copy_run(struct copy_engine *ce, struct copy_job *job)
+copy_le64(uint8_t *p, uint64_t v)
 {
-	struct copy_page	*pg;
+	int	i;
+
+	for (i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/*
+ * The object checksum of obj's len bytes: checksum_obj()'s value (checksum.c:
+ * XXH3-64 over the chunks' little-endian digests, then the length), with
+ * the fastest digest this CPU has. With src, each chunk is first copied
+ * from src into obj and hashed right after, while it is in cache: a
+ * publish is one pass over the bytes. With dst, each chunk of obj is
+ * hashed and then copied to dst from cache: a large restore is one pass
+ * (the hash is always of obj, the tier's bytes, never of engine memory).
+ */
+static uint64_t
+copy_sum2(uint8_t *obj, const uint8_t *src, uint8_t *dst, uint64_t len)
+{
+	uint8_t		stackbuf[(COPY_SUM_CHUNKS + 1) * 8], *dig = stackbuf;
+	uint64_t	nchunks = (len + CHECKSUM_CHUNK - 1) / CHECKSUM_CHUNK, i, n, h;
+
+	if (nchunks > COPY_SUM_CHUNKS) {
+		/* Larger than any page: the tier's own function (the same value). */
+		if (src != NULL)
+			memcpy(obj, src, len);
+		h = checksum_obj(obj, len);
+		if (dst != NULL)
+			memcpy(dst, obj, len);
+		return h;
+	}
+	for (i = 0; i < nchunks; i++) {
+		n = len - i * CHECKSUM_CHUNK;
+		if (n > CHECKSUM_CHUNK)
+			n = CHECKSUM_CHUNK;
+		if (src != NULL)
+			memcpy(obj + i * CHECKSUM_CHUNK, src + i * CHECKSUM_CHUNK, n);
+		copy_le64(dig + i * 8, copy_digest(obj + i * CHECKSUM_CHUNK, n));
+		if (dst != NULL)
+			memcpy(dst + i * CHECKSUM_CHUNK, obj + i * CHECKSUM_CHUNK, n);
+	}
+	copy_le64(dig + nchunks * 8, len);
+	return copy_digest(dig, (nchunks + 1) * 8);
+}
+
+static uint64_t
+copy_sum(uint8_t *obj, const uint8_t *src, uint64_t len)
+{
+	return copy_sum2(obj, src, NULL, len);
+}
+
+/* Copies a contiguous page out of engine memory into its object; its checksum. */
+uint64_t
+copy_page_publish(uint8_t *obj, const uint8_t *src, uint64_t len)
+{
+	return copy_sum(obj, src, len);
+}
+
+/* Whether a region's page is one run of bytes in both layouts. */
+static int
+copy_contiguous(const struct proto_region *g)
+{
+	return g->layout == PROTO_LAYOUT_SLOTS ||
+	    (g->layer_stride == g->token_bytes &&
+	    g->token_stride == (uint64_t)g->layers * g->token_bytes);
+}
+
+/* A run failed: the first failure names the job's status; the other runs stop. */
+static void
+copy_fail(struct copy_engine *ce, struct copy_job *job, int status, uint32_t page,
+    const char *why)
+{
+	pthread_mutex_lock(&ce->lock);
+	if (!atomic_load(&job->failed)) {
+		job->status = status;
+		job->bad_page = page;
+		snprintf(job->why, sizeof(job->why), "%s", why != NULL ? why : "");
+		atomic_store_explicit(&job->failed, 1, memory_order_release);
+	}
+	pthread_mutex_unlock(&ce->lock);
+}
+
+/* Lowers the job's stop page to `page` (an atomic minimum). */
+static void
+copy_stop_at(struct copy_job *job, uint32_t page)
+{
+	uint32_t	cur = atomic_load(&job->stop_page);
+
+	while (page < cur && !atomic_compare_exchange_weak(&job->stop_page, &cur, page))
+		;
+}
+
+/*
+ * Checks, before a run touches them, that the unsealed regions of its
+ * pages are still as large as they were registered. 0, or -ERANGE with
+ * why filled.
+ */
+static int
+copy_check_regions(const struct copy_job *job, uint32_t first, uint32_t last, char *why,
+    size_t len)
+{
+	const struct region	*prev = NULL, *rg;
 	uint32_t		 i;
 
-	for (i = 0; i < job->npages; i++) {
-		if (atomic_load_explicit(&job->cancel, memory_order_acquire)) {
-			job->status = PROTO_S_CANCELLED;
-			return;
-		}
+	for (i = first; i < last; i++) {
+		rg = job->pages[i].region != NULL ? job->pages[i].region : job->region;
+		if (rg == NULL || rg == prev)
+			continue;
+		prev = rg;
+		if (region_check_size(rg, why, len) != 0)
+			return -ERANGE;
+	}
+	return 0;
+}
+
+/* Runs pages [first, last) of a job, under the fault guard. */
+static void
+copy_run(struct copy_engine *ce, struct copy_job *job, uint32_t first, uint32_t last)
+{
+	sigjmp_buf		 jb;
+	volatile uint32_t	 i = first;
+	struct copy_page	*pg;
+	const struct proto_region *g;
+	uint8_t			*base;
+	char			 why[160];
+
+	if (copy_check_regions(job, first, last, why, sizeof(why)) != 0) {
+		copy_fail(ce, job, PROTO_S_BAD_REGION, first, why);
+		copy_stop_at(job, first);
+		return;
+	}
+	if (sigsetjmp(jb, 1) != 0) {
+		/* SIGBUS in page i: the engine shrank its memfd under the copy. */
+		snprintf(why, sizeof(why), "the engine's memory faulted (its memfd shrank?) at "
+		    "page %u of the copy", i);
+		copy_fail(ce, job, PROTO_S_BAD_REGION, i, why);
+		copy_stop_at(job, i);
+		return;
+	}
+	copy_guard = &jb;
+	for (; i < last; i++) {
+		if (atomic_load_explicit(&job->cancel, memory_order_acquire) ||
+		    atomic_load_explicit(&job->failed, memory_order_acquire))
+			break;
 		if (ce->delay_ms > 0)
 			copy_sleep_ms(ce->delay_ms);
 		pg = &job->pages[i];
-		if (job->kind == COPY_RESTORE) {
-			/* Verify before writing: a corrupt page never lands. */
-			if (checksum_obj(pg->obj, pg->len) != pg->checksum) {
-				job->status = PROTO_S_LOST;
-				job->bad_page = i;
-				return;
+		g = pg->geom != NULL ? pg->geom : job->geom;
+		base = pg->base != NULL ? pg->base : job->base;
+		if (job->kind == COPY_RESTORE && pg->len > COPY_VERIFY_FIRST && copy_contiguous(g)) {
+			/* One pass: each chunk verified as it is copied; the page fails whole. */
+			if (copy_sum2(pg->obj, NULL, base + (uint64_t)pg->region_page * g->page_stride,
+			    pg->len) != pg->checksum) {
+				copy_guard = NULL;
+				copy_fail(ce, job, PROTO_S_LOST, i, NULL);
+				break;
 			}
-			copy_page_scatter(pg->geom != NULL ? pg->geom : job->geom,
-			    pg->base != NULL ? pg->base : job->base, pg->region_page, pg->obj, 1);
+		} else if (job->kind == COPY_RESTORE) {
+			/* Verify before writing: a corrupt page never lands. */
+			if (copy_sum(pg->obj, NULL, pg->len) != pg->checksum) {
+				copy_guard = NULL;
+				copy_fail(ce, job, PROTO_S_LOST, i, NULL);
+				break;
+			}
+			copy_page_scatter(g, base, pg->region_page, pg->obj, 1);
+		} else if (copy_contiguous(g)) {
+			pg->checksum = copy_page_publish(pg->obj,
+			    base + (uint64_t)pg->region_page * g->page_stride, pg->len);
 		} else {
-			copy_page_scatter(pg->geom != NULL ? pg->geom : job->geom,
-			    pg->base != NULL ? pg->base : job->base, pg->region_page, pg->obj, 0);
-			pg->checksum = checksum_obj(pg->obj, pg->len);
+			copy_page_scatter(g, base, pg->region_page, pg->obj, 0);
+			pg->checksum = copy_sum(pg->obj, NULL, pg->len);
 		}
-		atomic_store_explicit(&job->done_pages, i + 1, memory_order_release);
 	}
-	job->status = PROTO_S_OK;
+	copy_guard = NULL;
+	if (i < last)
+		copy_stop_at(job, i);
+}
+
+/* The last run ended: the job's results, then its completion on the loop. */
+static void
+copy_finish(struct copy_engine *ce, struct copy_job *job)
+{
+	uint32_t	stop = atomic_load(&job->stop_page);
+
+	atomic_store_explicit(&job->done_pages, stop, memory_order_release);
+	if (!atomic_load(&job->failed))
+		job->status = stop < job->npages ? PROTO_S_CANCELLED : PROTO_S_OK;
+	workq_push(ce->wq, &job->wq);
 }
 
 static void *
@@ -126,7 +389,7 @@ copy_worker(void *arg)
 {
 	struct copy_engine	*ce = arg;
 	struct copy_job		*job;
-	uint64_t		 one = 1;
+	uint32_t		 k, first, last;
 
 	for (;;) {
 		pthread_mutex_lock(&ce->lock);
@@ -137,40 +400,30 @@ copy_worker(void *arg)
 			return NULL;
 		}
 		job = TAILQ_FIRST(&ce->todo);
-		TAILQ_REMOVE(&ce->todo, job, entry);
+		k = job->next_piece++;
+		if (job->next_piece == job->npieces)
+			TAILQ_REMOVE(&ce->todo, job, entry);
 		pthread_mutex_unlock(&ce->lock);
 
-		copy_run(ce, job);
-
-		pthread_mutex_lock(&ce->lock);
-		TAILQ_INSERT_TAIL(&ce->done, job, entry);
-		pthread_mutex_unlock(&ce->lock);
-		if (write(ce->efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-			abort();	/* an eventfd write cannot fail otherwise */
+		first = k * job->piece_pages;
+		last = first + job->piece_pages;
+		if (last > job->npages || k + 1 == job->npieces)
+			last = job->npages;
+		copy_run(ce, job, first, last);
+		if (atomic_fetch_sub(&job->pieces_left, 1) == 1)
+			copy_finish(ce, job);
 	}
 }
 
-/* Runs finished jobs' completions on the loop thread. */
+/* Runs a finished job's completion on the loop thread. */
 static void
-copy_done_cb(evutil_socket_t fd, short ev, void *arg)
+copy_done(struct workq_entry *e, void *arg)
 {
 	struct copy_engine	*ce = arg;
-	struct copy_job_list	 done;
-	struct copy_job		*job;
-	uint64_t		 n;
+	struct copy_job		*job = WORKQ_ITEM(e, struct copy_job, wq);
 
-	(void)ev;
-	if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
-		log_warn("copy", "eventfd read: %s", strerror(errno));
-	TAILQ_INIT(&done);
-	pthread_mutex_lock(&ce->lock);
-	TAILQ_CONCAT(&done, &ce->done, entry);
-	pthread_mutex_unlock(&ce->lock);
-	while ((job = TAILQ_FIRST(&done)) != NULL) {
-		TAILQ_REMOVE(&done, job, entry);
-		ce->inflight--;
-		job->done(job);
-	}
+	ce->inflight--;
+	job->done(job);
 }
 
 int
@@ -182,22 +435,18 @@ copy_engine_new(struct event_base *base, int nthreads, unsigned delay_ms,
 
 	if ((ce = calloc(1, sizeof(*ce))) == NULL)
 		return -ENOMEM;
-	ce->efd = -1;
 	pthread_mutex_init(&ce->lock, NULL);
 	pthread_cond_init(&ce->cond, NULL);
 	TAILQ_INIT(&ce->todo);
-	TAILQ_INIT(&ce->done);
 	ce->delay_ms = delay_ms;
-	ce->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (ce->efd < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "eventfd: %s", strerror(-rc));
+	pthread_once(&copy_once, copy_init);
+	if ((rc = workq_new(base, "copy", COPY_BATCH, copy_done, NULL, ce, &ce->wq, err,
+	    errlen)) != 0) {
 		copy_engine_free(ce);
 		return rc;
 	}
-	ce->ev = event_new(base, ce->efd, EV_READ | EV_PERSIST, copy_done_cb, ce);
 	ce->threads = calloc((size_t)nthreads, sizeof(*ce->threads));
-	if (ce->ev == NULL || ce->threads == NULL || event_add(ce->ev, NULL) != 0) {
+	if (ce->threads == NULL) {
 		snprintf(err, errlen, "out of memory for the copy engine");
 		copy_engine_free(ce);
 		return -ENOMEM;
@@ -232,26 +481,60 @@ copy_engine_free(struct copy_engine *ce)
 	for (i = 0; i < ce->nthreads; i++)
 		pthread_join(ce->threads[i], NULL);
 	free(ce->threads);
-	if (ce->ev != NULL)
-		event_free(ce->ev);
-	if (ce->efd >= 0)
-		close(ce->efd);
+	workq_free(ce->wq);
 	pthread_cond_destroy(&ce->cond);
 	pthread_mutex_destroy(&ce->lock);
 	free(ce);
 }
 
-/* Hands a job to the workers; its done() runs later on the loop thread. */
+/* Hands a job to the host engine's workers; its done() runs later on the loop thread. */
 void
-copy_submit(struct copy_engine *ce, struct copy_job *job)
+copy_host_submit(struct copy_engine *ce, struct copy_job *job)
 {
+	uint64_t	bytes = 0;
+	uint32_t	i, n;
+
+	for (i = 0; i < job->npages; i++)
+		bytes += job->pages[i].len;
+	n = (uint32_t)(bytes / COPY_PIECE_MIN);
+	if (n > (uint32_t)ce->nthreads * COPY_PIECES_PER_WORKER)
+		n = (uint32_t)ce->nthreads * COPY_PIECES_PER_WORKER;
+	if (n > job->npages)
+		n = job->npages;
+	/* testing.copy_delay_ms paces pages one after another, as tests expect. */
+	if (n == 0 || ce->delay_ms > 0)
+		n = 1;
+	job->piece_pages = (job->npages + n - 1) / n;
+	job->npieces = job->npages == 0 ? 1 : (job->npages + job->piece_pages - 1) / job->piece_pages;
+	job->next_piece = 0;
+	atomic_store(&job->pieces_left, job->npieces);
+	atomic_store(&job->stop_page, job->npages);
+	atomic_store(&job->failed, 0);
 	atomic_store(&job->done_pages, 0);
 	job->status = PROTO_S_INTERNAL;
+	job->why[0] = '\0';
 	ce->inflight++;
 	pthread_mutex_lock(&ce->lock);
 	TAILQ_INSERT_TAIL(&ce->todo, job, entry);
-	pthread_cond_signal(&ce->cond);
+	if (job->npieces > 1)
+		pthread_cond_broadcast(&ce->cond);
+	else
+		pthread_cond_signal(&ce->cond);
 	pthread_mutex_unlock(&ce->lock);
+}
+
+/*
+ * The front: hands a job to the engine its region is in (GPU memory: the
+ * cuda engine, which ATTACH made exist; a memfd: the host engine). Its
+ * done() runs later on the loop thread.
+ */
+void
+copy_submit(struct server *s, struct copy_job *job)
+{
+	if (job->region != NULL && job->region->kreg != NULL)
+		cuda_submit(s->cuda, job);
+	else
+		copy_host_submit(s->copy, job);
 }
 
 /*

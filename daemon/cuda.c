@@ -5,10 +5,11 @@
  *
  * At start-up with a GPU: kernels_init, the DRAM arena registered pinned
  * (objects are read and written there by DMA and zero-copy kernels), one
- * kernels_engine whose notify fd is an eventfd the loop watches. A CUDA
- * host callback writes it after every chunk; the loop callback reads it,
+ * kernels_engine whose notify fd is the eventfd of a workq (workq.c). A
+ * CUDA host callback writes it after every chunk; the queue's wake hook
  * lets the engine issue its next chunks, polls the ops in flight and runs
- * the completions of those done. An op waiting for an engine's event
+ * the completions of those done; jobs refused at submission go through
+ * the same queue as entries. An op waiting for an engine's event
  * (RESTORE with PROTO_RESTORE_F_WAIT_EVENT) gets no callback when that
  * event completes, so while any does, a timer polls the engine too
  * (20 us, backing off to CUDA_POLL_MAX_US). Nothing here blocks the loop: a cancel
@@ -17,8 +18,8 @@
  *
  * A copy job keeps the host engine's struct copy_job and its contract:
  * done() runs later on the loop thread with status, done_pages and
- * bad_page filled as copy.c fills them, so restore.c and publish.c tell
- * the engines apart only where they submit. A job the engine refuses
+ * bad_page filled as copy.c fills them, so restore.c and publish.c never
+ * tell the engines apart (copy_submit picks by the job's region). A job the engine refuses
  * (submit failed) completes the same way, with PROTO_S_INTERNAL and why.
  *
  * Regions: one mapping per allocation and session (regions of a session
@@ -26,8 +27,6 @@
  * mapping, which that region closes last), one kernels_region per region.
  * The session's reference counting keeps both until its jobs drained.
  */
-#include <sys/eventfd.h>
-
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -52,14 +51,12 @@
 
 struct cuda_engine {
 	struct kernels_engine	*eng;
-	int			 efd;		/* the engine's notify fd */
-	struct event		*ev;
+	struct workq		*wq;		/* notify fd; refused jobs */
 	struct event		*poll;		/* while ops wait for engine events */
 	unsigned		 poll_us;	/* its interval, backing off */
 	void			*arena;		/* registered pinned, or NULL */
 	size_t			 slot_bytes;	/* the largest object a job may move */
 	struct copy_job_list	 running;	/* submitted to the engine */
-	struct copy_job_list	 refused;	/* completed at the next callback */
 	unsigned		 inflight;
 };
 
@@ -226,7 +223,6 @@ cuda_progress(struct cuda_engine *ce)
 
 	kernels_engine_progress(ce->eng);
 	TAILQ_INIT(&done);
-	TAILQ_CONCAT(&done, &ce->refused, entry);
 	for (job = TAILQ_FIRST(&ce->running); job != NULL; job = next) {
 		next = TAILQ_NEXT(job, entry);
 		if (!kernels_op_poll(job->cuda->op))
@@ -245,16 +241,23 @@ cuda_progress(struct cuda_engine *ce)
 	cuda_arm_poll(ce);
 }
 
-/* The notify fd is readable: a chunk completed. */
+/* The notify fd was written (a chunk completed), or a refused job was queued. */
 static void
-cuda_notify_cb(evutil_socket_t fd, short ev, void *arg)
+cuda_wake(void *arg)
 {
-	uint64_t	n;
-
-	(void)ev;
-	if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
-		log_warn("cuda", "eventfd read: %s", strerror(errno));
 	cuda_progress(arg);
+}
+
+/* A job refused at submission completes, as cuda_progress completes the others. */
+static void
+cuda_refused_done(struct workq_entry *e, void *arg)
+{
+	struct cuda_engine	*ce = arg;
+	struct copy_job		*job = WORKQ_ITEM(e, struct copy_job, wq);
+
+	cuda_job_free(job);
+	ce->inflight--;
+	job->done(job);
 }
 
 static void
@@ -285,9 +288,7 @@ cuda_engine_new(struct event_base *base, struct dram *dram, struct cuda_engine *
 		snprintf(err, errlen, "out of memory for the cuda copy engine");
 		return -ENOMEM;
 	}
-	ce->efd = -1;
 	TAILQ_INIT(&ce->running);
-	TAILQ_INIT(&ce->refused);
 	if ((rc = kernels_init(0, why, sizeof(why))) != 0) {
 		snprintf(err, errlen, "cuda: %s", why);
 		goto fail;
@@ -298,21 +299,18 @@ cuda_engine_new(struct event_base *base, struct dram *dram, struct cuda_engine *
 		goto fail;
 	}
 	ce->arena = arena;
-	if ((ce->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "eventfd: %s", strerror(-rc));
+	if ((rc = workq_new(base, "cuda", 64, cuda_refused_done, cuda_wake, ce, &ce->wq, err,
+	    errlen)) != 0)
 		goto fail;
-	}
 	kernels_conf_default(&conf);
-	conf.notify_fd = ce->efd;
+	conf.notify_fd = workq_fd(ce->wq);
 	ce->slot_bytes = conf.slot_bytes;
 	if ((rc = kernels_engine_new(&conf, &ce->eng, why, sizeof(why))) != 0) {
 		snprintf(err, errlen, "cuda: %s", why);
 		goto fail;
 	}
-	ce->ev = event_new(base, ce->efd, EV_READ | EV_PERSIST, cuda_notify_cb, ce);
 	ce->poll = evtimer_new(base, cuda_poll_cb, ce);
-	if (ce->ev == NULL || ce->poll == NULL || event_add(ce->ev, NULL) != 0) {
+	if (ce->poll == NULL) {
 		snprintf(err, errlen, "out of memory for the cuda copy engine");
 		rc = -ENOMEM;
 		goto fail;
@@ -343,17 +341,10 @@ cuda_engine_free(struct cuda_engine *ce)
 		TAILQ_REMOVE(&ce->running, job, entry);
 		cuda_job_free(job);	/* kernels_op_free cancels and waits */
 	}
-	while ((job = TAILQ_FIRST(&ce->refused)) != NULL) {
-		TAILQ_REMOVE(&ce->refused, job, entry);
-		cuda_job_free(job);
-	}
 	kernels_engine_free(ce->eng);
-	if (ce->ev != NULL)
-		event_free(ce->ev);
+	workq_free(ce->wq);	/* refused jobs not completed yet hold no GPU state */
 	if (ce->poll != NULL)
 		event_free(ce->poll);
-	if (ce->efd >= 0)
-		close(ce->efd);
 	if (ce->arena != NULL && kernels_host_unregister(ce->arena, why, sizeof(why)) != 0)
 		log_warn("cuda", "unregistering the DRAM arena: %s", why);
 	free(ce);
@@ -376,8 +367,7 @@ cuda_waiting_on_events(const struct cuda_engine *ce)
 static void
 cuda_refuse(struct cuda_engine *ce, struct copy_job *job)
 {
-	TAILQ_INSERT_TAIL(&ce->refused, job, entry);
-	event_active(ce->ev, EV_READ, 0);
+	workq_push(ce->wq, &job->wq);
 }
 
 /*

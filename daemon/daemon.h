@@ -171,6 +171,8 @@ struct region {
 	size_t			 map_len;
 	uint8_t			*base;		/* memfd: map + (offset - aligned offset);
 						   GPU: dev + offset, a device address */
+	int			 fd;		/* memfd, unsealed: a duplicate for fstat; else -1 */
+	int			 sealed;	/* memfd: F_SEAL_SHRINK held, it cannot shrink */
 	/* GPU memory (cuda.c); kreg != NULL marks a GPU region. */
 	void			*dev;		/* the IPC or cuMem mapping */
 	size_t			 dev_len;	/* its length, 0 where the driver cannot say */
@@ -183,6 +185,7 @@ int	 region_map(struct region *, const struct proto_region *, int fd,
 void	 region_unmap(struct region *);
 int	 region_slot_ok(const struct region *, uint64_t slot);
 int	 region_is_memory(const struct proto_region *);
+int	 region_check_size(const struct region *, char *err, size_t errlen);
 
 /* namespace.c */
 struct ns {
@@ -755,7 +758,34 @@ void	*dram_arena(const struct dram *, size_t *len);
 /* gpu.c: run-time GPU detection through the kernels/ header */
 int	 gpu_detect(char *desc, size_t len);
 
-/* copy.c: the host copy engine (worker threads, eventfd completions) */
+/*
+ * workq.c: a completion queue from worker threads to the loop: a mutex,
+ * a FIFO of entries embedded in the caller's objects, an eventfd the loop
+ * watches. Any thread pushes; the loop runs done() for at most `batch`
+ * entries per wakeup, then yields (the rest run at the next turn), and
+ * after them wake() (if any), which is also what a foreign notifier
+ * writing workq_fd() (a CUDA host callback) triggers.
+ */
+struct workq_entry {
+	struct workq_entry	*next;
+};
+#define WORKQ_ITEM(e, type, member)	\
+	((type *)(void *)((char *)(e) - offsetof(type, member)))
+struct workq;
+typedef void workq_done_fn(struct workq_entry *, void *arg);
+typedef void workq_wake_fn(void *arg);
+int	 workq_new(struct event_base *, const char *name, unsigned batch, workq_done_fn *done,
+	    workq_wake_fn *wake, void *arg, struct workq **out, char *err, size_t errlen);
+void	 workq_free(struct workq *);
+void	 workq_push(struct workq *, struct workq_entry *);
+int	 workq_fd(const struct workq *);
+
+/*
+ * copy.c: the copy-engine front (copy_submit, copy_cancel pick the host
+ * or the cuda engine by the job's region) and the host copy engine:
+ * worker threads that split each job into pieces run in parallel, under
+ * a SIGBUS guard, and complete it through a workq.
+ */
 enum copy_kind {
 	COPY_RESTORE = 1,	/* DRAM object -> engine region, verified first */
 	COPY_PUBLISH,		/* engine region -> DRAM object, checksummed */
@@ -768,7 +798,7 @@ struct copy_page {
 	uint32_t	 id;		/* the DRAM object */
 	const struct proto_region *geom;	/* this page's region, or NULL: the job's */
 	uint8_t		*base;
-	const struct region *region;	/* the same region (cuda.c), or NULL: the job's */
+	const struct region *region;	/* the same region, or NULL: the job's */
 };
 struct copy_job;
 TAILQ_HEAD(copy_job_list, copy_job);
@@ -777,28 +807,41 @@ struct copy_job {
 	int			 kind;		/* COPY_* */
 	const struct proto_region *geom;	/* region geometry */
 	uint8_t			*base;		/* region memory */
-	const struct region	*region;	/* the same region (cuda.c) */
+	const struct region	*region;	/* the same region: picks the engine */
 	const struct region	*wait;		/* RESTORE: an event region to wait for, or NULL */
 	struct copy_page	*pages;
 	uint32_t		 npages;
 	_Atomic int		 cancel;	/* set by the loop, read between pages */
-	_Atomic uint32_t	 done_pages;	/* pages fully moved (and verified) */
+	_Atomic uint32_t	 done_pages;	/* pages fully moved (and verified), in order */
 	int			 status;	/* PROTO_S_*, valid in done() */
 	uint32_t		 bad_page;	/* with PROTO_S_LOST */
-	char			 why[160];	/* with PROTO_S_INTERNAL: what failed */
+	char			 why[160];	/* with PROTO_S_INTERNAL, _BAD_REGION: what failed */
 	void			(*done)(struct copy_job *);	/* on the loop thread */
 	void			*arg;
 	struct cuda_job		*cuda;		/* cuda.c's, while on the GPU */
+	/* The host engine's, while on its workers (copy.c). */
+	uint32_t		 npieces;	/* pages split into this many runs */
+	uint32_t		 piece_pages;	/* pages per run, the last may be short */
+	uint32_t		 next_piece;	/* the next run a worker takes, under its lock */
+	_Atomic uint32_t	 pieces_left;	/* the worker ending the last one completes it */
+	_Atomic uint32_t	 stop_page;	/* the first page a run stopped at; npages: none */
+	_Atomic int		 failed;	/* a run failed: the others stop */
+	struct workq_entry	 wq;
 };
 struct copy_engine;
+struct server;
 int	 copy_engine_new(struct event_base *, int nthreads, unsigned delay_ms,
 	    struct copy_engine **, char *err, size_t errlen);
 void	 copy_engine_free(struct copy_engine *);
-void	 copy_submit(struct copy_engine *, struct copy_job *);
+void	 copy_submit(struct server *, struct copy_job *);
 void	 copy_cancel(struct copy_job *);
 unsigned copy_inflight(const struct copy_engine *);
+void	 copy_host_submit(struct copy_engine *, struct copy_job *);
 void	 copy_page_scatter(const struct proto_region *, uint8_t *base, uint32_t page,
 	    uint8_t *obj, int to_region);
+uint64_t copy_page_publish(uint8_t *obj, const uint8_t *src, uint64_t len);
+/* copy_csum.c: XXH3-64 built for AVX2; call only where the CPU has it. */
+uint64_t copy_csum_avx2(const void *, size_t);
 
 /*
  * cuda.c: the cuda copy engine's daemon side (kernels/ through kernels.h):

@@ -445,10 +445,7 @@ publish_request(struct conn *c, struct proto_frame *f)
 	op->req = f->hdr;
 	session_ref(sess);
 	sess->jobs++;
-	if (rg->kreg != NULL)
-		cuda_submit(s->cuda, job);	/* GPU memory: ATTACH made s->cuda exist */
-	else
-		copy_submit(s->copy, job);
+	copy_submit(s, job);	/* the engine of the job's region */
 	return;
 
 fail:

@@ -196,14 +196,17 @@ restore_job_done(struct copy_job *job)
 		    job->bad_page, l->rank);
 		l->state = LEASE_FAILED;
 		restore_fail_group(s, a, PROTO_S_LOST, why);
-	} else if (st == PROTO_S_INTERNAL) {
-		/* The copy engine itself failed (the GPU's): the group fails with its reason. */
+	} else if (st == PROTO_S_INTERNAL || st == PROTO_S_BAD_REGION) {
+		/*
+		 * The copy engine itself failed (the GPU's), or the engine's memory
+		 * did (an unsealed memfd shrank): the group fails with its reason.
+		 */
 		log_warn("restore", "session %u: lease %llu: %s", sess->id,
 		    (unsigned long long)l->id, job->why);
 		snprintf(why, sizeof(why), "rank %u: %.140s", l->rank,
 		    job->why[0] != '\0' ? job->why : "the copy failed");
 		l->state = LEASE_FAILED;
-		restore_fail_group(s, a, PROTO_S_INTERNAL, why);
+		restore_fail_group(s, a, st, why);
 	} else if (st != PROTO_S_OK) {
 		l->state = a->failed ? LEASE_FAILED : LEASE_CANCELLED;
 		if (!a->failed)
@@ -441,10 +444,7 @@ restore_start(struct server *s, struct lease *l, const struct proto_restore *pp,
 	}
 	session_ref(sess);
 	sess->jobs++;
-	if (job->region->kreg != NULL)
-		cuda_submit(s->cuda, job);	/* GPU memory: ATTACH made s->cuda exist */
-	else
-		copy_submit(s->copy, job);
+	copy_submit(s, job);	/* the engine of the job's region */
 }
 
 /*

@@ -565,6 +565,19 @@ server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t er
 		}
 	}
 	s->gpu_present = s->cuda != NULL;
+	/*
+	 * Signals before the socket: a client (a test) may connect and send
+	 * SIGTERM at once, and until libevent handles it the handler of a
+	 * library loaded at start runs (libfabric's psm, libinfinipath, calls
+	 * exit(1)), not our drain.
+	 */
+	s->ev_sigterm = evsignal_new(s->base, SIGTERM, server_signal_cb, s);
+	s->ev_sigint = evsignal_new(s->base, SIGINT, server_signal_cb, s);
+	if (s->ev_sigterm == NULL || s->ev_sigint == NULL || event_add(s->ev_sigterm, NULL) != 0 ||
+	    event_add(s->ev_sigint, NULL) != 0) {
+		snprintf(err, errlen, "cannot register events");
+		return -ENOMEM;
+	}
 	if ((rc = server_listen(s, err, errlen)) != 0)
 		return rc;
 	s->ev_listen = event_new(s->base, s->listen_fd, EV_READ | EV_PERSIST, server_accept_cb, s);
@@ -575,11 +588,7 @@ server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t er
 		snprintf(err, errlen, "open /dev/null: %s", strerror(-rc));
 		return rc;
 	}
-	s->ev_sigterm = evsignal_new(s->base, SIGTERM, server_signal_cb, s);
-	s->ev_sigint = evsignal_new(s->base, SIGINT, server_signal_cb, s);
-	if (s->ev_listen == NULL || s->ev_accept_pause == NULL || s->ev_sigterm == NULL ||
-	    s->ev_sigint == NULL || event_add(s->ev_listen, NULL) != 0 ||
-	    event_add(s->ev_sigterm, NULL) != 0 || event_add(s->ev_sigint, NULL) != 0) {
+	if (s->ev_listen == NULL || s->ev_accept_pause == NULL || event_add(s->ev_listen, NULL) != 0) {
 		snprintf(err, errlen, "cannot register events");
 		return -ENOMEM;
 	}

@@ -676,19 +676,6 @@ engine_scatter_kernel(const struct engine_item *items, uint8_t *stage,
 
 /* ---- the engine --------------------------------------------------------- */
 
-extern "C" void
-kernels_conf_default(struct kernels_conf *c)
-{
-	memset(c, 0, sizeof(*c));
-	c->slot_bytes = 32U << 20;
-	c->slots = 4;
-	c->streams = 2;
-	c->max_items = 1024;
-	c->dma_min_bytes = 1U << 20;
-	c->high_priority = 1;
-	c->notify_fd = -1;
-}
-
 static uint64_t
 engine_up(uint64_t v, uint64_t a)
 {

@@ -143,6 +143,7 @@ struct kernels_conf {
 	int		high_priority;	/* streams at the device's highest priority */
 	int		notify_fd;	/* eventfd written after every chunk, or -1 */
 };
+/* The defaults (kernels_conf.c, built with and without nvcc). */
 void	kernels_conf_default(struct kernels_conf *);
 int	kernels_engine_new(const struct kernels_conf *, struct kernels_engine **out, char *err,
 	    size_t len);

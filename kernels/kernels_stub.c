@@ -116,19 +116,6 @@ kernels_event_free(struct kernels_event *ev)
 	(void)ev;
 }
 
-void
-kernels_conf_default(struct kernels_conf *c)
-{
-	memset(c, 0, sizeof(*c));
-	c->slot_bytes = 32U << 20;
-	c->slots = 4;
-	c->streams = 2;
-	c->max_items = 1024;
-	c->dma_min_bytes = 1U << 20;
-	c->high_priority = 1;
-	c->notify_fd = -1;
-}
-
 int
 kernels_engine_new(const struct kernels_conf *c, struct kernels_engine **out, char *err,
     size_t len)

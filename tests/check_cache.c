@@ -5,11 +5,14 @@
  * and the teardown asserts that no lease, pin or in-flight object is
  * left behind.
  */
+#include <sys/mman.h>
 #include <sys/wait.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -898,6 +901,199 @@ START_TEST(test_release_without_waiting_drops_the_pins)
 }
 END_TEST
 
+/*
+ * Issue 13: SGLang's shm allocator makes its memfds without
+ * MFD_ALLOW_SEALING. Rank r's KV region is swapped for such a memfd
+ * (F_SEAL_SEAL set) before ATTACH, which accepts it unsealed.
+ */
+static void
+unsealable_kv(struct test_rank *r)
+{
+	size_t	len = r->len[KV_REGION];
+	int	fd = memfd_create("l3kv-test-unsealable", MFD_CLOEXEC);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fcntl(fd, F_GET_SEALS), F_SEAL_SEAL);
+	ck_assert_int_eq(ftruncate(fd, (off_t)len), 0);
+	munmap(r->mem[KV_REGION], len);
+	close(r->fd[KV_REGION]);
+	r->fd[KV_REGION] = fd;
+	r->regions[KV_REGION].fd = fd;
+	r->mem[KV_REGION] = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ck_assert(r->mem[KV_REGION] != MAP_FAILED);
+}
+
+/* The memfd back to its size (its pages come back zeroed). */
+static void
+regrow_kv(struct test_rank *r)
+{
+	ck_assert_int_eq(ftruncate(r->fd[KV_REGION], (off_t)r->len[KV_REGION]), 0);
+}
+
+struct shrink_arg {
+	int		fd;
+	unsigned	after_ms;
+};
+
+static void *
+shrink_later(void *arg)
+{
+	const struct shrink_arg	*a = arg;
+
+	usleep(a->after_ms * 1000);
+	ck_assert_int_eq(ftruncate(a->fd, 0), 0);
+	return NULL;
+}
+
+START_TEST(test_unsealable_memfd_is_accepted_and_restores_and_publishes)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a;
+	struct test_rank		r;
+	uint32_t			i;
+
+	test_rank_init(&r, &kv, "g1", 1, 0);
+	unsealable_kv(&r);
+	rank_attach(&r);
+	publish_prefix(&r, 110, 8, 0, 8);
+	a = admit(&r, 1, 110, 8, 8);
+	ck_assert_uint_eq(a.admitted_pages, 8);
+	test_rank_sentinel(&r, KV_REGION, 20, 8);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 20, 8, &res), 0);
+	for (i = 0; i < 8; i++)
+		ck_assert(page_is(&r, 20 + i, 110, i));
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+
+	/* Shrunk between requests: the size check before the copy refuses it, nothing faults. */
+	a = admit(&r, 2, 110, 8, 8);
+	ck_assert_int_eq(ftruncate(r.fd[KV_REGION], PAGE_BYTES * 4), 0);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 20, 8, &res), -EFAULT);
+	ck_assert_int_eq(l3kv_last_status(r.k), PROTO_S_BAD_REGION);
+	ck_assert_msg(strstr(l3kv_last_error(r.k), "shrank") != NULL, "%s", l3kv_last_error(r.k));
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	ck_assert_int_eq(test_td_stat("dram", "pins"), 0);
+	/* Nothing was lost: the objects are all still there. */
+	ck_assert_uint_eq(probe(&r, 110, 8), 8);
+	ck_assert_int_eq(test_td_stat("cache", "objects_lost"), 0);
+
+	/* Grown back, it works again. */
+	regrow_kv(&r);
+	a = admit(&r, 3, 110, 8, 8);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 20, 8, &res), 0);
+	for (i = 0; i < 8; i++)
+		ck_assert(page_is(&r, 20 + i, 110, i));
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	test_rank_fini(&r);
+}
+END_TEST
+
+/*
+ * A memfd truncated while a slow restore writes into it: the copy faults
+ * (SIGBUS) inside the guard, the restore fails as bad_region, the daemon
+ * lives and every count returns to zero; a sealed engine next to it is
+ * untouched and still restores.
+ */
+START_TEST(test_memfd_truncated_during_a_restore_fails_it_and_the_daemon_lives)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_completion		c;
+	struct l3kv_admit_result	a, b;
+	struct test_rank		r, sealed;
+	struct shrink_arg		sa;
+	pthread_t			t;
+	uint32_t			dst[10], i;
+	uint64_t			ticket;
+
+	test_td_restart("{\"testing\": {\"copy_delay_ms\": 100, \"debug_ops\": true}}");
+	test_rank_init(&r, &kv, "g1", 1, 0);
+	unsealable_kv(&r);
+	rank_attach(&r);
+	test_rank_init(&sealed, &kv, "g2", 1, 0);
+	rank_attach(&sealed);
+	/* Published before the pacing matters: 10 pages at 100 ms each. */
+	publish_prefix(&r, 120, 10, 0, 10);
+	a = admit(&r, 1, 120, 10, 10);
+	b = admit(&sealed, 1, 120, 10, 10);
+	ck_assert_uint_eq(a.admitted_pages, 10);
+	ck_assert_uint_eq(b.admitted_pages, 10);
+	for (i = 0; i < 10; i++)
+		dst[i] = 30 + i;
+	ck_assert_int_eq(l3kv_submit_restore(r.k, a.lease, KV_REGION, dst, 10, &ticket), 0);
+	sa = (struct shrink_arg){ r.fd[KV_REGION], 350 };
+	ck_assert_int_eq(pthread_create(&t, NULL, shrink_later, &sa), 0);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	test_rank_wait_completion(&r, &c);
+	ck_assert_uint_eq(c.ticket, ticket);
+	ck_assert_int_eq(c.status, -EFAULT);
+	ck_assert_int_eq(c.proto_status, PROTO_S_BAD_REGION);
+	/* The copy faulted inside the guard (the size check before it had passed). */
+	ck_assert_msg(c.payload != NULL && memmem(c.payload, c.len, "faulted", 7) != NULL,
+	    "%.*s", (int)c.len, c.payload != NULL ? c.payload : "");
+	ck_assert_int_eq(l3kv_restore_result(&c, &res), -EINVAL);
+	l3kv_completion_release(&c);
+	ck_assert_int_eq(test_td_stat("copy", "jobs_inflight"), 0);
+	ck_assert_int_eq(test_td_stat("dram", "pins"), 1 * 10);	/* the sealed rank's lease */
+	ck_assert_int_eq(test_td_stat("cache", "objects_lost"), 0);
+	ck_assert_int_eq(test_td_stat("cache", "pages_restored"), 0);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+
+	/* The daemon lives, and the sealed engine restores as before. */
+	test_rank_sentinel(&sealed, KV_REGION, 30, 10);
+	ck_assert_int_eq(test_rank_restore(&sealed, b.lease, 30, 10, &res), 0);
+	for (i = 0; i < 10; i++)
+		ck_assert(page_is(&sealed, 30 + i, 120, i));
+	ck_assert_int_eq(l3kv_release(sealed.k, b.lease), 0);
+	ck_assert_int_eq(test_td_stat("dram", "pins"), 0);
+	test_rank_fini(&sealed);
+	test_rank_fini(&r);
+}
+END_TEST
+
+/* The same during a slow PUBLISH: it fails as bad_region and stores nothing. */
+START_TEST(test_memfd_truncated_during_a_publish_fails_it_and_stores_nothing)
+{
+	struct l3kv_publish_page	pg[10];
+	struct l3kv_publish_result	pr;
+	struct l3kv_completion		c;
+	struct test_rank		r;
+	struct shrink_arg		sa;
+	pthread_t			t;
+	uint64_t			ticket;
+	uint32_t			i;
+
+	test_td_restart("{\"testing\": {\"copy_delay_ms\": 100, \"debug_ops\": true}}");
+	test_rank_init(&r, &kv, "g1", 1, 0);
+	unsealable_kv(&r);
+	rank_attach(&r);
+	for (i = 0; i < 10; i++) {
+		test_rank_fill_page(&r, KV_REGION, i, 130, i);
+		test_page_hash(130, i, pg[i].hash);
+		pg[i].src_page = i;
+	}
+	ck_assert_int_eq(l3kv_submit_publish(r.k, KV_REGION, pg, 10, &ticket), 0);
+	sa = (struct shrink_arg){ r.fd[KV_REGION], 350 };
+	ck_assert_int_eq(pthread_create(&t, NULL, shrink_later, &sa), 0);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	test_rank_wait_completion(&r, &c);
+	ck_assert_uint_eq(c.ticket, ticket);
+	ck_assert_int_eq(c.status, -EFAULT);
+	ck_assert_int_eq(c.proto_status, PROTO_S_BAD_REGION);
+	ck_assert_msg(c.payload != NULL && memmem(c.payload, c.len, "faulted", 7) != NULL,
+	    "%.*s", (int)c.len, c.payload != NULL ? c.payload : "");
+	ck_assert_int_eq(l3kv_publish_result(&c, &pr), -EINVAL);
+	l3kv_completion_release(&c);
+	ck_assert_int_eq(test_td_stat("copy", "jobs_inflight"), 0);
+	ck_assert_int_eq(test_td_stat("dram", "writing"), 0);
+	ck_assert_int_eq(test_td_stat("cache", "pages_published"), 0);
+	/* Nothing became visible, and the daemon serves on. */
+	ck_assert_uint_eq(probe(&r, 130, 10), 0);
+	regrow_kv(&r);
+	publish_prefix(&r, 131, 2, 0, 2);
+	ck_assert_uint_eq(probe(&r, 131, 2), 2);
+	test_rank_fini(&r);
+}
+END_TEST
+
 Suite *
 suite_cache(void)
 {
@@ -928,5 +1124,8 @@ suite_cache(void)
 	tcase_add_test(tc, test_a_lost_page_on_one_rank_fails_every_rank);
 	tcase_add_test(tc, test_a_rank_releasing_fails_the_waiting_rank);
 	tcase_add_test(tc, test_release_without_waiting_drops_the_pins);
+	tcase_add_test(tc, test_unsealable_memfd_is_accepted_and_restores_and_publishes);
+	tcase_add_test(tc, test_memfd_truncated_during_a_restore_fails_it_and_the_daemon_lives);
+	tcase_add_test(tc, test_memfd_truncated_during_a_publish_fails_it_and_stores_nothing);
 	return s;
 }

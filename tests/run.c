@@ -29,6 +29,7 @@ static const struct runner_suite runner_suites[] = {
 	{ "proto",	suite_proto,	NULL },
 	{ "config",	suite_config,	NULL },
 	{ "dram",	suite_dram,	NULL },
+	{ "copy",	suite_copy,	NULL },
 	{ "daemon",	suite_daemon,	NULL },
 	{ "client",	suite_client,	NULL },
 	{ "attach",	suite_attach,	NULL },

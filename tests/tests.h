@@ -23,6 +23,7 @@ Suite	*suite_ctl(void);
 Suite	*suite_root(void);
 Suite	*suite_attach(void);
 Suite	*suite_dram(void);
+Suite	*suite_copy(void);
 Suite	*suite_cache(void);
 Suite	*suite_gpu(void);
 Suite	*suite_gpu_host(void);
