@@ -62,6 +62,7 @@ void	 test_td_setup_with(const char *extra_json);
 void	 test_td_teardown(void);
 void	 test_td_start(const char *extra_json);
 void	 test_td_stop(void);
+void	 test_td_stop_within(unsigned wait_ms);
 void	 test_td_restart(const char *extra_json);
 
 /*
@@ -76,6 +77,7 @@ char	*test_path(const char *rel, char *buf, size_t len);
 int	 test_daemon_start(struct test_daemon *, const char *extra_json);
 int	 test_daemon_start_in(struct test_daemon *, const char *dir, const char *extra_json);
 int	 test_daemon_stop(struct test_daemon *, int sig, int *status);
+int	 test_daemon_stop_within(struct test_daemon *, int sig, int *status, unsigned wait_ms);
 int	 test_daemon_log_has(const struct test_daemon *, const char *needle);
 int	 test_wait_socket(const char *path, int timeout_ms);
 int	 test_fd_count(void);

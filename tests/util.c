@@ -206,19 +206,20 @@ test_daemon_start(struct test_daemon *d, const char *extra_json)
 }
 
 /*
- * Signals the daemon, waits for it (up to 5 s, then SIGKILL) and removes
- * its directory. *status gets waitpid's status.
+ * Signals the daemon, waits for it (up to wait_ms, then SIGKILL) and
+ * removes its directory. *status gets waitpid's status.
  */
 int
-test_daemon_stop(struct test_daemon *d, int sig, int *status)
+test_daemon_stop_within(struct test_daemon *d, int sig, int *status, unsigned wait_ms)
 {
 	struct timespec	ts = { 0, 10 * 1000 * 1000 };
-	int		st = 0, i;
+	int		st = 0;
+	unsigned	i;
 	pid_t		r = 0;
 
 	if (d->pid > 0) {
 		kill(d->pid, sig);
-		for (i = 0; i < 500; i++) {
+		for (i = 0; i < wait_ms / 10; i++) {
 			r = waitpid(d->pid, &st, WNOHANG);
 			if (r != 0)
 				break;
@@ -248,14 +249,28 @@ test_td_start(const char *extra_json)
 }
 
 /* SIGTERM: the daemon must exit, and with 0. */
+/* The same, waiting up to 5 s. */
+int
+test_daemon_stop(struct test_daemon *d, int sig, int *status)
+{
+	return test_daemon_stop_within(d, sig, status, 5000);
+}
+
+/* SIGTERM to test_td, which must exit 0 within wait_ms. */
 void
-test_td_stop(void)
+test_td_stop_within(unsigned wait_ms)
 {
 	int	st;
 
-	ck_assert_int_eq(test_daemon_stop(&test_td, SIGTERM, &st), 0);
+	ck_assert_int_eq(test_daemon_stop_within(&test_td, SIGTERM, &st, wait_ms), 0);
 	ck_assert(WIFEXITED(st));
 	ck_assert_int_eq(WEXITSTATUS(st), 0);
+}
+
+void
+test_td_stop(void)
+{
+	test_td_stop_within(5000);
 }
 
 void
