@@ -28,6 +28,9 @@
 
 #include "daemon.h"
 
+/* daemon.h's once it is reordered, after workq_free (filetier.h declares it meanwhile). */
+void	 workq_flush(struct workq *);
+
 struct workq {
 	pthread_mutex_t		 lock;		/* guards head, tail */
 	struct workq_entry	*head;
@@ -148,6 +151,29 @@ workq_free(struct workq *q)
 		close(q->efd);
 	pthread_mutex_destroy(&q->lock);
 	free(q);
+}
+
+/*
+ * The producers must have stopped: runs done() for every entry still
+ * queued, on the calling (loop) thread, with no wake(); for an owner
+ * whose entries hold memory that workq_free would drop with them (a
+ * scan's batches). Idempotent on NULL.
+ */
+void
+workq_flush(struct workq *q)
+{
+	struct workq_entry	*e, *next;
+
+	if (q == NULL)
+		return;
+	pthread_mutex_lock(&q->lock);
+	e = q->head;
+	q->head = q->tail = NULL;
+	pthread_mutex_unlock(&q->lock);
+	for (; e != NULL; e = next) {
+		next = e->next;
+		q->done(e, q->arg);
+	}
 }
 
 /* Any thread: e's done() will run on the loop thread. */
