@@ -1,7 +1,7 @@
 /*
  * The worker-to-loop completion queue. Thread pools (the host copy
  * engine's workers, the CUDA host callbacks of cuda.c, and the file
- * tier's readers, writers and scan once it adopts it) hand finished work
+ * tier's readers, writers and scans) hand finished work
  * to the loop thread here, so the handoff is written once: a mutex over a
  * FIFO of entries the callers embed in their own objects (no allocation
  * on the way back, so a completion can never fail), an eventfd written
