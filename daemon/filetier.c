@@ -20,7 +20,7 @@
  * In memory the loop thread alone owns an index of the objects (index.c's:
  * 80-byte records named by 32-bit ids, as dram.c's are), one LRU list of
  * the evictable ones, and pins. Worker threads do all file I/O and
- * report through one eventfd watched by the loop, as copy.c does:
+ * report through one workq (workq.c) to the loop, as copy.c does:
  * - reader threads each drive an io_uring ring, read_depth objects in
  *   flight: an openat into a direct descriptor, then one readv of header
  *   and payload, the reads of a batch submitted together so that the block
@@ -51,7 +51,6 @@
  */
 #include <sys/resource.h>
 #include <sys/statvfs.h>
-#include <sys/eventfd.h>
 
 #include <assert.h>
 #include <errno.h>
@@ -72,6 +71,7 @@
 #define FILETIER_NOSPACE_TRIES	8		/* a full filesystem: evict and retry, this often */
 #define FILETIER_RECHECK_NS	1000000000LL	/* a lowered capacity is rechecked once a second */
 #define FILETIER_WARN_NS	10000000000LL	/* a recreated directory is reported every 10 s */
+#define FILETIER_BATCH		256		/* completions per loop wakeup */
 
 /* Index: index.c's, loop thread only. */
 
@@ -188,19 +188,38 @@ filetier_enqueue(struct filetier *ft, struct filetier_job *job)
 	pthread_mutex_unlock(&ft->lock);
 }
 
-/* Workers post finished jobs in batches: one eventfd write per batch. */
+/* A new job, owned by the tier until its completion ran (filetier_job_free); NULL: no memory. */
+static struct filetier_job *
+filetier_job_new(struct filetier *ft)
+{
+	struct filetier_qjob	*q;
+
+	if ((q = calloc(1, sizeof(*q))) == NULL)
+		return NULL;
+	TAILQ_INSERT_TAIL(&ft->jobs, q, all);
+	return &q->job;
+}
+
+static void
+filetier_job_free(struct filetier *ft, struct filetier_job *job)
+{
+	struct filetier_qjob	*q = (struct filetier_qjob *)job;	/* job is its first member */
+
+	TAILQ_REMOVE(&ft->jobs, q, all);
+	free(q);
+}
+
+/* Workers hand finished jobs to the loop; the list is left empty. Any thread. */
 void
 filetier_post(struct filetier *ft, struct filetier_job_list *batch)
 {
-	uint64_t	one = 1;
+	struct filetier_job	*job;
 
-	if (TAILQ_EMPTY(batch))
-		return;
-	pthread_mutex_lock(&ft->lock);
-	TAILQ_CONCAT(&ft->done, batch, entry);
-	pthread_mutex_unlock(&ft->lock);
-	if (write(ft->efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		abort();	/* an eventfd write cannot fail otherwise */
+	/* Off the list first: once pushed, the loop may link job->entry elsewhere. */
+	while ((job = TAILQ_FIRST(batch)) != NULL) {
+		TAILQ_REMOVE(batch, job, entry);
+		workq_push(ft->wq, &((struct filetier_qjob *)job)->wq);
+	}
 }
 
 /* An entry of ns became VISIBLE (delta 1) or stopped being (-1): STATS' per-pool counts. */
@@ -234,9 +253,9 @@ filetier_ent_retire(struct filetier *ft, uint32_t id, int file_gone)
 	ft->st.bytes_used -= filetier_file_bytes(e->len);
 	ns = filetier_ns_find(ft, e->rec.key.fingerprint);
 	filetier_ns_visible(ns, &e->rec.key, -1);
-	if (!file_gone && ns != NULL && (job = calloc(1, sizeof(*job))) != NULL) {
+	if (!file_gone && ns != NULL && (job = filetier_job_new(ft)) != NULL) {
 		if (filetier_ns_hold(ft, ns) != 0) {
-			free(job);
+			filetier_job_free(ft, job);
 			goto gone;
 		}
 		job->kind = FILETIER_JOB_DELETE;
@@ -530,7 +549,7 @@ filetier_job_complete(struct filetier *ft, struct filetier_job *job)
 	if (job->done != NULL)
 		job->done(job);
 	filetier_ns_put(ft, job->ns);
-	free(job);
+	filetier_job_free(ft, job);
 }
 
 static void
@@ -567,38 +586,33 @@ filetier_delay_cb(evutil_socket_t fd, short ev, void *arg)
 	filetier_delay_arm(ft);
 }
 
-/* Runs finished jobs' bookkeeping and completions on the loop thread. */
+/* The workq's done(): a finished job's bookkeeping and completion, on the loop thread. */
 static void
-filetier_done_cb(evutil_socket_t fd, short ev, void *arg)
+filetier_done(struct workq_entry *e, void *arg)
 {
 	struct filetier		*ft = arg;
-	struct filetier_job_list done;
-	struct filetier_job	*job;
-	uint64_t		 n;
+	struct filetier_job	*job = &((struct filetier_qjob *)
+				    ((char *)e - offsetof(struct filetier_qjob, wq)))->job;
 
-	(void)ev;
-	if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
-		log_warn("filetier", "eventfd read: %s", strerror(errno));
-	TAILQ_INIT(&done);
-	pthread_mutex_lock(&ft->lock);
-	TAILQ_CONCAT(&done, &ft->done, entry);
-	pthread_mutex_unlock(&ft->lock);
-	while ((job = TAILQ_FIRST(&done)) != NULL) {
-		TAILQ_REMOVE(&done, job, entry);
-		/*
-		 * Testing only: a read that succeeded is reported late, as a slow
-		 * device would, while failures are reported at once; so a test
-		 * can act while good reads are still in flight.
-		 */
-		if (ft->p.read_delay_ms > 0 && job->kind == FILETIER_JOB_READ && job->status == 0) {
-			job->due_ns = filetier_now_ns(CLOCK_MONOTONIC) +
-			    (int64_t)ft->p.read_delay_ms * 1000000LL;
-			TAILQ_INSERT_TAIL(&ft->delayed, job, entry);
-			continue;
-		}
-		filetier_job_complete(ft, job);
+	/*
+	 * Testing only: a read that succeeded is reported late, as a slow
+	 * device would, while failures are reported at once; so a test
+	 * can act while good reads are still in flight.
+	 */
+	if (ft->p.read_delay_ms > 0 && job->kind == FILETIER_JOB_READ && job->status == 0) {
+		job->due_ns = filetier_now_ns(CLOCK_MONOTONIC) +
+		    (int64_t)ft->p.read_delay_ms * 1000000LL;
+		TAILQ_INSERT_TAIL(&ft->delayed, job, entry);
+		return;
 	}
-	filetier_delay_arm(ft);
+	filetier_job_complete(ft, job);
+}
+
+/* The workq's wake(), after each wakeup's completions. */
+static void
+filetier_wake(void *arg)
+{
+	filetier_delay_arm(arg);
 }
 
 /* Namespaces: registered, opened, forgotten (filetier_scan_start attaches them). */
@@ -770,22 +784,12 @@ filetier_params_default(struct filetier_params *p)
 	p->openat2 = 1;
 }
 
-void
-filetier_jobs_free(struct filetier_job_list *l)
-{
-	struct filetier_job	*job;
-
-	while ((job = TAILQ_FIRST(l)) != NULL) {
-		TAILQ_REMOVE(l, job, entry);
-		free(job);
-	}
-}
-
 int
 filetier_new(struct event_base *base, const struct filetier_params *p, struct filetier **out,
     char *err, size_t errlen)
 {
 	struct filetier	*ft;
+	char		 wqerr[128];
 	unsigned	 i, n;
 	int		 rc;
 
@@ -807,7 +811,7 @@ filetier_new(struct event_base *base, const struct filetier_params *p, struct fi
 	ft->p = *p;
 	snprintf(ft->root, sizeof(ft->root), "%s", p->root);
 	ft->p.root = ft->root;
-	ft->rootfd = ft->efd = -1;
+	ft->rootfd = -1;
 	index_lru_init(&ft->lru);
 	pthread_mutex_init(&ft->lock, NULL);
 	pthread_mutex_init(&ft->dir_lock, NULL);
@@ -816,7 +820,7 @@ filetier_new(struct event_base *base, const struct filetier_params *p, struct fi
 	TAILQ_INIT(&ft->nospace);
 	TAILQ_INIT(&ft->writes);
 	TAILQ_INIT(&ft->deletes);
-	TAILQ_INIT(&ft->done);
+	TAILQ_INIT(&ft->jobs);
 	TAILQ_INIT(&ft->delayed);
 	if (index_init(&ft->ix, FILETIER_S_VISIBLE) != 0)
 		goto nomem;
@@ -840,16 +844,14 @@ filetier_new(struct event_base *base, const struct filetier_params *p, struct fi
 	if (!atomic_load(&filetier_has_openat2))
 		log_info("filetier", "no openat2: paths are walked a component at a time, reads use "
 		    "preadv");
-	if ((ft->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "file tier: eventfd: %s", strerror(-rc));
+	if ((rc = workq_new(base, "filetier", FILETIER_BATCH, filetier_done, filetier_wake, ft,
+	    &ft->wq, wqerr, sizeof(wqerr))) != 0) {
+		snprintf(err, errlen, "file tier: %s", wqerr);
 		goto fail;
 	}
-	ft->ev = event_new(base, ft->efd, EV_READ | EV_PERSIST, filetier_done_cb, ft);
 	ft->readers = calloc(p->readers, sizeof(*ft->readers));
 	ft->threads = calloc(p->readers + p->writers, sizeof(*ft->threads));
-	if (ft->ev == NULL || ft->readers == NULL || ft->threads == NULL ||
-	    event_add(ft->ev, NULL) != 0)
+	if (ft->readers == NULL || ft->threads == NULL)
 		goto nomem;
 	for (i = 0; i < p->readers; i++) {
 		ft->readers[i].kick_fd = -1;
@@ -905,7 +907,8 @@ fail:
 void
 filetier_free(struct filetier *ft)
 {
-	unsigned	i, j;
+	struct filetier_qjob	*q;
+	unsigned		 i, j;
 
 	if (ft == NULL)
 		return;
@@ -928,11 +931,11 @@ filetier_free(struct filetier *ft)
 		pthread_join(ft->threads[i], NULL);
 	filetier_fdc_free(ft->fdc);
 	ft->fdc = NULL;
-	filetier_jobs_free(&ft->nospace);
-	filetier_jobs_free(&ft->writes);
-	filetier_jobs_free(&ft->deletes);
-	filetier_jobs_free(&ft->done);
-	filetier_jobs_free(&ft->delayed);
+	/* Queued, delayed, waiting for room or finished: no completion runs now. */
+	while ((q = TAILQ_FIRST(&ft->jobs)) != NULL)
+		filetier_job_free(ft, &q->job);
+	workq_free(ft->wq);	/* its producers were joined */
+	ft->wq = NULL;
 	if (ft->delay_ev != NULL)
 		event_free(ft->delay_ev);
 	if (ft->readers != NULL)
@@ -940,10 +943,6 @@ filetier_free(struct filetier *ft)
 			filetier_reader_fini(&ft->readers[i]);
 	free(ft->readers);
 	free(ft->threads);
-	if (ft->ev != NULL)
-		event_free(ft->ev);
-	if (ft->efd >= 0)
-		close(ft->efd);
 	for (j = 0; j < ft->nns; j++) {
 		if (ft->ns[j]->dirfd >= 0)
 			close(ft->ns[j]->dirfd);
@@ -1046,21 +1045,21 @@ filetier_write(struct filetier *ft, const struct obj_key *k, const void *data, u
 		ft->st.writes_refused++;
 		return -EAGAIN;
 	}
-	if ((job = calloc(1, sizeof(*job))) == NULL)
+	if ((job = filetier_job_new(ft)) == NULL)
 		return -ENOMEM;
 	/* A tier refusing writes after a full filesystem must still see it free up. */
 	filetier_capacity_recheck(ft);
 	if ((rc = filetier_make_room(ft, filetier_file_bytes(len))) != 0) {
-		free(job);
+		filetier_job_free(ft, job);
 		return rc;
 	}
 	if ((rc = filetier_ns_hold(ft, ns)) != 0) {
-		free(job);
+		filetier_job_free(ft, job);
 		return rc;
 	}
 	if ((rc = index_rec_new(&ft->ix, &id)) != 0) {
 		filetier_ns_put(ft, ns);
-		free(job);
+		filetier_job_free(ft, job);
 		return rc;
 	}
 	e = filetier_ent(ft, id);
@@ -1109,16 +1108,16 @@ filetier_read(struct filetier *ft, const struct obj_key *k, void *dst, uint64_t 
 		return -EMSGSIZE;
 	if ((ns = filetier_ns_find(ft, k->fingerprint)) == NULL)
 		return -ENOENT;
-	if ((job = calloc(1, sizeof(*job))) == NULL)
+	if ((job = filetier_job_new(ft)) == NULL)
 		return -ENOMEM;
 	if ((rc = filetier_ns_hold(ft, ns)) != 0) {
-		free(job);
+		filetier_job_free(ft, job);
 		return rc;
 	}
 	/* The read's own pin: eviction cannot unlink a file while it is read. */
 	if ((rc = filetier_pin(ft, id)) != 0) {
 		filetier_ns_put(ft, ns);
-		free(job);
+		filetier_job_free(ft, job);
 		return rc;
 	}
 	job->kind = FILETIER_JOB_READ;

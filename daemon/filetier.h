@@ -87,6 +87,21 @@ struct filetier_ns {
 
 TAILQ_HEAD(filetier_job_list, filetier_job);
 
+/*
+ * A job as the tier allocates it: the caller's struct filetier_job first,
+ * then the tier's links. wq carries the finished job to the loop (the
+ * tier's workq); all lists every job the tier owns, whatever queue it is
+ * in, so that filetier_free frees those no completion will run for
+ * (workq_free drops its entries). Loop thread only, except wq.
+ * (wq belongs in struct filetier_job, daemon.h, with the module's fields.)
+ */
+struct filetier_qjob {
+	struct filetier_job	 job;
+	struct workq_entry	 wq;
+	TAILQ_ENTRY(filetier_qjob) all;
+};
+TAILQ_HEAD(filetier_qjob_list, filetier_qjob);
+
 struct filetier {
 	struct event_base	*base;
 	struct filetier_params	 p;
@@ -118,10 +133,9 @@ struct filetier {
 	pthread_cond_t		 wcond;
 	struct filetier_job_list writes;
 	struct filetier_job_list deletes;
-	struct filetier_job_list done;
 	int			 stop;
-	int			 efd;		/* workers -> loop */
-	struct event		*ev;
+	struct workq		*wq;		/* workers -> loop: finished jobs */
+	struct filetier_qjob_list jobs;		/* every job allocated: loop thread */
 	struct filetier_job_list delayed;	/* testing.read_delay_ms: loop thread */
 	struct event		*delay_ev;
 	pthread_t		*threads;
@@ -197,6 +211,12 @@ filetier_now_ns(clockid_t clk)
 	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/*
+ * workq.c: its prototype belongs in daemon.h, after workq_free's; it is
+ * here while daemon.h is reordered.
+ */
+void	 workq_flush(struct workq *);
+
 /* filetier.c */
 struct filetier_ns *filetier_ns_find(const struct filetier *, const uint8_t fp[16]);
 int	 filetier_ns_open(struct filetier *, struct filetier_ns *, int create, int check,
@@ -207,7 +227,6 @@ int	 filetier_ns_add(struct filetier *, const char *name, const uint8_t fp[16],
 void	 filetier_ns_visible(struct filetier_ns *, const struct obj_key *, int delta);
 int	 filetier_make_room(struct filetier *, uint64_t need);
 void	 filetier_post(struct filetier *, struct filetier_job_list *);
-void	 filetier_jobs_free(struct filetier_job_list *);
 
 /* filetier_obj.c: pure functions, called by every thread */
 extern _Atomic int filetier_has_openat2;

@@ -746,8 +746,7 @@ void
 filetier_reader_fini(struct filetier_reader *r)
 {
 	if (r->ft == NULL)
-		return;		/* never initialised */
-	filetier_jobs_free(&r->queue);
+		return;		/* never initialised; queued jobs are filetier_free's */
 	if (r->uring) {
 		/*
 		 * Slots keep their last file open. Unregistering closes them

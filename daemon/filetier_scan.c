@@ -2,7 +2,8 @@
  * The file tier's startup scan of one namespace, off the loop: a scan
  * thread lists the leaf directories and shares them with scan_threads - 1
  * helpers; each reads headers and hands what it found, a leaf directory
- * at a time, to the loop through the scan's eventfd. The loop indexes each
+ * at a time, to the loop through the scan's workq (workq.c; its eventfd
+ * lives as long as the scan). The loop indexes each
  * batch at once (PROBE and ADMIT see the objects found so far, and a
  * key already indexed, written since the start, is never replaced),
  * at the LRU's end: older than anything written since. When every
@@ -14,7 +15,6 @@
  */
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/eventfd.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -41,7 +41,8 @@ struct filetier_found {
 
 /* What one scan thread found in a leaf directory, for the loop to index. */
 struct filetier_scan_batch {
-	TAILQ_ENTRY(filetier_scan_batch) entry;
+	struct workq_entry	 wq;		/* scan thread -> loop */
+	TAILQ_ENTRY(filetier_scan_batch) entry;	/* the loop's taken list */
 	struct filetier_found	*found;
 	size_t			 n;
 };
@@ -76,18 +77,23 @@ struct filetier_scan {
 	_Atomic size_t		 next;
 	pthread_t		 thread;
 	int			 started;
-	/* Under lock: batches and the hand-offs between the scan thread and the loop. */
+	/*
+	 * Scan threads -> loop: the batches, then found_wq once every batch
+	 * is pushed (removed, skipped and err are final then), then
+	 * sorted_wq; the loop pushes again_wq to itself to go on next turn.
+	 * The queue's eventfd goes with the scan.
+	 */
+	struct workq		*wq;
+	struct workq_entry	 found_wq;
+	struct workq_entry	 sorted_wq;
+	struct workq_entry	 again_wq;
+	/* Under lock: the loop's word to the scan thread. */
 	pthread_mutex_t		 lock;
 	pthread_cond_t		 cond;
-	struct filetier_scan_batch_list batches;
-	int			 found_all;	/* every batch is posted */
 	int			 order_given;	/* the loop lets the scan thread sort order[] */
-	int			 sorted;
 	uint64_t		 removed;	/* bad objects, stale temp files, junk */
 	uint64_t		 skipped;
 	int			 err;		/* the scan's first failure */
-	int			 efd;		/* scan threads -> loop */
-	struct event		*ev;
 	/* The loop's (order[] the scan thread's while it sorts). */
 	struct filetier_scan_batch_list taken;	/* handed over, not indexed yet */
 	struct filetier_scan_order *order;
@@ -99,6 +105,9 @@ struct filetier_scan {
 	size_t			 gone_cap;
 	int			 gone_sorted;
 	int			 asked;		/* order_given sent */
+	int			 found_all;	/* found_wq ran: every batch is in taken */
+	int			 sorted;	/* sorted_wq ran */
+	int			 again;		/* again_wq is queued */
 	uint64_t		 bytes;
 	int64_t			 t0;
 };
@@ -262,15 +271,6 @@ filetier_scan_leaf(struct filetier_scan_part *pt, const char *leaf)
 	closedir(d);
 }
 
-static void
-filetier_scan_kick(struct filetier_scan *sc)
-{
-	uint64_t	one = 1;
-
-	if (write(sc->efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		abort();	/* an eventfd write cannot fail otherwise */
-}
-
 /* Hands what a part found to the loop: its array goes with the batch. */
 static void
 filetier_scan_post(struct filetier_scan_part *pt)
@@ -288,10 +288,7 @@ filetier_scan_post(struct filetier_scan_part *pt)
 	b->n = pt->n;
 	pt->found = NULL;
 	pt->n = pt->cap = 0;
-	pthread_mutex_lock(&sc->lock);
-	TAILQ_INSERT_TAIL(&sc->batches, b, entry);
-	pthread_mutex_unlock(&sc->lock);
-	filetier_scan_kick(sc);
+	workq_push(sc->wq, &b->wq);
 }
 
 /* testing.scan_delay_ms: a pause that a stopping tier cuts short. */
@@ -453,9 +450,8 @@ filetier_scan_thread(void *arg)
 	sc->removed = removed;
 	sc->skipped = skipped;
 	sc->err = rc;
-	sc->found_all = 1;
 	pthread_mutex_unlock(&sc->lock);
-	filetier_scan_kick(sc);
+	workq_push(sc->wq, &sc->found_wq);	/* after every batch: the queue keeps order */
 
 	pthread_mutex_lock(&sc->lock);
 	while (!sc->order_given && !atomic_load(&sc->stop))
@@ -464,10 +460,7 @@ filetier_scan_thread(void *arg)
 	pthread_mutex_unlock(&sc->lock);
 	if (given && sc->norder > 1)
 		qsort(sc->order, sc->norder, sizeof(*sc->order), filetier_scan_order_cmp);
-	pthread_mutex_lock(&sc->lock);
-	sc->sorted = 1;
-	pthread_mutex_unlock(&sc->lock);
-	filetier_scan_kick(sc);
+	workq_push(sc->wq, &sc->sorted_wq);
 	return NULL;
 }
 
@@ -623,7 +616,6 @@ filetier_scan_finish(struct filetier *ft, struct filetier_scan *sc)
 	if (sc->started)
 		pthread_join(sc->thread, NULL);
 	sc->started = 0;
-	event_del(sc->ev);
 	ns->scanning = 0;
 	ft->nscanning--;
 	ft->st.scan_removed += sc->removed;
@@ -648,25 +640,41 @@ filetier_scan_finish(struct filetier *ft, struct filetier_scan *sc)
 	malloc_trim(0);
 }
 
-/* The loop's side of a scan: batches in, then the order, then the end. */
+/* The scan's workq done(): what the scan threads sent, noted on the loop thread. */
 static void
-filetier_scan_cb(evutil_socket_t fd, short ev, void *arg)
+filetier_scan_done(struct workq_entry *e, void *arg)
+{
+	struct filetier_scan	*sc = arg;
+
+	if (e == &sc->found_wq)
+		sc->found_all = 1;
+	else if (e == &sc->sorted_wq)
+		sc->sorted = 1;
+	else if (e == &sc->again_wq)
+		sc->again = 0;
+	else
+		TAILQ_INSERT_TAIL(&sc->taken, (struct filetier_scan_batch *)e, entry);
+}
+
+/* Leaves the rest of the scan's work to the loop's next turn, after its sockets. */
+static void
+filetier_scan_again(struct filetier_scan *sc)
+{
+	if (sc->again)
+		return;		/* queued already: runs this wake-up's successor */
+	sc->again = 1;
+	workq_push(sc->wq, &sc->again_wq);
+}
+
+/* The scan's workq wake(), the loop's side of a scan: batches in, then the order, then the end. */
+static void
+filetier_scan_wake(void *arg)
 {
 	struct filetier_scan		*sc = arg;
 	struct filetier			*ft = sc->ft;
 	struct filetier_scan_batch	*b;
-	uint64_t			 n;
 	size_t				 budget = FILETIER_SCAN_TAKE_STEP;
-	int				 found_all, sorted;
 
-	(void)ev;
-	if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
-		log_warn("filetier", "scan eventfd read: %s", strerror(errno));
-	pthread_mutex_lock(&sc->lock);
-	TAILQ_CONCAT(&sc->taken, &sc->batches, entry);
-	found_all = sc->found_all;
-	sorted = sc->sorted;
-	pthread_mutex_unlock(&sc->lock);
 	while ((b = TAILQ_FIRST(&sc->taken)) != NULL && budget > 0) {
 		TAILQ_REMOVE(&sc->taken, b, entry);
 		budget -= b->n < budget ? b->n : budget;
@@ -675,10 +683,10 @@ filetier_scan_cb(evutil_socket_t fd, short ev, void *arg)
 		free(b);
 	}
 	if (!TAILQ_EMPTY(&sc->taken)) {
-		event_active(sc->ev, EV_READ, 0);	/* the rest on the next turn */
+		filetier_scan_again(sc);
 		return;
 	}
-	if (found_all && !sc->asked) {
+	if (sc->found_all && !sc->asked) {
 		/* Every batch was posted before found_all and is indexed now: order[] is complete. */
 		sc->asked = 1;
 		pthread_mutex_lock(&sc->lock);
@@ -687,10 +695,10 @@ filetier_scan_cb(evutil_socket_t fd, short ev, void *arg)
 		pthread_mutex_unlock(&sc->lock);
 		return;
 	}
-	if (!sorted)
+	if (!sc->sorted)
 		return;
 	if (!filetier_scan_relink(ft, sc)) {
-		event_active(sc->ev, EV_READ, 0);	/* the rest on the next turn */
+		filetier_scan_again(sc);
 		return;
 	}
 	filetier_scan_finish(ft, sc);
@@ -702,12 +710,11 @@ filetier_scan_free(struct filetier_scan *sc)
 {
 	if (sc == NULL)
 		return;
-	filetier_scan_batches_free(&sc->batches);
+	/* Batches still queued join taken (done() only links them), then go with it. */
+	workq_flush(sc->wq);
+	workq_free(sc->wq);
+	sc->wq = NULL;
 	filetier_scan_batches_free(&sc->taken);
-	if (sc->ev != NULL)
-		event_free(sc->ev);
-	if (sc->efd >= 0)
-		close(sc->efd);
 	pthread_cond_destroy(&sc->cond);
 	pthread_mutex_destroy(&sc->lock);
 	free(sc->order);
@@ -722,6 +729,7 @@ filetier_scan_start(struct filetier *ft, const char *name, const uint8_t fp[16],
 {
 	struct filetier_scan	*sc;
 	struct filetier_ns	*ns;
+	char			 wqerr[128];
 	int			 rc;
 
 	if ((rc = filetier_ns_name_check(name, fp, err, errlen)) != 0)
@@ -754,14 +762,11 @@ filetier_scan_start(struct filetier *ft, const char *name, const uint8_t fp[16],
 	atomic_init(&sc->next, 0);
 	pthread_mutex_init(&sc->lock, NULL);
 	pthread_cond_init(&sc->cond, NULL);
-	TAILQ_INIT(&sc->batches);
 	TAILQ_INIT(&sc->taken);
-	if ((sc->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0 ||
-	    (sc->ev = event_new(ft->base, sc->efd, EV_READ | EV_PERSIST, filetier_scan_cb,
-	    sc)) == NULL || event_add(sc->ev, NULL) != 0) {
-		rc = sc->efd < 0 ? -errno : -ENOMEM;
+	/* A batch is a leaf; the wake-up bounds the objects indexed per turn. */
+	if ((rc = workq_new(ft->base, "filetier scan", 64, filetier_scan_done, filetier_scan_wake,
+	    sc, &sc->wq, wqerr, sizeof(wqerr))) != 0)
 		goto fail;
-	}
 	if ((rc = pthread_create(&sc->thread, NULL, filetier_scan_thread, sc)) != 0) {
 		rc = -rc;
 		goto fail;

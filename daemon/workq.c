@@ -1,7 +1,7 @@
 /*
  * The worker-to-loop completion queue. Thread pools (the host copy
  * engine's workers, the CUDA host callbacks of cuda.c, and the file
- * tier's readers, writers and scan once it adopts it) hand finished work
+ * tier's readers, writers and scans) hand finished work
  * to the loop thread here, so the handoff is written once: a mutex over a
  * FIFO of entries the callers embed in their own objects (no allocation
  * on the way back, so a completion can never fail), an eventfd written
@@ -27,6 +27,9 @@
 #include <event2/event.h>
 
 #include "daemon.h"
+
+/* daemon.h's once it is reordered, after workq_free (filetier.h declares it meanwhile). */
+void	 workq_flush(struct workq *);
 
 struct workq {
 	pthread_mutex_t		 lock;		/* guards head, tail */
@@ -148,6 +151,29 @@ workq_free(struct workq *q)
 		close(q->efd);
 	pthread_mutex_destroy(&q->lock);
 	free(q);
+}
+
+/*
+ * The producers must have stopped: runs done() for every entry still
+ * queued, on the calling (loop) thread, with no wake(); for an owner
+ * whose entries hold memory that workq_free would drop with them (a
+ * scan's batches). Idempotent on NULL.
+ */
+void
+workq_flush(struct workq *q)
+{
+	struct workq_entry	*e, *next;
+
+	if (q == NULL)
+		return;
+	pthread_mutex_lock(&q->lock);
+	e = q->head;
+	q->head = q->tail = NULL;
+	pthread_mutex_unlock(&q->lock);
+	for (; e != NULL; e = next) {
+		next = e->next;
+		q->done(e, q->arg);
+	}
 }
 
 /* Any thread: e's done() will run on the loop thread. */
