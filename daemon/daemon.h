@@ -113,6 +113,24 @@ int	 gpu_detect(char *desc, size_t len);
 #define CHECKSUM_CHUNK		(64U << 10)
 /* XXH3-64 over the little-endian XXH3-64 digests of each chunk, then the length. */
 uint64_t checksum_obj(const void *, size_t);
+/* Its two steps, for loops that hash as they copy (copy.c): a chunk's digest, the rest. */
+uint64_t checksum_chunk(const void *, size_t);
+uint64_t checksum_combine(uint64_t *dig, size_t nchunks, uint64_t len);
+
+/* An object's chunks, and the length of chunk i (the last may be short). */
+static inline size_t
+checksum_chunks(uint64_t len)
+{
+	return (size_t)((len + CHECKSUM_CHUNK - 1) / CHECKSUM_CHUNK);
+}
+
+static inline size_t
+checksum_chunk_len(uint64_t len, size_t i)
+{
+	uint64_t	n = len - (uint64_t)i * CHECKSUM_CHUNK;
+
+	return n > CHECKSUM_CHUNK ? CHECKSUM_CHUNK : (size_t)n;
+}
 
 /*
  * workq.c: a completion queue from worker threads to the loop: a mutex,
