@@ -25,37 +25,58 @@
  * chunks are independent, so a GPU kernel computes the same value over
  * staged bytes with one thread block per chunk. Thread-safe: workers
  * call it.
+ *
+ * The definition is written here once, in two steps that checksum_obj
+ * and copy.c's fused copy+hash loops share: checksum_chunk, the digest
+ * of one chunk (copy.c may run the same XXH3-64 built for AVX2), and
+ * checksum_combine, the final step over the digests. The chunk bounds
+ * are checksum_chunks and checksum_chunk_len (daemon.h, inline).
  */
 #define CHECKSUM_STACK		512	/* digests on the stack: objects to 32 MiB */
 
-static void
-checksum_le64(uint8_t *p, uint64_t v)
+/* One chunk's digest; n is checksum_chunk_len's. */
+uint64_t
+checksum_chunk(const void *chunk, size_t n)
 {
-	int	i;
+	return XXH3_64bits(chunk, n);
+}
 
-	for (i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
+/*
+ * The checksum from the digests of an object's nchunks chunks, in
+ * dig[0 .. nchunks - 1]; dig has room for nchunks + 1 entries and is
+ * rewritten in place: each word little-endian, then the length.
+ */
+uint64_t
+checksum_combine(uint64_t *dig, size_t nchunks, uint64_t len)
+{
+	uint8_t		*b;
+	uint64_t	 v;
+	size_t		 i;
+	int		 j;
+
+	dig[nchunks] = len;
+	for (i = 0; i <= nchunks; i++) {
+		v = dig[i];
+		b = (uint8_t *)&dig[i];
+		for (j = 0; j < 8; j++)
+			b[j] = (uint8_t)(v >> (8 * j));
+	}
+	return XXH3_64bits(dig, (nchunks + 1) * 8);
 }
 
 uint64_t
 checksum_obj(const void *buf, size_t len)
 {
 	const uint8_t	*p = buf;
-	uint8_t		 stackbuf[(CHECKSUM_STACK + 1) * 8], *dig = stackbuf;
-	size_t		 nchunks = (len + CHECKSUM_CHUNK - 1) / CHECKSUM_CHUNK, i, n;
-	uint64_t	 h;
+	uint64_t	 stackbuf[CHECKSUM_STACK + 1], *dig = stackbuf, h;
+	size_t		 nchunks = checksum_chunks(len), i;
 
 	/* Past 32 MiB the digest array is a heap copy; the value is the same. */
 	if (nchunks > CHECKSUM_STACK && (dig = malloc((nchunks + 1) * 8)) == NULL)
 		fatalx("checksum", "out of memory for %zu digests", nchunks);
-	for (i = 0; i < nchunks; i++) {
-		n = len - i * CHECKSUM_CHUNK;
-		if (n > CHECKSUM_CHUNK)
-			n = CHECKSUM_CHUNK;
-		checksum_le64(dig + i * 8, XXH3_64bits(p + i * CHECKSUM_CHUNK, n));
-	}
-	checksum_le64(dig + nchunks * 8, (uint64_t)len);
-	h = XXH3_64bits(dig, (nchunks + 1) * 8);
+	for (i = 0; i < nchunks; i++)
+		dig[i] = checksum_chunk(p + i * CHECKSUM_CHUNK, checksum_chunk_len(len, i));
+	h = checksum_combine(dig, nchunks, len);
 	if (dig != stackbuf)
 		free(dig);
 	return h;

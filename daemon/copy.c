@@ -58,9 +58,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #include <event2/event.h>
 
 #include "daemon.h"
@@ -98,14 +95,8 @@ struct copy_engine {
 static __thread sigjmp_buf *volatile copy_guard;
 static pthread_once_t	copy_once = PTHREAD_ONCE_INIT;
 
-static uint64_t
-copy_csum_base(const void *p, size_t len)
-{
-	return XXH3_64bits(p, len);
-}
-
-/* The chunk digest: XXH3-64, with AVX2 where the CPU has it (copy_csum.c). */
-static uint64_t	(*copy_digest)(const void *, size_t) = copy_csum_base;
+/* The chunk digest: checksum.c's, or the same XXH3-64 built for AVX2 where the CPU has it. */
+static uint64_t	(*copy_digest)(const void *, size_t) = checksum_chunk;
 
 static void
 copy_sigbus(int sig, siginfo_t *si, void *uc)
@@ -192,19 +183,10 @@ copy_page_scatter(const struct proto_region *g, uint8_t *base, uint32_t page, ui
 	}
 }
 
-static void
-copy_le64(uint8_t *p, uint64_t v)
-{
-	int	i;
-
-	for (i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
 /*
- * The object checksum of obj's len bytes: checksum_obj()'s value (checksum.c:
- * XXH3-64 over the chunks' little-endian digests, then the length), with
- * the fastest digest this CPU has. With src, each chunk is first copied
+ * The object checksum of obj's len bytes: checksum_obj()'s value, from
+ * checksum.c's two steps (checksum_chunk, here the fastest digest this
+ * CPU has, then checksum_combine). With src, each chunk is first copied
  * from src into obj and hashed right after, while it is in cache: a
  * publish is one pass over the bytes. With dst, each chunk of obj is
  * hashed and then copied to dst from cache: a large restore is one pass
@@ -213,8 +195,8 @@ copy_le64(uint8_t *p, uint64_t v)
 static uint64_t
 copy_sum2(uint8_t *obj, const uint8_t *src, uint8_t *dst, uint64_t len)
 {
-	uint8_t		stackbuf[(COPY_SUM_CHUNKS + 1) * 8], *dig = stackbuf;
-	uint64_t	nchunks = (len + CHECKSUM_CHUNK - 1) / CHECKSUM_CHUNK, i, n, h;
+	uint64_t	dig[COPY_SUM_CHUNKS + 1], h;
+	size_t		nchunks = checksum_chunks(len), i, n;
 
 	if (nchunks > COPY_SUM_CHUNKS) {
 		/* Larger than any page: the tier's own function (the same value). */
@@ -226,17 +208,14 @@ copy_sum2(uint8_t *obj, const uint8_t *src, uint8_t *dst, uint64_t len)
 		return h;
 	}
 	for (i = 0; i < nchunks; i++) {
-		n = len - i * CHECKSUM_CHUNK;
-		if (n > CHECKSUM_CHUNK)
-			n = CHECKSUM_CHUNK;
+		n = checksum_chunk_len(len, i);
 		if (src != NULL)
 			memcpy(obj + i * CHECKSUM_CHUNK, src + i * CHECKSUM_CHUNK, n);
-		copy_le64(dig + i * 8, copy_digest(obj + i * CHECKSUM_CHUNK, n));
+		dig[i] = copy_digest(obj + i * CHECKSUM_CHUNK, n);
 		if (dst != NULL)
 			memcpy(dst + i * CHECKSUM_CHUNK, obj + i * CHECKSUM_CHUNK, n);
 	}
-	copy_le64(dig + nchunks * 8, len);
-	return copy_digest(dig, (nchunks + 1) * 8);
+	return checksum_combine(dig, nchunks, len);
 }
 
 static uint64_t

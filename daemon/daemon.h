@@ -1,7 +1,8 @@
 /*
- * l3kvd's one internal header: a section per file, in the order the
- * daemon starts them. The event loop thread alone touches everything
- * declared here unless a comment says otherwise.
+ * l3kvd's one internal header: a section per file, in layer order, bottom
+ * first, as docs/architecture.md (section 1) lists the layers. The event
+ * loop thread alone touches everything declared here unless a comment
+ * says otherwise.
  */
 #ifndef L3KV_DAEMON_H
 #define L3KV_DAEMON_H
@@ -105,63 +106,395 @@ const char *config_default_json(void);
 /* notify.c */
 int	 notify_send(const char *state);
 
-/* metrics.c: counters, owned by the loop */
-struct metrics {
-	uint64_t	connections_accepted;
-	uint64_t	connections_denied;
-	uint64_t	connections_limited;
-	uint64_t	connections_open;
-	uint64_t	connections_no_fd;	/* refused at EMFILE/ENFILE with the spare fd */
-	uint64_t	connections_timed_out;	/* HELLO, ATTACH or frame deadline */
-	uint64_t	connections_slow;	/* replies not drained in output_timeout_ms */
-	uint64_t	frames_in;
-	uint64_t	frames_out;
-	uint64_t	frames_bad;
-	uint64_t	bytes_in;
-	uint64_t	bytes_out;
-	uint64_t	attaches;
-	uint64_t	attaches_refused;
-	uint64_t	guards_refused;
-	uint64_t	detaches;
-	uint64_t	stats_requests;
-	uint64_t	health_requests;
-	uint64_t	regions_mapped;
-	uint64_t	events_open;	/* CUDA IPC events registered */
-	uint64_t	region_bytes_mapped;
-	/* The cache operations. */
-	uint64_t	probes;
-	uint64_t	admits;
-	uint64_t	admits_admitted;
-	uint64_t	admits_limited;		/* refused: admit.max_waiting reached */
-	uint64_t	hits_dram;		/* pages_restored that DRAM held at ADMIT */
-	uint64_t	hits_file;		/* pages_restored staged from the file tier */
-	uint64_t	admit_pages;
-	uint64_t	admits_declined[PROTO_DECLINE__MAX];
-	uint64_t	restores_ready;
-	uint64_t	restores_partial;
-	uint64_t	restores_failed[PROTO_S__MAX];
-	uint64_t	pages_restored;
-	uint64_t	bytes_restored;
-	uint64_t	publishes;
-	uint64_t	publishes_failed;
-	uint64_t	pages_published;
-	uint64_t	bytes_published;
-	uint64_t	pages_present;
-	uint64_t	cancels;
-	uint64_t	releases;
-	uint64_t	lease_expiries;
-	uint64_t	leases_open;
-	uint64_t	objects_lost;
-	/* Write-through to the file tier (publish.c). */
-	uint64_t	file_writes;		/* queued */
-	uint64_t	file_writes_failed;	/* refused at queueing or failed after */
-	uint64_t	file_writes_present;	/* -EEXIST: the file was there already */
-	uint64_t	file_writes_deferred;	/* waited in the backlog: the tier's queue was full */
+/* gpu.c: run-time GPU detection through the kernels/ header */
+int	 gpu_detect(char *desc, size_t len);
+
+/* checksum.c: the object checksum of every tier and copy engine; thread-safe */
+#define CHECKSUM_CHUNK		(64U << 10)
+/* XXH3-64 over the little-endian XXH3-64 digests of each chunk, then the length. */
+uint64_t checksum_obj(const void *, size_t);
+/* Its two steps, for loops that hash as they copy (copy.c): a chunk's digest, the rest. */
+uint64_t checksum_chunk(const void *, size_t);
+uint64_t checksum_combine(uint64_t *dig, size_t nchunks, uint64_t len);
+
+/* An object's chunks, and the length of chunk i (the last may be short). */
+static inline size_t
+checksum_chunks(uint64_t len)
+{
+	return (size_t)((len + CHECKSUM_CHUNK - 1) / CHECKSUM_CHUNK);
+}
+
+static inline size_t
+checksum_chunk_len(uint64_t len, size_t i)
+{
+	uint64_t	n = len - (uint64_t)i * CHECKSUM_CHUNK;
+
+	return n > CHECKSUM_CHUNK ? CHECKSUM_CHUNK : (size_t)n;
+}
+
+/*
+ * workq.c: a completion queue from worker threads to the loop: a mutex,
+ * a FIFO of entries embedded in the caller's objects, an eventfd the loop
+ * watches. Any thread pushes; the loop runs done() for at most `batch`
+ * entries per wakeup, then yields (the rest run at the next turn), and
+ * after them wake() (if any), which is also what a foreign notifier
+ * writing workq_fd() (a CUDA host callback) triggers.
+ */
+struct workq_entry {
+	struct workq_entry	*next;
 };
-extern struct metrics metrics;
-struct server;
-char	*metrics_stats_json(struct server *);
-char	*metrics_health_json(struct server *);
+#define WORKQ_ITEM(e, type, member)	\
+	((type *)(void *)((char *)(e) - offsetof(type, member)))
+struct workq;
+typedef void workq_done_fn(struct workq_entry *, void *arg);
+typedef void workq_wake_fn(void *arg);
+int	 workq_new(struct event_base *, const char *name, unsigned batch, workq_done_fn *done,
+	    workq_wake_fn *wake, void *arg, struct workq **out, char *err, size_t errlen);
+void	 workq_free(struct workq *);
+/* Runs done() for what is still queued, once the producers have stopped. */
+void	 workq_flush(struct workq *);
+void	 workq_push(struct workq *, struct workq_entry *);
+int	 workq_fd(const struct workq *);
+
+/*
+ * index.c: the index both tiers keep of their objects: 80-byte records
+ * named by 32-bit ids, a chained hash from key to id, a free list, LRU
+ * lists. Loop thread only. A record is a struct index_rec (the index's
+ * 64 bytes), then the tier's state byte (0: a free record; lookups see
+ * the one state the tier calls visible), then 15 bytes of the tier's.
+ * An object's key is the same in both tiers.
+ */
+struct obj_key {			/* 52 bytes, compared with memcmp */
+	uint8_t		fingerprint[16];
+	uint8_t		pool;		/* pool index in the namespace */
+	uint8_t		pad;		/* must be 0 */
+	uint16_t	shard;
+	uint8_t		hash[32];	/* page hash, zero-padded */
+};
+#define INDEX_NONE		UINT32_MAX
+#define INDEX_REC_SIZE		80		/* a tier's struct, index_rec first */
+#define INDEX_STATE_OFF		64		/* the tier's state byte, after index_rec */
+#define INDEX_BLOCK_SHIFT	10		/* 1024 records: 80 KiB a block */
+#define INDEX_BLOCK		(1U << INDEX_BLOCK_SHIFT)
+struct index_rec {			/* 64 bytes */
+	struct obj_key	key;
+	uint32_t	chain;		/* next in bucket; next free record when free */
+	uint32_t	lru_prev;	/* towards MRU */
+	uint32_t	lru_next;	/* towards LRU */
+};
+struct index_lru {			/* a list of records, kept where the tier wants */
+	uint32_t	head;		/* MRU */
+	uint32_t	tail;		/* LRU: the next victim */
+};
+struct index {
+	uint8_t		**blocks;	/* INDEX_BLOCK records each; blocks never move */
+	uint32_t	  nblocks;
+	uint32_t	  blocks_cap;
+	uint32_t	  nrecords;	/* ids handed out: a high-water mark */
+	uint32_t	  rec_free;	/* free list, through chain */
+	uint32_t	 *buckets;
+	uint32_t	  nbuckets;	/* a power of two */
+	uint8_t		  visible;	/* the state lookups see */
+	uint64_t	  seed;		/* secret: clients choose page hashes */
+	uint64_t	  nindexed;
+};
+int	 index_init(struct index *, uint8_t visible);
+void	 index_fini(struct index *);
+uint64_t index_hash(const struct index *, const struct obj_key *);
+/* The id indexed under a key, in any state, or INDEX_NONE; *hash (unless NULL) is for index_insert. */
+uint32_t index_find(const struct index *, const struct obj_key *, uint64_t *hash);
+/* The same for a visible record only; no side effects at all (PROBE). */
+uint32_t index_lookup(const struct index *, const struct obj_key *);
+size_t	 index_lookup_many(const struct index *, const struct obj_key *, size_t n, uint32_t *ids);
+void	 index_insert(struct index *, uint32_t id, uint64_t hash);
+void	 index_remove(struct index *, uint32_t id);
+/* A record of zeros, its links INDEX_NONE: 0 or -ENOMEM. */
+int	 index_rec_new(struct index *, uint32_t *id);
+void	 index_rec_free(struct index *, uint32_t id);
+void	 index_lru_init(struct index_lru *);
+size_t	 index_lru_order(const struct index *, const struct index_lru *, uint32_t *ids, size_t max);
+uint64_t index_meta_bytes(const struct index *);
+
+/*
+ * Inline: every pin, unpin and PROBE hit of a tier goes through these,
+ * and a call costs more than their bodies.
+ */
+
+/* The record of an id handed out (id < nrecords), free or not; a tier casts it to its own. */
+static inline struct index_rec *
+index_rec(const struct index *ix, uint32_t id)
+{
+	return (struct index_rec *)(ix->blocks[id >> INDEX_BLOCK_SHIFT] +
+	    (size_t)(id & (INDEX_BLOCK - 1)) * INDEX_REC_SIZE);
+}
+
+/* The record of a live id, or NULL for an id that names none. */
+static inline struct index_rec *
+index_rec_live(const struct index *ix, uint32_t id)
+{
+	struct index_rec	*r;
+
+	if (id >= ix->nrecords)
+		return NULL;
+	r = index_rec(ix, id);
+	return ((const uint8_t *)r)[INDEX_STATE_OFF] == 0 ? NULL : r;
+}
+
+/* At the head: the most recently used. */
+static inline void
+index_lru_push(struct index *ix, struct index_lru *l, uint32_t id)
+{
+	struct index_rec	*r = index_rec(ix, id);
+
+	r->lru_prev = INDEX_NONE;
+	r->lru_next = l->head;
+	if (l->head != INDEX_NONE)
+		index_rec(ix, l->head)->lru_prev = id;
+	else
+		l->tail = id;
+	l->head = id;
+}
+
+/* At the tail: the next victim. */
+static inline void
+index_lru_push_tail(struct index *ix, struct index_lru *l, uint32_t id)
+{
+	struct index_rec	*r = index_rec(ix, id);
+
+	r->lru_next = INDEX_NONE;
+	r->lru_prev = l->tail;
+	if (l->tail != INDEX_NONE)
+		index_rec(ix, l->tail)->lru_next = id;
+	else
+		l->head = id;
+	l->tail = id;
+}
+
+static inline void
+index_lru_unlink(struct index *ix, struct index_lru *l, uint32_t id)
+{
+	struct index_rec	*r = index_rec(ix, id);
+
+	if (r->lru_prev != INDEX_NONE)
+		index_rec(ix, r->lru_prev)->lru_next = r->lru_next;
+	else
+		l->head = r->lru_next;
+	if (r->lru_next != INDEX_NONE)
+		index_rec(ix, r->lru_next)->lru_prev = r->lru_prev;
+	else
+		l->tail = r->lru_prev;
+	r->lru_prev = r->lru_next = INDEX_NONE;
+}
+
+/*
+ * dram.c: the DRAM tier (arena, slabs, index, LRU, pins). Loop thread
+ * only; workers touch an object's bytes, never its metadata, while it is
+ * pinned or WRITING.
+ */
+struct dram;
+#define DRAM_NONE		INDEX_NONE
+struct dram_stats {
+	uint64_t	objects;	/* visible + writing + dropped */
+	uint64_t	visible;
+	uint64_t	writing;
+	uint64_t	dropped;	/* out of the index, freed at last unpin */
+	uint64_t	pinned_objects;
+	uint64_t	pins;
+	uint64_t	bytes_used;	/* object lengths */
+	uint64_t	bytes_slabs;	/* arena held by slabs */
+	uint64_t	bytes_capacity;
+	uint64_t	slabs;
+	uint64_t	evictions;
+	uint64_t	evict_failures;	/* allocations refused with -ENOSPC */
+	uint64_t	drops;
+	uint64_t	index_buckets;
+	uint64_t	meta_bytes;	/* all metadata allocated */
+	double		meta_bytes_per_object;
+	int		hugetlb;	/* 1: MAP_HUGETLB arena, 0: THP advice */
+};
+int	 dram_new(struct dram **, uint64_t arena_bytes, char *err, size_t errlen);
+void	 dram_free(struct dram *);
+/* Visible objects only; no side effects at all (PROBE). */
+int	 dram_lookup(const struct dram *, const struct obj_key *, uint32_t *id);
+size_t	 dram_lookup_many(const struct dram *, const struct obj_key *, size_t n, uint32_t *ids);
+/* A new WRITING object: invisible, never evicted; placed after near if free. */
+int	 dram_alloc(struct dram *, const struct obj_key *, uint64_t len, uint32_t near,
+	    uint32_t *id, uint8_t **buf);
+int	 dram_commit(struct dram *, uint32_t id, uint64_t checksum);
+void	 dram_abort(struct dram *, uint32_t id);
+int	 dram_pin(struct dram *, uint32_t id);
+void	 dram_unpin(struct dram *, uint32_t id);
+void	 dram_touch(struct dram *, uint32_t id);
+/* Out of the index now; a pinned object's memory goes at its last unpin. */
+void	 dram_drop(struct dram *, uint32_t id);
+const uint8_t *dram_data(const struct dram *, uint32_t id, uint64_t *len, uint64_t *checksum);
+uint8_t	*dram_data_mut(struct dram *, uint32_t id);
+const struct obj_key *dram_key(const struct dram *, uint32_t id);
+void	 dram_stats(const struct dram *, struct dram_stats *);
+void	 dram_ns_objects(const struct dram *, const uint8_t fingerprint[16],
+	    uint64_t objects[PROTO_POOLS_MAX]);
+size_t	 dram_lru_order(const struct dram *, uint64_t len, uint32_t *ids, size_t max);
+void	*dram_arena(const struct dram *, size_t *len);
+
+/*
+ * filetier.c: the file tier, one directory of object files that daemons
+ * of a role may share. Loop thread only; the module's threads do the I/O
+ * and every completion runs on the loop. Keys are obj_keys; a key's
+ * namespace must have been attached (filetier_scan_start) first. Files:
+ * see filetier.c; the family (filetier_*.c) shares filetier.h.
+ */
+#define FILETIER_NONE		INDEX_NONE
+#define FILETIER_HDR		4096			/* header block; the payload follows */
+#define FILETIER_OBJ_MAX	(1ULL << 30)		/* payload bytes */
+/* What a read destination must hold: the payload rounded up for O_DIRECT. */
+#define FILETIER_READ_SIZE(len)	(((uint64_t)(len) + 4095) & ~(uint64_t)4095)
+struct filetier_params {
+	const char	*root;		/* made if missing */
+	uint64_t	 capacity;	/* bytes of object files, headers included */
+	int		 fsync;		/* fdatasync each object, fsync its directory */
+	unsigned	 readers;	/* threads, one io_uring each */
+	unsigned	 writers;	/* threads; unlinks go first */
+	unsigned	 read_depth;	/* reads in flight per reader */
+	unsigned	 write_queue;	/* writes queued or running before -EAGAIN */
+	unsigned	 scan_threads;
+	unsigned	 tmp_stale_s;	/* a scan removes temp files older than this */
+	int		 direct;	/* O_DIRECT reads where the filesystem takes them */
+	int		 io_uring;	/* 0: readers use preadv (also the fallback) */
+	unsigned	 fd_cache;	/* open descriptors kept for small objects; 0: none */
+	unsigned	 scan_delay_ms;	/* testing: a scan pauses before each directory */
+	unsigned	 max_namespaces; /* known at once, attached or idle with objects */
+	unsigned	 read_delay_ms;	/* testing: a read that succeeded reports this late */
+	int		 openat2;	/* 0: walk paths as kernels without openat2 (tests) */
+};
+enum filetier_job_kind {
+	FILETIER_JOB_READ = 1,
+	FILETIER_JOB_WRITE,
+	FILETIER_JOB_DELETE,	/* the module's own */
+};
+struct filetier_ns;
+/*
+ * A job belongs to the module from submission until its done() returned,
+ * then it is freed: done() must not keep the pointer.
+ */
+struct filetier_job {
+	int			 kind;		/* FILETIER_JOB_* */
+	struct obj_key		 key;
+	void			*buf;		/* read: destination; write: the payload */
+	uint64_t		 len;		/* payload bytes */
+	uint64_t		 checksum;	/* write: the caller's; read: verified */
+	int			 status;	/* 0 or -errno, valid in done() */
+	_Atomic int		 cancel;	/* a read not yet started ends -ECANCELED */
+	void			(*done)(struct filetier_job *);	/* on the loop thread */
+	void			*arg;
+	/* The module's. */
+	TAILQ_ENTRY(filetier_job) entry;
+	struct filetier_ns	*ns;
+	uint32_t		 id;
+	uint16_t		 reader;
+	int64_t			 due_ns;	/* testing.read_delay_ms: reported then */
+	uint8_t			 tries;		/* write: retries after a full filesystem */
+};
+struct filetier_stats {
+	uint64_t	namespaces;
+	uint64_t	namespaces_open;	/* with their directory open: in use */
+	uint64_t	namespaces_released;	/* directories closed as they went idle */
+	uint64_t	namespaces_forgotten;	/* idle and empty, dropped for a new one */
+	uint64_t	scanning;	/* namespaces whose scan still runs */
+	uint64_t	visible;
+	uint64_t	writing;
+	uint64_t	deleting;	/* unlink queued */
+	uint64_t	dead;		/* out of the index, kept until their last unpin */
+	uint64_t	pinned_objects;
+	uint64_t	pins;
+	uint64_t	bytes_used;	/* files of visible and writing objects */
+	uint64_t	bytes_deleting;
+	uint64_t	bytes_capacity;
+	uint64_t	bytes_capacity_effective;	/* lower while the filesystem is full */
+	uint64_t	reads;
+	uint64_t	read_failures;	/* each dropped its object */
+	uint64_t	reads_cancelled;
+	uint64_t	reads_inflight;
+	uint64_t	bytes_read;
+	uint64_t	writes;
+	uint64_t	write_failures;
+	uint64_t	write_nospace;	/* of those, ENOSPC or EDQUOT from the filesystem */
+	uint64_t	write_nospace_retries;	/* ENOSPC, EDQUOT: evicted, written again */
+	uint64_t	dirs_recreated;	/* namespace directories deleted while running, made again */
+	uint64_t	writes_refused;	/* -EAGAIN: the write queue was full */
+	uint64_t	writes_present;	/* -EEXIST */
+	uint64_t	writes_inflight;
+	uint64_t	bytes_written;
+	uint64_t	evictions;
+	uint64_t	evict_failures;	/* -ENOSPC: everything left is pinned or writing */
+	uint64_t	drops;
+	uint64_t	scan_objects;
+	uint64_t	scan_bytes;
+	uint64_t	scan_removed;	/* bad objects, stale temp files, junk */
+	uint64_t	scan_skipped;
+	uint64_t	scan_ms;
+	uint64_t	index_buckets;
+	uint64_t	meta_bytes;
+	double		meta_bytes_per_object;
+	unsigned	readers_uring;	/* readers with a ring */
+};
+struct filetier;
+void	 filetier_params_default(struct filetier_params *);
+int	 filetier_new(struct event_base *, const struct filetier_params *, struct filetier **,
+	    char *err, size_t errlen);
+void	 filetier_free(struct filetier *);
+/*
+ * Attaches a namespace ("role/model-<fingerprint hex>") and, the first
+ * time, starts indexing its files on the tier's threads: lookups see them
+ * as they are found; keys written meanwhile are kept, never replaced by
+ * what the scan finds. Writes to the namespace work at once. A namespace
+ * known already (idle since filetier_ns_detach) is attached again without
+ * a scan. -EUSERS: max_namespaces are known and none can be forgotten.
+ */
+int	 filetier_scan_start(struct filetier *, const char *ns_name, const uint8_t fingerprint[16],
+	    char *err, size_t errlen);
+/* The same, waited for: runs the tier's event base until the scan ended. */
+int	 filetier_scan(struct filetier *, const char *ns_name, const uint8_t fingerprint[16],
+	    uint64_t *objects, char *err, size_t errlen);
+/* The last session of a namespace left: its descriptors go once unused, its objects stay. */
+void	 filetier_ns_detach(struct filetier *, const uint8_t fingerprint[16]);
+/* 1 while a namespace's scan runs, 0 once it ended, -ENOENT: not attached; *objects so far. */
+int	 filetier_scan_state(const struct filetier *, const uint8_t fingerprint[16],
+	    uint64_t *objects);
+/* Its VISIBLE objects per pool index: 0, or -ENOENT where the tier does not know it. */
+int	 filetier_ns_objects(const struct filetier *, const uint8_t fingerprint[16],
+	    uint64_t objects[PROTO_POOLS_MAX]);
+/* Visible objects only; no side effects at all (PROBE). */
+int	 filetier_lookup(const struct filetier *, const struct obj_key *, uint32_t *id,
+	    uint64_t *len);
+int	 filetier_pin(struct filetier *, uint32_t id);
+void	 filetier_unpin(struct filetier *, uint32_t id);
+void	 filetier_drop(struct filetier *, uint32_t id);
+/*
+ * Queues a write-through; data stays valid and unchanged until done().
+ * -EEXIST (present or being written), -EBUSY (being unlinked), -EAGAIN
+ * (queue full), -ENOSPC (capacity, nothing evictable), -ESRCH (namespace
+ * not scanned), -EFBIG, -EINVAL, -ENOMEM. done() gets 0 once the object
+ * is visible, or the -errno that left nothing visible.
+ */
+int	 filetier_write(struct filetier *, const struct obj_key *, const void *data,
+	    uint64_t len, uint64_t checksum, void (*done)(struct filetier_job *), void *arg);
+/*
+ * Queues a read into dst (4096-aligned, cap >= FILETIER_READ_SIZE(len)),
+ * which must stay valid until done(). -ENOENT (not visible), -EINVAL,
+ * -EMSGSIZE, -ENOMEM. done() gets 0 with the payload verified, or the
+ * file's fault (-ENOENT, -ENODATA, -EUCLEAN, -ESTALE, -EBADMSG, see
+ * filetier_strerror) after the object left the tier, or -ECANCELED.
+ */
+int	 filetier_read(struct filetier *, const struct obj_key *, void *dst, uint64_t cap,
+	    void (*done)(struct filetier_job *), void *arg, struct filetier_job **);
+const char *filetier_strerror(int status);
+/* The object header block alone (the fuzzer's): decode against a key, and encode. */
+int	 filetier_hdr_parse(const uint8_t *h, size_t n, const struct obj_key *, uint64_t *len,
+	    uint64_t *csum);
+void	 filetier_hdr_make(uint8_t *h, const struct obj_key *, uint64_t len, uint64_t csum);
+void	 filetier_stats(const struct filetier *, struct filetier_stats *);
+size_t	 filetier_lru_order(const struct filetier *, uint32_t *ids, size_t max);
+unsigned filetier_inflight(const struct filetier *);
 
 /* region.c: engine memory registered at ATTACH */
 struct kernels_region;
@@ -186,6 +519,160 @@ void	 region_unmap(struct region *);
 int	 region_slot_ok(const struct region *, uint64_t slot);
 int	 region_is_memory(const struct proto_region *);
 int	 region_check_size(const struct region *, char *err, size_t errlen);
+
+/*
+ * copy.c: the copy-engine front (copy_submit, copy_cancel pick the host
+ * or the cuda engine by the job's region) and the host copy engine:
+ * worker threads that split each job into pieces run in parallel, under
+ * a SIGBUS guard, and complete it through a workq.
+ */
+enum copy_kind {
+	COPY_RESTORE = 1,	/* DRAM object -> engine region, verified first */
+	COPY_PUBLISH,		/* engine region -> DRAM object, checksummed */
+};
+struct copy_page {
+	uint8_t		*obj;		/* the object's bytes in the arena */
+	uint64_t	 len;
+	uint64_t	 checksum;	/* expected (restore) or computed (publish) */
+	uint32_t	 region_page;	/* page (or slot) index in the region */
+	uint32_t	 id;		/* the DRAM object */
+	const struct proto_region *geom;	/* this page's region, or NULL: the job's */
+	uint8_t		*base;
+	const struct region *region;	/* the same region, or NULL: the job's */
+};
+struct copy_job;
+TAILQ_HEAD(copy_job_list, copy_job);
+struct copy_job {
+	TAILQ_ENTRY(copy_job)	 entry;
+	int			 kind;		/* COPY_* */
+	const struct proto_region *geom;	/* region geometry */
+	uint8_t			*base;		/* region memory */
+	const struct region	*region;	/* the same region: picks the engine */
+	const struct region	*wait;		/* RESTORE: an event region to wait for, or NULL */
+	struct copy_page	*pages;
+	uint32_t		 npages;
+	_Atomic int		 cancel;	/* set by the loop, read between pages */
+	_Atomic uint32_t	 done_pages;	/* pages fully moved (and verified), in order */
+	int			 status;	/* PROTO_S_*, valid in done() */
+	uint32_t		 bad_page;	/* with PROTO_S_LOST */
+	char			 why[160];	/* with PROTO_S_INTERNAL, _BAD_REGION: what failed */
+	void			(*done)(struct copy_job *);	/* on the loop thread */
+	void			*arg;
+	struct cuda_job		*cuda;		/* cuda.c's, while on the GPU */
+	/* The host engine's, while on its workers (copy.c). */
+	uint32_t		 npieces;	/* pages split into this many runs */
+	uint32_t		 piece_pages;	/* pages per run, the last may be short */
+	uint32_t		 next_piece;	/* the next run a worker takes, under its lock */
+	_Atomic uint32_t	 pieces_left;	/* the worker ending the last one completes it */
+	_Atomic uint32_t	 stop_page;	/* the first page a run stopped at; npages: none */
+	_Atomic int		 failed;	/* a run failed: the others stop */
+	struct workq_entry	 wq;
+};
+struct copy_engine;
+struct server;
+int	 copy_engine_new(struct event_base *, int nthreads, unsigned delay_ms,
+	    struct copy_engine **, char *err, size_t errlen);
+void	 copy_engine_free(struct copy_engine *);
+void	 copy_submit(struct server *, struct copy_job *);
+void	 copy_cancel(struct copy_job *);
+unsigned copy_inflight(const struct copy_engine *);
+void	 copy_host_submit(struct copy_engine *, struct copy_job *);
+void	 copy_page_scatter(const struct proto_region *, uint8_t *base, uint32_t page,
+	    uint8_t *obj, int to_region);
+uint64_t copy_page_publish(uint8_t *obj, const uint8_t *src, uint64_t len);
+/* copy_csum.c: XXH3-64 built for AVX2; call only where the CPU has it. */
+uint64_t copy_csum_avx2(const void *, size_t);
+
+/*
+ * cuda.c: the cuda copy engine's daemon side (kernels/ through kernels.h):
+ * GPU regions (CUDA IPC handles, cuMem fds) and copy jobs on them, with
+ * completions reported to the loop through the engine's notify eventfd.
+ */
+struct cuda_engine;
+struct cuda_job;
+int	 cuda_engine_new(struct event_base *, struct dram *, struct cuda_engine **,
+	    char *err, size_t errlen);
+void	 cuda_engine_free(struct cuda_engine *);
+unsigned cuda_inflight(const struct cuda_engine *);
+unsigned cuda_waiting_on_events(const struct cuda_engine *);
+void	 cuda_submit(struct cuda_engine *, struct copy_job *);
+void	 cuda_cancel(struct copy_job *);
+int	 cuda_region_open(struct cuda_engine *, const char *none_why, struct region *regions,
+	    unsigned i, const struct proto_region *, int fd, char *err, size_t errlen);
+void	 cuda_region_close(struct region *);
+int	 cuda_event_open(struct cuda_engine *, const char *none_why, struct region *,
+	    const struct proto_region *, char *err, size_t errlen);
+
+/* conn.c: one client connection; raw recvmsg in, one buffered write out */
+struct session;
+struct conn {
+	int		 fd;
+	struct server	*server;
+	uid_t		 uid;
+	gid_t		 gid;
+	pid_t		 pid;
+	uint64_t	 id;
+	int		 flags;
+#define CONN_F_HELLO	0x01	/* version fixed (set by the owner) */
+#define CONN_F_DEAD	0x02	/* closing: no more reads, flush then free */
+#define CONN_F_REAPED	0x04	/* free scheduled: nothing more is sent */
+#define CONN_F_READING	0x08	/* in its read callback: replies are written at its end */
+#define CONN_F_OVER	0x10	/* replies over limits.max_output: not reading */
+#define CONN_F_PARTIAL	0x20	/* part of a frame is held: frame_ms runs */
+#define CONN_F_PEER_GONE 0x40	/* EOF or an error from the peer: closed without linger */
+#define CONN_F_FDS_LOST	0x80	/* the kernel dropped fds (MSG_CTRUNC) of a frame */
+/* Set by the owner: past set-up (ATTACH), no frame takes fds; reads take what is there. */
+#define CONN_F_ATTACHED	0x100
+	uint16_t	 version;
+	char		 client[PROTO_NAME_LEN];
+	struct event	*ev_read;
+	struct event	*ev_write;
+	struct event	*ev_timer;	/* the earliest deadline below, when one runs */
+	uint64_t	 timer_at;	/* what ev_timer is set for; 0: not set */
+	uint64_t	 accepted_ms;	/* the HELLO deadline runs from here */
+	uint64_t	 idle_ms;	/* unattached: the last frame, for the ATTACH deadline */
+	uint64_t	 frame_ms;	/* CONN_F_PARTIAL: when the partial frame was first held */
+	uint64_t	 out_ms;	/* CONN_F_OVER, or dead with replies left: since when */
+	uint8_t		*in;		/* header + payload being assembled */
+	size_t		 in_off;	/* start of the current frame */
+	size_t		 in_len;	/* bytes held */
+	size_t		 in_cap;
+	int		 in_fds[PROTO_FDS_MAX];
+	int		 in_nfds;
+	size_t		 fds_until;	/* a frame starting before this offset may take them */
+	uint8_t		*out;		/* replies not yet written, from out_off */
+	size_t		 out_off;
+	size_t		 out_len;
+	size_t		 out_cap;
+	struct session	*session;	/* owned; NULL until ATTACH */
+	/* The owner's callbacks (conn_new): a checked frame arrived, the connection closed. */
+	void		(*frame_cb)(struct conn *, struct proto_frame *, void *);
+	void		(*closed_cb)(struct conn *, void *);
+	void		*cb_arg;
+	TAILQ_ENTRY(conn) entry;	/* the owner's list (server.c: s->conns) */
+};
+TAILQ_HEAD(conn_list, conn);
+struct conn *conn_new(struct server *, int fd, uid_t, gid_t, pid_t,
+	    void (*frame_cb)(struct conn *, struct proto_frame *, void *),
+	    void (*closed_cb)(struct conn *, void *), void *arg);
+void	 conn_free(struct conn *);
+void	 conn_close(struct conn *);
+int	 conn_reply(struct conn *, const struct proto_hdr *req, unsigned status,
+	    const void *payload, uint32_t len);
+int	 conn_reply_error(struct conn *, const struct proto_hdr *req, unsigned status,
+	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void	 conn_linger(struct server *, int fd);
+void	 conn_linger_free_all(struct server *);
+
+/* A closed socket read and discarded until EOF, so its last frame is read, not reset. */
+struct conn_linger {
+	int		 fd;
+	struct server	*server;
+	struct event	*ev;
+	uint64_t	 until;
+	TAILQ_ENTRY(conn_linger) entry;
+};
+TAILQ_HEAD(conn_linger_list, conn_linger);
 
 /* namespace.c */
 struct ns {
@@ -454,76 +941,6 @@ void	 publish_backlog_stats(const struct server *, uint64_t *dirty, uint64_t *di
 unsigned publish_backlog_waiting(const struct server *);
 void	 publish_backlog_free(struct server *);
 
-/* conn.c: one client connection; raw recvmsg in, one buffered write out */
-struct conn {
-	int		 fd;
-	struct server	*server;
-	uid_t		 uid;
-	gid_t		 gid;
-	pid_t		 pid;
-	uint64_t	 id;
-	int		 flags;
-#define CONN_F_HELLO	0x01	/* version fixed (set by the owner) */
-#define CONN_F_DEAD	0x02	/* closing: no more reads, flush then free */
-#define CONN_F_REAPED	0x04	/* free scheduled: nothing more is sent */
-#define CONN_F_READING	0x08	/* in its read callback: replies are written at its end */
-#define CONN_F_OVER	0x10	/* replies over limits.max_output: not reading */
-#define CONN_F_PARTIAL	0x20	/* part of a frame is held: frame_ms runs */
-#define CONN_F_PEER_GONE 0x40	/* EOF or an error from the peer: closed without linger */
-#define CONN_F_FDS_LOST	0x80	/* the kernel dropped fds (MSG_CTRUNC) of a frame */
-/* Set by the owner: past set-up (ATTACH), no frame takes fds; reads take what is there. */
-#define CONN_F_ATTACHED	0x100
-	uint16_t	 version;
-	char		 client[PROTO_NAME_LEN];
-	struct event	*ev_read;
-	struct event	*ev_write;
-	struct event	*ev_timer;	/* the earliest deadline below, when one runs */
-	uint64_t	 timer_at;	/* what ev_timer is set for; 0: not set */
-	uint64_t	 accepted_ms;	/* the HELLO deadline runs from here */
-	uint64_t	 idle_ms;	/* unattached: the last frame, for the ATTACH deadline */
-	uint64_t	 frame_ms;	/* CONN_F_PARTIAL: when the partial frame was first held */
-	uint64_t	 out_ms;	/* CONN_F_OVER, or dead with replies left: since when */
-	uint8_t		*in;		/* header + payload being assembled */
-	size_t		 in_off;	/* start of the current frame */
-	size_t		 in_len;	/* bytes held */
-	size_t		 in_cap;
-	int		 in_fds[PROTO_FDS_MAX];
-	int		 in_nfds;
-	size_t		 fds_until;	/* a frame starting before this offset may take them */
-	uint8_t		*out;		/* replies not yet written, from out_off */
-	size_t		 out_off;
-	size_t		 out_len;
-	size_t		 out_cap;
-	struct session	*session;	/* owned; NULL until ATTACH */
-	/* The owner's callbacks (conn_new): a checked frame arrived, the connection closed. */
-	void		(*frame_cb)(struct conn *, struct proto_frame *, void *);
-	void		(*closed_cb)(struct conn *, void *);
-	void		*cb_arg;
-	TAILQ_ENTRY(conn) entry;	/* the owner's list (server.c: s->conns) */
-};
-TAILQ_HEAD(conn_list, conn);
-struct conn *conn_new(struct server *, int fd, uid_t, gid_t, pid_t,
-	    void (*frame_cb)(struct conn *, struct proto_frame *, void *),
-	    void (*closed_cb)(struct conn *, void *), void *arg);
-void	 conn_free(struct conn *);
-void	 conn_close(struct conn *);
-int	 conn_reply(struct conn *, const struct proto_hdr *req, unsigned status,
-	    const void *payload, uint32_t len);
-int	 conn_reply_error(struct conn *, const struct proto_hdr *req, unsigned status,
-	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-void	 conn_linger(struct server *, int fd);
-void	 conn_linger_free_all(struct server *);
-
-/* A closed socket read and discarded until EOF, so its last frame is read, not reset. */
-struct conn_linger {
-	int		 fd;
-	struct server	*server;
-	struct event	*ev;
-	uint64_t	 until;
-	TAILQ_ENTRY(conn_linger) entry;
-};
-TAILQ_HEAD(conn_linger_list, conn_linger);
-
 /* dispatch.c: the engine connections' callbacks; the served types' handlers */
 void	 dispatch_init(void);
 void	 dispatch_frame(struct conn *, struct proto_frame *, void *);
@@ -570,457 +987,62 @@ void	 server_maybe_finish(struct server *);
 unsigned server_conns_of_uid(struct server *, uid_t);
 uint64_t server_now_ms(void);
 
-/*
- * index.c: the index both tiers keep of their objects: 80-byte records
- * named by 32-bit ids, a chained hash from key to id, a free list, LRU
- * lists. Loop thread only. A record is a struct index_rec (the index's
- * 64 bytes), then the tier's state byte (0: a free record; lookups see
- * the one state the tier calls visible), then 15 bytes of the tier's.
- * An object's key is the same in both tiers.
- */
-struct obj_key {			/* 52 bytes, compared with memcmp */
-	uint8_t		fingerprint[16];
-	uint8_t		pool;		/* pool index in the namespace */
-	uint8_t		pad;		/* must be 0 */
-	uint16_t	shard;
-	uint8_t		hash[32];	/* page hash, zero-padded */
+/* metrics.c: counters, owned by the loop */
+struct metrics {
+	uint64_t	connections_accepted;
+	uint64_t	connections_denied;
+	uint64_t	connections_limited;
+	uint64_t	connections_open;
+	uint64_t	connections_no_fd;	/* refused at EMFILE/ENFILE with the spare fd */
+	uint64_t	connections_timed_out;	/* HELLO, ATTACH or frame deadline */
+	uint64_t	connections_slow;	/* replies not drained in output_timeout_ms */
+	uint64_t	frames_in;
+	uint64_t	frames_out;
+	uint64_t	frames_bad;
+	uint64_t	bytes_in;
+	uint64_t	bytes_out;
+	uint64_t	attaches;
+	uint64_t	attaches_refused;
+	uint64_t	guards_refused;
+	uint64_t	detaches;
+	uint64_t	stats_requests;
+	uint64_t	health_requests;
+	uint64_t	regions_mapped;
+	uint64_t	events_open;	/* CUDA IPC events registered */
+	uint64_t	region_bytes_mapped;
+	/* The cache operations. */
+	uint64_t	probes;
+	uint64_t	admits;
+	uint64_t	admits_admitted;
+	uint64_t	admits_limited;		/* refused: admit.max_waiting reached */
+	uint64_t	hits_dram;		/* pages_restored that DRAM held at ADMIT */
+	uint64_t	hits_file;		/* pages_restored staged from the file tier */
+	uint64_t	admit_pages;
+	uint64_t	admits_declined[PROTO_DECLINE__MAX];
+	uint64_t	restores_ready;
+	uint64_t	restores_partial;
+	uint64_t	restores_failed[PROTO_S__MAX];
+	uint64_t	pages_restored;
+	uint64_t	bytes_restored;
+	uint64_t	publishes;
+	uint64_t	publishes_failed;
+	uint64_t	pages_published;
+	uint64_t	bytes_published;
+	uint64_t	pages_present;
+	uint64_t	cancels;
+	uint64_t	releases;
+	uint64_t	lease_expiries;
+	uint64_t	leases_open;
+	uint64_t	objects_lost;
+	/* Write-through to the file tier (publish.c). */
+	uint64_t	file_writes;		/* queued */
+	uint64_t	file_writes_failed;	/* refused at queueing or failed after */
+	uint64_t	file_writes_present;	/* -EEXIST: the file was there already */
+	uint64_t	file_writes_deferred;	/* waited in the backlog: the tier's queue was full */
 };
-#define INDEX_NONE		UINT32_MAX
-#define INDEX_REC_SIZE		80		/* a tier's struct, index_rec first */
-#define INDEX_STATE_OFF		64		/* the tier's state byte, after index_rec */
-#define INDEX_BLOCK_SHIFT	10		/* 1024 records: 80 KiB a block */
-#define INDEX_BLOCK		(1U << INDEX_BLOCK_SHIFT)
-struct index_rec {			/* 64 bytes */
-	struct obj_key	key;
-	uint32_t	chain;		/* next in bucket; next free record when free */
-	uint32_t	lru_prev;	/* towards MRU */
-	uint32_t	lru_next;	/* towards LRU */
-};
-struct index_lru {			/* a list of records, kept where the tier wants */
-	uint32_t	head;		/* MRU */
-	uint32_t	tail;		/* LRU: the next victim */
-};
-struct index {
-	uint8_t		**blocks;	/* INDEX_BLOCK records each; blocks never move */
-	uint32_t	  nblocks;
-	uint32_t	  blocks_cap;
-	uint32_t	  nrecords;	/* ids handed out: a high-water mark */
-	uint32_t	  rec_free;	/* free list, through chain */
-	uint32_t	 *buckets;
-	uint32_t	  nbuckets;	/* a power of two */
-	uint8_t		  visible;	/* the state lookups see */
-	uint64_t	  seed;		/* secret: clients choose page hashes */
-	uint64_t	  nindexed;
-};
-int	 index_init(struct index *, uint8_t visible);
-void	 index_fini(struct index *);
-uint64_t index_hash(const struct index *, const struct obj_key *);
-/* The id indexed under a key, in any state, or INDEX_NONE; *hash (unless NULL) is for index_insert. */
-uint32_t index_find(const struct index *, const struct obj_key *, uint64_t *hash);
-/* The same for a visible record only; no side effects at all (PROBE). */
-uint32_t index_lookup(const struct index *, const struct obj_key *);
-size_t	 index_lookup_many(const struct index *, const struct obj_key *, size_t n, uint32_t *ids);
-void	 index_insert(struct index *, uint32_t id, uint64_t hash);
-void	 index_remove(struct index *, uint32_t id);
-/* A record of zeros, its links INDEX_NONE: 0 or -ENOMEM. */
-int	 index_rec_new(struct index *, uint32_t *id);
-void	 index_rec_free(struct index *, uint32_t id);
-void	 index_lru_init(struct index_lru *);
-size_t	 index_lru_order(const struct index *, const struct index_lru *, uint32_t *ids, size_t max);
-uint64_t index_meta_bytes(const struct index *);
-
-/*
- * Inline: every pin, unpin and PROBE hit of a tier goes through these,
- * and a call costs more than their bodies.
- */
-
-/* The record of an id handed out (id < nrecords), free or not; a tier casts it to its own. */
-static inline struct index_rec *
-index_rec(const struct index *ix, uint32_t id)
-{
-	return (struct index_rec *)(ix->blocks[id >> INDEX_BLOCK_SHIFT] +
-	    (size_t)(id & (INDEX_BLOCK - 1)) * INDEX_REC_SIZE);
-}
-
-/* The record of a live id, or NULL for an id that names none. */
-static inline struct index_rec *
-index_rec_live(const struct index *ix, uint32_t id)
-{
-	struct index_rec	*r;
-
-	if (id >= ix->nrecords)
-		return NULL;
-	r = index_rec(ix, id);
-	return ((const uint8_t *)r)[INDEX_STATE_OFF] == 0 ? NULL : r;
-}
-
-/* At the head: the most recently used. */
-static inline void
-index_lru_push(struct index *ix, struct index_lru *l, uint32_t id)
-{
-	struct index_rec	*r = index_rec(ix, id);
-
-	r->lru_prev = INDEX_NONE;
-	r->lru_next = l->head;
-	if (l->head != INDEX_NONE)
-		index_rec(ix, l->head)->lru_prev = id;
-	else
-		l->tail = id;
-	l->head = id;
-}
-
-/* At the tail: the next victim. */
-static inline void
-index_lru_push_tail(struct index *ix, struct index_lru *l, uint32_t id)
-{
-	struct index_rec	*r = index_rec(ix, id);
-
-	r->lru_next = INDEX_NONE;
-	r->lru_prev = l->tail;
-	if (l->tail != INDEX_NONE)
-		index_rec(ix, l->tail)->lru_next = id;
-	else
-		l->head = id;
-	l->tail = id;
-}
-
-static inline void
-index_lru_unlink(struct index *ix, struct index_lru *l, uint32_t id)
-{
-	struct index_rec	*r = index_rec(ix, id);
-
-	if (r->lru_prev != INDEX_NONE)
-		index_rec(ix, r->lru_prev)->lru_next = r->lru_next;
-	else
-		l->head = r->lru_next;
-	if (r->lru_next != INDEX_NONE)
-		index_rec(ix, r->lru_next)->lru_prev = r->lru_prev;
-	else
-		l->tail = r->lru_prev;
-	r->lru_prev = r->lru_next = INDEX_NONE;
-}
-
-/* checksum.c: the object checksum of every tier and copy engine; thread-safe */
-#define CHECKSUM_CHUNK		(64U << 10)
-/* XXH3-64 over the little-endian XXH3-64 digests of each chunk, then the length. */
-uint64_t checksum_obj(const void *, size_t);
-
-/*
- * dram.c: the DRAM tier (arena, slabs, index, LRU, pins). Loop thread
- * only; workers touch an object's bytes, never its metadata, while it is
- * pinned or WRITING.
- */
-struct dram;
-#define DRAM_NONE		INDEX_NONE
-struct dram_stats {
-	uint64_t	objects;	/* visible + writing + dropped */
-	uint64_t	visible;
-	uint64_t	writing;
-	uint64_t	dropped;	/* out of the index, freed at last unpin */
-	uint64_t	pinned_objects;
-	uint64_t	pins;
-	uint64_t	bytes_used;	/* object lengths */
-	uint64_t	bytes_slabs;	/* arena held by slabs */
-	uint64_t	bytes_capacity;
-	uint64_t	slabs;
-	uint64_t	evictions;
-	uint64_t	evict_failures;	/* allocations refused with -ENOSPC */
-	uint64_t	drops;
-	uint64_t	index_buckets;
-	uint64_t	meta_bytes;	/* all metadata allocated */
-	double		meta_bytes_per_object;
-	int		hugetlb;	/* 1: MAP_HUGETLB arena, 0: THP advice */
-};
-int	 dram_new(struct dram **, uint64_t arena_bytes, char *err, size_t errlen);
-void	 dram_free(struct dram *);
-/* Visible objects only; no side effects at all (PROBE). */
-int	 dram_lookup(const struct dram *, const struct obj_key *, uint32_t *id);
-size_t	 dram_lookup_many(const struct dram *, const struct obj_key *, size_t n, uint32_t *ids);
-/* A new WRITING object: invisible, never evicted; placed after near if free. */
-int	 dram_alloc(struct dram *, const struct obj_key *, uint64_t len, uint32_t near,
-	    uint32_t *id, uint8_t **buf);
-int	 dram_commit(struct dram *, uint32_t id, uint64_t checksum);
-void	 dram_abort(struct dram *, uint32_t id);
-int	 dram_pin(struct dram *, uint32_t id);
-void	 dram_unpin(struct dram *, uint32_t id);
-void	 dram_touch(struct dram *, uint32_t id);
-/* Out of the index now; a pinned object's memory goes at its last unpin. */
-void	 dram_drop(struct dram *, uint32_t id);
-const uint8_t *dram_data(const struct dram *, uint32_t id, uint64_t *len, uint64_t *checksum);
-uint8_t	*dram_data_mut(struct dram *, uint32_t id);
-const struct obj_key *dram_key(const struct dram *, uint32_t id);
-void	 dram_stats(const struct dram *, struct dram_stats *);
-void	 dram_ns_objects(const struct dram *, const uint8_t fingerprint[16],
-	    uint64_t objects[PROTO_POOLS_MAX]);
-size_t	 dram_lru_order(const struct dram *, uint64_t len, uint32_t *ids, size_t max);
-void	*dram_arena(const struct dram *, size_t *len);
-
-/* gpu.c: run-time GPU detection through the kernels/ header */
-int	 gpu_detect(char *desc, size_t len);
-
-/*
- * workq.c: a completion queue from worker threads to the loop: a mutex,
- * a FIFO of entries embedded in the caller's objects, an eventfd the loop
- * watches. Any thread pushes; the loop runs done() for at most `batch`
- * entries per wakeup, then yields (the rest run at the next turn), and
- * after them wake() (if any), which is also what a foreign notifier
- * writing workq_fd() (a CUDA host callback) triggers.
- */
-struct workq_entry {
-	struct workq_entry	*next;
-};
-#define WORKQ_ITEM(e, type, member)	\
-	((type *)(void *)((char *)(e) - offsetof(type, member)))
-struct workq;
-typedef void workq_done_fn(struct workq_entry *, void *arg);
-typedef void workq_wake_fn(void *arg);
-int	 workq_new(struct event_base *, const char *name, unsigned batch, workq_done_fn *done,
-	    workq_wake_fn *wake, void *arg, struct workq **out, char *err, size_t errlen);
-void	 workq_free(struct workq *);
-void	 workq_push(struct workq *, struct workq_entry *);
-int	 workq_fd(const struct workq *);
-
-/*
- * copy.c: the copy-engine front (copy_submit, copy_cancel pick the host
- * or the cuda engine by the job's region) and the host copy engine:
- * worker threads that split each job into pieces run in parallel, under
- * a SIGBUS guard, and complete it through a workq.
- */
-enum copy_kind {
-	COPY_RESTORE = 1,	/* DRAM object -> engine region, verified first */
-	COPY_PUBLISH,		/* engine region -> DRAM object, checksummed */
-};
-struct copy_page {
-	uint8_t		*obj;		/* the object's bytes in the arena */
-	uint64_t	 len;
-	uint64_t	 checksum;	/* expected (restore) or computed (publish) */
-	uint32_t	 region_page;	/* page (or slot) index in the region */
-	uint32_t	 id;		/* the DRAM object */
-	const struct proto_region *geom;	/* this page's region, or NULL: the job's */
-	uint8_t		*base;
-	const struct region *region;	/* the same region, or NULL: the job's */
-};
-struct copy_job;
-TAILQ_HEAD(copy_job_list, copy_job);
-struct copy_job {
-	TAILQ_ENTRY(copy_job)	 entry;
-	int			 kind;		/* COPY_* */
-	const struct proto_region *geom;	/* region geometry */
-	uint8_t			*base;		/* region memory */
-	const struct region	*region;	/* the same region: picks the engine */
-	const struct region	*wait;		/* RESTORE: an event region to wait for, or NULL */
-	struct copy_page	*pages;
-	uint32_t		 npages;
-	_Atomic int		 cancel;	/* set by the loop, read between pages */
-	_Atomic uint32_t	 done_pages;	/* pages fully moved (and verified), in order */
-	int			 status;	/* PROTO_S_*, valid in done() */
-	uint32_t		 bad_page;	/* with PROTO_S_LOST */
-	char			 why[160];	/* with PROTO_S_INTERNAL, _BAD_REGION: what failed */
-	void			(*done)(struct copy_job *);	/* on the loop thread */
-	void			*arg;
-	struct cuda_job		*cuda;		/* cuda.c's, while on the GPU */
-	/* The host engine's, while on its workers (copy.c). */
-	uint32_t		 npieces;	/* pages split into this many runs */
-	uint32_t		 piece_pages;	/* pages per run, the last may be short */
-	uint32_t		 next_piece;	/* the next run a worker takes, under its lock */
-	_Atomic uint32_t	 pieces_left;	/* the worker ending the last one completes it */
-	_Atomic uint32_t	 stop_page;	/* the first page a run stopped at; npages: none */
-	_Atomic int		 failed;	/* a run failed: the others stop */
-	struct workq_entry	 wq;
-};
-struct copy_engine;
+extern struct metrics metrics;
 struct server;
-int	 copy_engine_new(struct event_base *, int nthreads, unsigned delay_ms,
-	    struct copy_engine **, char *err, size_t errlen);
-void	 copy_engine_free(struct copy_engine *);
-void	 copy_submit(struct server *, struct copy_job *);
-void	 copy_cancel(struct copy_job *);
-unsigned copy_inflight(const struct copy_engine *);
-void	 copy_host_submit(struct copy_engine *, struct copy_job *);
-void	 copy_page_scatter(const struct proto_region *, uint8_t *base, uint32_t page,
-	    uint8_t *obj, int to_region);
-uint64_t copy_page_publish(uint8_t *obj, const uint8_t *src, uint64_t len);
-/* copy_csum.c: XXH3-64 built for AVX2; call only where the CPU has it. */
-uint64_t copy_csum_avx2(const void *, size_t);
-
-/*
- * cuda.c: the cuda copy engine's daemon side (kernels/ through kernels.h):
- * GPU regions (CUDA IPC handles, cuMem fds) and copy jobs on them, with
- * completions reported to the loop through the engine's notify eventfd.
- */
-struct cuda_engine;
-struct cuda_job;
-int	 cuda_engine_new(struct event_base *, struct dram *, struct cuda_engine **,
-	    char *err, size_t errlen);
-void	 cuda_engine_free(struct cuda_engine *);
-unsigned cuda_inflight(const struct cuda_engine *);
-unsigned cuda_waiting_on_events(const struct cuda_engine *);
-void	 cuda_submit(struct cuda_engine *, struct copy_job *);
-void	 cuda_cancel(struct copy_job *);
-int	 cuda_region_open(struct cuda_engine *, const char *none_why, struct region *regions,
-	    unsigned i, const struct proto_region *, int fd, char *err, size_t errlen);
-void	 cuda_region_close(struct region *);
-int	 cuda_event_open(struct cuda_engine *, const char *none_why, struct region *,
-	    const struct proto_region *, char *err, size_t errlen);
-
-/*
- * filetier.c: the file tier, one directory of object files that daemons
- * of a role may share. Loop thread only; the module's threads do the I/O
- * and every completion runs on the loop. Keys are obj_keys; a key's
- * namespace must have been attached (filetier_scan_start) first. Files:
- * see filetier.c; the family (filetier_*.c) shares filetier.h.
- */
-#define FILETIER_NONE		INDEX_NONE
-#define FILETIER_HDR		4096			/* header block; the payload follows */
-#define FILETIER_OBJ_MAX	(1ULL << 30)		/* payload bytes */
-/* What a read destination must hold: the payload rounded up for O_DIRECT. */
-#define FILETIER_READ_SIZE(len)	(((uint64_t)(len) + 4095) & ~(uint64_t)4095)
-struct filetier_params {
-	const char	*root;		/* made if missing */
-	uint64_t	 capacity;	/* bytes of object files, headers included */
-	int		 fsync;		/* fdatasync each object, fsync its directory */
-	unsigned	 readers;	/* threads, one io_uring each */
-	unsigned	 writers;	/* threads; unlinks go first */
-	unsigned	 read_depth;	/* reads in flight per reader */
-	unsigned	 write_queue;	/* writes queued or running before -EAGAIN */
-	unsigned	 scan_threads;
-	unsigned	 tmp_stale_s;	/* a scan removes temp files older than this */
-	int		 direct;	/* O_DIRECT reads where the filesystem takes them */
-	int		 io_uring;	/* 0: readers use preadv (also the fallback) */
-	unsigned	 fd_cache;	/* open descriptors kept for small objects; 0: none */
-	unsigned	 scan_delay_ms;	/* testing: a scan pauses before each directory */
-	unsigned	 max_namespaces; /* known at once, attached or idle with objects */
-	unsigned	 read_delay_ms;	/* testing: a read that succeeded reports this late */
-	int		 openat2;	/* 0: walk paths as kernels without openat2 (tests) */
-};
-enum filetier_job_kind {
-	FILETIER_JOB_READ = 1,
-	FILETIER_JOB_WRITE,
-	FILETIER_JOB_DELETE,	/* the module's own */
-};
-struct filetier_ns;
-/*
- * A job belongs to the module from submission until its done() returned,
- * then it is freed: done() must not keep the pointer.
- */
-struct filetier_job {
-	int			 kind;		/* FILETIER_JOB_* */
-	struct obj_key		 key;
-	void			*buf;		/* read: destination; write: the payload */
-	uint64_t		 len;		/* payload bytes */
-	uint64_t		 checksum;	/* write: the caller's; read: verified */
-	int			 status;	/* 0 or -errno, valid in done() */
-	_Atomic int		 cancel;	/* a read not yet started ends -ECANCELED */
-	void			(*done)(struct filetier_job *);	/* on the loop thread */
-	void			*arg;
-	/* The module's. */
-	TAILQ_ENTRY(filetier_job) entry;
-	struct filetier_ns	*ns;
-	uint32_t		 id;
-	uint16_t		 reader;
-	int64_t			 due_ns;	/* testing.read_delay_ms: reported then */
-	uint8_t			 tries;		/* write: retries after a full filesystem */
-};
-struct filetier_stats {
-	uint64_t	namespaces;
-	uint64_t	namespaces_open;	/* with their directory open: in use */
-	uint64_t	namespaces_released;	/* directories closed as they went idle */
-	uint64_t	namespaces_forgotten;	/* idle and empty, dropped for a new one */
-	uint64_t	scanning;	/* namespaces whose scan still runs */
-	uint64_t	visible;
-	uint64_t	writing;
-	uint64_t	deleting;	/* unlink queued */
-	uint64_t	dead;		/* out of the index, kept until their last unpin */
-	uint64_t	pinned_objects;
-	uint64_t	pins;
-	uint64_t	bytes_used;	/* files of visible and writing objects */
-	uint64_t	bytes_deleting;
-	uint64_t	bytes_capacity;
-	uint64_t	bytes_capacity_effective;	/* lower while the filesystem is full */
-	uint64_t	reads;
-	uint64_t	read_failures;	/* each dropped its object */
-	uint64_t	reads_cancelled;
-	uint64_t	reads_inflight;
-	uint64_t	bytes_read;
-	uint64_t	writes;
-	uint64_t	write_failures;
-	uint64_t	write_nospace;	/* of those, ENOSPC or EDQUOT from the filesystem */
-	uint64_t	write_nospace_retries;	/* ENOSPC, EDQUOT: evicted, written again */
-	uint64_t	dirs_recreated;	/* namespace directories deleted while running, made again */
-	uint64_t	writes_refused;	/* -EAGAIN: the write queue was full */
-	uint64_t	writes_present;	/* -EEXIST */
-	uint64_t	writes_inflight;
-	uint64_t	bytes_written;
-	uint64_t	evictions;
-	uint64_t	evict_failures;	/* -ENOSPC: everything left is pinned or writing */
-	uint64_t	drops;
-	uint64_t	scan_objects;
-	uint64_t	scan_bytes;
-	uint64_t	scan_removed;	/* bad objects, stale temp files, junk */
-	uint64_t	scan_skipped;
-	uint64_t	scan_ms;
-	uint64_t	index_buckets;
-	uint64_t	meta_bytes;
-	double		meta_bytes_per_object;
-	unsigned	readers_uring;	/* readers with a ring */
-};
-struct filetier;
-void	 filetier_params_default(struct filetier_params *);
-int	 filetier_new(struct event_base *, const struct filetier_params *, struct filetier **,
-	    char *err, size_t errlen);
-void	 filetier_free(struct filetier *);
-/*
- * Attaches a namespace ("role/model-<fingerprint hex>") and, the first
- * time, starts indexing its files on the tier's threads: lookups see them
- * as they are found; keys written meanwhile are kept, never replaced by
- * what the scan finds. Writes to the namespace work at once. A namespace
- * known already (idle since filetier_ns_detach) is attached again without
- * a scan. -EUSERS: max_namespaces are known and none can be forgotten.
- */
-int	 filetier_scan_start(struct filetier *, const char *ns_name, const uint8_t fingerprint[16],
-	    char *err, size_t errlen);
-/* The same, waited for: runs the tier's event base until the scan ended. */
-int	 filetier_scan(struct filetier *, const char *ns_name, const uint8_t fingerprint[16],
-	    uint64_t *objects, char *err, size_t errlen);
-/* The last session of a namespace left: its descriptors go once unused, its objects stay. */
-void	 filetier_ns_detach(struct filetier *, const uint8_t fingerprint[16]);
-/* 1 while a namespace's scan runs, 0 once it ended, -ENOENT: not attached; *objects so far. */
-int	 filetier_scan_state(const struct filetier *, const uint8_t fingerprint[16],
-	    uint64_t *objects);
-/* Its VISIBLE objects per pool index: 0, or -ENOENT where the tier does not know it. */
-int	 filetier_ns_objects(const struct filetier *, const uint8_t fingerprint[16],
-	    uint64_t objects[PROTO_POOLS_MAX]);
-/* Visible objects only; no side effects at all (PROBE). */
-int	 filetier_lookup(const struct filetier *, const struct obj_key *, uint32_t *id,
-	    uint64_t *len);
-int	 filetier_pin(struct filetier *, uint32_t id);
-void	 filetier_unpin(struct filetier *, uint32_t id);
-void	 filetier_drop(struct filetier *, uint32_t id);
-/*
- * Queues a write-through; data stays valid and unchanged until done().
- * -EEXIST (present or being written), -EBUSY (being unlinked), -EAGAIN
- * (queue full), -ENOSPC (capacity, nothing evictable), -ESRCH (namespace
- * not scanned), -EFBIG, -EINVAL, -ENOMEM. done() gets 0 once the object
- * is visible, or the -errno that left nothing visible.
- */
-int	 filetier_write(struct filetier *, const struct obj_key *, const void *data,
-	    uint64_t len, uint64_t checksum, void (*done)(struct filetier_job *), void *arg);
-/*
- * Queues a read into dst (4096-aligned, cap >= FILETIER_READ_SIZE(len)),
- * which must stay valid until done(). -ENOENT (not visible), -EINVAL,
- * -EMSGSIZE, -ENOMEM. done() gets 0 with the payload verified, or the
- * file's fault (-ENOENT, -ENODATA, -EUCLEAN, -ESTALE, -EBADMSG, see
- * filetier_strerror) after the object left the tier, or -ECANCELED.
- */
-int	 filetier_read(struct filetier *, const struct obj_key *, void *dst, uint64_t cap,
-	    void (*done)(struct filetier_job *), void *arg, struct filetier_job **);
-const char *filetier_strerror(int status);
-/* The object header block alone (the fuzzer's): decode against a key, and encode. */
-int	 filetier_hdr_parse(const uint8_t *h, size_t n, const struct obj_key *, uint64_t *len,
-	    uint64_t *csum);
-void	 filetier_hdr_make(uint8_t *h, const struct obj_key *, uint64_t len, uint64_t csum);
-void	 filetier_stats(const struct filetier *, struct filetier_stats *);
-size_t	 filetier_lru_order(const struct filetier *, uint32_t *ids, size_t max);
-unsigned filetier_inflight(const struct filetier *);
+char	*metrics_stats_json(struct server *);
+char	*metrics_health_json(struct server *);
 
 #endif /* L3KV_DAEMON_H */

@@ -211,12 +211,6 @@ filetier_now_ns(clockid_t clk)
 	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/*
- * workq.c: its prototype belongs in daemon.h, after workq_free's; it is
- * here while daemon.h is reordered.
- */
-void	 workq_flush(struct workq *);
-
 /* filetier.c */
 struct filetier_ns *filetier_ns_find(const struct filetier *, const uint8_t fp[16]);
 int	 filetier_ns_open(struct filetier *, struct filetier_ns *, int create, int check,

@@ -28,9 +28,6 @@
 
 #include "daemon.h"
 
-/* daemon.h's once it is reordered, after workq_free (filetier.h declares it meanwhile). */
-void	 workq_flush(struct workq *);
-
 struct workq {
 	pthread_mutex_t		 lock;		/* guards head, tail */
 	struct workq_entry	*head;
