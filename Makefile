@@ -188,6 +188,7 @@ bench: all $(BUILD)/bench_control $(BUILD)/bench_file $(BUILD)/bench_e2e $(BUILD
 	$(Q)$(BUILD)/bench_copy
 	$(Q)tests/bench/control.sh $(BUILD)
 	$(Q)tests/bench/file.sh $(BUILD)
+	$(Q)tests/bench/sglang.sh $(BUILD) || [ $$? -eq 77 ]
 
 # Installs what is missing from Debian's archive, as root; otherwise says how.
 deps:
