@@ -6,7 +6,7 @@
 #   make check      build and run every test this machine can run
 #   make asan       the test suite under ASan + UBSan (build-asan/)
 #   make fuzz       the libFuzzer harnesses, FUZZ_SECONDS each
-#   make lint       cppcheck and a clang-format check
+#   make lint       cppcheck, a clang-format check, mandoc -T lint on man/
 #   make install    PREFIX=/usr/local DESTDIR=
 
 PREFIX		?= /usr/local
@@ -16,6 +16,7 @@ LIBDIR		?= $(PREFIX)/lib
 INCLUDEDIR	?= $(PREFIX)/include
 SYSCONFDIR	?= /etc
 UNITDIR		?= $(PREFIX)/lib/systemd/system
+MANDIR		?= $(PREFIX)/share/man
 PYTHON		?= python3
 # Where `make install` copies the l3kv package: the interpreter's purelib under PREFIX
 # (Debian: $(PREFIX)/lib/python3.X/dist-packages), asked once, only by `install`.
@@ -34,7 +35,7 @@ V		?= 0
 # Debian packages the build and the tests need (checked by `make deps`).
 DEB_PKGS	:= gcc make pkg-config libevent-dev libjansson-dev check libfabric-dev \
 		   liburing-dev libxxhash-dev systemd clang cppcheck clang-format \
-		   redis-server redis-tools python3-venv g++ ninja-build libssl-dev
+		   redis-server redis-tools python3-venv g++ ninja-build libssl-dev mandoc
 PKGS		:= libevent jansson libxxhash liburing libfabric
 CHECK_PKG	:= check
 
@@ -249,6 +250,9 @@ fuzz: deps $(FUZZ_BINS)
 		grep -E 'stat::number_of_executed_units' $(BUILD)/fuzz/$$n.log; \
 	done
 
+# The manual: man/NAME.N goes to $(MANDIR)/manN.
+MAN_PAGES	:= $(wildcard man/*.[1-8])
+
 LINT_SRCS	:= $(wildcard proto/*.[ch] daemon/*.[ch] lib/*.[ch] kernels/*.[ch] tests/*.[ch] tests/fuzz/*.c)
 # cppcheck gates. clang-format 14 cannot express the house style's
 # tab-aligned declarations (STYLE.md), so its diff is reported, while the
@@ -264,6 +268,7 @@ lint:
 	$(Q)n=0; for f in $(LINT_SRCS); do \
 		n=$$((n + $$(clang-format $$f | diff $$f - | grep -c '^<'))); done; \
 		echo "  lint    clang-format would change $$n lines (advisory; see .clang-format)"
+	$(Q)mandoc -T lint -W warning $(MAN_PAGES)
 
 install: all
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
@@ -283,6 +288,10 @@ install: all
 	@test -n "$(PYTHONDIR)" || { echo "install: no $(PYTHON) to ask for PYTHONDIR; set PYTHONDIR="; exit 1; }
 	install -d $(DESTDIR)$(PYTHONDIR)/l3kv
 	install -m 0644 $(PY_SRCS) $(DESTDIR)$(PYTHONDIR)/l3kv/
+	$(Q)for p in $(MAN_PAGES); do \
+		d=$(DESTDIR)$(MANDIR)/man$${p##*.}; \
+		echo "install -m 0644 $$p $$d/"; install -d $$d && install -m 0644 $$p $$d/ || exit 1; \
+	done
 
 clean:
 	rm -rf build build-asan
