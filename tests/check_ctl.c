@@ -2,10 +2,14 @@
  * l3kvctl, run as a user would against a real l3kvd: each command's
  * output and exit status (0 done, 1 the daemon could not be asked,
  * 2 bad usage), the JSON it prints parsed back, and the `stats -H`
- * table checked against the JSON's counters.
+ * table checked against the JSON's counters. And the manual (man/): each
+ * page clean under `mandoc -T lint -W warning`, and naming every option
+ * and command the programs' usage texts print, every config key of
+ * config/README.md and every function of lib/l3kv.h.
  */
 #include <sys/wait.h>
 
+#include <ctype.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,11 +241,224 @@ START_TEST(test_bad_usage_is_exit_2)
 }
 END_TEST
 
+/* The manual. Pages are found under $L3KV_SRCDIR (default "."), the repository root. */
+
+static const char *const man_pages[] = { "l3kvd.8", "l3kvctl.1", "l3kvd.json.5", "libl3kv.3" };
+#define MAN_NPAGES	(sizeof(man_pages) / sizeof(man_pages[0]))
+
+static char *
+man_src(const char *rel, char *buf, size_t len)
+{
+	const char	*s = getenv("L3KV_SRCDIR");
+
+	ck_assert((size_t)snprintf(buf, len, "%s/%s", s != NULL && *s != '\0' ? s : ".", rel) < len);
+	return buf;
+}
+
+/* Runs a shell command; returns its exit status, *out its stdout and stderr (freed by the caller). */
+static int
+man_run(const char *cmd, char **out)
+{
+	char	 full[PATH_MAX * 3];
+	FILE	*p;
+	size_t	 n = 0, r;
+	int	 st;
+
+	snprintf(full, sizeof(full), "%s 2>&1", cmd);
+	ck_assert_ptr_nonnull(p = popen(full, "r"));
+	ck_assert_ptr_nonnull(*out = calloc(1, 1 << 20));
+	while (n < (1 << 20) - 1 && (r = fread(*out + n, 1, (1 << 20) - 1 - n, p)) > 0)
+		n += r;
+	st = pclose(p);
+	ck_assert_msg(st != -1 && WIFEXITED(st), "%s: status %#x", cmd, st);
+	return WEXITSTATUS(st);
+}
+
+/* mandoc is required (make deps installs it): its absence fails, never skips. */
+static void
+man_need_mandoc(void)
+{
+	char	*out;
+	int	 rc = man_run("command -v mandoc", &out);
+
+	free(out);
+	ck_assert_msg(rc == 0, "mandoc is not installed: `make deps` installs it (apt-get install mandoc)");
+}
+
+/* Does the page's source hold "\n" NEEDLE followed by the end of a word? */
+static int
+man_has_line(const char *page, const char *needle)
+{
+	const char	*p = page;
+	size_t		 n = strlen(needle);
+
+	while ((p = strstr(p, needle)) != NULL) {
+		if (p > page && p[-1] == '\n' && (p[n] == '\n' || p[n] == ' '))
+			return 1;
+		p += n;
+	}
+	return 0;
+}
+
+static char *
+man_page(const char *name)
+{
+	char	rel[64], path[PATH_MAX];
+
+	snprintf(rel, sizeof(rel), "man/%s", name);
+	return ctl_slurp(man_src(rel, path, sizeof(path)));
+}
+
+/*
+ * The options a usage text names: each "-x" of a bracketed cluster
+ * ("[-dhnV]") and each word-initial "-x"/"--long" after it, into opts
+ * (as they would follow mdoc's "Fl ": "d", "f", "-long"); a number
+ * ("-1: no limit") is a value, not an option. Returns how many.
+ */
+static size_t
+man_usage_options(const char *usage, char opts[][64], size_t max)
+{
+	const char	*p;
+	size_t		 n = 0, i, k;
+
+	for (p = usage; *p != '\0'; p++) {
+		if (*p != '-' || (p > usage && !isspace((unsigned char)p[-1]) && p[-1] != '['))
+			continue;
+		if (p[1] == '-') {
+			for (k = 0; isalnum((unsigned char)p[1 + k]) || p[1 + k] == '-'; k++)
+				;
+			if (k < 2 || n == max)
+				continue;
+			snprintf(opts[n], sizeof(opts[n]), "%.*s", (int)k, p + 1);
+		} else if (isalpha((unsigned char)p[1])) {
+			/* a cluster "-dhnV" only inside brackets; "-f FILE" is one option */
+			for (k = 1; p[-1] == '[' && isalpha((unsigned char)p[k + 1]); k++)
+				;
+			for (i = 0; i < k && n < max; i++, n++)
+				snprintf(opts[n], sizeof(opts[n]), "%c", p[1 + i]);
+			continue;
+		} else
+			continue;
+		n++;
+	}
+	return n;
+}
+
+START_TEST(test_man_pages_lint_clean)
+{
+	char	cmd[PATH_MAX * 2], path[PATH_MAX], rel[64], *out;
+	size_t	i;
+	int	rc;
+
+	man_need_mandoc();
+	for (i = 0; i < MAN_NPAGES; i++) {
+		snprintf(rel, sizeof(rel), "man/%s", man_pages[i]);
+		ck_assert_msg(access(man_src(rel, path, sizeof(path)), R_OK) == 0, "%s is missing", path);
+		snprintf(cmd, sizeof(cmd), "mandoc -T lint -W warning %s", path);
+		rc = man_run(cmd, &out);
+		ck_assert_msg(rc == 0 && out[0] == '\0', "%s: exit %d:\n%s", cmd, rc, out);
+		free(out);
+	}
+}
+END_TEST
+
+/* Every option of `PROG -h` is an ".It Fl X" of its page; commands are ".It Cm NAME". */
+static void
+man_check_program(const char *prog, const char *page_name)
+{
+	char	 bin[PATH_MAX], cmd[PATH_MAX + 8], opts[64][64], want[96], *out, *page, *p;
+	size_t	 n, i;
+
+	test_path(prog, bin, sizeof(bin));
+	ck_assert_msg(access(bin, X_OK) == 0, "%s is missing: build it first (make)", bin);
+	snprintf(cmd, sizeof(cmd), "%s -h", bin);
+	ck_assert_int_eq(man_run(cmd, &out), 0);
+	page = man_page(page_name);
+	n = man_usage_options(out, opts, 64);
+	ck_assert_msg(n >= 3, "%s -h: only %zu options found in:\n%s", prog, n, out);
+	for (i = 0; i < n; i++) {
+		snprintf(want, sizeof(want), ".It Fl %s", opts[i]);
+		/* a command's own option ("stats [-H]") is documented on the command's line */
+		if (!man_has_line(page, want)) {
+			snprintf(want, sizeof(want), "Op Fl %s", opts[i]);
+			ck_assert_msg(strstr(page, want) != NULL, "man/%s does not document %s's -%s",
+			    page_name, prog, opts[i]);
+		}
+	}
+	/* commands: the lines under "commands:" */
+	if ((p = strstr(out, "\ncommands:\n")) != NULL) {
+		for (p += 11; p[0] == ' ' && p[1] == ' ' && isalpha((unsigned char)p[2]); ) {
+			for (i = 0; isalnum((unsigned char)p[2 + i]) && i < 40; i++)
+				;
+			snprintf(want, sizeof(want), ".It Cm %.*s", (int)i, p + 2);
+			ck_assert_msg(man_has_line(page, want), "man/%s does not document the command %s",
+			    page_name, want + 7);
+			if ((p = strchr(p, '\n')) == NULL)
+				break;
+			p++;
+		}
+	}
+	free(out);
+	free(page);
+}
+
+START_TEST(test_man_pages_name_every_option)
+{
+	man_check_program("l3kvd", "l3kvd.8");
+	man_check_program("l3kvctl", "l3kvctl.1");
+}
+END_TEST
+
+/* Every key of config/README.md's table is an ".It Cm KEY" of l3kvd.json(5). */
+START_TEST(test_man_config_names_every_key)
+{
+	char	 path[PATH_MAX], want[128], *readme, *page, *p, *end;
+	int	 n = 0;
+
+	readme = ctl_slurp(man_src("config/README.md", path, sizeof(path)));
+	page = man_page("l3kvd.json.5");
+	for (p = readme; (p = strstr(p, "\n| `")) != NULL; p = end) {
+		p += 4;
+		ck_assert_ptr_nonnull(end = strchr(p, '`'));
+		snprintf(want, sizeof(want), ".It Cm %.*s", (int)(end - p), p);
+		ck_assert_msg(man_has_line(page, want), "man/l3kvd.json.5 does not document %s", want + 7);
+		n++;
+	}
+	ck_assert_int_ge(n, 30);
+	free(readme);
+	free(page);
+}
+END_TEST
+
+/* Every function lib/l3kv.h declares is in libl3kv(3)'s synopsis. */
+START_TEST(test_man_library_names_every_function)
+{
+	char	 path[PATH_MAX], want[128], *hdr, *page, *p, *q;
+	size_t	 k;
+	int	 n = 0;
+
+	hdr = ctl_slurp(man_src("lib/l3kv.h", path, sizeof(path)));
+	page = man_page("libl3kv.3");
+	for (p = hdr; (p = strstr(p, "\nL3KV_API")) != NULL; p++) {
+		ck_assert_ptr_nonnull(q = strstr(p, "l3kv_"));
+		for (k = 0; isalnum((unsigned char)q[k]) || q[k] == '_'; k++)
+			;
+		snprintf(want, sizeof(want), ".Fo %.*s", (int)k, q);
+		ck_assert_msg(man_has_line(page, want), "man/libl3kv.3 does not declare %s", want + 4);
+		n++;
+	}
+	ck_assert_int_ge(n, 40);
+	free(hdr);
+	free(page);
+}
+END_TEST
+
 Suite *
 suite_ctl(void)
 {
 	Suite	*s = suite_create("ctl");
 	TCase	*tc = tcase_create("ctl");
+	TCase	*man = tcase_create("man");
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 20);
@@ -252,5 +469,11 @@ suite_ctl(void)
 	tcase_add_test(tc, test_no_daemon_is_exit_1_with_a_reason);
 	tcase_add_test(tc, test_bad_usage_is_exit_2);
 	suite_add_tcase(s, tc);
+	tcase_set_timeout(man, 20);
+	tcase_add_test(man, test_man_pages_lint_clean);
+	tcase_add_test(man, test_man_pages_name_every_option);
+	tcase_add_test(man, test_man_config_names_every_key);
+	tcase_add_test(man, test_man_library_names_every_function);
+	suite_add_tcase(s, man);
 	return s;
 }
