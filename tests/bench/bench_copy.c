@@ -29,6 +29,7 @@
 #include <event2/event.h>
 
 #include "daemon.h"
+#include "bench.h"
 
 #define BENCH_MAX_LIST	16
 #define BENCH_MAX_REPS	31
@@ -98,21 +99,6 @@ bench_mm_thread(void *arg)
 		pthread_barrier_wait(m->end);
 	}
 	return NULL;
-}
-
-static int
-bench_cmp(const void *a, const void *b)
-{
-	double	x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double
-bench_median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), bench_cmp);
-	return v[n / 2];
 }
 
 /* The median GB/s of memmove by n threads, reps runs (after one warm-up). */

@@ -65,6 +65,7 @@
 #include "daemon.h"
 #include "kernels.h"
 #include "l3kv.h"
+#include "bench.h"
 
 #define KIB		1024ULL
 #define MIB		(1024ULL * 1024)
@@ -155,21 +156,6 @@ bench_drop_caches(void)
 	ok = write(fd, "3\n", 2) == 2;
 	close(fd);
 	return ok ? 0 : -1;
-}
-
-static int
-bench_cmp(const void *a, const void *b)
-{
-	double	x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double
-bench_median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), bench_cmp);
-	return v[n / 2];
 }
 
 static long

@@ -32,6 +32,7 @@
 
 #include "daemon.h"
 #include "kernels.h"
+#include "bench.h"
 
 #define BENCH_MIB	(1ULL << 20)
 #define BENCH_RUNS_MAX	64
@@ -97,21 +98,6 @@ bench_note(const char *fmt, const char *s)
 {
 	if (!bench_quiet)
 		fprintf(stderr, fmt, s);
-}
-
-static int
-bench_cmp(const void *a, const void *b)
-{
-	double	x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double
-bench_median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), bench_cmp);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* One size's setup: the arena, two placements of N objects, the device region. */
