@@ -568,27 +568,23 @@ class L3kvStorage(_Base):
 
     # The v2 calls: the kv pool through v1, other pools are not stored.
 
-    def batch_get_v2(self, transfers, extra_info=None):
+    def _v2(self, v1, transfers, extra_info):
+        """Each pool's transfer: the kv pool through the v1 call, the others misses."""
         out = {}
         for t in transfers:
             name = str(getattr(t.name, "value", t.name))
             keys = list(t.keys or [])
             if name == POOL_KV and t.host_indices is not None:
-                out[t.name] = self.batch_get_v1(keys, t.host_indices, extra_info)
+                out[t.name] = v1(keys, t.host_indices, extra_info)
             else:
                 out[t.name] = [False] * len(keys)
         return out
 
+    def batch_get_v2(self, transfers, extra_info=None):
+        return self._v2(self.batch_get_v1, transfers, extra_info)
+
     def batch_set_v2(self, transfers, extra_info=None):
-        out = {}
-        for t in transfers:
-            name = str(getattr(t.name, "value", t.name))
-            keys = list(t.keys or [])
-            if name == POOL_KV and t.host_indices is not None:
-                out[t.name] = self.batch_set_v1(keys, t.host_indices, extra_info)
-            else:
-                out[t.name] = [False] * len(keys)
-        return out
+        return self._v2(self.batch_set_v1, transfers, extra_info)
 
     # The copying interface (SGLang without interface_v1): refused at __init__.
 
