@@ -119,6 +119,26 @@ class Alone(unittest.TestCase):
                 self.assertEqual(after[:8 * page], before[:8 * page])
                 self.assertEqual(b.get_stats()["leases"], 0)
 
+    def test_v2_calls_move_the_kv_pool_and_miss_other_pools(self):
+        from types import SimpleNamespace as T
+        host = _Host(mla=True)
+        host.mm[:] = os.urandom(host.nbytes)
+        b = self.backend(host, group="alone-v2")
+        keys = _keys(2, b"v2")
+        put = b.batch_set_v2([T(name="kv", keys=keys, host_indices=_indices([0, 1])),
+                              T(name="mamba", keys=keys, host_indices=_indices([0, 1]))])
+        self.assertEqual(put, {"kv": [True, True], "mamba": [False, False]})
+        before = bytes(host.mm)
+        got = b.batch_get_v2([T(name="kv", keys=keys, host_indices=_indices([4, 5])),
+                              T(name="mamba", keys=keys, host_indices=None)])
+        self.assertEqual(got, {"kv": [True, True], "mamba": [False, False]})
+        page = host.nbytes // (TOKENS // PAGE)
+        after = bytes(host.mm)
+        for src, dst in ((0, 4), (1, 5)):
+            self.assertEqual(after[dst * page:(dst + 1) * page],
+                             before[src * page:(src + 1) * page])
+        self.assertEqual(b.get_stats()["leases"], 0)
+
     def test_a_daemon_away_is_a_miss_and_recovery_follows(self):
         host = _Host()
         b = lsg.L3kvStorage(_config(os.path.join(self.daemon.dir, "nobody.sock")), {})
