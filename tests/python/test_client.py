@@ -15,6 +15,7 @@ import errno
 import mmap
 import os
 import struct
+import threading
 import time
 import unittest
 
@@ -523,6 +524,36 @@ class ClientTest(unittest.TestCase):
             bad.result()
         self.assertIn("cache", c.wait(c.submit_stats(), 5).result())
         self.assertEqual(list(c.poll_completions()), [])
+
+    def test_threads_wait_on_one_connection(self):
+        """Two ranks of one group on one connection each: rank A's ADMIT
+        waits at the barrier in one thread while another thread of A's
+        waits for a PUBLISH on the same Client; the publish comes back
+        first. A forgotten ticket's completion is dropped."""
+        group = "py-%d" % next(_groups)
+        a = self.engine(group=group, group_size=2, rank=0)
+        b = self.engine(group=group, group_size=2, rank=1)
+        h = new_hashes(2)
+        for r in (a, b):
+            r.fill(range(2))
+            r.client.publish(0, list(zip(h, range(2))))
+        got = {}
+        t = threading.Thread(target=lambda: got.setdefault(
+            "admit", a.client.wait(a.client.submit_admit(80, h, 2), 5).result()))
+        t.start()
+        time.sleep(0.05)
+        pub = a.client.wait(a.client.submit_publish(0, [(new_hashes(1)[0], 3)]), 5).result()
+        self.assertEqual(pub.stored, 1)
+        self.assertTrue(t.is_alive())
+        rb = b.client.admit(80, h, 2)
+        t.join(5)
+        self.assertEqual((got["admit"].admitted_pages, rb.admitted_pages), (2, 2))
+        a.client.release(got["admit"].lease)
+        b.client.release(rb.lease)
+        ticket = a.client.submit_stats()
+        a.client.forget(ticket)
+        self.assertIn("cache", a.client.wait(a.client.submit_stats(), 5).result())
+        self.assertEqual(list(a.client.poll_completions(timeout=0.1)), [])
 
 
 if __name__ == "__main__":

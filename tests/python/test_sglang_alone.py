@@ -11,6 +11,7 @@ through SGLang's own stack, where its venv could be made.
 import mmap
 import os
 import sys
+import threading
 import time
 import types
 import unittest
@@ -57,10 +58,11 @@ class _Host:
         self.kv_buffer = _Buf(shape)
 
 
-def _config(sock, **extra):
+def _config(sock, tp_rank=0, tp_size=1, **extra):
     e = {"interface_v1": 1, "socket": sock, "reconnect_ms": 20, "reconnect_max_ms": 50}
     e.update(extra)
-    return types.SimpleNamespace(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0,
+    return types.SimpleNamespace(tp_rank=tp_rank, tp_size=tp_size, pp_rank=0, pp_size=1,
+                                 attn_cp_rank=0,
                                  attn_cp_size=1, is_mla_model=False, is_storage_writer=True,
                                  is_page_first_layout=True, model_name="alone", dp_rank=0,
                                  dcp_size=1, dcp_rank=0, logical_page_size=None,
@@ -87,8 +89,8 @@ class Alone(unittest.TestCase):
         cls.daemon.stop()
         cls.daemon.cleanup()
 
-    def backend(self, host, **extra):
-        b = lsg.L3kvStorage(_config(self.daemon.sock, **extra), {})
+    def backend(self, host, tp_rank=0, tp_size=1, **extra):
+        b = lsg.L3kvStorage(_config(self.daemon.sock, tp_rank, tp_size, **extra), {})
         b.register_mem_pool_host(host)
         b.register_mem_host_pool_v2(host, "kv")
         b.on_host_pools_registered()
@@ -169,8 +171,66 @@ class Alone(unittest.TestCase):
             with self.assertRaisesRegex(lsg.RefusedError, text):
                 b.on_host_pools_registered()
         b = lsg.L3kvStorage(_config(sock), {})
-        with self.assertRaisesRegex(lsg.RefusedError, "mamba"):
-            b.register_mem_host_pool_v2(_Host(), "mamba")
+        with self.assertRaisesRegex(lsg.RefusedError, "swa"):
+            b.register_mem_host_pool_v2(_Host(), "swa")
+
+    def test_a_waiting_admit_never_blocks_a_publish(self):
+        """TP 2: rank 0's prefetch ADMIT waits at the group's barrier for
+        rank 1; meanwhile rank 0's storage writer publishes (the ADMIT is in
+        flight, no lock held). Then rank 1 asks, both are admitted, both
+        restore their own shard's bytes."""
+        hosts = [_Host(), _Host()]
+        for h in hosts:
+            h.mm[:] = os.urandom(h.nbytes)
+        b = [self.backend(hosts[r], tp_rank=r, tp_size=2, group="alone-tp2") for r in (0, 1)]
+        keys = _keys(3, b"tp2")
+        for r in (0, 1):
+            self.assertEqual(b[r].batch_set_v1(keys, _indices([0, 1, 2])), [True] * 3)
+        got = {}
+        base = _stats(self.daemon.sock)["cache"]["admits"]
+        t = threading.Thread(target=lambda: got.setdefault(0, b[0].batch_exists(keys)))
+        t.start()
+        deadline = time.monotonic() + 5
+        while _stats(self.daemon.sock)["cache"]["admits"] == base and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertTrue(t.is_alive(), "rank 0's ADMIT must wait for rank 1")
+        more = _keys(2, b"tp2-more")
+        self.assertEqual(b[0].batch_set_v1(more, _indices([4, 5])), [True, True])
+        self.assertTrue(t.is_alive(), "the publish went through while the ADMIT waited")
+        self.assertEqual(b[1].batch_exists(keys), 3)
+        t.join(5)
+        self.assertEqual(got.get(0), 3)
+        before = [bytes(h.mm) for h in hosts]
+        res = {}
+        ts = [threading.Thread(target=lambda r=r: res.setdefault(
+            r, b[r].batch_get_v1(keys, _indices([8, 9, 10])))) for r in (0, 1)]
+        for x in ts:
+            x.start()
+        for x in ts:
+            x.join(10)
+        self.assertEqual(res, {0: [True] * 3, 1: [True] * 3})
+        page = hosts[0].nbytes // 2 // (TOKENS // PAGE)
+        for r in (0, 1):
+            after = bytes(hosts[r].mm)
+            for half in (0, hosts[r].nbytes // 2):
+                for src, dst in ((0, 8), (1, 9), (2, 10)):
+                    self.assertEqual(after[half + dst * page:half + (dst + 1) * page],
+                                     before[r][half + src * page:half + (src + 1) * page],
+                                     "rank %d page %d" % (r, src))
+            self.assertEqual(b[r].get_stats()["leases"], 0)
+
+    def test_default_group_is_the_instances(self):
+        """Two instances of one model differ; the ranks of one agree."""
+        a0 = lsg.L3kvStorage(_config(self.daemon.sock, 0, 2), {})
+        a1 = lsg.L3kvStorage(_config(self.daemon.sock, 1, 2), {})
+        self.assertEqual(a0.group, a1.group)
+        self.assertTrue(a0.group.startswith("sglang-alone-"), a0.group)
+        self.assertNotEqual(lsg.default_group("m", "127.0.0.1:29500"),
+                            lsg.default_group("m", "127.0.0.1:29501"))
+        self.assertEqual(lsg.default_group("m", "h:1"), lsg.default_group("m", "h:1"))
+        self.assertLessEqual(len(lsg.default_group("x" * 200, "h:1")) + 10, 63)
+        g = lsg.L3kvStorage(_config(self.daemon.sock, group="mine"), {}).group
+        self.assertEqual(g, "mine-pp0-dp0")
 
     def test_counters_back_to_zero(self):
         host = _Host()
@@ -182,6 +242,11 @@ class Alone(unittest.TestCase):
         with l3kv.Client(self.daemon.sock) as c:
             st = c.stats()
         self.assertEqual((st["cache"]["leases_open"], st["dram"]["pins"]), (0, 0))
+
+
+def _stats(sock):
+    with l3kv.Client(sock) as c:
+        return c.stats()
 
 
 if __name__ == "__main__":

@@ -31,6 +31,9 @@ class Client:
         self._lib = _load()
         self._lock = threading.RLock()
         self._stash = collections.deque()   # completions wait() set aside
+        self._reading = False               # a wait() reads the socket (outside the lock)
+        self._read_done = threading.Condition(self._lock)
+        self._forgotten = set()             # tickets whose completions are dropped
         self._k = None
         k = ctypes.c_void_p()
         path = None if socket is None else os.fsencode(socket)
@@ -442,42 +445,72 @@ class Client:
                     return
                 self._check(rc)
                 try:
+                    if c.ticket in self._forgotten:
+                        self._forgotten.discard(c.ticket)
+                        continue
                     done = self._decode(c)
                 finally:
                     self._lib.l3kv_completion_release(ctypes.byref(c))
             yield done
 
-    def wait(self, ticket: int, timeout: Optional[float] = None) -> Completion:
-        """Waits for one ticket's completion (at most timeout seconds; None:
-        forever). Others that arrive meanwhile are kept for
-        poll_completions()."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
+    def forget(self, ticket: int):
+        """Drops ticket's completion when it comes (a caller that stopped
+        waiting for it), instead of keeping it for poll_completions()."""
+        with self._lock:
             for i, c in enumerate(self._stash):
                 if c.ticket == ticket:
                     del self._stash[i]
-                    return c
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise L3kvError(_errno.ETIMEDOUT, 0, "no completion of ticket %d in time"
-                                % ticket)
-            if left is not None and left > 0:
-                select.select([self.fileno()], [], [], left)
-            elif left is None:
-                select.select([self.fileno()], [], [])
-            with self._lock:
-                c = _CCompletion()
-                rc = self._lib.l3kv_poll_completion(self._handle(), ctypes.byref(c))
-                if rc == -_errno.EAGAIN:
+                    return
+            self._forgotten.add(ticket)
+
+    def wait(self, ticket: int, timeout: Optional[float] = None) -> Completion:
+        """Waits for one ticket's completion (at most timeout seconds; None:
+        forever). Others that arrive meanwhile are kept for
+        poll_completions() or for the thread that waits on them: several
+        threads may wait on one Client at once (one of them reads the
+        socket at a time, the others sleep until it has read)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while True:
+                for i, c in enumerate(self._stash):
+                    if c.ticket == ticket:
+                        del self._stash[i]
+                        return c
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise L3kvError(_errno.ETIMEDOUT, 0, "no completion of ticket %d in time"
+                                    % ticket)
+                if self._reading:
+                    # Another thread reads the socket: it wakes us when it has.
+                    self._read_done.wait(left)
                     continue
-                if rc == -_errno.ENOTCONN:
-                    raise L3kvError(_errno.ENOTCONN, 0,
-                                    "the connection broke before ticket %d completed" % ticket)
-                self._check(rc)
+                fd = self.fileno()
+                self._reading = True
                 try:
-                    done = self._decode(c)
+                    self._lock.release()
+                    try:
+                        if left is None:
+                            select.select([fd], [], [])
+                        else:
+                            select.select([fd], [], [], left)
+                    finally:
+                        self._lock.acquire()
+                    while True:
+                        c = _CCompletion()
+                        rc = self._lib.l3kv_poll_completion(self._handle(), ctypes.byref(c))
+                        if rc == -_errno.EAGAIN:
+                            break
+                        if rc == -_errno.ENOTCONN:
+                            raise L3kvError(_errno.ENOTCONN, 0, "the connection broke before "
+                                            "ticket %d completed" % ticket)
+                        self._check(rc)
+                        try:
+                            if c.ticket in self._forgotten:
+                                self._forgotten.discard(c.ticket)
+                            else:
+                                self._stash.append(self._decode(c))
+                        finally:
+                            self._lib.l3kv_completion_release(ctypes.byref(c))
                 finally:
-                    self._lib.l3kv_completion_release(ctypes.byref(c))
-            if done.ticket == ticket:
-                return done
-            self._stash.append(done)
+                    self._reading = False
+                    self._read_done.notify_all()
