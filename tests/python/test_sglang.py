@@ -417,5 +417,155 @@ def _stats(sock):
         return c.stats()
 
 
+TP_PAGES = 5
+
+
+def tp_worker(rank, size, port, sock):
+    """One TP rank of a two-process SGLang instance (--tp-worker): gloo
+    world of `size` at 127.0.0.1:port, SGLang's stack with the default
+    group id, a backup and a prefetch of TP_PAGES pages of this rank's own
+    bytes; prints one JSON line, waits for a line on stdin, closes."""
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
+                            world_size=size)
+    get_parallel().override_permanently(tp_rank=rank, tp_size=size, pp_rank=0, pp_size=1,
+                                        attn_dcp_rank=0)
+    s = Stack(sock, model="tp")
+    out = {"rank": rank}
+    try:
+        idx, tokens = s.fill(TP_PAGES, 0)
+        # The same tokens (one request) on both ranks, each rank its own shard's bytes.
+        g = torch.Generator().manual_seed(1000 + rank)
+        for p in range(TP_PAGES):
+            page = s.pool.get_data_page(int(idx[p * PAGE]), flat=False)
+            page.copy_(torch.randint(-1000, 1000, page.shape, generator=g).to(page.dtype))
+        want = s.page_bytes(idx, TP_PAGES)
+        out["backup"] = s.backup(idx, tokens)
+        hit, loaded, dst = s.prefetch(tokens)
+        out["hit"], out["loaded"] = hit, loaded
+        got = s.page_bytes(dst, loaded) if loaded else []
+        out["bytes_equal"] = [bool(torch.equal(a, b)) for a, b in zip(got, want)]
+        out["other_pages"] = bool(dst is not None and all(
+            int(a) != int(b) for a, b in zip(dst[::PAGE], idx[::PAGE])))
+        out["group"] = s.backend.group
+        out["digest"] = int(sum(int(w.sum()) for w in want))
+        out["threads_alive"] = s.threads_alive()
+    except Exception as e:  # noqa: BLE001 -- reported to the test, which fails
+        out["error"] = "%s: %s" % (type(e).__name__, e)
+    print(json.dumps(out), flush=True)
+    sys.stdin.readline()
+    s.close()
+    print(json.dumps({"rank": rank, "closed": True}), flush=True)
+
+
+def _free_port():
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+class TwoRanks(unittest.TestCase):
+    """TP 2 as two processes (SGLang's TP ranks: a gloo world of 2, the
+    controller's all-reduces over it), each rank's L3kvStorage on one
+    l3kvd; and a second instance of the same model attached beside them
+    (its default group id differs)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon2(BUILD, {"tiers": {"dram": {"size": "64 MiB"}},
+                                     "copy_engine": "host"}, "l3kv-sg2-")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+        cls.daemon.cleanup()
+
+    def test_tp2_ranks_round_trip_their_own_shards(self):
+        port = _free_port()
+        env = dict(os.environ)
+        env.pop("MASTER_PORT", None)
+        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--tp-worker",
+                                   str(r), "2", str(port), self.daemon.sock],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  env=env, preexec_fn=_set_pdeathsig) for r in (0, 1)]
+        try:
+            res = [json.loads(_line(p, 240)) for p in procs]
+            for r in res:
+                self.assertNotIn("error", r)
+                self.assertEqual((r["backup"], r["hit"], r["loaded"]),
+                                 (TP_PAGES, TP_PAGES, TP_PAGES), r)
+                self.assertEqual(r["bytes_equal"], [True] * TP_PAGES, r)
+                self.assertTrue(r["other_pages"] and r["threads_alive"], r)
+            self.assertEqual(res[0]["group"], res[1]["group"])
+            self.assertNotEqual(res[0]["digest"], res[1]["digest"], "two shards' bytes")
+            st = _stats(self.daemon.sock)
+            self.assertEqual(st["attach"]["sessions"], 2)
+            # A second instance of the same model, here (its own gloo world),
+            # while the first is attached: another default group, its pages
+            # round-trip. (With the old default, sglang-tp-pp0-dp0 for both,
+            # its ATTACH was refused: the group has two ranks.)
+            if not dist.is_initialized():
+                dist.init_process_group("gloo", rank=0, world_size=1)
+                get_parallel().override_permanently(tp_rank=0, tp_size=1, pp_rank=0,
+                                                    pp_size=1, attn_dcp_rank=0)
+            other = Stack(self.daemon.sock, model="tp")
+            try:
+                self.assertNotEqual(other.backend.group, res[0]["group"])
+                self.assertEqual(_stats(self.daemon.sock)["attach"]["sessions"], 3)
+                idx, tokens = other.fill(3, 77)
+                want = other.page_bytes(idx, 3)
+                self.assertEqual(other.backup(idx, tokens), 3)
+                hit, loaded, dst = other.prefetch(tokens)
+                self.assertEqual((hit, loaded), (3, 3))
+                got = other.page_bytes(dst, 3)
+                self.assertTrue(all(torch.equal(a, b) for a, b in zip(got, want)))
+            finally:
+                other.close()
+            for p in procs:
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            for p in procs:
+                self.assertTrue(json.loads(_line(p, 60)).get("closed"))
+                self.assertEqual(p.wait(30), 0)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+                p.stdin.close()
+                p.stdout.close()
+        deadline = time.monotonic() + 5
+        while True:
+            st = _stats(self.daemon.sock)
+            left = (st["cache"]["leases_open"], st["dram"]["pins"], st["attach"]["sessions"],
+                    st["memory"]["regions_mapped"])
+            if left == (0, 0, 0, 0) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(left, (0, 0, 0, 0))
+
+
+def _line(proc, seconds):
+    """One line of a worker's stdout (its JSON), within seconds."""
+    import select
+    deadline = time.monotonic() + seconds
+    buf = ""
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([proc.stdout], [], [], 1)
+        if r:
+            line = proc.stdout.readline()
+            if not line:
+                raise AssertionError("worker exited (%s) without a result" % proc.poll())
+            if line.startswith("{"):
+                return line
+            buf += line
+    raise AssertionError("no result from a worker in %d s" % seconds)
+
+
 if __name__ == "__main__":
+    if "--tp-worker" in sys.argv:
+        i = sys.argv.index("--tp-worker")
+        rank, size, port, sock = sys.argv[i + 1:i + 5]
+        tp_worker(int(rank), int(size), int(port), sock)
+        sys.exit(0)
     unittest.main(argv=[sys.argv[0]], verbosity=2)
