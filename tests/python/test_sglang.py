@@ -77,9 +77,15 @@ if not _CUDA:
 from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator  # noqa: E402
 from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle  # noqa: E402
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
+from sglang.srt.configs.mamba_utils import (Mamba2CacheParams, Mamba2StateDType,  # noqa: E402
+                                            Mamba2StateShape)
+from sglang.srt.mem_cache.hicache_storage import (PoolHitPolicy, PoolName,  # noqa: E402
+                                                  PoolTransfer)
 from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import (  # noqa: E402
-    build_kv_only_stack)
-from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool  # noqa: E402
+    build_hybrid_mamba_stack, build_kv_only_stack)
+from sglang.srt.mem_cache.memory_pool import (HybridLinearKVPool,  # noqa: E402
+                                              HybridReqToTokenPool, MHATokenToKVPool,
+                                              MLATokenToKVPool)
 from sglang.srt.mem_cache.utils import get_hash_str  # noqa: E402
 from sglang.srt.runtime_context import get_context, get_parallel  # noqa: E402
 
@@ -238,6 +244,128 @@ class Stack:
         raise AssertionError("prefetch %s did not complete in %d s" % (rid, WAIT_S))
 
 
+class HybridStack(Stack):
+    """SGLang's hybrid Mamba stack (build_hybrid_mamba_stack, what its
+    _MambaStrategy builds for a Mamba model): full-attention layers 0 and 2
+    in a HybridLinearKVPool, Mamba2 layers 1 and 3 in the MambaPool of a
+    HybridReqToTokenPool, each with its host pool (MHA page_first; the
+    MambaPoolHost's temporal and conv buffers, each a memfd), one
+    HybridCacheController with the dynamic l3kv backend."""
+
+    def __init__(self, sock, model="l3kv-mamba"):
+        extra = _extra(sock)
+        self.ov = get_context().override_server_args(
+            enable_hierarchical_cache=True, hicache_mem_layout="page_first",
+            hicache_storage_backend="dynamic",
+            hicache_storage_backend_extra_config=json.dumps(extra),
+            hicache_ratio=2.0, hicache_write_policy="write_through",
+            hicache_io_backend="direct", page_size=PAGE, device="cpu")
+        self.ov.install()
+        try:
+            shape = Mamba2StateShape.create(tp_world_size=1, intermediate_size=32, n_groups=1,
+                                            num_heads=2, head_dim=8, state_size=4,
+                                            conv_kernel=4)
+            cache = Mamba2CacheParams(shape=shape, layers=[1, 3], dtype=Mamba2StateDType(
+                conv=torch.bfloat16, temporal=torch.float32))
+            self.rtp = HybridReqToTokenPool(size=8, mamba_size=8, mamba_spec_state_size=8,
+                                            max_context_len=1024, device="cpu",
+                                            enable_memory_saver=False, cache_params=cache,
+                                            mamba_layer_ids=[1, 3],
+                                            enable_mamba_extra_buffer=False)
+            self.kv = HybridLinearKVPool(size=HOST_TOKENS, dtype=torch.bfloat16, page_size=PAGE,
+                                         head_num=2, head_dim=8, full_attention_layer_ids=[0, 2],
+                                         device="cpu", mamba_pool=self.rtp.mamba_pool)
+            alloc = PagedTokenToKVPoolAllocator(HOST_TOKENS, PAGE, torch.bfloat16, "cpu",
+                                                self.kv, need_sort=False)
+            params = CacheInitParams(disable=False, req_to_token_pool=self.rtp,
+                                     token_to_kv_pool_allocator=alloc, page_size=PAGE,
+                                     tp_cache_group=dist.group.WORLD)
+            self.group, self.ctl, _ = build_hybrid_mamba_stack(
+                params=params, decls=self.kv.host_pool_decls(),
+                mamba_pool=self.rtp.mamba_pool, full_layer_mapping={0: 0, 2: 1}, start_layer=0,
+                load_cache_event=threading.Event(), storage_backend="dynamic", use_mla=False,
+                model_name=model, storage_backend_extra_config=extra)
+        except BaseException:
+            self.ov.restore()
+            raise
+        self.host = self.ctl.mem_pool_host
+        self.pool = self.group.get_pool(PoolName.KV)
+        self.mamba = self.group.get_pool(PoolName.MAMBA)
+
+    def fill_state(self, seed):
+        """A fresh Mamba host slot with seeded random temporal and conv state."""
+        slot = self.host.alloc(1, pool=PoolName.MAMBA)
+        assert slot is not None, "mamba host pool full"
+        g = torch.Generator().manual_seed(seed)
+        for b in (self.mamba.temporal_buffer, *self.mamba.conv_buffer):
+            x = b[int(slot[0])]
+            x.copy_(torch.randn(x.shape, generator=g).to(x.dtype))
+        return slot
+
+    def state_bytes(self, slot):
+        return [b[int(slot[0])].contiguous().view(torch.uint8).clone()
+                for b in (self.mamba.temporal_buffer, *self.mamba.conv_buffer)]
+
+    def backup_with_state(self, idx, tokens, hashes, slot):
+        """A backup of the pages and the checkpoint after the last of them."""
+        t = PoolTransfer(name=PoolName.MAMBA, host_indices=slot, keys=[hashes[-1]],
+                         hit_policy=PoolHitPolicy.TRAILING_PAGES)
+        op_id = self.ctl.write_storage(idx, tokens, hash_value=hashes, extra_pools=[t])
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                op = self.ctl.ack_backup_queue.get(timeout=0.5)
+            except Empty:
+                continue
+            if op.id == op_id:
+                return op.completed_tokens // PAGE, op.pool_storage_result.extra_pool_hit_pages
+        raise AssertionError("no backup ack in %d s" % WAIT_S)
+
+    def prefetch_with_state(self, tokens):
+        """A prefetch asking for the trailing Mamba state, as the unified
+        radix cache does (a placeholder key; a host slot once the hit is
+        known): (pages hit, pages loaded, the state's pool hits, KV host
+        indices, the state's host slot)."""
+        rid = "req-%d" % random.randrange(1 << 30)
+        t = PoolTransfer(name=PoolName.MAMBA, keys=["__placeholder__"],
+                         hit_policy=PoolHitPolicy.TRAILING_PAGES)
+        op = self.ctl.prefetch(CacheRequestHandle(rid, 0), tokens, None, None,
+                               extra_pools=[t])
+        deadline = time.monotonic() + WAIT_S
+        got = None
+        while time.monotonic() < deadline:
+            try:
+                got = self.ctl.prefetch_hit_queue.get(timeout=0.5)
+                break
+            except Empty:
+                continue
+        assert got is op, "no prefetch hit in %d s" % WAIT_S
+        hit = op.storage_hit_count // PAGE
+        if hit == 0:
+            return 0, 0, {}, None, None
+        idx = self.host.alloc(hit * PAGE)
+        slot = self.host.alloc(1, pool=PoolName.MAMBA)
+        t.host_indices = slot
+        op.host_indices = idx
+        op.hash_value = op.hash_value[:hit]
+        self.ctl.prefetch_buffer.put(op)
+        loaded, pool_hits = 0, {}
+        while time.monotonic() < deadline:
+            try:
+                ack = self.ctl.ack_prefetch_queue.get(timeout=0.5)
+            except Empty:
+                continue
+            if ack.rid != rid:
+                continue
+            if ack.completed_tokens is not None:
+                loaded = ack.completed_tokens // PAGE
+            if ack.pool_hits:
+                pool_hits = dict(ack.pool_hits)
+            if getattr(ack, "completed_req", False):
+                return hit, loaded, pool_hits, idx, slot
+        raise AssertionError("prefetch %s did not complete in %d s" % (rid, WAIT_S))
+
+
 def _wipe(stack, idx, npages):
     for p in range(npages):
         stack.pool.get_data_page(int(idx[p * PAGE]), flat=False).zero_()
@@ -372,6 +500,67 @@ class SGLangStack(unittest.TestCase):
                                      host_pools=getattr(s.group, "entries", None))
         hit, loaded, _ = s.prefetch(tokens)
         self.assertEqual((hit, loaded), (2, 2))
+
+    def test_mamba_hybrid_trailing_state_round_trips(self):
+        """SGLang's hybrid Mamba stack: KV pages and Mamba checkpoints
+        (temporal and conv state) go through the v2 calls; batch_exists_v2
+        answers TRAILING_PAGES with restorable_prefix_pages, and a prefix
+        whose last page has no checkpoint is not restorable."""
+        s = self.stack_hybrid(model="mamba")
+        self.assertIsInstance(s.backend, l3kv.sglang.L3kvStorage)
+        st = _stats(self.sock)
+        self.assertEqual(st["attach"]["sessions"], 2)           # kv and mamba
+        self.assertEqual(st["memory"]["regions_mapped"], 4)     # K, V, temporal, conv
+        n = 6
+        idx, tokens = s.fill(n, 21)
+        hashes = get_hash_str(tokens, None, page_size=PAGE)
+        want = s.page_bytes(idx, n)
+        at3, at6 = s.fill_state(31), s.fill_state(32)
+        want3, want6 = s.state_bytes(at3), s.state_bytes(at6)
+        # Checkpoints after page 3 and page 6.
+        self.assertEqual(s.backup_with_state(idx[:3 * PAGE], tokens[:3 * PAGE], hashes[:3],
+                                             at3), (3, {"mamba": 1}))
+        self.assertEqual(s.backup_with_state(idx, tokens, hashes, at6), (n, {"mamba": 1}))
+        # The backend's own answer: both lengths restorable, each pinned.
+        r = s.backend.batch_exists_v2(hashes, [PoolTransfer(
+            name=PoolName.MAMBA, keys=["__placeholder__"],
+            hit_policy=PoolHitPolicy.TRAILING_PAGES)])
+        self.assertEqual((r.kv_hit_pages, r.restorable_prefix_pages), (6, [3, 6]))
+        self.assertEqual(r.extra_pool_hit_pages, {"kv": 6, "mamba": 6})
+        s.backend.clear()
+        # Through SGLang's prefetch: 6 pages and the state after page 6.
+        hit, loaded, pool_hits, dst, slot = s.prefetch_with_state(tokens)
+        self.assertEqual((hit, loaded, pool_hits.get("mamba")), (n, n, 1))
+        self.assertNotEqual(int(slot[0]), int(at6[0]))
+        got = s.page_bytes(dst, n)
+        for p in range(n):
+            self.assertTrue(torch.equal(got[p], want[p]), "page %d differs" % p)
+        for a, b in zip(s.state_bytes(slot), want6):
+            self.assertTrue(torch.equal(a, b), "the checkpoint after page 6 differs")
+        # Eight pages of another request sharing pages 0-2, l3kvd holding KV
+        # for all eight but a checkpoint only after page 3: 3 pages are
+        # restorable (TRAILING_PAGES), not 8.
+        idx8, _ = s.fill(8, 23)
+        tokens8 = tokens[:3 * PAGE] + [50000 + i for i in range(5 * PAGE)]
+        h8 = get_hash_str(tokens8, None, page_size=PAGE)
+        self.assertEqual(h8[:3], hashes[:3])
+        self.assertEqual(s.backup(idx8, tokens8, h8), 8)        # KV only
+        hit, loaded, pool_hits, dst, slot = s.prefetch_with_state(tokens8)
+        self.assertEqual((hit, loaded, pool_hits.get("mamba")), (3, 3, 1))
+        for a, b in zip(s.state_bytes(slot), want3):
+            self.assertTrue(torch.equal(a, b), "the checkpoint after page 3 differs")
+        # No checkpoint at any length: no hit at all (recomputed, never KV
+        # without its state).
+        idx9, tok9 = s.fill(2, 24)
+        self.assertEqual(s.backup(idx9, tok9), 2)
+        self.assertEqual(s.prefetch_with_state(tok9)[:3], (0, 0, {}))
+        self.assertEqual(s.backend.get_stats()["leases"], 0)
+        self.assertTrue(s.threads_alive())
+
+    def stack_hybrid(self, **kw):
+        s = HybridStack(self.sock, **kw)
+        self.stacks.append(s)
+        return s
 
     def test_refusals_say_what_to_change(self):
         cases = [

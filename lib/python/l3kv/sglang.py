@@ -689,15 +689,20 @@ class L3kvStorage(_Base):
     def batch_exists(self, keys, extra_info=None) -> int:
         """The leading run of keys l3kvd holds, admitted (pinned under a lease)
         so that batch_get_v1 finds them; 0 on any failure."""
+        return self._kv_admit(keys)[0]
+
+    def _kv_admit(self, keys):
+        """batch_exists: (pages admitted, their leases)."""
         if not keys or self._kv is None:
-            return 0
+            return 0, []
         hashes = tuple(_hash32(k) for k in keys)
         s = self._kv
         self.count("exists_calls")
         conn = s.conn()
         if conn is None:
             self.count("misses_down")
-            return 0
+            return 0, []
+        leases = []
         try:
             s.prune(conn)
             # One lease per SGLang load batch (STORAGE_BATCH_SIZE pages): a
@@ -708,15 +713,18 @@ class L3kvStorage(_Base):
             total = 0
             for i in range(0, len(hashes), _BATCH):
                 part = hashes[i:i + _BATCH]
-                got = s.admit(conn, _request_id(b"kv", query, i), part).pages
+                le = s.admit(conn, _request_id(b"kv", query, i), part)
+                got = le.pages
+                if got:
+                    leases.append(le)
                 self.count("admitted_pages", got)
                 total += got
                 if got < len(part):
                     break
-            return total
+            return total, leases
         except Exception as e:  # noqa: BLE001
             s.failed(conn, "ADMIT", e)
-            return 0
+            return 0, []
 
     def exists(self, key) -> bool:
         """Whether l3kvd holds key's page (a PROBE: nothing is pinned)."""
@@ -787,14 +795,21 @@ class L3kvStorage(_Base):
                 mamba = t
             elif name != POOL_KV:
                 return _transfer_result(0, {}, [])
-        if mamba is not None and len(mamba.keys or [None]) != 1:
-            return _transfer_result(0, {}, [])      # trailing windows over 1: not stored
-        n = self.batch_exists(keys, extra_info)
+        if mamba is not None and (len(mamba.keys or [None]) != 1 or "trailing" not in
+                                  str(getattr(mamba.hit_policy, "value", mamba.hit_policy))):
+            return _transfer_result(0, {}, [])      # not the one trailing checkpoint: a miss
+        n, leases = self._kv_admit(keys)
         if mamba is None:
             return _transfer_result(n, {POOL_KV: n} if n else {}, list(range(1, n + 1)))
         hashes = tuple(_hash32(k) for k in keys)
         restorable = self._state_admit(hashes, n) if n else []
         if not restorable:
+            # KV without its state is no hit: give the pages back (every rank
+            # does, the state's admissions having agreed on none).
+            conn = self._kv.conn()
+            if conn is not None:
+                for le in leases:
+                    self._kv.release(conn, le)
             return _transfer_result(0, {POOL_KV: n} if n else {}, [])
         p = restorable[-1]
         return _transfer_result(p, {POOL_KV: n, POOL_MAMBA: p}, restorable)
