@@ -34,26 +34,41 @@ registrations. Only SGLang's storage writers (is_storage_writer) publish.
 
 Ranks and groups. The ranks SGLang rank-reduces prefetch hits over (the
 attention TP ranks times the attention CP ranks of one DP replica and one
-PP stage) are one daemon group: group id "<group>-pp<pp_rank>-dp<dp_rank>"
-(group defaults to "sglang-<model>"), group_size tp_size * attn_cp_size,
-group_rank attn_cp_rank * tp_size + tp_rank, tp_rank tp_rank. The daemon
-answers every ADMIT with the group's common prefix, so the ranks agree
-before SGLang's all-reduce, and each rank stores its own shard (its TP
-slice for MHA; MLA's replicated KV is one object per DCP shard). The
-ADMIT's request id is derived from the batch's keys, identical on every
-rank. DCP: SGLang 0.5.23 refuses a dynamic backend under DCP before this
-class is built (attach_storage_backend: "requires file or Mooncake
-storage"); where it gets here, l3kvd's guards decide (wait_complete is
-the only prefetch policy used).
+PP stage; each TP rank a process with its own L3kvStorage and connection)
+are one daemon group: group id "<group>-pp<pp_rank>-dp<dp_rank>",
+group_size tp_size * attn_cp_size, group_rank attn_cp_rank * tp_size +
+tp_rank, tp_rank tp_rank. group defaults to default_group(model,
+instance_id()): "sglang-<model>-<8 hex digits>" of the address of
+torch.distributed's default rendezvous store (SGLang's dist init address),
+the same on every rank of one instance and different for two instances on
+one host. The daemon answers every ADMIT with the group's common prefix,
+so the ranks agree before SGLang's all-reduce, and each rank stores its
+own shard (its TP slice for MHA; MLA's replicated KV is one object per DCP
+shard). An ADMIT's request id is derived from the query's keys, identical
+on every rank. ADMIT (a barrier), RESTORE (complete only when every rank's
+copy is) and PUBLISH are submitted and waited for with no lock held, so a
+prefetch waiting for a slower rank never blocks the storage writer's
+publish. DCP: SGLang 0.5.23 refuses a dynamic backend under DCP before
+this class is built (attach_storage_backend: "requires file or Mooncake
+storage"); where it gets here, l3kvd's guards decide (wait_complete is the
+only prefetch policy used).
 
 Layouts. MHA page_first: one memfd holding K then V, [2, tokens, layers,
 heads, head_dim]; the K half is pool "kv" and the V half the sidecar pool
 "v" (all_pages), two regions on the one memfd, so one page is two
 objects. MLA page_first: [tokens, layers, 1, kv_cache_dim], one pool, one
-region. Refused at registration, with what to change: another host
-layout (layer_first, page_first_direct, page_head), a pool without an fd
-(no shm allocator), interface_v1 unset, sidecar pools (Mamba, SWA,
-indexer: not stored here yet).
+region. Mamba (the "mamba" host pool of SGLang's hybrid stack): one
+checkpoint per host slot, a temporal and n conv buffers (and any side
+states) each in its own memfd, registered on a second connection as a
+state namespace of their own (page = slot, sharded by tp_rank, group
+"<...>-m"); batch_exists_v2 answers TRAILING_PAGES with the prefix
+lengths whose checkpoint is admitted on every rank
+(restorable_prefix_pages), batch_get_v2 restores one into SGLang's slot,
+batch_set_v2 publishes from every rank. Refused at registration, with
+what to change: another host layout (layer_first, page_first_direct,
+page_head), a pool without an fd (no shm allocator), interface_v1 unset,
+other sidecar pools (SWA, indexer: not stored here). BLOCK_GROUPS: no
+pool of SGLang 0.5.23 uses it; such a transfer is a miss.
 
 Supported: SGLang 0.5.23 (HiCacheStorage with register_mem_host_pool_v2,
 on_host_pools_registered, batch_exists_v2 / PoolTransferResult). SGLang's
