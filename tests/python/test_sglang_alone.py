@@ -4,7 +4,9 @@ The backend called the way SGLang 0.5.23's controller calls it, on a
 stand-in host pool (a memfd and the attributes L3kvStorage reads), against
 a real l3kvd: publish, admission at batch_exists, restore in batch_get_v1
 into other pages (every byte), misses while the daemon is away and
-recovery after, the refusals. tests/python/test_sglang.py does the same
+recovery after, the refusals; two TP ranks in one group (a waiting ADMIT
+never blocks a publish), the default group id; a Mamba pool's checkpoints
+(TRAILING_PAGES, restorable_prefix_pages, every state byte). tests/python/test_sglang.py does the same
 through SGLang's own stack, where its venv could be made.
 """
 
@@ -38,6 +40,54 @@ class _Buf:
 
     def element_size(self):
         return ES
+
+
+class _StateBuf(_Buf):
+    def __init__(self, shape, es):
+        super().__init__(shape)
+        self.es = es
+        self.dtype = "torch.float32" if es == 4 else "torch.bfloat16"
+
+    def element_size(self):
+        return self.es
+
+    def numel(self):
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+class _MambaHost:
+    """What L3kvStorage asks of SGLang's MambaPoolHost: a temporal and a conv
+    buffer, [slots, layers, 1, *state], each in its own memfd."""
+
+    def __init__(self, fds=True):
+        self.page_size, self.size, self.layout = 1, SLOTS, "page_first"
+        self.temporal_buffer = _StateBuf((SLOTS, 2, 1, 2, 4, 4), 4)     # 128 B a layer
+        self.conv_buffer = [_StateBuf((SLOTS, 2, 1, 6, 3), 2)]          # 36 B a layer
+        self.slot_state_buffers = []
+        self.mms = []
+        self.allocator = types.SimpleNamespace(fds=[])
+        for b in (self.temporal_buffer, *self.conv_buffer):
+            n = b.numel() * b.es
+            fd = os.memfd_create("sg-mamba", os.MFD_CLOEXEC)      # unsealable, as SGLang's
+            os.ftruncate(fd, n)
+            self.mms.append(mmap.mmap(fd, n))
+            self.mms[-1][:] = os.urandom(n)
+            if fds:
+                self.allocator.fds.append(fd)
+
+    def slot(self, i):
+        """Slot i's bytes in every buffer."""
+        out = []
+        for b, mm in zip((self.temporal_buffer, *self.conv_buffer), self.mms):
+            per = len(mm) // SLOTS
+            out.append(bytes(mm[i * per:(i + 1) * per]))
+        return out
+
+
+SLOTS = 8
 
 
 class _Host:
@@ -231,6 +281,59 @@ class Alone(unittest.TestCase):
         self.assertLessEqual(len(lsg.default_group("x" * 200, "h:1")) + 10, 63)
         g = lsg.L3kvStorage(_config(self.daemon.sock, group="mine"), {}).group
         self.assertEqual(g, "mine-pp0-dp0")
+
+    def test_mamba_checkpoints_trailing_pages(self):
+        """A Mamba pool beside kv: the checkpoint (temporal and conv state)
+        after page 3 published from slot 1 and restored into slot 5 byte
+        for byte; restorable_prefix_pages holds the lengths with their
+        checkpoint only; no checkpoint, no hit, nothing left pinned."""
+        from types import SimpleNamespace as T
+        host, mamba = _Host(), _MambaHost()
+        host.mm[:] = os.urandom(host.nbytes)
+        b = lsg.L3kvStorage(_config(self.daemon.sock, group="alone-mamba"), {})
+        b.register_mem_pool_host(host)
+        b.register_mem_host_pool_v2(host, "kv")
+        b.register_mem_host_pool_v2(mamba, "mamba")
+        b.on_host_pools_registered()
+        self.addCleanup(b.close)
+        st = _stats(self.daemon.sock)
+        self.assertEqual(st["memory"]["regions_mapped"], 4)
+        keys = _keys(5, b"mamba")
+        put = b.batch_set_v2([T(name="kv", keys=keys, host_indices=_indices(range(5))),
+                              T(name="mamba", keys=[keys[2]], host_indices=[1])])
+        self.assertEqual(put, {"kv": [True] * 5, "mamba": [True]})
+        want = mamba.slot(1)
+        ask = [T(name="mamba", keys=["__placeholder__"], hit_policy="trailing_pages",
+                 host_indices=None)]
+        r = b.batch_exists_v2(keys, ask)
+        self.assertEqual((r.kv_hit_pages, r.restorable_prefix_pages), (3, [3]))
+        self.assertEqual(r.extra_pool_hit_pages, {"kv": 5, "mamba": 3})
+        self.assertEqual(b.batch_get_v1(keys[:3], _indices([8, 9, 10])), [True] * 3)
+        got = b.batch_get_v2([T(name="mamba", keys=[keys[2]], host_indices=[5])])
+        self.assertEqual(got, {"mamba": [True]})
+        self.assertEqual(mamba.slot(5), want)
+        self.assertEqual(b.get_stats()["leases"], 0)
+        # KV for five pages, no checkpoint at any of them: no hit.
+        other = _keys(2, b"mamba-none")
+        b.batch_set_v1(other, _indices([12, 13]))
+        r = b.batch_exists_v2(other, ask)
+        self.assertEqual((r.kv_hit_pages, r.restorable_prefix_pages), (0, []))
+        self.assertEqual(b.get_stats()["leases"], 0)
+        st = _stats(self.daemon.sock)
+        self.assertEqual((st["cache"]["leases_open"], st["dram"]["pins"]), (0, 0))
+        # An SWA window (two trailing keys) is not stored: a miss, not an error.
+        r = b.batch_exists_v2(keys, [T(name="mamba", keys=["a", "b"],
+                                       hit_policy="trailing_pages", host_indices=None)])
+        self.assertEqual(r.kv_hit_pages, 0)
+
+    def test_mamba_without_fds_is_refused(self):
+        host = _Host()
+        b = lsg.L3kvStorage(_config(self.daemon.sock, group="alone-mamba-nofd"), {})
+        b.register_mem_pool_host(host)
+        b.register_mem_host_pool_v2(_MambaHost(fds=False), "mamba")
+        with self.assertRaisesRegex(lsg.RefusedError, "shm"):
+            b.on_host_pools_registered()
+        self.assertEqual(_stats(self.daemon.sock)["attach"]["sessions"], 0)
 
     def test_counters_back_to_zero(self):
         host = _Host()
