@@ -489,10 +489,8 @@ class Client:
                 try:
                     self._lock.release()
                     try:
-                        if left is None:
-                            select.select([fd], [], [])
-                        else:
-                            select.select([fd], [], [], left)
+                        # In slices: a close() from another thread ends the wait.
+                        select.select([fd], [], [], 0.5 if left is None else min(left, 0.5))
                     finally:
                         self._lock.acquire()
                     while True:

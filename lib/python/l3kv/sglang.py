@@ -225,6 +225,7 @@ class _Session:
         self.leases = {}              # first hash -> [_Lease]
         self.nleases = 0
         self.closed = False
+        self.connecting = False       # one thread at a time rebuilds the connection
 
     # The connection.
 
@@ -274,14 +275,18 @@ class _Session:
                 return None
             if self.client is not None:
                 return self.client, self.gen
-            if time.monotonic() < self.down_until:
-                return None
+            if time.monotonic() < self.down_until or self.connecting:
+                return None         # another thread reconnects: a miss meanwhile
+            self.connecting = True
         try:
             self.connect()
         except Exception as e:  # noqa: BLE001
             logger.debug("l3kv: reconnect (%s) failed: %s", self.what, e)
             self.mark_down()
             return None
+        finally:
+            with self.lock:
+                self.connecting = False
         self.o.count("reconnects")
         logger.info("l3kv: attached to l3kvd again (%s)", self.what)
         with self.lock:
