@@ -926,7 +926,6 @@ class L3kvStorage(_Base):
         """PUBLISHes keys at src of every region of s, sidecars first (once
         the first pool's object is visible, the page is whole): how many
         are stored or present."""
-        n = len(keys)
         conn = s.conn()
         if conn is None:
             self.count("misses_down")
