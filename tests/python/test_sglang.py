@@ -613,12 +613,14 @@ def tp_worker(rank, size, port, sock):
     """One TP rank of a two-process SGLang instance (--tp-worker): gloo
     world of `size` at 127.0.0.1:port, SGLang's stack with the default
     group id, a backup and a prefetch of TP_PAGES pages of this rank's own
-    bytes; prints one JSON line, waits for a line on stdin, closes."""
+    bytes, then a hybrid Mamba stack's pages and checkpoint; prints one
+    JSON line, waits for a line on stdin, closes."""
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
                             world_size=size)
     get_parallel().override_permanently(tp_rank=rank, tp_size=size, pp_rank=0, pp_size=1,
                                         attn_dcp_rank=0)
     s = Stack(sock, model="tp")
+    stacks = [s]
     out = {"rank": rank}
     try:
         idx, tokens = s.fill(TP_PAGES, 0)
@@ -638,11 +640,25 @@ def tp_worker(rank, size, port, sock):
         out["group"] = s.backend.group
         out["digest"] = int(sum(int(w.sum()) for w in want))
         out["threads_alive"] = s.threads_alive()
+        # A Mamba hybrid on both ranks: each rank's own state shard, the
+        # checkpoint admissions paired across the ranks by the daemon.
+        h = HybridStack(sock, model="tp-mamba")
+        stacks.append(h)
+        idx, tokens = h.fill(3, 0)
+        hashes = get_hash_str(tokens, None, page_size=PAGE)
+        slot = h.fill_state(2000 + rank)
+        want_state = h.state_bytes(slot)
+        out["m_backup"] = h.backup_with_state(idx, tokens, hashes, slot)[0]
+        hit, loaded, pool_hits, _, got_slot = h.prefetch_with_state(tokens)
+        out["m_hit"] = (hit, loaded, pool_hits.get("mamba"))
+        out["m_state_equal"] = bool(got_slot is not None and all(
+            torch.equal(a, b) for a, b in zip(h.state_bytes(got_slot), want_state)))
     except Exception as e:  # noqa: BLE001 -- reported to the test, which fails
         out["error"] = "%s: %s" % (type(e).__name__, e)
     print(json.dumps(out), flush=True)
     sys.stdin.readline()
-    s.close()
+    for x in stacks:
+        x.close()
     print(json.dumps({"rank": rank, "closed": True}), flush=True)
 
 
@@ -685,10 +701,12 @@ class TwoRanks(unittest.TestCase):
                                  (TP_PAGES, TP_PAGES, TP_PAGES), r)
                 self.assertEqual(r["bytes_equal"], [True] * TP_PAGES, r)
                 self.assertTrue(r["other_pages"] and r["threads_alive"], r)
+                self.assertEqual((r["m_backup"], r["m_hit"], r["m_state_equal"]),
+                                 (3, [3, 3, 1], True), r)
             self.assertEqual(res[0]["group"], res[1]["group"])
             self.assertNotEqual(res[0]["digest"], res[1]["digest"], "two shards' bytes")
             st = _stats(self.daemon.sock)
-            self.assertEqual(st["attach"]["sessions"], 2)
+            self.assertEqual(st["attach"]["sessions"], 6)      # kv, then kv and mamba, a rank
             # A second instance of the same model, here (its own gloo world),
             # while the first is attached: another default group, its pages
             # round-trip. (With the old default, sglang-tp-pp0-dp0 for both,
@@ -700,7 +718,7 @@ class TwoRanks(unittest.TestCase):
             other = Stack(self.daemon.sock, model="tp")
             try:
                 self.assertNotEqual(other.backend.group, res[0]["group"])
-                self.assertEqual(_stats(self.daemon.sock)["attach"]["sessions"], 3)
+                self.assertEqual(_stats(self.daemon.sock)["attach"]["sessions"], 7)
                 idx, tokens = other.fill(3, 77)
                 want = other.page_bytes(idx, 3)
                 self.assertEqual(other.backup(idx, tokens), 3)
