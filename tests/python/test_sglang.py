@@ -9,8 +9,10 @@ allocator (memfds), the four storage threads and their gloo all-reduces,
 the native page-hash chain (get_hash_str). The test plays the scheduler:
 it queues backups (write_storage) and prefetches (prefetch), allocates
 the host pages a storage hit needs and reads the acks, as
-unified_radix_cache does. The one stand-in: where there is no CUDA,
-SGLang's cudaHostRegister of the host pool is a no-op.
+unified_radix_cache does. Also SGLang's hybrid Mamba stack
+(build_hybrid_mamba_stack), and TP 2 as two processes of this script
+(--tp-worker) in a gloo world of two. The one stand-in: where there is no
+CUDA, SGLang's cudaHostRegister of the host pool is a no-op.
 
 Exits 77 with "SKIP: reason" where SGLang cannot be imported; --probe
 only asks that.
