@@ -479,7 +479,7 @@ class L3kvStorage(_Base):
                      host pool's torch dtype, e.g. "bfloat16")
     seed             the namespace seed (default 0)
     state_candidates the prefix lengths a Mamba query admits a checkpoint
-                     for, longest first (default 32)
+                     for, longest first (default 32, at most 128)
     """
 
     def __init__(self, storage_config, kwargs=None, **more):
@@ -500,7 +500,9 @@ class L3kvStorage(_Base):
         self.restore_timeout_ms = int(_cfg(extra, "restore_timeout_ms", 30000))
         self.reconnect_s = int(_cfg(extra, "reconnect_ms", 100)) / 1000.0
         self.reconnect_max_s = int(_cfg(extra, "reconnect_max_ms", 5000)) / 1000.0
-        self.state_candidates = max(1, int(_cfg(extra, "state_candidates", 32)))
+        # At most 128: the daemon's admit.max_waiting by default (ADMITs of a
+        # rank waiting at its group's barrier at once).
+        self.state_candidates = min(128, max(1, int(_cfg(extra, "state_candidates", 32))))
         model = getattr(storage_config, "model_name", None) or "model"
         self.model = model
         g = extra.get("group")
