@@ -41,6 +41,7 @@ static const struct runner_suite runner_suites[] = {
 	{ "ctl",	suite_ctl,	NULL },
 	{ "python",	suite_python,	NULL },
 	{ "gpu_host",	suite_gpu_host,	NULL },
+	{ "deb",	suite_deb,	NULL },
 	{ "root",	suite_root,	"root" },
 	{ "gpu",	suite_gpu,	"gpu" },
 	{ "python_gpu",	suite_python_gpu, "gpu_torch" },
