@@ -49,7 +49,8 @@ build)
 			git ls-files -co --exclude-standard | while read -r f; do
 				[ -e "$f" ] && cp -P --parents "$f" "$src"; done
 	else
-		tar -cf - --exclude=./build --exclude=./build-asan --exclude=./.git . | tar -xf - -C "$src"
+		tar -cf - --exclude=./.git --exclude=./build --exclude='./build-*' --exclude=./run \
+		    --exclude=./debian/build --exclude=./debian/tmp . | tar -xf - -C "$src"
 	fi
 	# The runner's make (jobserver, variables) stays out of the package build.
 	unset MAKEFLAGS MFLAGS MAKELEVEL
@@ -256,7 +257,7 @@ run)
 	echo "C client via pkg-config: ok"
 	# Python: the packaged module, loading the packaged library through the system loader.
 	env -u L3KV_LIB PYTHONPATH="$root/usr/lib/python3/dist-packages" LD_LIBRARY_PATH="$root/usr/lib/$ma" \
-	    python3 -I -c '
+	    python3 -I -B -c '
 import sys
 sys.path.insert(0, sys.argv[2])
 import l3kv
