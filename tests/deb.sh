@@ -22,7 +22,8 @@ dir=$2
 src=$dir/src
 out=$dir/out
 root=$dir/root
-top=$(pwd)
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
 
 fail() {
 	echo "FAIL: $*"
