@@ -18,7 +18,7 @@
 set -eu
 
 cmd=$1
-dir=$2
+dir=$(cd "$2" && pwd)
 src=$dir/src
 out=$dir/out
 root=$dir/root
