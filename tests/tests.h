@@ -37,6 +37,7 @@ const char *python_gpu_skip_reason(void);
 Suite	*suite_python_sglang(void);
 /* Why the python_sglang suite cannot run here (no SGLang venv, and why), or NULL. */
 const char *python_sglang_skip_reason(void);
+Suite	*suite_deb(void);
 
 /* A real l3kvd started from $L3KV_BUILD/l3kvd in a mkdtemp directory. */
 struct test_daemon {
