@@ -147,7 +147,7 @@ reload_run(struct server *s, const char *why, json_t **out, char *err, size_t er
 	static struct config	 next, prev;
 	struct config_change	*ch = NULL;
 	size_t			 i, n, nch = config_nkeys(), nref = 0;
-	int			 rc = 0;
+	int			 rc = 0, before, after;
 
 	if (out != NULL)
 		*out = NULL;
@@ -169,8 +169,13 @@ reload_run(struct server *s, const char *why, json_t **out, char *err, size_t er
 		goto done;
 	}
 	prev = *s->cfg;
+	before = log_get_level();
 	n = config_reload(s->cfg, &next, ch, nch);
 	reload_run_hooks(s, &prev, ch, n);
+	/* A reload that lowers the level still logs what it did, at the level it found. */
+	after = log_get_level();
+	if (before > after)
+		log_set_level(before);
 	for (i = 0; i < n; i++) {
 		if (ch[i].applied)
 			log_info("reload", "%s: %s -> %s", ch[i].key, ch[i].old, ch[i].new);
@@ -185,6 +190,7 @@ reload_run(struct server *s, const char *why, json_t **out, char *err, size_t er
 	metrics.reload_keys_refused += nref;
 	log_info("reload", "%s: %zu changed, %zu applied, %zu refused", s->config_path, n,
 	    n - nref, nref);
+	log_set_level(after);
 	if (out != NULL && (*out = reload_json(s, ch, n)) == NULL) {
 		snprintf(err, errlen, "out of memory");
 		rc = -ENOMEM;
