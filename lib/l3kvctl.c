@@ -303,6 +303,15 @@ ctl_fail(struct l3kv *k, const char *what, int rc)
 }
 
 
+/* A string member of the daemon's reply, or "?" where it has none. */
+static const char *
+ctl_str(const json_t *o, const char *key)
+{
+	const char	*s = json_string_value(json_object_get(o, key));
+
+	return s != NULL ? s : "?";
+}
+
 /* Prints a document: pretty JSON, or the table of ctl_print_table(). */
 static int
 ctl_output(const char *what, json_t *j, int table)
@@ -647,12 +656,12 @@ ctl_col_pools(const json_t *e, const char *key)
 		f = json_object_get(p, "file_objects");
 		if (json_is_integer(f))
 			n = asprintf(&s, "%s:%" JSON_INTEGER_FORMAT "/%" JSON_INTEGER_FORMAT,
-			    json_string_value(json_object_get(p, "name")),
+			    ctl_str(p, "name"),
 			    json_integer_value(json_object_get(p, "dram_objects")),
 			    json_integer_value(f));
 		else
 			n = asprintf(&s, "%s:%" JSON_INTEGER_FORMAT,
-			    json_string_value(json_object_get(p, "name")),
+			    ctl_str(p, "name"),
 			    json_integer_value(json_object_get(p, "dram_objects")));
 		if (ctl_join(&acc, " ", n < 0 ? NULL : s) != 0)
 			return NULL;
@@ -749,9 +758,10 @@ ctl_print_list(json_t *doc, const char *member, const struct ctl_col *cols)
 	g.nrows = json_array_size(a) + 1;
 	for (c = 0; c < g.ncols; c++)
 		g.cells[c] = strdup(cols[c].header);
-	json_array_foreach(a, i, e)
+	json_array_foreach(a, i, e) {
 		for (c = 0; c < g.ncols; c++)
 			g.cells[(i + 1) * g.ncols + c] = cols[c].fn(e, cols[c].key);
+	}
 	for (i = 0; i < n; i++) {
 		if (g.cells[i] == NULL) {
 			rc = -ENOMEM;
@@ -827,7 +837,6 @@ static int
 ctl_reload(struct l3kv *k, const struct ctl_opts *o)
 {
 	json_t		*j, *applied, *refused, *e;
-	const char	*file;
 	char		*text = NULL;
 	size_t		 i, w = 0;
 	int		 rc;
@@ -843,26 +852,24 @@ ctl_reload(struct l3kv *k, const struct ctl_opts *o)
 	if (o->format == CTL_FMT_JSON)
 		rc = ctl_print_json(j) != 0 ? CTL_EXIT_FAIL : 0;
 	else {
-		file = json_string_value(json_object_get(j, "file"));
-		printf("reloaded %s: %zu applied, %zu refused\n", file != NULL ? file : "?",
+		printf("reloaded %s: %zu applied, %zu refused\n", ctl_str(j, "file"),
 		    json_array_size(applied), json_array_size(refused));
-		json_array_foreach(applied, i, e)
-			if (strlen(json_string_value(json_object_get(e, "key"))) > w)
-				w = strlen(json_string_value(json_object_get(e, "key")));
-		json_array_foreach(refused, i, e)
-			if (strlen(json_string_value(json_object_get(e, "key"))) > w)
-				w = strlen(json_string_value(json_object_get(e, "key")));
-		json_array_foreach(applied, i, e)
-			printf("  applied  %-*s  %s -> %s\n", (int)w,
-			    json_string_value(json_object_get(e, "key")),
-			    json_string_value(json_object_get(e, "old")),
-			    json_string_value(json_object_get(e, "new")));
-		json_array_foreach(refused, i, e)
-			printf("  refused  %-*s  %s -> %s: %s\n", (int)w,
-			    json_string_value(json_object_get(e, "key")),
-			    json_string_value(json_object_get(e, "old")),
-			    json_string_value(json_object_get(e, "new")),
-			    json_string_value(json_object_get(e, "reason")));
+		json_array_foreach(applied, i, e) {
+			if (strlen(ctl_str(e, "key")) > w)
+				w = strlen(ctl_str(e, "key"));
+		}
+		json_array_foreach(refused, i, e) {
+			if (strlen(ctl_str(e, "key")) > w)
+				w = strlen(ctl_str(e, "key"));
+		}
+		json_array_foreach(applied, i, e) {
+			printf("  applied  %-*s  %s -> %s\n", (int)w, ctl_str(e, "key"),
+			    ctl_str(e, "old"), ctl_str(e, "new"));
+		}
+		json_array_foreach(refused, i, e) {
+			printf("  refused  %-*s  %s -> %s: %s\n", (int)w, ctl_str(e, "key"),
+			    ctl_str(e, "old"), ctl_str(e, "new"), ctl_str(e, "reason"));
+		}
 		rc = 0;
 	}
 	if (rc == 0 && json_array_size(refused) > 0)
