@@ -1071,6 +1071,17 @@ START_TEST(test_reload_applies_live_keys_and_refuses_the_rest)
 	ck_assert_uint_eq(config_reload(&cur, &next, ch, 1), 1);
 	ck_assert_str_eq(ch[0].key, "socket.path");
 	ck_assert_int_eq(config_key_live("no.such.key"), -1);
+	/* a long id list is cut to fit, and says so */
+	load_ok(&next, "{\"access\": {\"allow_gids\": [4000000001, 4000000002, 4000000003, "
+	    "4000000004, 4000000005, 4000000006, 4000000007, 4000000008, 4000000009, 4000000010, "
+	    "4000000011, 4000000012, 4000000013, 4000000014, 4000000015, 4000000016]}}");
+	load_ok(&cur, "{}");
+	ck_assert_uint_eq(config_reload(&cur, &next, ch, 64), 1);
+	ck_assert_str_eq(ch[0].key, "access.allow_gids");
+	ck_assert_uint_eq(strlen(ch[0].new), CONFIG_VALUE_MAX - 1);
+	ck_assert_str_eq(ch[0].new + CONFIG_VALUE_MAX - 5, "...]");
+	ck_assert_int_eq(strncmp(ch[0].new, "[4000000001, 4000000002, ", 25), 0);
+	ck_assert_uint_eq(cur.nallow_gids, 16);
 }
 END_TEST
 
