@@ -11,10 +11,12 @@
  * and command the programs' usage texts print, every config key of
  * config/README.md and every function of lib/l3kv.h.
  */
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 
 #include <ctype.h>
@@ -934,6 +936,49 @@ START_TEST(test_reload_refused_for_another_uid)
 END_TEST
 
 
+/* A daemon on the embedded default (no -f) has no file to re-read: RELOAD says so, SIGHUP logs it. */
+START_TEST(test_reload_without_a_file_is_refused)
+{
+	char	bin[PATH_MAX], sock[PATH_MAX], log[PATH_MAX], args[PATH_MAX + 64], *out, *err;
+	pid_t	pid;
+	int	fd, st;
+
+	test_path("l3kvd", bin, sizeof(bin));
+	snprintf(sock, sizeof(sock), "%s/embedded.sock", td.dir);
+	snprintf(log, sizeof(log), "%s/embedded.log", td.dir);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if ((fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600)) >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		setenv("L3KV_SOCKET", sock, 1);
+		execl(bin, "l3kvd", (char *)NULL);
+		_exit(127);
+	}
+	ck_assert_int_eq(test_wait_socket(sock, 20000), 0);
+	snprintf(args, sizeof(args), "-s %s reload", sock);
+	ck_assert_int_eq(ctl_run(args, &out, &err), 1);
+	ck_assert_msg(strstr(err, "started without -f: there is no config file to re-read") != NULL,
+	    "%s", err);
+	free(out);
+	free(err);
+	ck_assert_int_eq(kill(pid, SIGHUP), 0);
+	ck_assert_int_eq(ctl_run(args, &out, &err), 1);	/* still serving after it */
+	free(out);
+	free(err);
+	ck_assert_int_eq(kill(pid, SIGTERM), 0);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	out = ctl_slurp(log);
+	ck_assert_msg(strstr(out, "error reload: started without -f") != NULL, "%s", out);
+	free(out);
+}
+END_TEST
+
+
 /* The manual. Pages are found under $L3KV_SRCDIR (default "."), the repository root. */
 
 static const char *const man_pages[] = { "l3kvd.8", "l3kvctl.1", "l3kvd.json.5", "libl3kv.3" };
@@ -1183,6 +1228,7 @@ suite_ctl(void)
 	tcase_add_test(reload, test_reload_live_limit_takes_effect);
 	tcase_add_test(reload, test_reload_in_flight_requests_complete);
 	tcase_add_test(reload, test_reload_refused_for_another_uid);
+	tcase_add_test(reload, test_reload_without_a_file_is_refused);
 	suite_add_tcase(s, reload);
 	tcase_set_timeout(man, 20);
 	tcase_add_test(man, test_man_pages_lint_clean);
