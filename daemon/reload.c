@@ -44,9 +44,12 @@ static unsigned		reload_nhooks;
 /*
  * Registers fn for the live keys whose names start with prefix ("log.",
  * "metrics.", "peer."): after a reload stored their new values, fn runs
- * once if any of them changed, with the config as it was before. Returns
- * 0, or -ENOSPC when RELOAD_HOOKS_MAX are registered. The same prefix
- * again replaces its function.
+ * once if any of them changed, with the config as it was before; s->cfg
+ * holds the new values. It returns 0, or -errno with err filled: its keys
+ * then go back to their old values and are reported refused with err.
+ * prefix is kept, not copied (a literal). Returns 0, or -ENOSPC when
+ * RELOAD_HOOKS_MAX are registered. The same prefix again replaces its
+ * function.
  */
 int
 reload_set_hook(const char *prefix, reload_hook_fn *fn)
