@@ -324,8 +324,8 @@ START_TEST(test_stats_watch_prints_rates)
 		ck_assert_ptr_nonnull(line);
 		ck_assert_msg(sscanf(p, " requests.stats %*d %lf/s", &r) == 1, "no rate in: %.*s",
 		    (int)(line - p), p);
-		/* one STATS per 0.2 s: about 5/s, whatever the machine's latency does to it */
-		ck_assert_msg(r > 1 && r < 6, "requests.stats at %f/s", r);
+		/* one STATS per sample, 0.2 s apart at least: at most 5/s, and it moved */
+		ck_assert_msg(r > 0 && r < 5.01, "requests.stats at %f/s", r);
 		n++;
 	}
 	ck_assert_msg(n == 3, "%d reports of requests.stats in:\n%s", n, out);
@@ -339,7 +339,7 @@ START_TEST(test_stats_watch_prints_rates)
 	*line = '\0';
 	j = ctl_json(out);
 	r = json_real_value(json_object_get(json_object_get(j, "rates"), "requests.stats"));
-	ck_assert_msg(r > 1 && r < 6, "requests.stats at %f/s", r);
+	ck_assert_msg(r > 0 && r < 5.01, "requests.stats at %f/s", r);
 	ck_assert(json_is_real(json_object_get(json_object_get(j, "rates"), "cache.probes")));
 	ck_assert_ptr_null(json_object_get(json_object_get(j, "rates"), "daemon.uptime_ms"));
 	json_decref(j);
@@ -814,7 +814,7 @@ START_TEST(test_reload_in_flight_requests_complete)
 	json_t				*j, *e;
 	int				st;
 	const char			*cfg = "{\"log\": {\"level\": \"info\"}, \"testing\": "
-					    "{\"copy_delay_ms\": 250}, \"admit\": {\"timeout_ms\": 8000}}";
+					    "{\"copy_delay_ms\": 400}, \"admit\": {\"timeout_ms\": 8000}}";
 
 	ck_assert_int_eq(test_daemon_stop(&td, SIGTERM, &st), 0);
 	ck_assert_int_eq(test_daemon_start(&td, cfg), 0);
@@ -830,7 +830,7 @@ START_TEST(test_reload_in_flight_requests_complete)
 	test_rank_publish_kv(&s, 9, 0, 8, 0, &pub);
 	ck_assert_uint_eq(pub.stored, 8);
 
-	/* the solo rank's restore: 8 pages at 250 ms each */
+	/* the solo rank's restore: 8 pages at 400 ms each */
 	solo = test_rank_admit(&s, 1, 9, 8, 8, L3KV_SLOT_NONE);
 	ck_assert_uint_eq(solo.admitted_pages, 8);
 	for (i = 0; i < 8; i++)
@@ -842,7 +842,7 @@ START_TEST(test_reload_in_flight_requests_complete)
 	ck_assert_int_eq(l3kv_submit_admit(r[0].k, &a, &ticket), 0);
 	ck_assert_int_eq(test_stat_wait(td.sock, "copy", "jobs_inflight", 1), 1);
 
-	reload_write("{\"log\": {\"level\": \"info\"}, \"testing\": {\"copy_delay_ms\": 250}, "
+	reload_write("{\"log\": {\"level\": \"info\"}, \"testing\": {\"copy_delay_ms\": 400}, "
 	    "\"admit\": {\"timeout_ms\": 9000}, \"lease\": {\"ttl_ms\": 7000}}");
 	reload_sighup("reload: lease.ttl_ms: 30000 -> 7000");
 	ck_assert(test_daemon_log_has(&td, "reload: admit.timeout_ms: 8000 -> 9000"));
