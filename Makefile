@@ -141,7 +141,8 @@ $(LIBA): $(LIB_OBJS) $(PROTO_OBJS)
 		$(OBJCOPY) --localize-hidden $(BUILD)/lib/libl3kv-all.o && \
 		rm -f $@ && $(AR) rcs $@ $(BUILD)/lib/libl3kv-all.o
 
-$(L3KVCTL): $(CTL_SRCS:%.c=$(BUILD)/%.o) $(LIBA)
+# config check: l3kvctl parses config files with the daemon's own config.c.
+$(L3KVCTL): $(CTL_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/daemon/config.o $(LIBA)
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs jansson)
 

@@ -291,6 +291,12 @@ metrics_stats_json(struct server *s)
 	json_object_set_new(j, "file", metrics_file(s));
 	json_object_set_new(j, "namespaces", metrics_namespaces(s));
 	json_object_set_new(j, "groups", metrics_groups(s));
+	/* Reloads (reload.c): files compared, bad files, keys applied and refused; watchdog pings. */
+	json_object_set_new(j, "reload", json_pack("{s:I, s:I, s:I, s:I, s:I}",
+	    "reloads", I(metrics.reloads), "failed", I(metrics.reloads_failed),
+	    "keys_applied", I(metrics.reload_keys_applied),
+	    "keys_refused", I(metrics.reload_keys_refused),
+	    "watchdog_pings", I(metrics.watchdog_pings)));
 	out = json_dumps(j, JSON_COMPACT);
 	json_decref(j);
 	return out;

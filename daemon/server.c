@@ -377,6 +377,38 @@ server_accept_cb(evutil_socket_t lfd, short ev, void *arg)
 	}
 }
 
+/* The systemd watchdog: a ping from the loop itself, so that a wedged loop stops them. */
+static void
+server_watchdog_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	(void)fd;
+	(void)ev;
+	(void)arg;
+	metrics.watchdog_pings++;
+	notify_send("WATCHDOG=1");
+}
+
+/* Pings at half of $WATCHDOG_USEC, as sd_watchdog_enabled(3) advises; none without it. */
+static int
+server_watchdog(struct server *s, char *err, size_t errlen)
+{
+	struct timeval	tv;
+	uint64_t	usec = notify_watchdog_usec() / 2;
+
+	if (usec == 0)
+		return 0;
+	tv.tv_sec = (time_t)(usec / 1000000);
+	tv.tv_usec = (suseconds_t)(usec % 1000000);
+	s->ev_watchdog = event_new(s->base, -1, EV_PERSIST, server_watchdog_cb, s);
+	if (s->ev_watchdog == NULL || event_add(s->ev_watchdog, &tv) != 0) {
+		snprintf(err, errlen, "cannot register the watchdog timer");
+		return -ENOMEM;
+	}
+	log_info("server", "systemd watchdog: WATCHDOG=1 every %llu ms",
+	    (unsigned long long)(usec / 1000));
+	return 0;
+}
+
 static void
 server_finish(struct server *s)
 {
@@ -578,6 +610,8 @@ server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t er
 		snprintf(err, errlen, "cannot register events");
 		return -ENOMEM;
 	}
+	if ((rc = reload_init(s, err, errlen)) != 0 || (rc = server_watchdog(s, err, errlen)) != 0)
+		return rc;
 	if ((rc = server_listen(s, err, errlen)) != 0)
 		return rc;
 	s->ev_listen = event_new(s->base, s->listen_fd, EV_READ | EV_PERSIST, server_accept_cb, s);
@@ -636,6 +670,10 @@ server_free(struct server *s)
 	s->file = NULL;
 	dram_free(s->dram);
 	s->dram = NULL;
+	reload_free(s);
+	if (s->ev_watchdog != NULL)
+		event_free(s->ev_watchdog);
+	s->ev_watchdog = NULL;
 	if (s->ev_drain != NULL)
 		event_free(s->ev_drain);
 	if (s->ev_sigint != NULL)

@@ -1388,9 +1388,10 @@ l3kv_detach(struct l3kv *k)
 	return rc;
 }
 
-/* STATS and HEALTH: an empty request, a JSON reply handed to the caller. */
+/* STATS, HEALTH, RELOAD, LIST: a small request, a JSON reply handed to the caller. */
 static int
-l3kv_json_call(struct l3kv *k, unsigned type, char **json)
+l3kv_json_call(struct l3kv *k, unsigned type, const struct iovec *payload, int npayload,
+    char **json)
 {
 	char		*reply;
 	uint32_t	 len;
@@ -1399,8 +1400,8 @@ l3kv_json_call(struct l3kv *k, unsigned type, char **json)
 	if (k == NULL || json == NULL)
 		return -EINVAL;
 	*json = NULL;
-	rc = l3kv_call(k, type, NULL, 0, NULL, 0, l3kv_deadline(k, L3KV_TIMEOUT_DEFAULT), &reply,
-	    &len);
+	rc = l3kv_call(k, type, payload, npayload, NULL, 0, l3kv_deadline(k, L3KV_TIMEOUT_DEFAULT),
+	    &reply, &len);
 	if (rc != 0)
 		return rc;
 	if (reply == NULL && (reply = strdup("")) == NULL)
@@ -1412,13 +1413,31 @@ l3kv_json_call(struct l3kv *k, unsigned type, char **json)
 int
 l3kv_stats(struct l3kv *k, char **json)
 {
-	return l3kv_json_call(k, PROTO_T_STATS, json);
+	return l3kv_json_call(k, PROTO_T_STATS, NULL, 0, json);
 }
 
 int
 l3kv_health(struct l3kv *k, char **json)
 {
-	return l3kv_json_call(k, PROTO_T_HEALTH, json);
+	return l3kv_json_call(k, PROTO_T_HEALTH, NULL, 0, json);
+}
+
+int
+l3kv_reload(struct l3kv *k, char **json)
+{
+	return l3kv_json_call(k, PROTO_T_RELOAD, NULL, 0, json);
+}
+
+int
+l3kv_list(struct l3kv *k, enum l3kv_list_what what, unsigned max, char **json)
+{
+	struct proto_list	l;
+	struct iovec		iov = { &l, sizeof(l) };
+
+	memset(&l, 0, sizeof(l));
+	l.what = (uint16_t)what;
+	l.max = max;
+	return l3kv_json_call(k, PROTO_T_LIST, &iov, 1, json);
 }
 
 void

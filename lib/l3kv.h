@@ -264,6 +264,22 @@ L3KV_API int	 l3kv_stats(struct l3kv *, char **json);
 L3KV_API int	 l3kv_health(struct l3kv *, char **json);
 L3KV_API void	 l3kv_free(void *);
 
+/*
+ * Operations (l3kvctl). l3kv_reload() makes the daemon re-read its config
+ * file (root and the daemon's uid only: -EACCES otherwise): *json says
+ * which changed keys were applied and which refused; a bad file is
+ * -EINVAL with l3kv_last_error() naming the key, and changed nothing.
+ * l3kv_list() lists what the daemon holds, at most max entries (0: the
+ * daemon's cap of 1024), with the total and whether it was truncated.
+ */
+enum l3kv_list_what {
+	L3KV_LIST_NAMESPACES	= 1,
+	L3KV_LIST_GROUPS	= 2,
+	L3KV_LIST_LEASES	= 3,
+};
+L3KV_API int	 l3kv_reload(struct l3kv *, char **json);
+L3KV_API int	 l3kv_list(struct l3kv *, enum l3kv_list_what, unsigned max, char **json);
+
 /* The non-blocking path. */
 
 /* Request types, as in the completion's op; equal to the wire's numbers. */
@@ -280,6 +296,8 @@ enum l3kv_op {
 	L3KV_OP_RELEASE		= 20,
 	L3KV_OP_PUBLISH		= 21,
 	L3KV_OP_SET_POLICY	= 22,
+	L3KV_OP_RELOAD		= 24,
+	L3KV_OP_LIST		= 25,
 	L3KV_OP_DEBUG		= 240,
 };
 

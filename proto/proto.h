@@ -65,6 +65,9 @@ enum proto_type {
 	PROTO_T_RELEASE		= 20,
 	PROTO_T_PUBLISH		= 21,
 	PROTO_T_SET_POLICY	= 22,
+	/* Operations (issue 15): 24-31. */
+	PROTO_T_RELOAD		= 24,	/* re-read the config file; JSON reply */
+	PROTO_T_LIST		= 25,	/* namespaces, groups or leases; JSON reply */
 	PROTO_T_DEBUG		= 240,	/* tests only: testing.debug_ops */
 	PROTO_T_ERROR		= 255,
 };
@@ -426,6 +429,23 @@ _Static_assert(sizeof(struct proto_debug) == 40, "proto_debug");
 #define PROTO_PAGES_MAX		65536	/* pages in one request */
 
 /*
+ * LIST: what the daemon holds, as JSON. At most `max` entries (0: the
+ * daemon's cap, PROTO_LIST_MAX, which also bounds a larger max), in the
+ * daemon's order; the reply says how many there were and whether it
+ * was cut ("truncated").
+ */
+struct proto_list {
+	uint16_t	what;		/* PROTO_LIST_* */
+	uint16_t	flags;		/* none defined; must be 0 */
+	uint32_t	max;
+};
+_Static_assert(sizeof(struct proto_list) == 8, "proto_list");
+#define PROTO_LIST_NAMESPACES	1
+#define PROTO_LIST_GROUPS	2
+#define PROTO_LIST_LEASES	3
+#define PROTO_LIST_MAX		1024
+
+/*
  * A frame as parsed from the stream. `payload` points into the reader's
  * buffer and is valid until the next read.
  */
@@ -457,6 +477,8 @@ int		 proto_hdr_check(const struct proto_hdr *, uint32_t max_frame);
 int		 proto_payload_check(unsigned type, uint32_t length, const void *payload);
 int		 proto_string_ok(const char *, size_t cap, int allow_empty);
 int		 proto_hello_check(const struct proto_hello *, uint16_t *version);
+int		 proto_list_check(const struct proto_list *);
+const char	*proto_list_name(unsigned what);
 uint64_t	 proto_region_extent(const struct proto_region *);
 int		 proto_region_alias(const struct proto_region *, uint64_t *stride, uint64_t *span);
 int		 proto_attach_decode(const void *, uint32_t length,

@@ -202,6 +202,32 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(os.path.realpath(l3kv.library_path()),
                          os.path.realpath(os.path.join(BUILD, "libl3kv.so")))
 
+    def test_list_and_reload(self):
+        e = self.engine()
+        hashes = new_hashes(4)
+        self.publish_pages(e, range(4), hashes)
+        adm = e.client.admit(7, hashes, reserved_pages=4)
+        self.assertEqual(adm.admitted_pages, 4)
+        c = self.admin()
+        leases = c.list("leases")
+        self.assertEqual((leases["count"], leases["total"], leases["truncated"]), (1, 1, False))
+        lease = leases["leases"][0]
+        self.assertEqual((lease["id"], lease["pages"], lease["state"], lease["group"]),
+                         (adm.lease, 4, "admitted", e.group))
+        self.assertEqual(lease["pid"], os.getpid())
+        groups = c.list(l3kv.ListWhat.GROUPS)["groups"]
+        self.assertIn(e.group, [g["id"] for g in groups])
+        ns = c.list("namespaces", max=1)
+        self.assertEqual(ns["count"], 1)
+        self.assertTrue(ns["namespaces"][0]["name"].startswith("decode/py-test-"))
+        with self.assertRaises(KeyError):
+            c.list("nothing")
+        e.client.release(adm.lease)
+        # The daemon's own file, unchanged: nothing applied, nothing refused.
+        r = c.reload()
+        self.assertEqual((r["applied"], r["refused"]), ([], []))
+        self.assertTrue(r["file"].endswith("l3kvd.json"))
+
     def test_publish_probe_admit_restore_every_byte(self):
         e = self.engine()
         self.assertTrue(e.info.ns.startswith("decode/py-test-"))

@@ -227,6 +227,8 @@ _SIGNATURES = {
     "l3kv_detach": (ctypes.c_int, [_K]),
     "l3kv_stats": (ctypes.c_int, [_K, _P(ctypes.c_void_p)]),
     "l3kv_health": (ctypes.c_int, [_K, _P(ctypes.c_void_p)]),
+    "l3kv_reload": (ctypes.c_int, [_K, _P(ctypes.c_void_p)]),
+    "l3kv_list": (ctypes.c_int, [_K, ctypes.c_int, ctypes.c_uint, _P(ctypes.c_void_p)]),
     "l3kv_free": (None, [ctypes.c_void_p]),
     "l3kv_fd": (ctypes.c_int, [_K]),
     "l3kv_poll_completion": (ctypes.c_int, [_K, _P(_CCompletion)]),

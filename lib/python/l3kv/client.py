@@ -208,10 +208,10 @@ class Client:
         with self._lock:
             self._check(self._lib.l3kv_detach(self._handle()))
 
-    def _json(self, fn) -> dict:
+    def _json(self, fn, *args) -> dict:
         p = ctypes.c_void_p()
         with self._lock:
-            self._check(fn(self._handle(), ctypes.byref(p)))
+            self._check(fn(self._handle(), *args, ctypes.byref(p)))
         try:
             text = ctypes.string_at(p.value).decode() if p.value else ""
         finally:
@@ -225,6 +225,21 @@ class Client:
     def health(self) -> dict:
         """The daemon's short health document (HEALTH), as a dict."""
         return self._json(self._lib.l3kv_health)
+
+    def reload(self) -> dict:
+        """Makes the daemon re-read its config file (RELOAD; root and the
+        daemon's uid only): {"file", "applied": [...], "refused": [...]}.
+        A bad file raises L3kvError (EINVAL) naming the key and changes
+        nothing."""
+        return self._json(self._lib.l3kv_reload)
+
+    def list(self, what, max: int = 0) -> dict:
+        """The daemon's namespaces, groups or leases (LIST; a ListWhat or its
+        name): {what: [...], "count", "total", "truncated"}, at most max
+        entries (0: the daemon's cap, 1024)."""
+        if isinstance(what, str):
+            what = ListWhat[what.upper()]
+        return self._json(self._lib.l3kv_list, int(ListWhat(what)), int(max))
 
     # The cache operations, blocking.
 

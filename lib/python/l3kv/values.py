@@ -84,7 +84,16 @@ class Op(enum.IntEnum):
     RELEASE = 20
     PUBLISH = 21
     SET_POLICY = 22
+    RELOAD = 24
+    LIST = 25
     DEBUG = 240
+
+
+class ListWhat(enum.IntEnum):
+    """What LIST lists (l3kv_list): Client.list() takes these or their names."""
+    NAMESPACES = 1
+    GROUPS = 2
+    LEASES = 3
 
 
 class Decline(enum.IntEnum):
