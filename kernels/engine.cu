@@ -42,10 +42,12 @@
 #include <sys/types.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cuda_runtime.h>
@@ -62,6 +64,8 @@
 #define ENGINE_FIN_VERIFY	0	/* checksum, compare, set ok */
 #define ENGINE_FIN_SKIP		1	/* no checksum: ok */
 #define ENGINE_FIN_COMPUTE	2	/* checksum only (publish) */
+#define ENGINE_STAMPS		4	/* per slot: DMA start, DMA end, verified, end */
+#define ENGINE_WAITQ		64	/* the notify thread's queue of chunk events */
 
 /* A launch; a host build of this file (an emulation harness) may define its own. */
 #ifndef ENGINE_KERNEL
@@ -149,6 +153,11 @@ struct engine_slot {
 	struct engine_res	*dres;
 	struct engine_run	*runs;		/* host scratch */
 	uint64_t		 maxb;		/* the chunk's largest object */
+	uint64_t		*stamps;	/* mapped host: ENGINE_STAMPS GPU clock stamps */
+	uint64_t		*dstamps;	/* the same, as the device sees them */
+	void			**bdst;		/* host scratch for cudaMemcpyBatchAsync */
+	const void		**bsrc;
+	size_t			*bsize;
 };
 
 struct kernels_engine {
@@ -175,6 +184,17 @@ struct kernels_engine {
 	struct kernels_op	*gated;		/* those ops, linked by gnext */
 	int			 broken;	/* a sticky CUDA error: every op fails */
 	char			 broken_err[192];
+	uint64_t		*hstamp;	/* every slot's stamps, mapped (timeline) */
+	int64_t			 gt_off;	/* host clock - GPU clock, ns (timeline) */
+	uint64_t		 last_notify;	/* ns of the last notification (atomic) */
+	/* KERNELS_NOTIFY_THREAD: chunk events the waiter thread waits for, FIFO. */
+	pthread_t		 waiter;
+	int			 have_waiter;
+	pthread_mutex_t		 wlock;
+	pthread_cond_t		 wcond;
+	cudaEvent_t		 wq[ENGINE_WAITQ];
+	unsigned		 whead, wtail;	/* wtail - whead events queued */
+	int			 wstop;
 };
 
 struct kernels_region {
@@ -216,6 +236,7 @@ struct kernels_op {
 	int			 done;
 	int			 rc;
 	char			 err[192];
+	struct kernels_op_times	 t;
 	struct kernels_op	*qnext;
 	struct kernels_op	*gnext;		/* the engine's gated ops */
 };
@@ -598,6 +619,28 @@ engine_finish_kernel(const struct engine_item *items, uint32_t nitems, uint64_t 
 	}
 }
 
+/* The GPU's clock (ns) into *p: a timeline stamp (conf.timeline). */
+static __global__ void
+engine_stamp_kernel(uint64_t *p)
+{
+	uint64_t	t;
+
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	*(volatile uint64_t *)p = t;
+}
+
+/* Waits for the host to set *flag, then stamps: maps the GPU clock onto the host's. */
+static __global__ void
+engine_calib_kernel(volatile uint64_t *flag, uint64_t *p, uint64_t spins)
+{
+	uint64_t	t, i;
+
+	for (i = 0; i < spins && *flag == 0; i++)
+		;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	*(volatile uint64_t *)p = t;
+}
+
 /*
  * Moves one object between staging (page_first: tokens x layers x
  * token_bytes) and its region page, with accesses of T.
@@ -682,6 +725,117 @@ engine_up(uint64_t v, uint64_t a)
 	return (v + a - 1) / a * a;
 }
 
+static uint64_t
+engine_now(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* A notification: the fd, and when (for the op's timeline). */
+static void
+engine_notify(struct kernels_engine *e)
+{
+	uint64_t	one = 1;
+
+	__atomic_store_n(&e->last_notify, engine_now(), __ATOMIC_RELAXED);
+	if (write(e->conf.notify_fd, &one, sizeof(one)) < 0)
+		return;	/* EAGAIN: the counter is already nonzero */
+}
+
+/*
+ * KERNELS_NOTIFY_THREAD: waits for each queued chunk event in turn and
+ * writes the notify fd when it completed. A slot's event may have been
+ * recorded again by then (its chunk reaped, the slot reused): the wait is
+ * then for the newer chunk, which has its own entry behind; an extra
+ * notification costs the loop one empty progress.
+ */
+static void *
+engine_waiter(void *arg)
+{
+	struct kernels_engine	*e = (struct kernels_engine *)arg;
+	cudaEvent_t		 ev;
+
+	(void)cudaSetDevice(e->device);
+	pthread_mutex_lock(&e->wlock);
+	for (;;) {
+		while (e->whead == e->wtail && !e->wstop)
+			pthread_cond_wait(&e->wcond, &e->wlock);
+		if (e->wstop)
+			break;
+		ev = e->wq[e->whead % ENGINE_WAITQ];
+		pthread_mutex_unlock(&e->wlock);
+		(void)cudaEventSynchronize(ev);	/* an error is the chunk's: its reap reports it */
+		engine_notify(e);
+		pthread_mutex_lock(&e->wlock);
+		e->whead++;
+	}
+	pthread_mutex_unlock(&e->wlock);
+	return NULL;
+}
+
+/* Queues ev for the waiter; 0, or -1 when the queue is full (use a callback). */
+static int
+engine_wait_push(struct kernels_engine *e, cudaEvent_t ev)
+{
+	int	rc = -1;
+
+	pthread_mutex_lock(&e->wlock);
+	if (e->wtail - e->whead < ENGINE_WAITQ) {
+		e->wq[e->wtail++ % ENGINE_WAITQ] = ev;
+		pthread_cond_signal(&e->wcond);
+		rc = 0;
+	}
+	pthread_mutex_unlock(&e->wlock);
+	return rc;
+}
+
+/*
+ * The GPU clock against the host's: a kernel spins until the host sets a
+ * mapped flag, then stamps; the host notes its clock as it sets it. The
+ * best of a few tries (the kernel sees the flag ~1 us after the write).
+ */
+static void
+engine_calibrate(struct kernels_engine *e)
+{
+	volatile uint64_t	*flag = e->hstamp, *st = e->hstamp + 1;
+	uint64_t		*dflag = NULL, h, best = UINT64_MAX, t0;
+	int			 i;
+
+	if (cudaHostGetDevicePointer((void **)&dflag, e->hstamp, 0) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return;
+	}
+	for (i = 0; i < 5; i++) {
+		*flag = 0;
+		*st = 0;
+		ENGINE_KERNEL(engine_calib_kernel, 1, 1, e->notify)(dflag, dflag + 1, 1ULL << 22);
+		if (cudaGetLastError() != cudaSuccess)
+			return;
+		usleep(2000);	/* the kernel is spinning by now */
+		t0 = engine_now();
+		*flag = 1;
+		h = engine_now();
+		if (cudaStreamSynchronize(e->notify) != cudaSuccess || *st == 0) {
+			(void)cudaGetLastError();
+			return;
+		}
+		if (h - t0 < best) {
+			best = h - t0;
+			e->gt_off = (int64_t)(t0 + (h - t0) / 2) - (int64_t)*st;
+		}
+	}
+}
+
+/* A stamp of the GPU's clock as host time, or 0. */
+static uint64_t
+engine_host_time(const struct kernels_engine *e, uint64_t gt)
+{
+	return gt == 0 ? 0 : (uint64_t)((int64_t)gt + e->gt_off);
+}
+
 extern "C" void
 kernels_engine_free(struct kernels_engine *e)
 {
@@ -689,6 +843,13 @@ kernels_engine_free(struct kernels_engine *e)
 
 	if (e == NULL)
 		return;
+	if (e->have_waiter) {
+		pthread_mutex_lock(&e->wlock);
+		e->wstop = 1;
+		pthread_cond_signal(&e->wcond);
+		pthread_mutex_unlock(&e->wlock);
+		pthread_join(e->waiter, NULL);
+	}
 	for (i = 0; i < e->nstreams; i++)
 		(void)cudaStreamSynchronize(e->streams[i]);
 	if (e->have_copy > 0)
@@ -704,6 +865,9 @@ kernels_engine_free(struct kernels_engine *e)
 			if (e->slots[i].have_staged)
 				(void)cudaEventDestroy(e->slots[i].staged);
 			free(e->slots[i].runs);
+			free(e->slots[i].bdst);
+			free(e->slots[i].bsrc);
+			free(e->slots[i].bsize);
 		}
 		free(e->slots);
 	}
@@ -719,6 +883,12 @@ kernels_engine_free(struct kernels_engine *e)
 		(void)cudaFree(e->dmem);
 	if (e->hmem != NULL)
 		(void)cudaFreeHost(e->hmem);
+	if (e->hstamp != NULL)
+		(void)cudaFreeHost(e->hstamp);
+	if (e->have_waiter) {
+		pthread_mutex_destroy(&e->wlock);
+		pthread_cond_destroy(&e->wcond);
+	}
 	(void)cudaGetLastError();
 	free(e);
 }
@@ -767,6 +937,8 @@ kernels_engine_new(const struct kernels_conf *c, struct kernels_engine **out, ch
 	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_csum_kernel), "loading the kernels");
 	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_finish_kernel), "loading the kernels");
 	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_scatter_kernel), "loading the kernels");
+	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_stamp_kernel), "loading the kernels");
+	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_calib_kernel), "loading the kernels");
 	ENGINE_FAIL(cudaDeviceGetStreamPriorityRange(&lo, &hi), "cudaDeviceGetStreamPriorityRange");
 	for (i = 0; i < c->streams; i++) {
 		ENGINE_FAIL(cudaStreamCreateWithPriority(&e->streams[i], cudaStreamNonBlocking,
@@ -798,6 +970,10 @@ kernels_engine_new(const struct kernels_conf *c, struct kernels_engine **out, ch
 	ENGINE_FAIL(cudaHostAlloc((void **)&e->hmem, hper * c->slots,
 	    cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc (descriptors)");
 	ENGINE_FAIL(cudaHostGetDevicePointer((void **)&dh, e->hmem, 0), "cudaHostGetDevicePointer");
+	/* two words for the clock calibration, then ENGINE_STAMPS per slot */
+	ENGINE_FAIL(cudaHostAlloc((void **)&e->hstamp, (2 + (size_t)c->slots * ENGINE_STAMPS) * 8,
+	    cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc (stamps)");
+	memset(e->hstamp, 0, (2 + (size_t)c->slots * ENGINE_STAMPS) * 8);
 	if ((e->slots = (struct engine_slot *)calloc(c->slots, sizeof(*e->slots))) == NULL) {
 		rc = -ENOMEM;
 		goto fail;
@@ -830,8 +1006,14 @@ kernels_engine_new(const struct kernels_conf *c, struct kernels_engine **out, ch
 		sl->res = (struct engine_res *)(e->hmem + o);
 		sl->dres = (struct engine_res *)(dh + o);
 
-		if ((sl->runs = (struct engine_run *)calloc(c->max_items, sizeof(*sl->runs))) ==
-		    NULL) {
+		sl->stamps = e->hstamp + 2 + (size_t)i * ENGINE_STAMPS;
+		ENGINE_FAIL(cudaHostGetDevicePointer((void **)&sl->dstamps, sl->stamps, 0),
+		    "cudaHostGetDevicePointer");
+		sl->runs = (struct engine_run *)calloc(c->max_items, sizeof(*sl->runs));
+		sl->bdst = (void **)calloc(c->max_items, sizeof(*sl->bdst));
+		sl->bsrc = (const void **)calloc(c->max_items, sizeof(*sl->bsrc));
+		sl->bsize = (size_t *)calloc(c->max_items, sizeof(*sl->bsize));
+		if (sl->runs == NULL || sl->bdst == NULL || sl->bsrc == NULL || sl->bsize == NULL) {
 			rc = -ENOMEM;
 			goto fail;
 		}
@@ -843,6 +1025,20 @@ kernels_engine_new(const struct kernels_conf *c, struct kernels_engine **out, ch
 		sl->have_staged = 1;
 	}
 #undef ENGINE_FAIL
+	if (c->timeline)
+		engine_calibrate(e);
+	if (c->notify == KERNELS_NOTIFY_THREAD && c->notify_fd >= 0) {
+		pthread_mutex_init(&e->wlock, NULL);
+		pthread_cond_init(&e->wcond, NULL);
+		if ((rc = pthread_create(&e->waiter, NULL, engine_waiter, e)) != 0) {
+			pthread_mutex_destroy(&e->wlock);
+			pthread_cond_destroy(&e->wcond);
+			snprintf(err, len, "the notify thread: %s", strerror(rc));
+			rc = -rc;
+			goto fail;
+		}
+		e->have_waiter = 1;
+	}
 	*out = e;
 	return 0;
 fail:
@@ -1024,6 +1220,7 @@ engine_op_settle(struct kernels_op *op)
 		op->rc = nbad > 0 ? -EBADMSG : op->next < op->n || op->dropped > 0 ? -ECANCELED :
 		    0;
 	op->done = 1;
+	op->t.done = engine_now();
 	return 1;
 }
 
@@ -1106,12 +1303,25 @@ engine_track(struct kernels_engine *e, struct engine_slot *sl, cudaStream_t fin)
 		op->inflight--;
 		return;
 	}
-	if (e->conf.notify_fd >= 0 &&
-	    (cudaStreamWaitEvent(e->notify, sl->done, 0) != cudaSuccess ||
-	    cudaLaunchHostFunc(e->notify, engine_notify_cb, e) != cudaSuccess)) {
+	if (e->conf.notify_fd < 0)
+		return;
+	if (e->have_waiter && engine_wait_push(e, sl->done) == 0)
+		return;
+	if (cudaStreamWaitEvent(e->notify, sl->done, 0) != cudaSuccess ||
+	    cudaLaunchHostFunc(e->notify, engine_notify_cb, e) != cudaSuccess) {
 		(void)cudaGetLastError();
 		/* the chunk still completes; the caller's progress or wait reaps it */
 	}
+}
+
+/* A timeline stamp of the GPU's clock into the slot's word k, on s. */
+static cudaError_t
+engine_stamp(struct kernels_engine *e, struct engine_slot *sl, unsigned k, cudaStream_t s)
+{
+	if (!e->conf.timeline)
+		return cudaSuccess;
+	ENGINE_KERNEL(engine_stamp_kernel, 1, 1, s)(sl->dstamps + k);
+	return cudaGetLastError();
 }
 
 /* Whether a host run goes by DMA (else by the zero-copy kernel). */
@@ -1124,6 +1334,27 @@ engine_run_dma(const struct kernels_op *op, const struct kernels_conf *c,
 	if (op->flags & KERNELS_F_ZEROCOPY)
 		return 0;
 	return run->bytes >= c->dma_min_bytes;
+}
+
+/* Whether the chunk's host runs go by one cudaMemcpyBatchAsync (none by the gather kernel). */
+static int
+engine_op_batch(const struct kernels_op *op, const struct kernels_conf *c)
+{
+	if (op->flags & (KERNELS_F_DMA | KERNELS_F_ZEROCOPY))
+		return 0;
+	return (op->flags & KERNELS_F_BATCH) != 0 || c->batch_dma;
+}
+
+/* One cudaMemcpyBatchAsync of the slot's nb gathered copies on stream s. */
+static cudaError_t
+engine_batch(struct engine_slot *sl, size_t nb, cudaStream_t s)
+{
+	struct cudaMemcpyAttributes	a;
+	size_t				idx = 0;
+
+	memset(&a, 0, sizeof(a));
+	a.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+	return cudaMemcpyBatchAsync(sl->bdst, sl->bsrc, sl->bsize, nb, &a, &idx, 1, s);
 }
 
 /*
@@ -1143,7 +1374,9 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 	uint32_t			 i = op->next, ni = 0, nu = 0, nd = 0, ns = 0, nr = 0, k, units;
 	uint32_t			 ndma = 0;
 	uint64_t			 off = 0, start, maxb = 0, maxs = 0;
+	size_t				 nb = 0;
 	int				 verify = !(op->flags & KERNELS_F_NOVERIFY);
+	int				 batch = engine_op_batch(op, c), first;
 	cudaError_t			 ce = cudaSuccess;
 	const char			*what = "";
 	char				 msg[192];
@@ -1196,8 +1429,14 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 	sl->seq = e->seq++;
 	sl->bad_issue = 0;
 	sl->held = 0;
+	first = op->next == 0;
 	op->next = i;
 	op->inflight++;
+	op->t.last_issue = engine_now();
+	if (first)
+		op->t.first_issue = op->t.last_issue;
+	if (e->conf.timeline)
+		memset(sl->stamps, 0, ENGINE_STAMPS * sizeof(*sl->stamps));
 	if (op->publish)
 		op->scattered = i;	/* writes only host objects: counted as issued */
 
@@ -1211,16 +1450,40 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 	 */
 	fin = s;
 	for (k = 0; k < nr; k++)
-		if (engine_run_dma(op, c, &sl->runs[k]))
+		if (engine_run_dma(op, c, &sl->runs[k]) || batch)
 			ndma++;
+	/* with batching, every host run goes in one cudaMemcpyBatchAsync, issued below */
+	for (k = 0; batch && k < nr; k++) {
+		run = &sl->runs[k];
+		if (op->publish) {
+			sl->bdst[nb] = (void *)run->host;
+			sl->bsrc[nb] = sl->stage + run->off;
+		} else {
+			sl->bdst[nb] = sl->stage + run->off;
+			sl->bsrc[nb] = run->host;
+		}
+		sl->bsize[nb++] = run->bytes;
+	}
 	if (!op->publish) {
-		for (k = 0; k < nr && ce == cudaSuccess; k++) {
+		if (first && ndma > 0) {
+			what = "the stamp kernel";
+			ce = engine_stamp(e, sl, 0, e->h2d);
+		}
+		for (k = 0; k < nr && ce == cudaSuccess && !batch; k++) {
 			run = &sl->runs[k];
 			if (engine_run_dma(op, c, run)) {
 				what = "cudaMemcpyAsync";
 				ce = cudaMemcpyAsync(sl->stage + run->off, run->host, run->bytes,
 				    cudaMemcpyHostToDevice, e->h2d);
 			}
+		}
+		if (nb > 0 && ce == cudaSuccess) {
+			what = "cudaMemcpyBatchAsync";
+			ce = engine_batch(sl, nb, e->h2d);
+		}
+		if (ndma > 0 && ce == cudaSuccess) {
+			what = "the stamp kernel";
+			ce = engine_stamp(e, sl, 1, e->h2d);
 		}
 		if (ndma > 0 && ce == cudaSuccess) {
 			what = "cudaEventRecord (staged)";
@@ -1231,7 +1494,7 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 	}
 	for (k = 0; k < nr; k++) {
 		run = &sl->runs[k];
-		if (engine_run_dma(op, c, run))
+		if (engine_run_dma(op, c, run) || batch)
 			continue;
 		if (op->publish) {
 			sl->segs[ns].src = (uintptr_t)(sl->stage + run->off);
@@ -1273,9 +1536,13 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 	    ENGINE_DESC_BLOCKS, ENGINE_THREADS, s)(dsp));
 	if (!op->publish) {
 		/* the zero-copy gather needs no DMA; the rest waits for it */
+		if (first && ndma == 0)
+			ENGINE_CALL("the stamp kernel", engine_stamp(e, sl, 0, s));
 		if (ns > 0)
 			ENGINE_LAUNCH("the host gather kernel", ENGINE_KERNEL(engine_copy_kernel,
 			    dim3(engine_bx(maxs, 256), ns), ENGINE_THREADS, s)(sl->dsegs));
+		if (ndma == 0)
+			ENGINE_CALL("the stamp kernel", engine_stamp(e, sl, 1, s));
 		if (ndma > 0)
 			ENGINE_CALL("cudaStreamWaitEvent (staged)",
 			    cudaStreamWaitEvent(s, sl->staged, 0));
@@ -1285,6 +1552,7 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 		ENGINE_LAUNCH("the verify kernel", ENGINE_KERNEL(engine_finish_kernel,
 		    engine_warps(ni), ENGINE_THREADS, s)(sl->ditems, ni, sl->dig, sl->dres, sl->ok,
 		    verify ? ENGINE_FIN_VERIFY : ENGINE_FIN_SKIP));
+		ENGINE_CALL("the stamp kernel", engine_stamp(e, sl, 2, s));
 		/* behind a shut gate the chunk stays staged: engine_open_gates() */
 		sl->maxb = maxb;
 		if (ce == cudaSuccess && op->gate) {
@@ -1293,6 +1561,7 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 		} else if (ce == cudaSuccess) {
 			what = "the scatter kernel";
 			ce = engine_scatter(sl, s);
+			ENGINE_CALL("the stamp kernel", engine_stamp(e, sl, 3, s));
 		}
 	} else {
 		ENGINE_LAUNCH("the gather kernel", ENGINE_KERNEL(engine_scatter_kernel,
@@ -1313,13 +1582,15 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 			    cudaStreamWaitEvent(e->d2h, sl->staged, 0));
 			if (ce == cudaSuccess)
 				fin = e->d2h;
-			for (k = 0; k < nr && ce == cudaSuccess; k++) {
+			for (k = 0; k < nr && ce == cudaSuccess && !batch; k++) {
 				run = &sl->runs[k];
 				if (engine_run_dma(op, c, run))
 					ENGINE_CALL("cudaMemcpyAsync", cudaMemcpyAsync((void *)run->host,
 					    sl->stage + run->off, run->bytes, cudaMemcpyDeviceToHost,
 					    e->d2h));
 			}
+			if (nb > 0)
+				ENGINE_CALL("cudaMemcpyBatchAsync", engine_batch(sl, nb, e->d2h));
 		}
 	}
 #undef ENGINE_CALL
@@ -1345,12 +1616,8 @@ record:
 static void CUDART_CB
 engine_notify_cb(void *arg)
 {
-	struct kernels_engine	*e = (struct kernels_engine *)arg;
-	uint64_t		 one = 1;
-
 	/* a CUDA callback thread: no CUDA calls here, only the eventfd */
-	if (write(e->conf.notify_fd, &one, sizeof(one)) < 0)
-		return;	/* EAGAIN: the counter is already nonzero */
+	engine_notify((struct kernels_engine *)arg);
 }
 
 /* Takes a completed chunk's results into its op; 1 if the op turned done. */
@@ -1373,7 +1640,17 @@ engine_reap(struct kernels_engine *e, struct engine_slot *sl, cudaError_t q)
 			op->status[sl->first + k] = (uint8_t)sl->res[k].status;
 			op->csum[sl->first + k] = sl->res[k].csum;
 		}
+		if (e->conf.timeline && !op->publish) {
+			if (sl->first == 0)
+				op->t.gpu_dma_start = engine_host_time(e, sl->stamps[0]);
+			if (sl->first + sl->n == op->n) {
+				op->t.gpu_dma_end = engine_host_time(e, sl->stamps[1]);
+				op->t.gpu_verified = engine_host_time(e, sl->stamps[2]);
+				op->t.gpu_end = engine_host_time(e, sl->stamps[3]);
+			}
+		}
 	}
+	op->t.notify = __atomic_load_n(&e->last_notify, __ATOMIC_RELAXED);
 	if (sl->held)
 		op->held--;
 	sl->held = 0;
@@ -1633,6 +1910,7 @@ engine_submit(struct kernels_engine *e, int publish, struct kernels_region *cons
 		}
 	}
 	op->queued = 1;
+	op->t.submit = engine_now();
 	if (e->qtail != NULL)
 		e->qtail->qnext = op;
 	else
@@ -1744,6 +2022,15 @@ kernels_op_result(const struct kernels_op *op, struct kernels_result *r, uint8_t
 		memcpy(page_status, op->status, op->n);
 	if (checksums != NULL)
 		memcpy(checksums, op->csum, (size_t)op->n * sizeof(*checksums));
+	return 0;
+}
+
+extern "C" int
+kernels_op_times(const struct kernels_op *op, struct kernels_op_times *t)
+{
+	if (!op->done)
+		return -EBUSY;
+	*t = op->t;
 	return 0;
 }
 

@@ -1951,6 +1951,10 @@ l3kv_encode_restore(struct l3kv *k, const struct l3kv_restore_args *a, struct l3
 
 	if ((rc = l3kv_check_pages(k, PROTO_T_RESTORE, a->pages, a->npages, "dst_pages")) != 0)
 		return rc;
+	if ((a->flags & ~L3KV_RESTORE_RELEASE) != 0) {
+		l3kv_seterr(k, "libl3kv: RESTORE: unknown flags 0x%x", a->flags);
+		return -EINVAL;
+	}
 	l3kv_wire_init(w, sizeof(w->u.restore));
 	w->u.restore.lease = a->lease;
 	w->u.restore.npages = a->npages;
@@ -1961,6 +1965,8 @@ l3kv_encode_restore(struct l3kv *k, const struct l3kv_restore_args *a, struct l3
 		w->u.restore.flags |= PROTO_RESTORE_F_WAIT_EVENT;
 		w->u.restore.event_region = a->event_region;
 	}
+	if (a->flags & L3KV_RESTORE_RELEASE)
+		w->u.restore.flags |= PROTO_RESTORE_F_RELEASE;
 	/* Destination indices go out as the caller's array: the wire is little-endian like us. */
 	l3kv_wire_array(w, a->pages, a->npages, sizeof(uint32_t));
 	return 0;

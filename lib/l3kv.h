@@ -473,8 +473,14 @@ struct l3kv_restore_args {
 	uint16_t		 state_region;	/* L3KV_REGION_NONE without state */
 	uint32_t		 state_slot;	/* L3KV_SLOT_NONE without state */
 	uint16_t		 event_region;	/* L3KV_REGION_NONE: no wait */
-	uint16_t		 pad;		/* 0 */
+	uint16_t		 flags;		/* L3KV_RESTORE_*, or 0 (was pad) */
 };
+/*
+ * The lease ends when the RESTORE succeeds, as if l3kv_release() followed
+ * at once (one round trip less); after a failure it stays, to be released
+ * as without the flag. Its pins stay until every copy has landed.
+ */
+#define L3KV_RESTORE_RELEASE	0x0001
 L3KV_API int	 l3kv_restore_with(struct l3kv *, const struct l3kv_restore_args *,
 		    int timeout_ms, struct l3kv_restore_result *);
 L3KV_API int	 l3kv_submit_restore_with(struct l3kv *, const struct l3kv_restore_args *,

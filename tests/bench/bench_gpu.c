@@ -370,6 +370,7 @@ bench_baseline(int how, const struct kernels_geom *g, const struct kernels_page 
 struct bench_row {
 	double	peak, contig, scat, per_page, per_layer;
 	double	scat_dma, scat_zc, contig_nov, contig_pf, busy, d2h, publish;
+	double	scat_batch, publish_batch;	/* KERNELS_F_BATCH: cudaMemcpyBatchAsync */
 	double	contig_slot[3];	/* host-contiguous with 16, 64 and 128 MiB slots */
 	double	chunked;	/* H2D in 32 MiB cudaMemcpyAsync pieces over 2 streams */
 };
@@ -433,16 +434,24 @@ bench_size_run(const struct bench_size *sz, uint64_t bytes, struct bench_row *ro
 	bench_verify(&s, s.scat, "restore, scattered, zero-copy");
 	row->scat = bench_op(e, BENCH_RESTORE, s.rlf, s.scat, s.n, 0, NULL);
 	bench_verify(&s, s.scat, "restore, host-scattered");
+	row->scat_batch = bench_op(e, BENCH_RESTORE, s.rlf, s.scat, s.n, KERNELS_F_BATCH, NULL);
+	bench_verify(&s, s.scat, "restore, host-scattered, batched DMA");
 
 	/* the region holds the scattered objects: publishing writes the same bytes back */
 	if ((cs = calloc(s.n, sizeof(*cs))) == NULL)
 		bench_die("calloc", -ENOMEM, NULL);
-	row->publish = bench_op(e, BENCH_PUBLISH, s.rlf, s.scat, s.n, 0, cs);
-	for (i = 0; i < s.n; i++) {
-		if (cs[i] != s.scat[i].checksum) {
-			fprintf(stderr, "bench_gpu: publish: page %u checksum %016llx, want %016llx\n",
-			    i, (unsigned long long)cs[i], (unsigned long long)s.scat[i].checksum);
-			exit(1);
+	for (a = 0; a < 2; a++) {
+		memset(cs, 0, s.n * sizeof(*cs));
+		*(a ? &row->publish_batch : &row->publish) = bench_op(e, BENCH_PUBLISH, s.rlf,
+		    s.scat, s.n, a ? KERNELS_F_BATCH : 0, cs);
+		for (i = 0; i < s.n; i++) {
+			if (cs[i] != s.scat[i].checksum || checksum_obj(s.scat[i].host, s.obj) !=
+			    s.scat[i].checksum) {
+				fprintf(stderr, "bench_gpu: publish%s: page %u checksum %016llx, want "
+				    "%016llx\n", a ? " (batched)" : "", i, (unsigned long long)cs[i],
+				    (unsigned long long)s.scat[i].checksum);
+				exit(1);
+			}
 		}
 	}
 	free(cs);
@@ -587,6 +596,21 @@ main(int argc, char **argv)
 		printf("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.1f | %.1f | %.3f |\n",
 		    bench_sizes[i].name, r->scat_dma, r->scat_zc, r->contig_nov, r->contig_pf,
 		    r->busy, r->busy / r->peak, r->d2h, r->publish, r->publish / r->d2h);
+	}
+	printf("\nBatched DMA (KERNELS_F_BATCH: each chunk's host runs by one "
+	    "cudaMemcpyBatchAsync), host-scattered, against the same peaks:\n\n");
+	printf("| object | restore, scattered, default | x peak | restore, batched DMA | x peak | "
+	    "publish, default | x D2H peak | publish, batched DMA | x D2H peak |\n");
+	printf("|---|---|---|---|---|---|---|---|---|\n");
+	for (i = 0; i < BENCH_NSIZES; i++) {
+		const struct bench_row *r = &rows[i];
+
+		if (!want[i])
+			continue;
+		printf("| %s | %.1f | %.3f | %.1f | %.3f | %.1f | %.3f | %.1f | %.3f |\n",
+		    bench_sizes[i].name, r->scat, r->scat / r->peak, r->scat_batch,
+		    r->scat_batch / r->peak, r->publish, r->publish / r->d2h, r->publish_batch,
+		    r->publish_batch / r->d2h);
 	}
 	printf("\nEngine sweep, host-scattered restore GB/s (slots = 2 x streams):\n\n");
 	printf("| object | 2 streams, DMA >= 256K | 2 st, >= 1M | 2 st, >= 4M | 4 streams, DMA "
