@@ -48,6 +48,7 @@
 #define CUDA_CUMEM_GRAN		(2ULL << 20)
 #define CUDA_POLL_MIN_US	20
 #define CUDA_POLL_MAX_US	500
+#define CUDA_TAIL_SPIN_US	150	/* the loop's poll of a restore's last kernels, at most */
 
 struct cuda_engine {
 	struct kernels_engine	*eng;
@@ -233,22 +234,37 @@ cuda_arm_poll(struct cuda_engine *ce)
 		log_warn("cuda", "cannot arm the event poll timer");
 }
 
-/* Issues more chunks and completes the done jobs. */
+/*
+ * Issues more chunks and completes the done jobs. Woken at the end of a
+ * restore's last DMA (kernels_engine_tail), it polls the engine until
+ * that restore's kernels are done, for at most CUDA_TAIL_SPIN_US: the
+ * loop's wake-up (tens of microseconds on a virtual machine) then
+ * overlaps the checksum and scatter instead of following them.
+ */
 static void
 cuda_progress(struct cuda_engine *ce)
 {
 	struct copy_job_list	 done;
 	struct copy_job		*job, *next;
+	uint64_t		 t0 = 0;
 
-	kernels_engine_progress(ce->eng);
 	TAILQ_INIT(&done);
-	for (job = TAILQ_FIRST(&ce->running); job != NULL; job = next) {
-		next = TAILQ_NEXT(job, entry);
-		if (!kernels_op_poll(job->cuda->op))
-			continue;
-		TAILQ_REMOVE(&ce->running, job, entry);
-		cuda_job_result(job);
-		TAILQ_INSERT_TAIL(&done, job, entry);
+	for (;;) {
+		kernels_engine_progress(ce->eng);
+		for (job = TAILQ_FIRST(&ce->running); job != NULL; job = next) {
+			next = TAILQ_NEXT(job, entry);
+			if (!kernels_op_poll(job->cuda->op))
+				continue;
+			TAILQ_REMOVE(&ce->running, job, entry);
+			cuda_job_result(job);
+			TAILQ_INSERT_TAIL(&done, job, entry);
+		}
+		if (!TAILQ_EMPTY(&done) || kernels_engine_tail(ce->eng) == 0)
+			break;
+		if (t0 == 0)
+			t0 = server_now_ns();
+		else if (server_now_ns() - t0 > CUDA_TAIL_SPIN_US * 1000ULL)
+			break;	/* the chunk's own notification comes later */
 	}
 	/* Completions may submit or cancel other jobs: the lists are consistent now. */
 	while ((job = TAILQ_FIRST(&done)) != NULL) {

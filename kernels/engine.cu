@@ -133,6 +133,8 @@ struct engine_slot {
 	int			 bad_issue;	/* something of this chunk failed to issue */
 	int			 held;		/* staged and verified; its scatter waits for the
 						   op's gate */
+	int			 tail;		/* a restore's last chunk, `staged` recorded: past
+						   its DMA only kernels are left (kernels_engine_tail) */
 	cudaEvent_t		 done;
 	cudaEvent_t		 staged;	/* hands the chunk between copy and kernel streams */
 	int			 have_done;
@@ -166,9 +168,10 @@ struct kernels_engine {
 	cudaStream_t		 streams[16];	/* the kernels' */
 	unsigned		 nstreams;
 	unsigned		 rr;
-	cudaStream_t		 h2d;		/* every chunk's DMA, one after another */
-	cudaStream_t		 d2h;
-	int			 have_copy;	/* 0, 1 (h2d) or 2 (both) */
+	cudaStream_t		 h2dv[2];	/* the chunks' DMA, slot i on stream i % ncopy */
+	cudaStream_t		 d2hv[2];
+	unsigned		 ncopy;		/* conf.copy_streams */
+	unsigned		 have_copy;	/* streams of h2dv and d2hv created */
 	cudaStream_t		 notify;
 	int			 have_notify;
 	struct engine_slot	*slots;
@@ -852,10 +855,8 @@ kernels_engine_free(struct kernels_engine *e)
 	}
 	for (i = 0; i < e->nstreams; i++)
 		(void)cudaStreamSynchronize(e->streams[i]);
-	if (e->have_copy > 0)
-		(void)cudaStreamSynchronize(e->h2d);
-	if (e->have_copy > 1)
-		(void)cudaStreamSynchronize(e->d2h);
+	for (i = 0; i < e->have_copy; i++)
+		(void)cudaStreamSynchronize(i % 2 ? e->d2hv[i / 2] : e->h2dv[i / 2]);
 	if (e->have_notify)
 		(void)cudaStreamSynchronize(e->notify);
 	if (e->slots != NULL) {
@@ -873,10 +874,8 @@ kernels_engine_free(struct kernels_engine *e)
 	}
 	for (i = 0; i < e->nstreams; i++)
 		(void)cudaStreamDestroy(e->streams[i]);
-	if (e->have_copy > 0)
-		(void)cudaStreamDestroy(e->h2d);
-	if (e->have_copy > 1)
-		(void)cudaStreamDestroy(e->d2h);
+	for (i = 0; i < e->have_copy; i++)
+		(void)cudaStreamDestroy(i % 2 ? e->d2hv[i / 2] : e->h2dv[i / 2]);
 	if (e->have_notify)
 		(void)cudaStreamDestroy(e->notify);
 	if (e->dmem != NULL)
@@ -945,12 +944,13 @@ kernels_engine_new(const struct kernels_conf *c, struct kernels_engine **out, ch
 		    c->high_priority ? hi : 0), "cudaStreamCreateWithPriority");
 		e->nstreams++;
 	}
-	ENGINE_FAIL(cudaStreamCreateWithPriority(&e->h2d, cudaStreamNonBlocking,
-	    c->high_priority ? hi : 0), "cudaStreamCreateWithPriority");
-	e->have_copy = 1;
-	ENGINE_FAIL(cudaStreamCreateWithPriority(&e->d2h, cudaStreamNonBlocking,
-	    c->high_priority ? hi : 0), "cudaStreamCreateWithPriority");
-	e->have_copy = 2;
+	e->ncopy = c->copy_streams == 2 ? 2 : 1;
+	for (i = 0; i < 2 * e->ncopy; i++) {
+		ENGINE_FAIL(cudaStreamCreateWithPriority(i % 2 ? &e->d2hv[i / 2] : &e->h2dv[i / 2],
+		    cudaStreamNonBlocking, c->high_priority ? hi : 0),
+		    "cudaStreamCreateWithPriority");
+		e->have_copy++;
+	}
 	ENGINE_FAIL(cudaStreamCreateWithFlags(&e->notify, cudaStreamNonBlocking),
 	    "cudaStreamCreate");
 	e->have_notify = 1;
@@ -1294,7 +1294,8 @@ engine_track(struct kernels_engine *e, struct engine_slot *sl, cudaStream_t fin)
 		engine_fail(op, -EIO, msg);
 		engine_break(e, msg);
 		(void)cudaStreamSynchronize(fin);
-		(void)cudaStreamSynchronize(op->publish ? e->d2h : e->h2d);
+		for (unsigned j = 0; j < e->ncopy; j++)
+			(void)cudaStreamSynchronize(op->publish ? e->d2hv[j] : e->h2dv[j]);
 		(void)cudaGetLastError();
 		if (sl->held)
 			op->held--;
@@ -1324,25 +1325,35 @@ engine_stamp(struct kernels_engine *e, struct engine_slot *sl, unsigned k, cudaS
 	return cudaGetLastError();
 }
 
-/* Whether a host run goes by DMA (else by the zero-copy kernel). */
+/*
+ * How host run k of a chunk moves: by the zero-copy gather (or scatter)
+ * kernel, by a cudaMemcpyAsync of its own, or in the chunk's one
+ * cudaMemcpyBatchAsync. By default (batch_dma) runs of at least
+ * batch_min_bytes go in the batch and shorter ones through the kernel
+ * (measured on the H200: the kernel's PCIe reads reach ~0.87x the DMA
+ * peak whatever the size, one DMA per run pays ~3 us a copy, the batch
+ * 0.96x at 256 KiB and 0.98x at 2.25 MB but 0.75x at 36 KiB); without
+ * batch_dma, runs of at least dma_min_bytes each get a cudaMemcpyAsync.
+ */
+#define ENGINE_RUN_ZC		0
+#define ENGINE_RUN_DMA		1
+#define ENGINE_RUN_BATCH	2
 static int
-engine_run_dma(const struct kernels_op *op, const struct kernels_conf *c,
-    const struct engine_run *run)
+engine_run_how(const struct kernels_op *op, const struct kernels_conf *c,
+    const struct engine_run *run, uint32_t k)
 {
 	if (op->flags & KERNELS_F_DMA)
-		return 1;
+		return ENGINE_RUN_DMA;
 	if (op->flags & KERNELS_F_ZEROCOPY)
-		return 0;
-	return run->bytes >= c->dma_min_bytes;
-}
-
-/* Whether the chunk's host runs go by one cudaMemcpyBatchAsync (none by the gather kernel). */
-static int
-engine_op_batch(const struct kernels_op *op, const struct kernels_conf *c)
-{
-	if (op->flags & (KERNELS_F_DMA | KERNELS_F_ZEROCOPY))
-		return 0;
-	return (op->flags & KERNELS_F_BATCH) != 0 || c->batch_dma;
+		return ENGINE_RUN_ZC;
+	if (op->flags & KERNELS_F_BATCH)
+		return ENGINE_RUN_BATCH;
+	if (op->flags & KERNELS_F_MIX)
+		return run->bytes >= c->batch_min_bytes || (k & 1) ? ENGINE_RUN_BATCH :
+		    ENGINE_RUN_ZC;
+	if (c->batch_dma)
+		return run->bytes >= c->batch_min_bytes ? ENGINE_RUN_BATCH : ENGINE_RUN_ZC;
+	return run->bytes >= c->dma_min_bytes ? ENGINE_RUN_DMA : ENGINE_RUN_ZC;
 }
 
 /* One cudaMemcpyBatchAsync of the slot's nb gathered copies on stream s. */
@@ -1352,6 +1363,8 @@ engine_batch(struct engine_slot *sl, size_t nb, cudaStream_t s)
 	struct cudaMemcpyAttributes	a;
 	size_t				idx = 0;
 
+	if (nb == 1)
+		return cudaMemcpyAsync(sl->bdst[0], sl->bsrc[0], sl->bsize[0], cudaMemcpyDefault, s);
 	memset(&a, 0, sizeof(a));
 	a.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
 	return cudaMemcpyBatchAsync(sl->bdst, sl->bsrc, sl->bsize, nb, &a, &idx, 1, s);
@@ -1376,7 +1389,10 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 	uint64_t			 off = 0, start, maxb = 0, maxs = 0;
 	size_t				 nb = 0;
 	int				 verify = !(op->flags & KERNELS_F_NOVERIFY);
-	int				 batch = engine_op_batch(op, c), first;
+	int				 first, how;
+	/* the slot's copy stream, of one or two per direction */
+	cudaStream_t			 cs = op->publish ? e->d2hv[(sl - e->slots) % e->ncopy] :
+					     e->h2dv[(sl - e->slots) % e->ncopy];
 	cudaError_t			 ce = cudaSuccess;
 	const char			*what = "";
 	char				 msg[192];
@@ -1429,6 +1445,7 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 	sl->seq = e->seq++;
 	sl->bad_issue = 0;
 	sl->held = 0;
+	sl->tail = 0;
 	first = op->next == 0;
 	op->next = i;
 	op->inflight++;
@@ -1449,12 +1466,14 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 	 * and the link idled meanwhile). `fin` is where the chunk ends.
 	 */
 	fin = s;
-	for (k = 0; k < nr; k++)
-		if (engine_run_dma(op, c, &sl->runs[k]) || batch)
-			ndma++;
-	/* with batching, every host run goes in one cudaMemcpyBatchAsync, issued below */
-	for (k = 0; batch && k < nr; k++) {
+	/* the runs of the batch, gathered here and issued below (one alone: a plain copy) */
+	for (k = 0; k < nr; k++) {
 		run = &sl->runs[k];
+		if ((how = engine_run_how(op, c, run, k)) == ENGINE_RUN_ZC)
+			continue;
+		ndma++;
+		if (how != ENGINE_RUN_BATCH)
+			continue;
 		if (op->publish) {
 			sl->bdst[nb] = (void *)run->host;
 			sl->bsrc[nb] = sl->stage + run->off;
@@ -1467,34 +1486,44 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 	if (!op->publish) {
 		if (first && ndma > 0) {
 			what = "the stamp kernel";
-			ce = engine_stamp(e, sl, 0, e->h2d);
+			ce = engine_stamp(e, sl, 0, cs);
 		}
-		for (k = 0; k < nr && ce == cudaSuccess && !batch; k++) {
+		for (k = 0; k < nr && ce == cudaSuccess; k++) {
 			run = &sl->runs[k];
-			if (engine_run_dma(op, c, run)) {
+			if (engine_run_how(op, c, run, k) == ENGINE_RUN_DMA) {
 				what = "cudaMemcpyAsync";
 				ce = cudaMemcpyAsync(sl->stage + run->off, run->host, run->bytes,
-				    cudaMemcpyHostToDevice, e->h2d);
+				    cudaMemcpyHostToDevice, cs);
 			}
 		}
 		if (nb > 0 && ce == cudaSuccess) {
 			what = "cudaMemcpyBatchAsync";
-			ce = engine_batch(sl, nb, e->h2d);
+			ce = engine_batch(sl, nb, cs);
 		}
 		if (ndma > 0 && ce == cudaSuccess) {
 			what = "the stamp kernel";
-			ce = engine_stamp(e, sl, 1, e->h2d);
+			ce = engine_stamp(e, sl, 1, cs);
 		}
 		if (ndma > 0 && ce == cudaSuccess) {
 			what = "cudaEventRecord (staged)";
-			ce = cudaEventRecord(sl->staged, e->h2d);
+			ce = cudaEventRecord(sl->staged, cs);
 		}
 		if (ce != cudaSuccess)
 			goto record;
+		/*
+		 * The op's last chunk: the waiter thread says when its DMA ended
+		 * too, so that the caller is awake (and polls, kernels_engine_tail)
+		 * by the time its kernels end, instead of waking only then.
+		 */
+		if (ndma > 0 && i == op->n && !op->gate) {
+			sl->tail = 1;
+			if (e->have_waiter)
+				(void)engine_wait_push(e, sl->staged);
+		}
 	}
 	for (k = 0; k < nr; k++) {
 		run = &sl->runs[k];
-		if (engine_run_dma(op, c, run) || batch)
+		if (engine_run_how(op, c, run, k) != ENGINE_RUN_ZC)
 			continue;
 		if (op->publish) {
 			sl->segs[ns].src = (uintptr_t)(sl->stage + run->off);
@@ -1579,18 +1608,18 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 		if (ndma > 0) {
 			ENGINE_CALL("cudaEventRecord (staged)", cudaEventRecord(sl->staged, s));
 			ENGINE_CALL("cudaStreamWaitEvent (staged)",
-			    cudaStreamWaitEvent(e->d2h, sl->staged, 0));
+			    cudaStreamWaitEvent(cs, sl->staged, 0));
 			if (ce == cudaSuccess)
-				fin = e->d2h;
-			for (k = 0; k < nr && ce == cudaSuccess && !batch; k++) {
+				fin = cs;
+			for (k = 0; k < nr && ce == cudaSuccess; k++) {
 				run = &sl->runs[k];
-				if (engine_run_dma(op, c, run))
+				if (engine_run_how(op, c, run, k) == ENGINE_RUN_DMA)
 					ENGINE_CALL("cudaMemcpyAsync", cudaMemcpyAsync((void *)run->host,
 					    sl->stage + run->off, run->bytes, cudaMemcpyDeviceToHost,
-					    e->d2h));
+					    cs));
 			}
 			if (nb > 0)
-				ENGINE_CALL("cudaMemcpyBatchAsync", engine_batch(sl, nb, e->d2h));
+				ENGINE_CALL("cudaMemcpyBatchAsync", engine_batch(sl, nb, cs));
 		}
 	}
 #undef ENGINE_CALL
@@ -1606,7 +1635,7 @@ record:
 		 * The hand-off may be missing: wait here for the copies
 		 * issued, so that the chunk's event covers all of it.
 		 */
-		(void)cudaStreamSynchronize(op->publish ? e->d2h : e->h2d);
+		(void)cudaStreamSynchronize(cs);
 		(void)cudaGetLastError();
 		fin = s;
 	}
@@ -1791,6 +1820,23 @@ extern "C" unsigned
 kernels_engine_gated(const struct kernels_engine *e)
 {
 	return e->ngated;
+}
+
+extern "C" int
+kernels_engine_tail(struct kernels_engine *e)
+{
+	unsigned	i;
+	int		n = 0;
+
+	for (i = 0; i < e->conf.slots; i++) {
+		struct engine_slot *sl = &e->slots[i];
+
+		if (sl->op != NULL && sl->tail && !sl->held &&
+		    cudaEventQuery(sl->staged) == cudaSuccess)
+			n++;
+	}
+	(void)cudaGetLastError();
+	return n;
 }
 
 /* ---- ops: the API ------------------------------------------------------- */

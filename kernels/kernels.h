@@ -144,8 +144,10 @@ struct kernels_conf {
 	int		notify_fd;	/* eventfd written after every chunk, or -1 */
 	int		notify;		/* how the fd learns of a chunk: KERNELS_NOTIFY_* */
 	int		timeline;	/* GPU timestamps of each op (kernels_op_times) */
-	int		batch_dma;	/* a chunk's host runs by one cudaMemcpyBatchAsync
-					   (KERNELS_F_BATCH for every op) */
+	int		batch_dma;	/* runs >= batch_min_bytes by the chunk's one
+					   cudaMemcpyBatchAsync, shorter by the kernel */
+	size_t		batch_min_bytes;
+	unsigned	copy_streams;	/* 1 or 2 per direction: chunks' DMA in flight at once */
 };
 /*
  * KERNELS_NOTIFY_CALLBACK: a CUDA host function (cudaLaunchHostFunc) after
@@ -171,6 +173,15 @@ void	kernels_engine_free(struct kernels_engine *);
 int	kernels_engine_progress(struct kernels_engine *);
 /* Ops waiting for an engine event: while nonzero, progress must be polled. */
 unsigned kernels_engine_gated(const struct kernels_engine *);
+/*
+ * Restores whose last chunk's DMA has ended and whose kernels (checksum,
+ * scatter) are still running: a few tens of microseconds of GPU work. With
+ * KERNELS_NOTIFY_THREAD the notify fd is written at that DMA's end as well
+ * as at the chunk's end, so that a caller that polls while this is nonzero
+ * (kernels_engine_progress) completes the op as soon as it is done, its
+ * wake-up hidden behind the kernels.
+ */
+int	kernels_engine_tail(struct kernels_engine *);
 
 /*
  * A destination in device memory, with proto_region's geometry: byte
@@ -219,6 +230,7 @@ struct kernels_page {
 #define KERNELS_F_DMA		0x02	/* every host run by cudaMemcpyAsync */
 #define KERNELS_F_ZEROCOPY	0x04	/* every host run by the gather kernel */
 #define KERNELS_F_BATCH		0x08	/* every host run by one cudaMemcpyBatchAsync a chunk */
+#define KERNELS_F_MIX		0x10	/* short runs alternately by the batch and the kernel */
 
 /*
  * Starts a restore of n pages (pages[] is copied) into the regions. The

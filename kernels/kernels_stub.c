@@ -234,6 +234,13 @@ kernels_op_free(struct kernels_op *op)
 }
 
 int
+kernels_engine_tail(struct kernels_engine *e)
+{
+	(void)e;
+	return 0;
+}
+
+int
 kernels_op_times(const struct kernels_op *op, struct kernels_op_times *t)
 {
 	(void)op;

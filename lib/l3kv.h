@@ -102,6 +102,14 @@ L3KV_API const char *l3kv_default_socket(void);
 L3KV_API const char *l3kv_version(void);
 /* Sets the connection's default timeout for blocking calls. */
 L3KV_API int	 l3kv_set_timeout(struct l3kv *, int timeout_ms);
+/*
+ * Blocking calls poll the socket without sleeping for up to spin_us
+ * microseconds before they sleep in poll(2) (default 0: they sleep at
+ * once). Waking a sleeping thread costs tens of microseconds on some
+ * hosts (virtual machines most), which a GPU restore of a millisecond
+ * notices; spinning costs this thread's core meanwhile. At most 1 s.
+ */
+L3KV_API int	 l3kv_set_spin(struct l3kv *, unsigned spin_us);
 
 #define L3KV_CAP_HOST_COPY	0x0001	/* memfd regions, host copy engine */
 #define L3KV_CAP_CUDA_COPY	0x0002	/* the daemon found a GPU */

@@ -62,6 +62,7 @@
 static uint64_t	e2e_rng = 0x9e3779b97f4a7c15ULL;
 static pid_t	e2e_daemon_pid;
 static int	e2e_timeline;	/* -T: the daemon's timeline of every timed RESTORE */
+static unsigned	e2e_spin_us;	/* -S: l3kv_set_spin on the engine's connection */
 
 /* The stages of a RESTORE's timeline: STATS "copy"."last_restore" keys, then the client's. */
 static const char *const e2e_stage[] = {
@@ -416,6 +417,8 @@ e2e_engine_new(struct e2e_engine *e, const char *sock)
 	if ((rc = l3kv_connect(sock, 10000, &e->k)) != 0)
 		e2e_die("connect", rc, NULL);
 	l3kv_set_timeout(e->k, E2E_TIMEOUT_MS);
+	if ((rc = l3kv_set_spin(e->k, e2e_spin_us)) != 0)
+		e2e_die("l3kv_set_spin", rc, NULL);
 	if ((rc = l3kv_attach(e->k, &args, NULL)) != 0)
 		e2e_die("ATTACH with a CUDA IPC region", rc, l3kv_last_error(e->k));
 
@@ -644,8 +647,10 @@ e2e_measure(struct e2e_engine *e, uint32_t n, int release, int warm, int runs,
 static void
 e2e_usage(void)
 {
-	fprintf(stderr, "usage: bench_e2e [-T] [-n RUNS] [-w WARMUPS] [-d DRAM_SIZE] [L3KVD]\n"
+	fprintf(stderr, "usage: bench_e2e [-T] [-S SPIN_US] [-n RUNS] [-w WARMUPS] [-d DRAM_SIZE] "
+	    "[L3KVD]\n"
 	    "  -T: the daemon's timeline of each RESTORE (L3KV_CUDA_TIMELINE=1 for it)\n"
+	    "  -S: the engine's blocking calls spin that long before they sleep (l3kv_set_spin)\n"
 	    "  L3KVD defaults to $L3KV_BUILD/l3kvd, else l3kvd beside bench_e2e\n");
 	exit(2);
 }
@@ -666,8 +671,11 @@ main(int argc, char **argv)
 	int			 runs = 20, warm = 3, c, n, rc, st, bad = 0;
 	unsigned		 i, k;
 
-	while ((c = getopt(argc, argv, "Tn:w:d:h")) != -1) {
+	while ((c = getopt(argc, argv, "TS:n:w:d:h")) != -1) {
 		switch (c) {
+		case 'S':
+			e2e_spin_us = (unsigned)atoi(optarg);
+			break;
 		case 'T':
 			e2e_timeline = 1;
 			break;
@@ -731,10 +739,11 @@ main(int argc, char **argv)
 	    "calls (one Unix-socket round trip each); RESTORE: that call alone; copy: one "
 	    "pinned cudaMemcpy H2D of the same bytes from this process; \"+ release flag\": "
 	    "ADMIT + RESTORE with L3KV_RESTORE_RELEASE, two round trips. The last run of each "
-	    "row was checked byte for byte. Engine: %s%s.\n\n", E2E_TOKENS, E2E_LAYERS,
+	    "row was checked byte for byte. Engine: %s%s; the client's blocking calls spin %u us "
+	    "before they sleep (l3kv_set_spin).\n\n", E2E_TOKENS, E2E_LAYERS,
 	    E2E_TBYTES, (double)E2E_OBJ / 1e6, E2E_POOL - E2E_SRC, dram, runs, warm,
 	    getenv("L3KV_CUDA_NOTIFY") != NULL ? "notify by " : "default notify",
-	    getenv("L3KV_CUDA_NOTIFY") != NULL ? getenv("L3KV_CUDA_NOTIFY") : "");
+	    getenv("L3KV_CUDA_NOTIFY") != NULL ? getenv("L3KV_CUDA_NOTIFY") : "", e2e_spin_us);
 	printf("| restore | MB | end-to-end ms (p50) | p90 | RESTORE ms (p50) | p90 | copy ms (p50) "
 	    "| p90 | end-to-end / copy | RESTORE / copy | end-to-end GB/s | RESTORE GB/s | "
 	    "copy GB/s |\n");

@@ -225,6 +225,7 @@ _SIGNATURES = {
     "l3kv_default_socket": (ctypes.c_char_p, []),
     "l3kv_version": (ctypes.c_char_p, []),
     "l3kv_set_timeout": (ctypes.c_int, [_K, ctypes.c_int]),
+    "l3kv_set_spin": (ctypes.c_int, [_K, ctypes.c_uint]),
     "l3kv_server_info": (ctypes.c_int, [_K, _P(_CServerInfo)]),
     "l3kv_attach": (ctypes.c_int, [_K, _P(_CAttachArgs), _P(_CAttachInfo)]),
     "l3kv_detach": (ctypes.c_int, [_K]),

@@ -92,6 +92,12 @@ class Client:
         with self._lock:
             self._check(self._lib.l3kv_set_timeout(self._handle(), int(timeout_ms)))
 
+    def set_spin(self, spin_us: int):
+        """Blocking calls poll without sleeping for up to spin_us microseconds
+        before they sleep (l3kv_set_spin; 0, the default: they sleep at once)."""
+        with self._lock:
+            self._check(self._lib.l3kv_set_spin(self._handle(), _uint(spin_us, 32, "spin_us")))
+
     @property
     def server_info(self) -> ServerInfo:
         with self._lock:
