@@ -307,8 +307,8 @@ cuda_poll_cb(evutil_socket_t fd, short ev, void *arg)
  * Diagnostics from the environment (tests/bench/GPU_NOTES.md), for
  * benchmarks that compare engine variants with one build:
  * L3KV_CUDA_NOTIFY=callback|thread, L3KV_CUDA_TIMELINE=1 (GPU stamps in
- * STATS "copy"."last_restore"), L3KV_CUDA_BATCH=0|1 (short host runs by
- * cudaMemcpyBatchAsync).
+ * STATS "copy"."last_restore"), L3KV_CUDA_BATCH=0|1 (runs >= 128 KiB by
+ * cudaMemcpyBatchAsync), L3KV_CUDA_CSUM_ILP=0|1 (the checksum kernel's form).
  */
 static void
 cuda_conf_env(struct kernels_conf *c)
@@ -327,6 +327,8 @@ cuda_conf_env(struct kernels_conf *c)
 		c->timeline = strcmp(v, "0") != 0;
 	if ((v = getenv("L3KV_CUDA_BATCH")) != NULL && *v)
 		c->batch_dma = strcmp(v, "0") != 0;
+	if ((v = getenv("L3KV_CUDA_CSUM_ILP")) != NULL && *v)
+		c->csum_ilp = strcmp(v, "0") != 0;
 }
 
 /*

@@ -542,18 +542,91 @@ engine_warp_long(const uint8_t *p, uint32_t len, unsigned t)
 	return t == 0 ? xxh3g_long_tail(all, p, len) : 0;
 }
 
-/* XXH3-64 of len bytes at p by a whole warp; lane 0 returns it. */
+/*
+ * engine_warp_long with ENGINE_ILP blocks at a time (conf.csum_ilp): a
+ * block's sum does not depend on the accumulators, only the scramble
+ * after it does, so the loads, the partial sums and the warp reductions
+ * of ENGINE_ILP blocks are independent and overlap; their scrambles then
+ * follow in block order. The same arithmetic as engine_warp_long, in
+ * another order: a one-warp unit (a restore's last checksum, its tail)
+ * waits less on the reductions' shuffle latency.
+ */
+#define ENGINE_ILP	4
+template <bool A16>
+static __device__ uint64_t
+engine_warp_long_ilp(const uint8_t *p, uint32_t len, unsigned t)
+{
+	uint64_t	k[4], ks[4], acc[4], d[ENGINE_ILP][4], a[ENGINE_ILP][4], all[8];
+	uint32_t	nb = (len - 1) / XXH3G_BLOCK, n, ns;
+	unsigned	g = (t & 1) * 4, j, q;
+
+	xxh3g_part_keys(t, k);
+#pragma unroll
+	for (j = 0; j < 4; j++) {
+		acc[j] = xxh3g_init_acc(g + j);
+		ks[j] = xxh3g_scramble_key(g + j);
+	}
+	for (n = 0; n < nb; n += ENGINE_ILP) {
+#pragma unroll
+		for (q = 0; q < ENGINE_ILP; q++)
+			if (n + q < nb)
+				engine_load32<A16>(p + (uint64_t)(n + q) * XXH3G_BLOCK + 32 * t, d[q]);
+#pragma unroll
+		for (q = 0; q < ENGINE_ILP; q++) {
+#pragma unroll
+			for (j = 0; j < 4; j++)
+				a[q][j] = 0;
+			if (n + q < nb)
+				xxh3g_part(a[q], d[q], k);
+		}
+		/* every lane takes part in every shuffle: n + q < nb is the same for the warp */
+#pragma unroll
+		for (q = 0; q < ENGINE_ILP; q++)
+#pragma unroll
+			for (j = 0; j < 4; j++)
+				a[q][j] = engine_warp_sum16(a[q][j]);
+#pragma unroll
+		for (q = 0; q < ENGINE_ILP; q++)
+			if (n + q < nb)
+#pragma unroll
+				for (j = 0; j < 4; j++)
+					acc[j] = xxh3g_scramble(acc[j] + a[q][j], ks[j]);
+	}
+	/* the last, partial block: its first ns stripes, no scramble */
+	ns = ((len - 1) - nb * XXH3G_BLOCK) / XXH3G_STRIPE;
+#pragma unroll
+	for (j = 0; j < 4; j++)
+		a[0][j] = 0;
+	if ((t >> 1) < ns) {
+		engine_load32<A16>(p + (uint64_t)nb * XXH3G_BLOCK + 32 * t, d[0]);
+		xxh3g_part(a[0], d[0], k);
+	}
+#pragma unroll
+	for (j = 0; j < 4; j++) {
+		acc[j] += engine_warp_sum16(a[0][j]);
+		all[j] = acc[j];
+		all[4 + j] = __shfl_sync(0xffffffffU, acc[j], 1);	/* lanes 4..7 */
+	}
+	return t == 0 ? xxh3g_long_tail(all, p, len) : 0;
+}
+
+/* XXH3-64 of len bytes at p by a whole warp; lane 0 returns it. ILP: engine_warp_long_ilp. */
+template <bool ILP>
 static __device__ uint64_t
 engine_warp_hash(const uint8_t *p, uint32_t len, unsigned t)
 {
 	if (len <= XXH3G_MIDSIZE_MAX)
 		return t == 0 ? xxh3g_64(p, len) : 0;
+	if (ILP)
+		return ((uintptr_t)p & 15) == 0 ? engine_warp_long_ilp<true>(p, len, t) :
+		    engine_warp_long_ilp<false>(p, len, t);
 	if (((uintptr_t)p & 15) == 0)
 		return engine_warp_long<true>(p, len, t);
 	return engine_warp_long<false>(p, len, t);
 }
 
 /* One warp per 64 KiB unit: its XXH3-64 into dig[unit.dig]. */
+template <bool ILP>
 static __global__ void
 engine_csum_kernel(const struct engine_unit *units, uint32_t nunits, const uint8_t *stage,
     uint64_t *dig)
@@ -572,7 +645,7 @@ engine_csum_kernel(const struct engine_unit *units, uint32_t nunits, const uint8
 	off = __shfl_sync(0xffffffffU, off, 0);
 	len = __shfl_sync(0xffffffffU, len, 0);
 	di = __shfl_sync(0xffffffffU, di, 0);
-	h = engine_warp_hash(stage + off, len, t);
+	h = engine_warp_hash<ILP>(stage + off, len, t);
 	if (t == 0)
 		dig[di] = h;
 }
@@ -613,7 +686,7 @@ engine_finish_kernel(const struct engine_item *items, uint32_t nitems, uint64_t 
 	if (t == 0)
 		d[nunits] = bytes;	/* little-endian, as checksum_le64 writes it */
 	__syncwarp();
-	h = engine_warp_hash((const uint8_t *)d, (nunits + 1) * 8, t);
+	h = engine_warp_hash<false>((const uint8_t *)d, (nunits + 1) * 8, t);
 	if (t == 0) {
 		good = mode != ENGINE_FIN_VERIFY || h == expect;
 		res[w].csum = h;
@@ -933,7 +1006,8 @@ kernels_engine_new(const struct kernels_conf *c, struct kernels_engine **out, ch
 	 */
 	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_desc_kernel), "loading the kernels");
 	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_copy_kernel), "loading the kernels");
-	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_csum_kernel), "loading the kernels");
+	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_csum_kernel<false>), "loading the kernels");
+	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_csum_kernel<true>), "loading the kernels");
 	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_finish_kernel), "loading the kernels");
 	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_scatter_kernel), "loading the kernels");
 	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_stamp_kernel), "loading the kernels");
@@ -1315,6 +1389,18 @@ engine_track(struct kernels_engine *e, struct engine_slot *sl, cudaStream_t fin)
 	}
 }
 
+/* The checksum kernel of the slot's nu units on s, in the form conf.csum_ilp picks. */
+static void
+engine_csum(const struct kernels_engine *e, struct engine_slot *sl, uint32_t nu, cudaStream_t s)
+{
+	if (e->conf.csum_ilp)
+		ENGINE_KERNEL(engine_csum_kernel<true>, engine_warps(nu), ENGINE_THREADS, s)(
+		    sl->dunits, nu, sl->stage, sl->dig);
+	else
+		ENGINE_KERNEL(engine_csum_kernel<false>, engine_warps(nu), ENGINE_THREADS, s)(
+		    sl->dunits, nu, sl->stage, sl->dig);
+}
+
 /* A timeline stamp of the GPU's clock into the slot's word k, on s. */
 static cudaError_t
 engine_stamp(struct kernels_engine *e, struct engine_slot *sl, unsigned k, cudaStream_t s)
@@ -1576,8 +1662,7 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 			ENGINE_CALL("cudaStreamWaitEvent (staged)",
 			    cudaStreamWaitEvent(s, sl->staged, 0));
 		if (verify && nu > 0)
-			ENGINE_LAUNCH("the checksum kernel", ENGINE_KERNEL(engine_csum_kernel,
-			    engine_warps(nu), ENGINE_THREADS, s)(sl->dunits, nu, sl->stage, sl->dig));
+			ENGINE_LAUNCH("the checksum kernel", engine_csum(e, sl, nu, s));
 		ENGINE_LAUNCH("the verify kernel", ENGINE_KERNEL(engine_finish_kernel,
 		    engine_warps(ni), ENGINE_THREADS, s)(sl->ditems, ni, sl->dig, sl->dres, sl->ok,
 		    verify ? ENGINE_FIN_VERIFY : ENGINE_FIN_SKIP));
@@ -1597,8 +1682,7 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 		    dim3(engine_bx(maxb, 128), ni), ENGINE_THREADS, s)(sl->ditems, sl->stage,
 		    op->dregs, sl->ok, 0));
 		if (nu > 0)
-			ENGINE_LAUNCH("the checksum kernel", ENGINE_KERNEL(engine_csum_kernel,
-			    engine_warps(nu), ENGINE_THREADS, s)(sl->dunits, nu, sl->stage, sl->dig));
+			ENGINE_LAUNCH("the checksum kernel", engine_csum(e, sl, nu, s));
 		ENGINE_LAUNCH("the checksum kernel (objects)", ENGINE_KERNEL(engine_finish_kernel,
 		    engine_warps(ni), ENGINE_THREADS, s)(sl->ditems, ni, sl->dig, sl->dres, sl->ok,
 		    ENGINE_FIN_COMPUTE));
@@ -2133,7 +2217,7 @@ kernels_checksum_device(const void *dptr, size_t len, uint64_t *out, char *err, 
 		goto out;
 	what = "the checksum kernel";
 	if (nu > 0) {
-		ENGINE_KERNEL(engine_csum_kernel, engine_warps(nu), ENGINE_THREADS, 0)(du, nu,
+		ENGINE_KERNEL(engine_csum_kernel<false>, engine_warps(nu), ENGINE_THREADS, 0)(du, nu,
 		    (const uint8_t *)dptr, dig);
 		if ((ce = cudaGetLastError()) != cudaSuccess)
 			goto out;

@@ -148,6 +148,7 @@ struct kernels_conf {
 					   cudaMemcpyBatchAsync, shorter by the kernel */
 	size_t		batch_min_bytes;
 	unsigned	copy_streams;	/* 1 or 2 per direction: chunks' DMA in flight at once */
+	int		csum_ilp;	/* the checksum kernel reduces 4 blocks at a time */
 };
 /*
  * KERNELS_NOTIFY_CALLBACK: a CUDA host function (cudaLaunchHostFunc) after

@@ -1043,9 +1043,11 @@ END_TEST
 /*
  * Issue 16: host runs by one cudaMemcpyBatchAsync a chunk (the default
  * for runs of 128 KiB and more), every run batched, short runs mixed
- * between the batch and the gather kernel, two copy streams; restores
- * and publishes byte for byte, objects of 36 KiB, 256 KiB and 2.25 MB,
- * contiguous, scattered and misaligned in the arena.
+ * between the batch and the gather kernel, two copy streams (with the
+ * checksum kernel that reduces 4 blocks at a time: each restore verifies
+ * by it, each publish's checksums come from it); restores and publishes
+ * byte for byte, objects of 36 KiB, 256 KiB and 2.25 MB, contiguous,
+ * scattered and misaligned in the arena.
  */
 START_TEST(test_gpu_batched_dma_restores_and_publishes)
 {
@@ -1062,6 +1064,7 @@ START_TEST(test_gpu_batched_dma_restores_and_publishes)
 		kernels_conf_default(&c);
 		c.slot_bytes = 5 * GPU_MIB;
 		c.copy_streams = cs;
+		c.csum_ilp = cs == 2;	/* the other checksum kernel: every restore verifies by it */
 		e = NULL;
 		rc = kernels_engine_new(&c, &e, err, sizeof(err));
 		CHECK(rc == 0, "kernels_engine_new: %d %s", rc, err);
