@@ -560,6 +560,20 @@ struct copy_page {
 };
 struct copy_job;
 TAILQ_HEAD(copy_job_list, copy_job);
+/*
+ * Where one RESTORE's time went, CLOCK_MONOTONIC ns (0: not known): the
+ * read callback that took its frame, restore_request(), the submit to the
+ * copy engine, its first and last chunk issued, the GPU's stamps (with
+ * the cuda engine's timeline on: first DMA start, last DMA end, last
+ * chunk verified, last chunk written), the last notification, done (the
+ * loop saw it), its reply written. STATS "copy"."last_restore".
+ */
+struct copy_times {
+	uint64_t	arrive, handled, submit, first_issue, last_issue;
+	uint64_t	gpu_dma_start, gpu_dma_end, gpu_verified, gpu_end;
+	uint64_t	notify, done, reply;
+};
+
 struct copy_job {
 	TAILQ_ENTRY(copy_job)	 entry;
 	int			 kind;		/* COPY_* */
@@ -577,6 +591,7 @@ struct copy_job {
 	void			(*done)(struct copy_job *);	/* on the loop thread */
 	void			*arg;
 	struct cuda_job		*cuda;		/* cuda.c's, while on the GPU */
+	struct copy_times	 t;		/* RESTORE: its timeline */
 	/* The host engine's, while on its workers (copy.c). */
 	uint32_t		 npieces;	/* pages split into this many runs */
 	uint32_t		 piece_pages;	/* pages per run, the last may be short */
@@ -651,6 +666,7 @@ struct conn {
 	uint64_t	 idle_ms;	/* unattached: the last frame, for the ATTACH deadline */
 	uint64_t	 frame_ms;	/* CONN_F_PARTIAL: when the partial frame was first held */
 	uint64_t	 out_ms;	/* CONN_F_OVER, or dead with replies left: since when */
+	uint64_t	 wake_ns;	/* the read callback's start (a RESTORE's timeline) */
 	uint8_t		*in;		/* header + payload being assembled */
 	size_t		 in_off;	/* start of the current frame */
 	size_t		 in_len;	/* bytes held */
@@ -885,6 +901,10 @@ struct lease {
 	uint32_t		 landed;	/* pages in place */
 	int			 restore_waiting;
 	struct proto_hdr	 restore_req;
+	int			 release_on_ready;	/* PROTO_RESTORE_F_RELEASE */
+	uint64_t		 restore_arrive;	/* its timeline (copy_times): the read */
+	uint64_t		 restore_handled;	/* ... restore_request() */
+	struct copy_times	 job_times;	/* its copy's, from the job's completion */
 	int			 cancel_waiting;
 	struct proto_hdr	 cancel_req;
 	struct staging		 staging;	/* objects on their way from a slower tier */
@@ -1031,6 +1051,7 @@ void	 server_free(struct server *);
 void	 server_maybe_finish(struct server *);
 unsigned server_conns_of_uid(struct server *, uid_t);
 uint64_t server_now_ms(void);
+uint64_t server_now_ns(void);
 
 /* metrics.c: counters, owned by the loop */
 struct metrics {
@@ -1090,6 +1111,7 @@ struct metrics {
 	uint64_t	reload_keys_applied;
 	uint64_t	reload_keys_refused;
 	uint64_t	watchdog_pings;
+	struct copy_times last_restore;		/* the last RESTORE answered ok */
 };
 extern struct metrics metrics;
 struct server;

@@ -346,7 +346,7 @@ struct proto_restore {
 	uint64_t	lease;
 	uint32_t	npages;		/* must equal the admitted pages */
 	uint16_t	region;		/* the destination region (index at ATTACH) */
-	uint16_t	flags;		/* PROTO_RESTORE_F_WAIT_EVENT */
+	uint16_t	flags;		/* PROTO_RESTORE_F_WAIT_EVENT, _F_RELEASE */
 	uint16_t	state_region;	/* the slot region, PROTO_REGION_NONE without state */
 	uint16_t	event_region;	/* with PROTO_RESTORE_F_WAIT_EVENT: an event region; else 0 */
 	uint32_t	state_slot;	/* the canonical slot admitted */
@@ -359,6 +359,12 @@ _Static_assert(sizeof(struct proto_restore) == 24, "proto_restore");
  * IPC event registered as region event_region.
  */
 #define PROTO_RESTORE_F_WAIT_EVENT	0x0001
+/*
+ * And: the lease ends when the RESTORE is answered ok, as if RELEASE had
+ * come right after (its pins stay until every copy landed); a RESTORE
+ * that fails leaves the lease as without the flag. One round trip less.
+ */
+#define PROTO_RESTORE_F_RELEASE		0x0002
 
 /* SET_POLICY: the group's policies, guarded; allowed while the group is idle. */
 struct proto_set_policy {

@@ -10,6 +10,7 @@ pin is left, and the daemon exits 0 on SIGTERM. Standard library only.
 Run from the repository root:  python3 tests/python/test_client.py
 """
 
+import array
 import ctypes
 import errno
 import mmap
@@ -372,6 +373,52 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(L3kvError) as cm:
             c.stats()
         self.assertEqual(cm.exception.errno, errno.ENOTCONN)
+
+    def test_restore_with_release_and_page_lists(self):
+        # release=True: the lease ends with the RESTORE's ok (RELEASE then says
+        # ENOENT); after a failure it stays, to be released as before. Pages as a
+        # list, a tuple, a range, an array('I') and a generator land the same.
+        e = self.engine()
+        hashes = new_hashes(3)
+        data = self.publish_pages(e, range(3), hashes)
+        for i, dst in enumerate(([4, 5, 6], (7, 8, 9), range(10, 13), array.array("I", [13, 14, 15]),
+                                 (p for p in [3, 11, 7]))):
+            adm = e.client.admit(40 + i, hashes, 3)
+            want = list(dst) if not hasattr(dst, "send") else [3, 11, 7]
+            r = e.client.restore(adm.lease, 0, dst, release=True)
+            self.assertEqual((r.pages, r.bytes), (3, 3 * PAGE_BYTES))
+            for j, p in enumerate(want):
+                self.assertEqual(e.page(p), data[j], "destination page %d" % p)
+            with self.assertRaises(L3kvError) as cm:
+                e.client.release(adm.lease)
+            self.assertEqual(cm.exception.errno, errno.ENOENT)
+        self.assertEqual(self.admin().stats()["dram"]["pins"], 0)
+        # Submitted with the flag: the same.
+        adm = e.client.admit(50, hashes, 3)
+        done = e.client.wait(e.client.submit_restore(adm.lease, 0, [4, 5, 6], release=True), 5)
+        self.assertEqual(done.result().pages, 3)
+        with self.assertRaises(L3kvError):
+            e.client.release(adm.lease)
+        # A failed restore with the flag keeps its lease.
+        adm = e.client.admit(51, hashes, 3)
+        e.client.debug(l3kv.DebugOp.CORRUPT, 0, hashes[2])
+        with self.assertRaises(L3kvError) as cm:
+            e.client.restore(adm.lease, 0, [4, 5, 6], release=True)
+        self.assertEqual(cm.exception.errno, errno.ENODATA)
+        e.client.release(adm.lease)
+        # Page indices that do not fit 32 bits are refused, naming the entry.
+        for bad in ([1, -1, 2], [1 << 32], [0.5, "x"]):
+            with self.assertRaises((ValueError, TypeError)):
+                e.client.restore(1, 0, bad)
+        with self.assertRaisesRegex(ValueError, r"dst_pages\[1\]"):
+            e.client.restore(1, 0, [1, -1, 2])
+        # The spin setting takes microseconds up to 1 s.
+        e.client.set_spin(200)
+        self.assertEqual(e.client.probe(hashes[:2]).hit_pages, 2)
+        e.client.set_spin(0)
+        with self.assertRaises(L3kvError) as cm:
+            e.client.set_spin(2000000)
+        self.assertEqual(cm.exception.errno, errno.EINVAL)
 
     def test_lost_object_fails_the_restore(self):
         e = self.engine()

@@ -35,7 +35,8 @@ __all__ = [
     "Pool", "PoolKind", "Prefetch", "ProbeResult", "PublishResult", "Region", "RestoreResult",
     "ServerInfo", "StateDest", "Status", "Write", "default_socket", "has_restore_with",
     "library_path", "strerror", "version",
-    "HASH_LEN", "SLOT_NONE", "PAGES_MAX", "REGION_NONE", "TIMEOUT_DEFAULT", "TIMEOUT_INFINITE",
+    "HASH_LEN", "SLOT_NONE", "PAGES_MAX", "REGION_NONE", "RESTORE_RELEASE", "TIMEOUT_DEFAULT",
+    "TIMEOUT_INFINITE",
 ]
 
 from .values import *  # noqa: F401,F403

@@ -95,6 +95,12 @@ class Client:
         with self._lock:
             self._check(self._lib.l3kv_set_timeout(self._handle(), int(timeout_ms)))
 
+    def set_spin(self, spin_us: int):
+        """Blocking calls poll without sleeping for up to spin_us microseconds
+        before they sleep (l3kv_set_spin; 0, the default: they sleep at once)."""
+        with self._lock:
+            self._check(self._lib.l3kv_set_spin(self._handle(), _uint(spin_us, 32, "spin_us")))
+
     @property
     def server_info(self) -> ServerInfo:
         with self._lock:
@@ -295,24 +301,27 @@ class Client:
 
     def restore(self, lease: int, region: int, dst_pages, state=None,
                 timeout_ms: int = TIMEOUT_DEFAULT,
-                wait_event: Optional[int] = None) -> RestoreResult:
+                wait_event: Optional[int] = None, release: bool = False) -> RestoreResult:
         """RESTORE: the lease's admitted pages, in order, into dst_pages of
         region (exactly the admitted count). state: a StateDest or
         (region, slot) for a layout with recurrent state. wait_event: the
         index of a CUDA_EVENT region; the daemon's copies then wait on the
         GPU for that event's last record before the call (record it on the
         stream whose work must land first, then call). Needs
-        l3kv_restore_with() in libl3kv (has_restore_with()), else ENOSYS."""
+        l3kv_restore_with() in libl3kv (has_restore_with()), else ENOSYS.
+        release: the lease ends when the RESTORE succeeds, as if release()
+        followed at once (one round trip less); after a failure it stays,
+        to be released as usual. Needs l3kv_restore_with() too."""
         dst, n, _keep = _pages(dst_pages, "dst_pages")
         r = _CRestoreResult()
-        if wait_event is None:
+        if wait_event is None and not release:
             sd = _state_dest(state)
             with self._lock:
                 self._check(self._lib.l3kv_restore_state(
                     self._handle(), _uint(lease, 64, "lease"), _uint(region, 32, "region"),
                     dst, n, sd, int(timeout_ms), ctypes.byref(r)))
         else:
-            a = _restore_args(lease, region, dst, n, state, wait_event)
+            a = _restore_args(lease, region, dst, n, state, wait_event, release)
             fn = self._restore_with("l3kv_restore_with")
             with self._lock:
                 self._check(fn(self._handle(), ctypes.byref(a), int(timeout_ms),
@@ -388,14 +397,14 @@ class Client:
         return self._ticket(self._lib.l3kv_submit_admit, ctypes.byref(a))
 
     def submit_restore(self, lease: int, region: int, dst_pages, state=None,
-                       wait_event: Optional[int] = None) -> int:
+                       wait_event: Optional[int] = None, release: bool = False) -> int:
         """RESTORE without waiting; as restore(). The page list is copied
         into the request before this returns."""
         dst, n, _keep = _pages(dst_pages, "dst_pages")
-        if wait_event is None:
+        if wait_event is None and not release:
             return self._ticket(self._lib.l3kv_submit_restore_state, _uint(lease, 64, "lease"),
                                 _uint(region, 32, "region"), dst, n, _state_dest(state))
-        a = _restore_args(lease, region, dst, n, state, wait_event)
+        a = _restore_args(lease, region, dst, n, state, wait_event, release)
         return self._ticket(self._restore_with("l3kv_submit_restore_with"), ctypes.byref(a))
 
     def submit_cancel(self, lease: int) -> int:

@@ -16,6 +16,7 @@ REGIONS_MAX = 64
 LIVE_MAX = 65536
 HANDLE_LEN = 64
 REGION_NONE = 0xFFFF    # no state region, no event region (l3kv_restore_args)
+RESTORE_RELEASE = 0x0001    # l3kv_restore_args.flags: the lease ends when RESTORE succeeds
 TIMEOUT_DEFAULT = 0
 TIMEOUT_INFINITE = -1
 DEFAULT_TIMEOUT_MS = 5000
