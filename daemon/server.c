@@ -592,6 +592,10 @@ server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t er
 		snprintf(err, errlen, "cannot register events");
 		return -ENOMEM;
 	}
+	/* /metrics, /health, /ready (httpd.c): it serves through the drain too. */
+	if (cfg->metrics_listen[0] != '\0' &&
+	    (rc = httpd_new(s, cfg->metrics_listen, &s->httpd, err, errlen)) != 0)
+		return rc;
 	return 0;
 }
 
@@ -613,6 +617,8 @@ server_free(struct server *s)
 {
 	struct conn	*c;
 
+	httpd_free(s->httpd);
+	s->httpd = NULL;
 	/* Workers first: nothing may still write into engine memory or the arena. */
 	copy_engine_free(s->copy);
 	s->copy = NULL;
