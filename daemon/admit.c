@@ -196,7 +196,7 @@ admit_metrics(const struct admission *a)
 
 	for (r = 0; r < a->size; r++)
 		if (a->ranks[r].sess != NULL)
-			return a->ranks[r].sess->ns->m;
+			return a->ranks[r].sess->m;
 	return &metrics_ns[METRICS_NS_MAX];
 }
 
@@ -424,7 +424,7 @@ admit_request(struct conn *c, struct proto_frame *f)
 		return;
 	}
 	metrics.admits++;
-	sess->ns->m->admits++;
+	sess->m->admits++;
 	a = admit_find(sess->group, p.request_id);
 	/*
 	 * Each waiting admission holds its hashes (up to 2 MiB) and a timer:
@@ -436,7 +436,7 @@ admit_request(struct conn *c, struct proto_frame *f)
 	    !a->ranks[sess->group_rank].asked)) &&
 	    sess->admits_waiting >= s->cfg->admit_max_waiting) {
 		metrics.admits_limited++;
-		sess->ns->m->admits_limited++;
+		sess->m->admits_limited++;
 		conn_reply_error(c, &f->hdr, PROTO_S_LIMIT, "ADMIT: %u admissions of this rank are "
 		    "already waiting for their group (admit.max_waiting)", sess->admits_waiting);
 		return;

@@ -305,7 +305,7 @@ cache_probe(struct conn *c, struct proto_frame *f)
 		return;
 	}
 	metrics.probes++;
-	sess->ns->m->probes++;
+	sess->m->probes++;
 	memset(&r, 0, sizeof(r));
 	if (!session_is_hybrid(sess)) {
 		r.hit_pages = cache_group_hits(c->server, sess, p.pool, hashes, p.npages);

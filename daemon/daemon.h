@@ -739,6 +739,7 @@ struct session {
 	struct server	*server;
 	struct conn	*conn;		/* borrowed; NULL once the engine left */
 	struct ns	*ns;		/* a reference */
+	struct metrics_ns *m;		/* its namespace's counters: static, they outlive ns */
 	struct rank_group	*group;
 	uint16_t	 group_rank;
 	uint16_t	 tp_rank;

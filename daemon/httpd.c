@@ -89,6 +89,16 @@ httpd_conn_freed(const struct httpd_conn *hc)
 	return ecb == NULL;
 }
 
+/* Lets go of a connection evhttp has freed: our reference was the last, the socket closes. */
+static void
+httpd_conn_drop(struct httpd *h, struct httpd_conn *hc)
+{
+	TAILQ_REMOVE(&h->conns, hc, entry);
+	h->nconns--;
+	bufferevent_decref(hc->bev);
+	free(hc);
+}
+
 static void
 httpd_sweep_cb(evutil_socket_t fd, short ev, void *arg)
 {
@@ -102,10 +112,7 @@ httpd_sweep_cb(evutil_socket_t fd, short ev, void *arg)
 	for (hc = TAILQ_FIRST(&h->conns); hc != NULL; hc = next) {
 		next = TAILQ_NEXT(hc, entry);
 		if (httpd_conn_freed(hc)) {
-			TAILQ_REMOVE(&h->conns, hc, entry);
-			h->nconns--;
-			bufferevent_decref(hc->bev);	/* closes the socket */
-			free(hc);
+			httpd_conn_drop(h, hc);
 			continue;
 		}
 		if (!hc->shut && now >= hc->until) {
@@ -126,9 +133,15 @@ static struct bufferevent *
 httpd_bev_cb(struct event_base *base, void *arg)
 {
 	struct httpd		*h = arg;
-	struct httpd_conn	*hc;
+	struct httpd_conn	*hc, *next;
 	struct bufferevent	*bev;
 
+	/* Those evhttp let go of do not count against the limit. */
+	for (hc = TAILQ_FIRST(&h->conns); hc != NULL; hc = next) {
+		next = TAILQ_NEXT(hc, entry);
+		if (httpd_conn_freed(hc))
+			httpd_conn_drop(h, hc);
+	}
 	if ((bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE)) == NULL)
 		return NULL;
 	if ((hc = calloc(1, sizeof(*hc))) == NULL) {
@@ -148,6 +161,23 @@ httpd_bev_cb(struct event_base *base, void *arg)
 	return bev;
 }
 
+/*
+ * Sends b (which may be NULL). evhttp 2.1 sends a body after HEAD too: a
+ * HEAD gets the GET's Content-Length and no body.
+ */
+static void
+httpd_send(struct evhttp_request *req, int code, const char *reason, struct evbuffer *b)
+{
+	char	len[32];
+
+	if (b != NULL && evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
+		snprintf(len, sizeof(len), "%zu", evbuffer_get_length(b));
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Length", len);
+		evbuffer_drain(b, evbuffer_get_length(b));
+	}
+	evhttp_send_reply(req, code, reason, b);
+}
+
 static void
 httpd_reply(struct evhttp_request *req, int code, const char *reason, const char *body)
 {
@@ -157,7 +187,7 @@ httpd_reply(struct evhttp_request *req, int code, const char *reason, const char
 	    "text/plain; charset=utf-8");
 	if (b != NULL && body != NULL)
 		evbuffer_add(b, body, strlen(body));
-	evhttp_send_reply(req, code, reason, b);
+	httpd_send(req, code, reason, b);
 	if (b != NULL)
 		evbuffer_free(b);
 }
@@ -175,7 +205,7 @@ httpd_metrics(struct httpd *h, struct evhttp_request *req)
 	}
 	evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
 	    "text/plain; version=0.0.4; charset=utf-8");
-	evhttp_send_reply(req, HTTP_OK, "OK", b);
+	httpd_send(req, HTTP_OK, "OK", b);
 	evbuffer_free(b);
 }
 

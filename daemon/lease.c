@@ -197,7 +197,7 @@ lease_release_slot(struct lease *l)
 static void
 lease_count_unfulfilled(const struct lease *l)
 {
-	uint64_t	*u = l->sess->ns->m->unfulfilled;
+	uint64_t	*u = l->sess->m->unfulfilled;
 
 	if (l->adm == NULL || l->npages == 0)
 		return;

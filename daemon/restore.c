@@ -54,15 +54,15 @@ restore_count_hits(const struct lease *l, uint32_t pages)
 		    l->objs[i].staged;
 	metrics.hits_file += file;
 	metrics.hits_dram += pages - file;
-	l->sess->ns->m->restored_pages[1] += file;
-	l->sess->ns->m->restored_pages[0] += pages - file;
+	l->sess->m->restored_pages[1] += file;
+	l->sess->m->restored_pages[0] += pages - file;
 }
 
 static void
 restore_answer(struct lease *l, unsigned status, const char *why, uint32_t pages, int partial)
 {
 	struct proto_restore_reply	r;
-	struct metrics_ns		*m = l->sess->ns->m;
+	struct metrics_ns		*m = l->sess->m;
 
 	if (!l->restore_waiting)
 		return;
@@ -506,7 +506,7 @@ restore_request(struct conn *c, struct proto_frame *f)
 	memcpy(dst, f->payload + sizeof(p), (size_t)p.npages * sizeof(*dst));
 	if ((st = restore_check(sess, l, &p, dst, err, sizeof(err))) != PROTO_S_OK) {
 		metrics.restores_failed[st]++;
-		sess->ns->m->restores_failed[st]++;
+		sess->m->restores_failed[st]++;
 		conn_reply_error(c, &f->hdr, st, "RESTORE: %s", err);
 		free(dst);
 		return;

@@ -35,6 +35,10 @@ Suite	*suite_python_gpu(void);
 /* Why the python_gpu suite cannot run here (no torch, no CUDA for it), or NULL. */
 const char *python_gpu_skip_reason(void);
 Suite	*suite_python_sglang(void);
+Suite	*suite_metrics_http(void);
+Suite	*suite_metrics_prom(void);
+/* Why the metrics_prom suite cannot run here (no promtool or prometheus), or NULL. */
+const char *metrics_prom_skip_reason(void);
 /* Why the python_sglang suite cannot run here (no SGLang venv, and why), or NULL. */
 const char *python_sglang_skip_reason(void);
 
