@@ -211,6 +211,7 @@ admit_count(const struct admission *a, unsigned decline, uint32_t unstaged)
 	struct metrics_ns	*m = admit_metrics(a);
 	uint64_t		 hit = a->reply.group_hit, n = a->reply.admitted_pages;
 
+	m->requested_pages += (uint64_t)a->npages * a->nasked;
 	if (decline == PROTO_DECLINE_NONE) {
 		metrics.admits_admitted += a->size;
 		metrics.admit_pages += n * a->size;

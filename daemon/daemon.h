@@ -1141,6 +1141,7 @@ struct metrics_ns {
 	uint64_t	admits_limited;
 	uint64_t	admitted;
 	uint64_t	declined[PROTO_DECLINE__MAX];
+	uint64_t	requested_pages;	/* the pages each answered rank asked for */
 	uint64_t	hit_pages;		/* the group hit each asking rank was told */
 	uint64_t	admitted_pages;
 	uint64_t	unfulfilled[METRICS_UNF__MAX];

@@ -220,6 +220,8 @@ prom_cache(struct prom *p)
 	prom_ns_counter_by(p, "l3kv_admit_declines_total",
 	    "Ranks whose admission declined (promised 0 pages), by reason.", "reason", prom_declines,
 	    PROTO_DECLINE__MAX, offsetof(struct metrics_ns, declined), 0);
+	PROM_NS(p, "l3kv_admit_requested_pages_total", "Pages each answered rank asked ADMIT for.",
+	    requested_pages);
 	PROM_NS(p, "l3kv_admit_hit_pages_total",
 	    "Pages of the group hit each asking rank was told at ADMIT (as "
 	    "sglang:storage_prefetch_hit_tokens_total, in pages).", hit_pages);
