@@ -116,7 +116,7 @@ read_all(int fd, int timeout_ms, int *eof)
 {
 	struct pollfd	pfd = { fd, POLLIN, 0 };
 	size_t		n = 0, cap = 1 << 16;
-	char		*buf = malloc(cap);
+	char		*buf = malloc(cap), *nb;
 	ssize_t		r;
 
 	ck_assert_ptr_nonnull(buf);
@@ -124,8 +124,11 @@ read_all(int fd, int timeout_ms, int *eof)
 	for (;;) {
 		if (poll(&pfd, 1, timeout_ms) <= 0)
 			break;
-		if (n + 1 >= cap)
-			ck_assert_ptr_nonnull(buf = realloc(buf, cap *= 2));
+		if (n + 1 >= cap) {
+			ck_assert_ptr_nonnull(nb = realloc(buf, cap * 2));
+			buf = nb;
+			cap *= 2;
+		}
 		r = read(fd, buf + n, cap - n - 1);
 		if (r <= 0) {
 			*eof = 1;
@@ -847,9 +850,10 @@ dashboard_exprs(json_t *j, json_t *a)
 			else
 				dashboard_exprs(v, a);
 		}
-	} else if (json_is_array(j))
-		json_array_foreach(j, i, v)
-			dashboard_exprs(v, a);
+	} else if (json_is_array(j)) {
+		for (i = 0; i < json_array_size(j); i++)
+			dashboard_exprs(json_array_get(j, i), a);
+	}
 }
 
 START_TEST(test_dashboard_names_only_metrics_that_exist)
@@ -871,7 +875,8 @@ START_TEST(test_dashboard_names_only_metrics_that_exist)
 	ck_assert_ptr_nonnull(exprs = json_array());
 	dashboard_exprs(d, exprs);
 	ck_assert_uint_ge(json_array_size(exprs), 8);
-	json_array_foreach(exprs, i, e) {
+	for (i = 0; i < json_array_size(exprs); i++) {
+		e = json_array_get(exprs, i);
 		x = json_string_value(e);
 		for (p = x; (p = strstr(p, "l3kv_")) != NULL; p += n) {
 			for (n = 0; isalnum((unsigned char)p[n]) || p[n] == '_'; n++)
