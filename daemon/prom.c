@@ -468,7 +468,8 @@ static void
 prom_daemon(struct prom *p, struct server *s)
 {
 	char		 model[2 * sizeof(s->cfg->model)], why[160];
-	unsigned	 nsess = 0;
+	unsigned	 nsess = 0, ngroups;
+	struct rank_group *g;
 	struct conn	*c;
 
 	TAILQ_FOREACH(c, &s->conns, entry)
@@ -512,6 +513,11 @@ prom_daemon(struct prom *p, struct server *s)
 	    metrics.guards_refused);
 	PROM_COUNTER(p, "l3kv_detaches_total", "DETACH requests answered.", metrics.detaches);
 	PROM_GAUGE(p, "l3kv_sessions", "Engine ranks attached.", nsess);
+	ngroups = 0;
+	TAILQ_FOREACH(g, &s->groups, entry)
+		ngroups++;
+	/* Groups are counted, not labelled: engines choose their ids, without bound. */
+	PROM_GAUGE(p, "l3kv_groups", "Engine instances (rank groups) attached.", ngroups);
 	prom_family(p, "l3kv_admin_requests_total", "counter", "STATS and HEALTH requests.");
 	prom_sample(p, "l3kv_admin_requests_total", "op=\"stats\"", metrics.stats_requests);
 	prom_sample(p, "l3kv_admin_requests_total", "op=\"health\"", metrics.health_requests);

@@ -578,6 +578,14 @@ server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t er
 		snprintf(err, errlen, "cannot register events");
 		return -ENOMEM;
 	}
+	/*
+	 * /metrics, /health, /ready (httpd.c), before the engine socket: a
+	 * port that cannot be bound stops the start before any engine could
+	 * connect. It serves through the drain too.
+	 */
+	if (cfg->metrics_listen[0] != '\0' &&
+	    (rc = httpd_new(s, cfg->metrics_listen, &s->httpd, err, errlen)) != 0)
+		return rc;
 	if ((rc = server_listen(s, err, errlen)) != 0)
 		return rc;
 	s->ev_listen = event_new(s->base, s->listen_fd, EV_READ | EV_PERSIST, server_accept_cb, s);
@@ -592,10 +600,6 @@ server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t er
 		snprintf(err, errlen, "cannot register events");
 		return -ENOMEM;
 	}
-	/* /metrics, /health, /ready (httpd.c): it serves through the drain too. */
-	if (cfg->metrics_listen[0] != '\0' &&
-	    (rc = httpd_new(s, cfg->metrics_listen, &s->httpd, err, errlen)) != 0)
-		return rc;
 	return 0;
 }
 

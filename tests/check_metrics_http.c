@@ -559,6 +559,44 @@ START_TEST(test_hostile_http_leaves_the_engine_socket_alone)
 }
 END_TEST
 
+/*
+ * Past METRICS_NS_MAX (16) namespaces, the next ones share one label,
+ * namespace="other": the series stay bounded, the counts stay whole.
+ */
+START_TEST(test_namespaces_past_the_cap_are_counted_as_other)
+{
+	struct l3kv_publish_result	 pub;
+	struct test_rank_kv		 k = kv;
+	struct test_rank		 r;
+	char				 model[32], *m, *line, *end;
+	int				 i, labels = 0;
+
+	for (i = 0; i < 20; i++) {
+		snprintf(model, sizeof(model), "cap-model-%02d", i);
+		k.model = model;
+		test_rank_init(&r, &k, "g1", 1, 0);
+		test_rank_attach(&r, test_td.sock);
+		test_rank_publish_kv(&r, 1, 0, 1, 0, &pub);
+		ck_assert_uint_eq(pub.stored, 1);
+		test_rank_fini(&r);
+	}
+	m = scrape();
+	/* One publish per namespace: 16 labelled, 4 under other. */
+	ck_assert_double_eq(value(m, "l3kv_publishes_total", ""), 20);
+	ck_assert_double_eq(value(m, "l3kv_publishes_total", "namespace=\"other\""), 4);
+	ck_assert_double_eq(value(m, "l3kv_published_pages_total",
+	    "namespace=\"other\",pool=\"other\""), 4);
+	for (line = m; (line = strstr(line, "\nl3kv_publishes_total{")) != NULL; line = end) {
+		end = strchr(line + 1, '\n');
+		labels++;
+	}
+	ck_assert_int_eq(labels, 17);
+	ck_assert(strstr(m, "namespace=\"decode/cap-model-15-") != NULL);
+	ck_assert(strstr(m, "namespace=\"decode/cap-model-16-") == NULL);
+	free(m);
+}
+END_TEST
+
 /* A port in use: the daemon refuses to start and says which. */
 START_TEST(test_metrics_listen_in_use_refuses_to_start)
 {
@@ -596,6 +634,7 @@ suite_metrics_http(void)
 	tc = test_tcase(s, "counters", 30, setup, teardown);
 	tcase_add_test(tc, test_metrics_count_what_moved);
 	tcase_add_test(tc, test_health_and_ready);
+	tcase_add_test(tc, test_namespaces_past_the_cap_are_counted_as_other);
 	tc = test_tcase(s, "ready", 30, setup_file, teardown_file);
 	tcase_add_test(tc, test_ready_503_while_the_file_tier_is_down);
 	tc = test_tcase(s, "drain", 30, setup_slow, teardown);
