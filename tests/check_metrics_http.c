@@ -597,6 +597,46 @@ START_TEST(test_namespaces_past_the_cap_are_counted_as_other)
 }
 END_TEST
 
+static uint64_t
+now_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/*
+ * A request trickled a byte every 250 ms never ends, and each byte resets
+ * evhttp's idle timer: the connection's own deadline (10 s) closes it.
+ */
+START_TEST(test_a_trickled_request_is_closed_at_its_deadline)
+{
+	struct pollfd	 pfd;
+	uint64_t	 t0 = now_ms(), t = 0;
+	char		 c = 'a', *m;
+	int		 fd, closed = 0;
+
+	fd = tcp_connect(http_port);
+	ck_assert_int_eq(write(fd, "GET /metrics HTTP/1.1\r\nX-Slow: ", 31), 31);
+	while (!closed && (t = now_ms() - t0) < 15000) {
+		pfd.fd = fd;
+		pfd.events = POLLIN;
+		pfd.revents = 0;
+		if (poll(&pfd, 1, 250) > 0)
+			closed = read(fd, &c, 1) <= 0;
+		else if (write(fd, &c, 1) != 1)
+			closed = 1;
+	}
+	close(fd);
+	ck_assert_msg(closed && t >= 9500 && t <= 12500, "closed %d after %llu ms", closed,
+	    (unsigned long long)t);
+	m = scrape();
+	ck_assert_double_eq(value(m, "l3kv_http_connections_closed_total", "reason=\"deadline\""), 1);
+	free(m);
+}
+END_TEST
+
 /* A port in use: the daemon refuses to start and says which. */
 START_TEST(test_metrics_listen_in_use_refuses_to_start)
 {
@@ -641,6 +681,7 @@ suite_metrics_http(void)
 	tcase_add_test(tc, test_ready_503_while_draining);
 	tc = test_tcase(s, "hostile", 30, setup, teardown);
 	tcase_add_test(tc, test_hostile_http_leaves_the_engine_socket_alone);
+	tcase_add_test(tc, test_a_trickled_request_is_closed_at_its_deadline);
 	tc = test_tcase(s, "listen", 30, NULL, NULL);
 	tcase_add_test(tc, test_metrics_listen_in_use_refuses_to_start);
 	return s;
