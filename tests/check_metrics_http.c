@@ -473,6 +473,7 @@ START_TEST(test_ready_503_while_draining)
 	/* The drain cancels the copy and closes the connection: whatever the answer, one comes. */
 	test_rank_wait_completion(&r, &c);
 	ck_assert_uint_eq(c.ticket, ticket);
+	free(c.payload);
 	test_rank_fini(&r);
 }
 END_TEST
