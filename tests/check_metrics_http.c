@@ -346,6 +346,43 @@ START_TEST(test_metrics_count_what_moved)
 }
 END_TEST
 
+/* A lease left to expire: counted as an expiry, and its pages as unfulfilled (expired). */
+START_TEST(test_an_expired_lease_counts_its_pages_unfulfilled)
+{
+	struct l3kv_publish_result	 pub;
+	struct l3kv_admit_result	 a;
+	struct test_rank		 r;
+	char				*m = NULL;
+	int				 i;
+
+	solo_attach(&r);
+	test_rank_publish_kv(&r, 1, 0, 4, 0, &pub);
+	a = test_rank_admit(&r, 1, 1, 4, 4, L3KV_SLOT_NONE);
+	ck_assert_uint_eq(a.admitted_pages, 4);
+	ck_assert_uint_eq(a.ttl_ms, 100);
+	/* It expires at the TTL; its tombstone goes (and is counted) one TTL later. */
+	for (i = 0; i < 100; i++) {
+		free(m);
+		m = scrape();
+		if (value(m, "l3kv_unfulfilled_pages_total", "reason=\"expired\"") == 4)
+			break;
+		usleep(20000);
+	}
+	ck_assert_double_eq(value(m, "l3kv_unfulfilled_pages_total", "reason=\"expired\""), 4);
+	ck_assert_double_eq(value(m, "l3kv_lease_expiries_total", ""), 1);
+	ck_assert_double_eq(value(m, "l3kv_leases_open", ""), 0);
+	ck_assert_double_eq(value(m, "l3kv_unfulfilled_pages_total", "reason=\"released\""), 0);
+	free(m);
+	test_rank_fini(&r);
+}
+END_TEST
+
+static void
+setup_ttl(void)
+{
+	start_with("\"tiers\": {\"dram\": {\"size\": \"8 MiB\"}}, \"lease\": {\"ttl_ms\": 100}");
+}
+
 START_TEST(test_health_and_ready)
 {
 	char	*b;
@@ -676,6 +713,8 @@ suite_metrics_http(void)
 	tcase_add_test(tc, test_metrics_count_what_moved);
 	tcase_add_test(tc, test_health_and_ready);
 	tcase_add_test(tc, test_namespaces_past_the_cap_are_counted_as_other);
+	tc = test_tcase(s, "expiry", 30, setup_ttl, teardown);
+	tcase_add_test(tc, test_an_expired_lease_counts_its_pages_unfulfilled);
 	tc = test_tcase(s, "ready", 30, setup_file, teardown_file);
 	tcase_add_test(tc, test_ready_503_while_the_file_tier_is_down);
 	tc = test_tcase(s, "drain", 30, setup_slow, teardown);
