@@ -10,6 +10,7 @@ BUILD=${1:-build}
 RUNS=${RUNS:-5}
 SECS=${SECS:-2}
 SCRAPE_HZ=${SCRAPE_HZ:-10}
+CONNS=${CONNS:-8}
 dir=$(mktemp -d "${TMPDIR:-/tmp}/l3kv-bench-XXXXXX")
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"' EXIT
 
@@ -29,7 +30,7 @@ for i in $(seq 100); do [ -S "$dir/off/l3kvd.sock" ] && [ -S "$dir/on/l3kvd.sock
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 once() {	# sock op -> ops/s of one run
-	"$BUILD/bench_control" -s "$1" -o "$2" -p 64 -c 1 -t "$SECS" |
+	"$BUILD/bench_control" -s "$1" -o "$2" -p 64 -c "$CONNS" -t "$SECS" |
 		sed 's/[a-z0-9_\/]*=//g' | awk '{print $4}'
 }
 
@@ -40,23 +41,40 @@ scraper() {	# hz (0: back to back) until killed
 	done
 }
 
-printf '%-8s | %12s %12s %8s | %12s %8s\n' op "off req/s" "${SCRAPE_HZ}/s req/s" ratio \
-	"b2b req/s" ratio
+run_mode() {	# mode op -> appends one run's ops/s to run.MODE
+	case $1 in
+	off)	once "$dir/off/l3kvd.sock" "$2" >>"$dir/run.off" ;;
+	idle)	once "$dir/on/l3kvd.sock" "$2" >>"$dir/run.idle" ;;
+	hz)	scraper "$SCRAPE_HZ" & s=$!
+		once "$dir/on/l3kvd.sock" "$2" >>"$dir/run.hz"
+		kill $s; wait $s 2>/dev/null || true ;;
+	b2b)	scraper 0 & s=$!
+		once "$dir/on/l3kvd.sock" "$2" >>"$dir/run.b2b"
+		kill $s; wait $s 2>/dev/null || true ;;
+	esac
+}
+
+# off: no metrics.listen (the baseline); idle: serving, not scraped; hz:
+# scraped SCRAPE_HZ times a second; b2b: scraped back to back by one curl.
+# Each round runs the modes in a rotated order, so that neither daemon
+# always runs first after the other's scraper.
+printf '%-6s | %10s | %10s %6s | %10s %6s | %10s %6s\n' op "off req/s" "idle" ratio \
+	"${SCRAPE_HZ}/s" ratio "b2b" ratio
 for op in probe admit; do
 	rm -f "$dir"/run.*
-	for _ in $(seq "$RUNS"); do
-		once "$dir/off/l3kvd.sock" "$op" >>"$dir/run.off"
-		scraper "$SCRAPE_HZ" & s=$!
-		once "$dir/on/l3kvd.sock" "$op" >>"$dir/run.on"
-		kill $s; wait $s 2>/dev/null || true
-		scraper 0 & s=$!
-		once "$dir/on/l3kvd.sock" "$op" >>"$dir/run.b2b"
-		kill $s; wait $s 2>/dev/null || true
+	modes=(off idle hz b2b)
+	for r in $(seq "$RUNS"); do
+		for k in 0 1 2 3; do
+			run_mode "${modes[$(( (k + r) % 4 ))]}" "$op"
+		done
 	done
-	off=$(median <"$dir/run.off"); on=$(median <"$dir/run.on"); b2b=$(median <"$dir/run.b2b")
-	printf '%-8s | %12.0f %12.0f %8.2f | %12.0f %8.2f\n' "$op" "$off" "$on" \
-		"$(awk -v a="$on" -v b="$off" 'BEGIN {print a / b}')" "$b2b" \
-		"$(awk -v a="$b2b" -v b="$off" 'BEGIN {print a / b}')"
+	off=$(median <"$dir/run.off")
+	line=$(printf '%-6s | %10.0f' "$op" "$off")
+	for m in idle hz b2b; do
+		v=$(median <"$dir/run.$m")
+		line="$line | $(printf '%10.0f %6.2f' "$v" "$(awk -v a="$v" -v b="$off" 'BEGIN {print a / b}')")"
+	done
+	echo "$line"
 done
 for _ in $(seq 21); do
 	curl -s -o /dev/null -w '%{time_total} %{size_download}\n' "http://127.0.0.1:$port/metrics"
