@@ -1059,6 +1059,7 @@ struct metrics {
 	uint64_t	http_rejected;		/* not GET or HEAD: 405 */
 	uint64_t	http_conns_refused;	/* over HTTPD_CONNS_MAX: closed at once */
 	uint64_t	http_conns_expired;	/* open past HTTPD_CONN_MS: closed */
+	uint64_t	http_scrape_ns;		/* the last /metrics: time to print it */
 };
 extern struct metrics metrics;
 struct server;

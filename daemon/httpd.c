@@ -196,8 +196,12 @@ static void
 httpd_metrics(struct httpd *h, struct evhttp_request *req)
 {
 	struct evbuffer	*b = evbuffer_new();
+	uint64_t	 t0 = metrics_now_ns();
+	int		 rc;
 
-	if (b == NULL || prom_write(h->server, b) != 0) {
+	rc = b != NULL ? prom_write(h->server, b) : -ENOMEM;
+	metrics.http_scrape_ns = metrics_now_ns() - t0;
+	if (rc != 0) {
 		if (b != NULL)
 			evbuffer_free(b);
 		httpd_reply(req, HTTP_INTERNAL, "Internal Server Error", "out of memory\n");

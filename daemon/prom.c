@@ -534,6 +534,10 @@ prom_daemon(struct prom *p, struct server *s)
 	prom_sample(p, "l3kv_http_requests_total", "path=\"/health\"", metrics.http_requests[1]);
 	prom_sample(p, "l3kv_http_requests_total", "path=\"/ready\"", metrics.http_requests[2]);
 	prom_sample(p, "l3kv_http_requests_total", "path=\"other\"", metrics.http_requests[3]);
+	prom_family(p, "l3kv_http_scrape_seconds", "gauge",
+	    "Time the loop spent printing the previous /metrics.");
+	prom_printf(p, "l3kv_http_scrape_seconds{%s} %.9f\n", p->role,
+	    (double)metrics.http_scrape_ns / 1e9);
 	PROM_COUNTER(p, "l3kv_http_rejected_total", "HTTP requests of a method other than GET, HEAD.",
 	    metrics.http_rejected);
 	prom_family(p, "l3kv_http_connections_closed_total", "counter",

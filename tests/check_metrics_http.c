@@ -316,6 +316,9 @@ START_TEST(test_metrics_count_what_moved)
 	ck_assert_double_eq(value(m, "l3kv_namespace_sessions", want), 1);
 	ck_assert_double_eq(value(m, "l3kv_namespace_objects", "pool=\"kv\",tier=\"dram\""), 8);
 	ck_assert_double_eq(value(m, "l3kv_sessions", ""), 1);
+	/* The previous scrape's printing time: more than nothing, far less than a second. */
+	ck_assert(value(m, "l3kv_http_scrape_seconds", "") > 0);
+	ck_assert(value(m, "l3kv_http_scrape_seconds", "") < 1);
 	ck_assert(strstr(m, "l3kv_info{role=\"decode\",version=\"") != NULL);
 	/* The exposition and STATS agree. */
 	ck_assert_ptr_nonnull(st = test_td_stats());
