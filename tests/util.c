@@ -330,6 +330,22 @@ test_daemon_log_has(const struct test_daemon *d, const char *needle)
 	return found;
 }
 
+/* How many lines of d's log hold needle. */
+int
+test_daemon_log_count(const struct test_daemon *d, const char *needle)
+{
+	FILE	*f;
+	char	 line[4096];
+	int	 n = 0;
+
+	if ((f = fopen(d->log, "r")) == NULL)
+		return 0;
+	while (fgets(line, sizeof(line), f) != NULL)
+		n += strstr(line, needle) != NULL;
+	fclose(f);
+	return n;
+}
+
 /* The STATS document of the daemon on sock, parsed (json_decref it). */
 json_t *
 test_stats(const char *sock)
