@@ -103,9 +103,11 @@ static pthread_once_t	copy_once = PTHREAD_ONCE_INIT;
  */
 static uint64_t	copy_digest_write_plain(const void *, size_t, const uint8_t *, uint8_t *,
 		    size_t);
+static void	copy_store_plain(uint8_t *, const uint8_t *, size_t);
 static uint64_t	(*copy_digest)(const void *, size_t) = checksum_chunk;
 static uint64_t	(*copy_digest_write)(const void *, size_t, const uint8_t *, uint8_t *,
 		    size_t) = copy_digest_write_plain;
+static void	(*copy_store)(uint8_t *, const uint8_t *, size_t) = copy_store_plain;
 
 static void
 copy_sigbus(int sig, siginfo_t *si, void *uc)
@@ -144,6 +146,7 @@ copy_init(void)
 	if (__builtin_cpu_supports("avx2")) {
 		copy_digest = copy_csum_avx2;
 		copy_digest_write = copy_csum_avx2_write;
+		copy_store = copy_csum_avx2_store;
 	}
 #endif
 }
@@ -251,6 +254,12 @@ copy_contiguous(const struct proto_region *g)
 	    g->token_stride == (uint64_t)g->layers * g->token_bytes);
 }
 
+static void
+copy_store_plain(uint8_t *dst, const uint8_t *src, size_t n)
+{
+	memcpy(dst, src, n);
+}
+
 static uint64_t
 copy_digest_write_plain(const void *p, size_t n, const uint8_t *wsrc, uint8_t *wdst, size_t wlen)
 {
@@ -292,7 +301,7 @@ static void
 copy_pend_flush(struct copy_pend *pd, volatile uint32_t *lo, uint32_t next)
 {
 	if (pd->done < pd->len)
-		memcpy(pd->dst + pd->done, pd->src + pd->done, pd->len - pd->done);
+		copy_store(pd->dst + pd->done, pd->src + pd->done, pd->len - pd->done);
 	pd->done = pd->len = 0;
 	*lo = next;
 }

@@ -27,7 +27,12 @@
 #define COPY_CSUM_STEP	4096
 #endif
 
-#if defined(COPY_CSUM_NT) && defined(__AVX2__)
+/* Streaming (non-temporal) stores for the restore's writes; 0 for memcpy. */
+#ifndef COPY_CSUM_NT
+#define COPY_CSUM_NT	1
+#endif
+
+#if COPY_CSUM_NT && defined(__AVX2__)
 #include <immintrin.h>
 
 /* Streaming stores: the engine's memory is not read again by this core. */
@@ -68,6 +73,16 @@ copy_csum_avx2(const void *p, size_t len)
 	return XXH3_64bits(p, len);
 }
 
+/* The pipeline's last write (a run's pending range), with the same stores. */
+void
+copy_csum_avx2_store(uint8_t *dst, const uint8_t *src, size_t n)
+{
+	if (n == 0)
+		return;
+	COPY_STORE(dst, src, n);
+	COPY_FENCE();
+}
+
 uint64_t
 copy_csum_avx2_write(const void *p, size_t n, const uint8_t *wsrc, uint8_t *wdst, size_t wlen)
 {
@@ -76,8 +91,7 @@ copy_csum_avx2_write(const void *p, size_t n, const uint8_t *wsrc, uint8_t *wdst
 	size_t		 off, k, w, wstep;
 
 	if (wlen == 0 || n < 2 * COPY_CSUM_STEP) {
-		if (wlen > 0)
-			memcpy(wdst, wsrc, wlen);
+		copy_csum_avx2_store(wdst, wsrc, wlen);
 		return XXH3_64bits(p, n);
 	}
 	/* The write spread evenly over the slices, in whole cache lines. */

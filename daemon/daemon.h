@@ -588,6 +588,7 @@ uint64_t copy_page_publish(uint8_t *obj, const uint8_t *src, uint64_t len);
 uint64_t copy_csum_avx2(const void *, size_t);
 uint64_t copy_csum_avx2_write(const void *p, size_t n, const uint8_t *wsrc, uint8_t *wdst,
 	    size_t wlen);
+void	 copy_csum_avx2_store(uint8_t *dst, const uint8_t *src, size_t n);
 
 /*
  * cuda.c: the cuda copy engine's daemon side (kernels/ through kernels.h):
