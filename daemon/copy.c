@@ -31,8 +31,10 @@
  * to COPY_VERIFY_FIRST bytes whole before writing it (a corrupt page
  * never lands), a larger one chunk by chunk as it copies it (one pass over
  * DRAM; the restore still fails `lost`, never succeeds unverified); with
- * several runs, pages of other runs may have landed. A publish checksums
- * each 64 KiB chunk right after copying it, while it is in cache.
+ * several runs, pages of other runs may have landed. A restore's writes
+ * trail its digests by one page (past COPY_VERIFY_FIRST, one chunk) and
+ * are streaming stores: see copy_restore_page. A publish checksums each
+ * 64 KiB chunk right after copying it, while it is in cache.
  *
  * The fault guard: a memfd that cannot be sealed against shrinking (an
  * engine that created it without MFD_ALLOW_SEALING, as SGLang's shm
@@ -271,10 +273,14 @@ copy_digest_write_plain(const void *p, size_t n, const uint8_t *wsrc, uint8_t *w
 /*
  * The restore pipeline of one run. A restore is a read of the tier's
  * bytes (the digest) and a write of engine memory (the copy); done one
- * after the other, one core has either reads or writes in flight, never
- * both, and a single-threaded restore ran at two thirds of a memmove.
- * Here the write of what was already verified is spread over the digest
- * of what comes next (copy_digest_write), so both are in flight at once:
+ * after the other with memcpy, 1 to 4 workers ran at 0.64-0.83x a memmove
+ * by as many threads on the 16-core host. Here the write of what was
+ * already verified is spread over the digest of what comes next
+ * (copy_digest_write) and made with streaming stores where the CPU has
+ * AVX2: no read-for-ownership of the engine's lines, which this core never
+ * reads again (tests/bench/RESULTS.md: 0.88-1.54x; the same pipeline with
+ * memcpy writes measured no better than before, so the stores are what
+ * counts). So:
  *
  * - a page of up to COPY_VERIFY_FIRST bytes is hashed whole, compared,
  *   and only then becomes the pending write, which lands while the next

@@ -247,7 +247,8 @@ START_TEST(test_the_digest_that_writes_between_its_slices_is_the_chunks)
 #if defined(__x86_64__)
 	__builtin_cpu_init();
 	if (!__builtin_cpu_supports("avx2")) {
-		printf("SKIPPED: the CPU has no AVX2 (copy_csum_avx2_write is not used here)\n");
+		fprintf(stderr, "SKIPPED test_the_digest_that_writes_between_its_slices_is_the_"
+		    "chunks: the CPU has no AVX2 (copy_csum_avx2_write is not used here)\n");
 		free(src);
 		free(w);
 		free(d);
