@@ -299,7 +299,6 @@ struct copy_pend {
 	uint8_t		*dst;
 	uint64_t	 len;
 	uint64_t	 done;
-	uint32_t	 page;
 };
 
 /* Writes what is left of the pending range; `lo` moves past its page. */
@@ -356,7 +355,6 @@ copy_restore_page(const struct copy_page *pg, uint8_t *dst, uint32_t i, struct c
 			pd->dst = dst + c * CHECKSUM_CHUNK;
 			pd->len = n;
 			pd->done = 0;
-			pd->page = i;
 		}
 	}
 	if (checksum_combine(dig, nchunks, pg->len) != pg->checksum) {
@@ -370,7 +368,6 @@ copy_restore_page(const struct copy_page *pg, uint8_t *dst, uint32_t i, struct c
 		pd->dst = dst;
 		pd->len = pg->len;
 		pd->done = 0;
-		pd->page = i;
 	}
 	return 0;
 }
@@ -429,7 +426,7 @@ copy_run(struct copy_engine *ce, struct copy_job *job, uint32_t first, uint32_t 
 {
 	sigjmp_buf		 jb;
 	volatile uint32_t	 i = first, lo = first;
-	struct copy_pend	 pd = { NULL, NULL, 0, 0, 0 };
+	struct copy_pend	 pd = { NULL, NULL, 0, 0 };
 	struct copy_page	*pg;
 	const struct proto_region *g;
 	uint8_t			*base;
