@@ -614,8 +614,15 @@ void	 copy_host_submit(struct copy_engine *, struct copy_job *);
 void	 copy_page_scatter(const struct proto_region *, uint8_t *base, uint32_t page,
 	    uint8_t *obj, int to_region);
 uint64_t copy_page_publish(uint8_t *obj, const uint8_t *src, uint64_t len);
-/* copy_csum.c: XXH3-64 built for AVX2; call only where the CPU has it. */
+/*
+ * copy_csum.c: XXH3-64 built for AVX2; call only where the CPU has it.
+ * _write: the digest of (p, n), with wlen bytes of wsrc copied to wdst
+ * between its slices (the restore pipeline's step).
+ */
 uint64_t copy_csum_avx2(const void *, size_t);
+uint64_t copy_csum_avx2_write(const void *p, size_t n, const uint8_t *wsrc, uint8_t *wdst,
+	    size_t wlen);
+void	 copy_csum_avx2_store(uint8_t *dst, const uint8_t *src, size_t n);
 
 /*
  * cuda.c: the cuda copy engine's daemon side (kernels/ through kernels.h):
