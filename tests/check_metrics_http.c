@@ -823,25 +823,6 @@ metrics_prom_skip_reason(void)
 	return NULL;
 }
 
-/* Runs a shell command; returns its exit status, *out its output (freed by the caller). */
-static int
-run_cmd(const char *cmd, char **out)
-{
-	char	 full[PATH_MAX * 3];
-	FILE	*p;
-	size_t	 n = 0, r;
-	int	 st;
-
-	snprintf(full, sizeof(full), "%s 2>&1", cmd);
-	ck_assert_ptr_nonnull(p = popen(full, "r"));
-	ck_assert_ptr_nonnull(*out = calloc(1, 1 << 16));
-	while (n < (1 << 16) - 1 && (r = fread(*out + n, 1, (1 << 16) - 1 - n, p)) > 0)
-		n += r;
-	st = pclose(p);
-	ck_assert_msg(st != -1 && WIFEXITED(st), "%s: status %#x", cmd, st);
-	return WEXITSTATUS(st);
-}
-
 static void
 write_file(const char *path, const char *text)
 {
@@ -864,7 +845,7 @@ START_TEST(test_promtool_checks_the_exposition)
 	snprintf(path, sizeof(path), "%s/metrics.txt", test_td.dir);
 	write_file(path, m);
 	snprintf(cmd, sizeof(cmd), "promtool check metrics < %s", path);
-	rc = run_cmd(cmd, &out);
+	rc = test_run_cmd(cmd, &out);
 	ck_assert_msg(rc == 0 && out[0] == '\0', "promtool check metrics (%d):\n%s", rc, out);
 	free(out);
 	free(m);

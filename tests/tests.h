@@ -85,6 +85,7 @@ int	 test_daemon_stop(struct test_daemon *, int sig, int *status);
 int	 test_daemon_stop_within(struct test_daemon *, int sig, int *status, unsigned wait_ms);
 int	 test_daemon_log_has(const struct test_daemon *, const char *needle);
 int	 test_daemon_log_count(const struct test_daemon *, const char *needle);
+int	 test_run_cmd(const char *cmd, char **out);
 /* Rewrites its config file (a reload re-reads it): the base config, extra_json over it. */
 int	 test_daemon_write_config(struct test_daemon *, const char *extra_json);
 int	 test_wait_socket(const char *path, int timeout_ms);
