@@ -164,22 +164,12 @@ metrics_sessions(struct server *s)
 static json_t *
 metrics_declines(void)
 {
-	static const char *const names[PROTO_DECLINE__MAX] = {
-		[PROTO_DECLINE_NONE] = "none",
-		[PROTO_DECLINE_NO_HIT] = "no_hit",
-		[PROTO_DECLINE_NO_RESERVATION] = "no_reservation",
-		[PROTO_DECLINE_GROUP_TIMEOUT] = "group_timeout",
-		[PROTO_DECLINE_GROUP_MISMATCH] = "group_mismatch",
-		[PROTO_DECLINE_SHUTTING_DOWN] = "shutting_down",
-		[PROTO_DECLINE_RANK_LEFT] = "rank_left",
-		[PROTO_DECLINE_NO_SLOT] = "no_slot",
-		[PROTO_DECLINE_SLOT_BUSY] = "slot_busy",
-	};
 	json_t	*o = json_object();
 	int	 i;
 
 	for (i = 1; i < PROTO_DECLINE__MAX; i++)
-		json_object_set_new(o, names[i], json_integer(I(metrics.admits_declined[i])));
+		json_object_set_new(o, proto_decline_name((unsigned)i),
+		    json_integer(I(metrics.admits_declined[i])));
 	return o;
 }
 

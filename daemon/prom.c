@@ -181,17 +181,6 @@ prom_ns_pool_counter(struct prom *p, const char *name, const char *help, size_t 
 	}
 }
 
-static const char *const prom_declines[PROTO_DECLINE__MAX] = {
-	[PROTO_DECLINE_NO_HIT] = "no_hit",
-	[PROTO_DECLINE_NO_RESERVATION] = "no_reservation",
-	[PROTO_DECLINE_GROUP_TIMEOUT] = "group_timeout",
-	[PROTO_DECLINE_GROUP_MISMATCH] = "group_mismatch",
-	[PROTO_DECLINE_SHUTTING_DOWN] = "shutting_down",
-	[PROTO_DECLINE_RANK_LEFT] = "rank_left",
-	[PROTO_DECLINE_NO_SLOT] = "no_slot",
-	[PROTO_DECLINE_SLOT_BUSY] = "slot_busy",
-};
-
 static const char *const prom_unfulfilled[METRICS_UNF__MAX] = {
 	[METRICS_UNF_RESERVATION] = "reservation",
 	[METRICS_UNF_STAGING] = "staging",
@@ -209,8 +198,11 @@ static const char *const prom_tiers[2] = { "dram", "file" };
 static void
 prom_cache(struct prom *p)
 {
-	const char	*statuses[PROTO_S__MAX];
+	const char	*statuses[PROTO_S__MAX], *declines[PROTO_DECLINE__MAX];
 	unsigned	 i;
+
+	for (i = 0; i < PROTO_DECLINE__MAX; i++)
+		declines[i] = i == 0 ? NULL : proto_decline_name(i);
 
 	PROM_NS(p, "l3kv_probes_total", "PROBE requests answered.", probes);
 	PROM_NS(p, "l3kv_admits_total", "ADMIT requests taken, one per rank.", admits);
@@ -218,7 +210,7 @@ prom_cache(struct prom *p)
 	    "ADMIT requests refused: admit.max_waiting were waiting at the barrier.", admits_limited);
 	PROM_NS(p, "l3kv_admitted_total", "Ranks admitted (a lease each).", admitted);
 	prom_ns_counter_by(p, "l3kv_admit_declines_total",
-	    "Ranks whose admission declined (promised 0 pages), by reason.", "reason", prom_declines,
+	    "Ranks whose admission declined (promised 0 pages), by reason.", "reason", declines,
 	    PROTO_DECLINE__MAX, offsetof(struct metrics_ns, declined), 0);
 	PROM_NS(p, "l3kv_admit_requested_pages_total", "Pages each answered rank asked ADMIT for.",
 	    requested_pages);
