@@ -35,7 +35,8 @@ V		?= 0
 # Debian packages the build and the tests need (checked by `make deps`).
 DEB_PKGS	:= gcc make pkg-config libevent-dev libjansson-dev check libfabric-dev \
 		   liburing-dev libxxhash-dev systemd clang cppcheck clang-format \
-		   redis-server redis-tools python3-venv g++ ninja-build libssl-dev mandoc
+		   redis-server redis-tools python3-venv g++ ninja-build libssl-dev mandoc \
+		   iproute2
 PKGS		:= libevent jansson libxxhash liburing libfabric
 CHECK_PKG	:= check
 
