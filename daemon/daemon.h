@@ -49,6 +49,19 @@ void	 fatalx(const char *subsys, const char *fmt, ...)
 #define CONFIG_IDS_MAX		64
 #define CONFIG_ERR_MAX		512
 
+/*
+ * A member of the role (the peer tier, peer.c): its id (unique, stable:
+ * "node-a") and its peer control address. The static list of peer.members
+ * is one source of them; etcd's view another (peer_members_set).
+ */
+#define PEER_ID_LEN		64
+#define PEER_ADDR_LEN		128
+#define CONFIG_PEERS_MAX	64
+struct peer_member {
+	char	id[PEER_ID_LEN];	/* NUL-terminated */
+	char	addr[PEER_ADDR_LEN];	/* "host:port" of its peer control channel, NUL-terminated */
+};
+
 enum config_copy_engine {
 	CONFIG_COPY_AUTO = 0,
 	CONFIG_COPY_CUDA,
@@ -193,6 +206,19 @@ struct fabric_stats { uint64_t reads, done, failed, bytes, ecanceled, enotconn, 
 void	 fabric_get_stats(const struct fabric *, struct fabric_stats *);
 /* Lowers the size reads are split at (tests, tuning); 0 restores the provider's. */
 void	 fabric_set_max_msg(struct fabric *, size_t);
+
+/*
+ * etcd.c: membership from etcd's v3 JSON gateway (evhttp): this member's
+ * key under a lease kept alive, a watch on the prefix; fn gets each new
+ * view (self included). Losing etcd keeps the last view (fn is not
+ * called); sessions restart with backoff and re-register.
+ */
+struct etcd;
+typedef void (*etcd_view_fn)(void *arg, const struct peer_member *m, size_t n);
+int	 etcd_open(struct event_base *, const char *endpoint /* "http://127.0.0.1:2379" */,
+	    const char *prefix, const struct peer_member *self, unsigned ttl_s,
+	    etcd_view_fn fn, void *arg, struct etcd **ep, char *err, size_t errlen);
+void	 etcd_close(struct etcd *);	/* revokes the lease when it can */
 
 /*
  * index.c: the index both tiers keep of their objects: 80-byte records
