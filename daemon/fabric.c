@@ -397,8 +397,8 @@ fabric_peer_post(struct fabric_peer *p)
 				log_warn("fabric", "fi_read to peer %llu: %s", (unsigned long long)p->id,
 				    fi_strerror((int)-rc));
 				fabric_op_fail(op, fabric_errno((int)rc));
-				p->rebuild = 1;
-				break;
+				p->rebuild = 1;		/* nothing more goes on this endpoint */
+				return;
 			}
 			pt->posted = 1;
 			op->next++;

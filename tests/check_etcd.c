@@ -67,7 +67,8 @@ et_view_cb(void *arg, const struct peer_member *m, size_t n)
 
 	v->calls++;
 	v->n = n < 16 ? n : 16;
-	memcpy(v->m, m, v->n * sizeof(*m));
+	if (v->n > 0)
+		memcpy(v->m, m, v->n * sizeof(*m));
 }
 
 /* Runs the loop until the view has n members (and at least calls calls), or ms pass. */
