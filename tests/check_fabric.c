@@ -375,6 +375,91 @@ START_TEST(test_fabric_peer_closed_mid_read_fails)
 }
 END_TEST
 
+/* Removing a peer fails its reads in flight -ECANCELED, each once, after the call returned. */
+START_TEST(test_fabric_peer_remove_cancels_reads)
+{
+	struct fx_rd	r[8];
+	uint64_t	raddr, rkey;
+	int		i;
+
+	memset(r, 0, sizeof(r));
+	fx_read_ok(0, 0, 36 * KiB);
+	for (i = 0; i < 8; i++)
+		fx_start(0, (size_t)i * 2 * MiB, 2 * MiB, 0, &r[i]);
+	fabric_peer_remove(fx_a, fx_peer);
+	for (i = 0; i < 8; i++)
+		ck_assert_int_eq(r[i].calls, 0);
+	for (i = 0; i < 8; i++) {
+		ck_assert(fx_wait(&r[i].calls, 1, 10000));
+		ck_assert_int_eq(r[i].err, -ECANCELED);
+	}
+	ck_assert_int_eq(fabric_rkey(fx_b, fx_bbuf, 64, &raddr, &rkey), 0);
+	ck_assert_int_eq(fabric_read(fx_a, fx_peer, fx_abuf, 64, raddr, rkey, 0, fx_done, &r[0]),
+	    -ENOENT);
+	fx_spin(200);
+	for (i = 0; i < 8; i++)
+		ck_assert_int_eq(r[i].calls, 1);
+}
+END_TEST
+
+static int	fx_closed_in_done;
+
+static void
+fx_done_close(void *arg, int err)
+{
+	fx_done(arg, err);
+	if (fx_a != NULL) {
+		fabric_close(fx_a);	/* takes effect when this callback returns */
+		fx_a = NULL;
+		fx_closed_in_done++;
+	}
+}
+
+/* fabric_close runs every done() still owed (-ECANCELED), and is safe from inside a done(). */
+START_TEST(test_fabric_close_runs_owed_dones)
+{
+	struct fx_rd	r[4], c[4];
+	uint64_t	raddr, rkey;
+	int		i;
+
+	memset(r, 0, sizeof(r));
+	memset(c, 0, sizeof(c));
+	fx_read_ok(0, 0, 36 * KiB);
+	ck_assert_int_eq(fabric_rkey(fx_b, fx_bbuf, 2 * MiB, &raddr, &rkey), 0);
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(fabric_read(fx_a, fx_peer, fx_abuf + (size_t)i * 2 * MiB, 2 * MiB,
+		    raddr, rkey, 0, fx_done_close, &r[i]), 0);
+	ck_assert(fx_wait(&r[0].calls, 1, 30000));
+	/* The first done() closed the fabric: every other read got its done() once, then. */
+	ck_assert_ptr_null(fx_a);
+	ck_assert_int_eq(fx_closed_in_done, 1);
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(r[i].calls, 1);
+	/* And a plain close with reads in flight calls their done() from inside the close. */
+	fx_open(&fx_a, fx_node);
+	ck_assert_int_eq(fabric_expose(fx_a, fx_abuf, FX_LEN, 0), 0);
+	{
+		uint8_t	name[FABRIC_ADDR_MAX];
+		size_t	len = sizeof(name);
+
+		ck_assert_int_eq(fabric_name(fx_b, name, &len), 0);
+		ck_assert_int_eq(fabric_peer_add(fx_a, name, len, &fx_peer), 0);
+	}
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(fabric_read(fx_a, fx_peer, fx_abuf + (size_t)i * 2 * MiB, 2 * MiB,
+		    raddr, rkey, 0, fx_done, &c[i]), 0);
+	fabric_close(fx_a);
+	fx_a = NULL;
+	for (i = 0; i < 4; i++) {
+		ck_assert_int_eq(c[i].calls, 1);
+		ck_assert_int_eq(c[i].err, -ECANCELED);
+	}
+	fx_spin(200);
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(c[i].calls + r[i].calls, 2);
+}
+END_TEST
+
 START_TEST(test_fabric_200_concurrent_reads)
 {
 	struct fx_rd		r[200];
@@ -663,6 +748,8 @@ fx_add_provider(Suite *s, const char *name, const char *prov, void (*setup)(void
 	tcase_add_test(tc, test_fabric_keys_differ_per_start);
 	tcase_add_test(tc, test_fabric_peer_closed_mid_read_fails);
 	tcase_add_test(tc, test_fabric_200_concurrent_reads);
+	tcase_add_test(tc, test_fabric_peer_remove_cancels_reads);
+	tcase_add_test(tc, test_fabric_close_runs_owed_dones);
 	tcase_add_test(tc, test_fabric_deadline_expires);
 }
 
