@@ -694,6 +694,56 @@ START_TEST(test_fabric_netns_reads_across_the_bridge)
 }
 END_TEST
 
+/* An owner SIGKILLed with reads on the wire: they fail without a deadline; a new owner serves. */
+START_TEST(test_fabric_owner_killed_mid_read_fails)
+{
+	struct fx_owner	o, o2;
+	struct fx_rd	r[8], ok = { 0, 1 };
+	uint64_t	peer, peer2, seed = fx_seed ^ 99;
+	int		i, st, calls = 0;
+
+	memset(r, 0, sizeof(r));
+	fx_owner_start(&o, NULL, 0, fx_node, seed);
+	ck_assert_int_eq(fabric_peer_add(fx_a, o.name, o.namelen, &peer), 0);
+	ck_assert_int_eq(fabric_read(fx_a, peer, fx_abuf, 64 * KiB, o.raddr, o.rkey, 0, fx_done,
+	    &ok), 0);
+	ck_assert(fx_wait(&ok.calls, 1, 30000));
+	ck_assert_int_eq(ok.err, 0);
+	for (i = 0; i < 8; i++)
+		ck_assert_int_eq(fabric_read(fx_a, peer, fx_abuf + (size_t)i * 2 * MiB, 2 * MiB,
+		    o.raddr, o.rkey, 0, fx_done, &r[i]), 0);
+	event_base_loop(fx_base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+	kill(o.pid, SIGKILL);
+	ck_assert_int_eq(waitpid(o.pid, &st, 0), o.pid);
+	close(o.cmd);
+	fx_fill(fx_bbuf, 2 * MiB, seed);
+	for (i = 0; i < 8; i++) {
+		ck_assert_msg(fx_wait(&r[i].calls, 1, 60000), "read %d hangs after SIGKILL", i);
+		if (r[i].err == 0)		/* finished before the kill: then whole */
+			ck_assert(memcmp(fx_abuf + (size_t)i * 2 * MiB, fx_bbuf, 2 * MiB) == 0);
+	}
+	/* Its successor (a new name, new keys) serves at once. */
+	fabric_peer_remove(fx_a, peer);
+	fx_owner_start(&o2, NULL, 0, fx_node, seed + 1);
+	ck_assert_uint_ne(o2.rkey, o.rkey);
+	ck_assert_int_eq(fabric_peer_add(fx_a, o2.name, o2.namelen, &peer2), 0);
+	ok.calls = 0;
+	ok.err = 1;
+	ck_assert_int_eq(fabric_read(fx_a, peer2, fx_abuf, 2 * MiB, o2.raddr, o2.rkey, 20000,
+	    fx_done, &ok), 0);
+	ck_assert(fx_wait(&ok.calls, 1, 30000));
+	ck_assert_int_eq(ok.err, 0);
+	fx_fill(fx_bbuf, 2 * MiB, seed + 1);
+	ck_assert(memcmp(fx_abuf, fx_bbuf, 2 * MiB) == 0);
+	fx_spin(200);
+	for (i = 0; i < 8; i++)
+		calls += r[i].calls;
+	ck_assert_int_eq(calls, 8);
+	fx_owner_stop(&o2);
+	fx_fill(fx_bbuf, FX_LEN, fx_seed);
+}
+END_TEST
+
 /* Why provider prov cannot open on node here (asked in a child), or NULL. */
 static const char *
 fx_provider_reason(const char *prov, const char *node)
@@ -751,6 +801,7 @@ fx_add_provider(Suite *s, const char *name, const char *prov, void (*setup)(void
 	tcase_add_test(tc, test_fabric_peer_remove_cancels_reads);
 	tcase_add_test(tc, test_fabric_close_runs_owed_dones);
 	tcase_add_test(tc, test_fabric_deadline_expires);
+	tcase_add_test(tc, test_fabric_owner_killed_mid_read_fails);
 }
 
 Suite *
