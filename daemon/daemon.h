@@ -50,6 +50,19 @@ void	 fatalx(const char *subsys, const char *fmt, ...)
 #define CONFIG_IDS_MAX		64
 #define CONFIG_ERR_MAX		512
 
+/*
+ * A member of the role (the peer tier, peer.c): its id (unique, stable:
+ * "node-a") and its peer control address. The static list of peer.members
+ * is one source of them; etcd's view another (peer_members_set).
+ */
+#define PEER_ID_LEN		64
+#define PEER_ADDR_LEN		128
+#define CONFIG_PEERS_MAX	64
+struct peer_member {
+	char	id[PEER_ID_LEN];	/* NUL-terminated */
+	char	addr[PEER_ADDR_LEN];	/* "host:port" of its peer control channel, NUL-terminated */
+};
+
 enum config_copy_engine {
 	CONFIG_COPY_AUTO = 0,
 	CONFIG_COPY_CUDA,
@@ -174,6 +187,57 @@ void	 workq_free(struct workq *);
 void	 workq_flush(struct workq *);
 void	 workq_push(struct workq *, struct workq_entry *);
 int	 workq_fd(const struct workq *);
+
+/*
+ * fabric.c: one libfabric FI_EP_RDM endpoint with FI_RMA, one-sided reads
+ * only (a serving endpoint peers read, one reading endpoint per peer).
+ * Loop thread only; completions and progress run on the loop.
+ */
+#define FABRIC_ADDR_MAX		128	/* bytes of an endpoint name (fi_getname) */
+
+struct fabric;
+typedef void (*fabric_done_fn)(void *arg, int err);	/* on the loop; err 0 or -errno */
+
+int	 fabric_open(struct event_base *base, const char *prov, const char *node,
+	    struct fabric **fp, char *err, size_t errlen);
+void	 fabric_close(struct fabric *);
+const char *fabric_provider(const struct fabric *);	/* e.g. "tcp;ofi_rxm" */
+/* This endpoint's name, to hand to peers in the peer HELLO. */
+int	 fabric_name(const struct fabric *, uint8_t *buf, size_t *len);
+/* Registers [base, base + len) for FI_READ | FI_REMOTE_READ in chunks (0: 1 GiB). */
+int	 fabric_expose(struct fabric *, void *base, size_t len, size_t chunk);
+/* A peer's remote address and key for [p, p + len); -ERANGE unless inside one chunk. */
+int	 fabric_rkey(const struct fabric *, const void *p, size_t len, uint64_t *raddr,
+	    uint64_t *rkey);
+/* A peer endpoint by its name (from its HELLO); *peer is an opaque handle. */
+int	 fabric_peer_add(struct fabric *, const uint8_t *name, size_t len, uint64_t *peer);
+void	 fabric_peer_remove(struct fabric *, uint64_t peer);
+/*
+ * One-sided read into dst (inside the exposed region); done runs once, on
+ * the loop, after every posted part completed or could no longer land.
+ * -ECANCELED / -ENOTCONN / -EIO from the provider, -ETIMEDOUT past
+ * deadline_ms (0: none).
+ */
+int	 fabric_read(struct fabric *, uint64_t peer, void *dst, size_t len, uint64_t raddr,
+	    uint64_t rkey, uint32_t deadline_ms, fabric_done_fn done, void *arg);
+/* Counters for STATS: reads posted, completed, failed by reason, bytes. */
+struct fabric_stats { uint64_t reads, done, failed, bytes, ecanceled, enotconn, timedout; };
+void	 fabric_get_stats(const struct fabric *, struct fabric_stats *);
+/* Lowers the size reads are split at (tests, tuning); 0 restores the provider's. */
+void	 fabric_set_max_msg(struct fabric *, size_t);
+
+/*
+ * etcd.c: membership from etcd's v3 JSON gateway (evhttp): this member's
+ * key under a lease kept alive, a watch on the prefix; fn gets each new
+ * view (self included). Losing etcd keeps the last view (fn is not
+ * called); sessions restart with backoff and re-register.
+ */
+struct etcd;
+typedef void (*etcd_view_fn)(void *arg, const struct peer_member *m, size_t n);
+int	 etcd_open(struct event_base *, const char *endpoint /* "http://127.0.0.1:2379" */,
+	    const char *prefix, const struct peer_member *self, unsigned ttl_s,
+	    etcd_view_fn fn, void *arg, struct etcd **ep, char *err, size_t errlen);
+void	 etcd_close(struct etcd *);	/* revokes the lease when it can */
 
 /*
  * index.c: the index both tiers keep of their objects: 80-byte records
