@@ -49,6 +49,19 @@ void	 fatalx(const char *subsys, const char *fmt, ...)
 #define CONFIG_IDS_MAX		64
 #define CONFIG_ERR_MAX		512
 
+/*
+ * A member of the role (the peer tier, peer.c): its id (unique, stable:
+ * "node-a") and its peer control address. The static list of peer.members
+ * is one source of them; etcd's view another (peer_members_set).
+ */
+#define PEER_ID_LEN		64
+#define PEER_ADDR_LEN		128
+#define CONFIG_PEERS_MAX	64
+struct peer_member {
+	char	id[PEER_ID_LEN];	/* NUL-terminated */
+	char	addr[PEER_ADDR_LEN];	/* "host:port" of its peer control channel, NUL-terminated */
+};
+
 enum config_copy_engine {
 	CONFIG_COPY_AUTO = 0,
 	CONFIG_COPY_CUDA,
@@ -94,6 +107,21 @@ struct config {
 	uint32_t	test_read_delay_ms;	/* testing only: slows file tier reads */
 	uint32_t	max_namespaces;
 	int		test_debug_ops;		/* testing only: allows DEBUG */
+	/* The peer tier (peer.c): off while peer.id is "". */
+	char		peer_id[PEER_ID_LEN];
+	char		peer_listen[PEER_ADDR_LEN];	/* HOST:PORT of the control channel */
+	char		peer_provider[32];	/* libfabric provider: "tcp", "sockets" */
+	char		peer_fabric_addr[64];	/* the data path's bind address; "": any */
+	uint32_t	peer_stripe_pages;	/* pages placed together (HRW key: the first) */
+	uint32_t	peer_replicas;		/* homes per stripe, 1 or 2 */
+	char		peer_secret[128];	/* "": peers are not authenticated */
+	uint32_t	peer_timeout_ms;	/* a PROBE or LEASE answer; later is a miss */
+	uint32_t	peer_pull_timeout_ms;	/* one pull's deadline */
+	uint32_t	peer_lease_max_ms;	/* owner: a peer lease's pins at most this long */
+	uint32_t	peer_ping_ms;		/* liveness pings; a peer silent 3 times is down */
+	uint32_t	peer_user_timeout_ms;	/* TCP_USER_TIMEOUT and the connect deadline */
+	struct peer_member peer_members[CONFIG_PEERS_MAX];
+	size_t		npeer_members;
 };
 
 void	 config_default(struct config *);
@@ -624,6 +652,7 @@ struct conn {
 /* Set by the owner: past set-up (ATTACH), no frame takes fds; reads take what is there. */
 #define CONN_F_ATTACHED	0x100
 	uint16_t	 version;
+	unsigned	 chan;		/* PROTO_CHAN_*: whose types its frames are */
 	char		 client[PROTO_NAME_LEN];
 	struct event	*ev_read;
 	struct event	*ev_write;
@@ -652,7 +681,7 @@ struct conn {
 	TAILQ_ENTRY(conn) entry;	/* the owner's list (server.c: s->conns) */
 };
 TAILQ_HEAD(conn_list, conn);
-struct conn *conn_new(struct server *, int fd, uid_t, gid_t, pid_t,
+struct conn *conn_new(struct server *, int fd, uid_t, gid_t, pid_t, unsigned chan,
 	    void (*frame_cb)(struct conn *, struct proto_frame *, void *),
 	    void (*closed_cb)(struct conn *, void *), void *arg);
 void	 conn_free(struct conn *);
@@ -661,6 +690,9 @@ int	 conn_reply(struct conn *, const struct proto_hdr *req, unsigned status,
 	    const void *payload, uint32_t len);
 int	 conn_reply_error(struct conn *, const struct proto_hdr *req, unsigned status,
 	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+int	 conn_request(struct conn *, unsigned type, uint64_t seq, const void *payload,
+	    uint32_t len);
+int	 conn_send(struct conn *, const struct proto_hdr *, const void *payload);
 void	 conn_linger(struct server *, int fd);
 void	 conn_linger_free_all(struct server *);
 

@@ -364,8 +364,8 @@ server_accept_cb(evutil_socket_t lfd, short ev, void *arg)
 			server_refuse(s, fd, PROTO_S_LIMIT, msg, 1);
 			continue;
 		}
-		if ((c = conn_new(s, fd, cred.uid, cred.gid, cred.pid, dispatch_frame,
-		    server_conn_closed, s)) == NULL) {
+		if ((c = conn_new(s, fd, cred.uid, cred.gid, cred.pid, PROTO_CHAN_ENGINE,
+		    dispatch_frame, server_conn_closed, s)) == NULL) {
 			log_warn("server", "out of memory for a connection");
 			server_refuse(s, fd, PROTO_S_NO_MEMORY, "out of memory", 1);
 			continue;

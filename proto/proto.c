@@ -49,6 +49,10 @@ static const struct proto_status_info proto_statuses[PROTO_S__MAX] = {
 	[PROTO_S_TIMEOUT] = { "timeout", "timed out", ETIMEDOUT },
 	[PROTO_S_GROUP_MISMATCH] = { "group_mismatch", "attach disagrees with its group", EXDEV },
 	[PROTO_S_SLOT] = { "slot", "state slot is live or held by another lease", EADDRINUSE },
+	[PROTO_S_PEER_UNKNOWN] = { "peer_unknown", "not a member of this daemon's role", EACCES },
+	[PROTO_S_PEER_AUTH] = { "peer_auth", "peer authentication failed", EKEYREJECTED },
+	[PROTO_S_PEER_ROLE] = { "peer_role", "peer of another role, or this daemon itself", EPROTOTYPE },
+	[PROTO_S_PEER_STALE] = { "peer_stale", "owner lease of another incarnation", ESTALE },
 };
 
 const char *
@@ -89,6 +93,7 @@ struct proto_type_info {
 	uint8_t		 flags;
 #define PROTO_TYPE_REQUEST	0x01	/* a client may send it: served */
 #define PROTO_TYPE_FDS		0x02	/* may carry SCM_RIGHTS fds (PROTO_F_FDS) */
+#define PROTO_TYPE_PEER		0x04	/* the peer channel's, both ways (PROTO_CHAN_PEER) */
 	uint8_t		 rule;
 #define PROTO_LEN_FIXED		0
 #define PROTO_LEN_COUNTED	1
@@ -101,6 +106,9 @@ struct proto_type_info {
 #define PROTO_REQ(n, len)	{ n, PROTO_TYPE_REQUEST, PROTO_LEN_FIXED, 0, len, 0 }
 #define PROTO_REQ_COUNTED(n, fixed, at, elem) \
 	{ n, PROTO_TYPE_REQUEST, PROTO_LEN_COUNTED, at, fixed, elem }
+#define PROTO_PEER(n, len)	{ n, PROTO_TYPE_PEER, PROTO_LEN_FIXED, 0, len, 0 }
+#define PROTO_PEER_COUNTED(n, fixed, at, elem) \
+	{ n, PROTO_TYPE_PEER, PROTO_LEN_COUNTED, at, fixed, elem }
 
 static const struct proto_type_info proto_types[PROTO_TYPES_MAX] = {
 	[PROTO_T_HELLO] =	PROTO_REQ("HELLO", sizeof(struct proto_hello)),
@@ -120,6 +128,16 @@ static const struct proto_type_info proto_types[PROTO_TYPES_MAX] = {
 				    sizeof(struct proto_publish_page)),
 	[PROTO_T_SET_POLICY] =	PROTO_REQ("SET_POLICY", sizeof(struct proto_set_policy)),
 	[PROTO_T_DEBUG] =	PROTO_REQ("DEBUG", sizeof(struct proto_debug)),
+	[PROTO_T_PEER_HELLO] =	PROTO_PEER("PEER_HELLO", sizeof(struct proto_peer_hello)),
+	[PROTO_T_PEER_AUTH] =	PROTO_PEER("PEER_AUTH", sizeof(struct proto_peer_auth)),
+	[PROTO_T_PEER_PING] =	PROTO_PEER("PEER_PING", sizeof(struct proto_peer_ping)),
+	[PROTO_T_PEER_PROBE] =	PROTO_PEER_COUNTED("PEER_PROBE", sizeof(struct proto_peer_probe), 0,
+				    sizeof(struct proto_peer_key)),
+	[PROTO_T_PEER_LEASE] =	PROTO_PEER_COUNTED("PEER_LEASE", sizeof(struct proto_peer_lease), 8,
+				    sizeof(struct proto_peer_key)),
+	[PROTO_T_PEER_RELEASE] = PROTO_PEER("PEER_RELEASE", sizeof(struct proto_peer_release)),
+	[PROTO_T_PEER_OFFER] =	PROTO_PEER_COUNTED("PEER_OFFER", sizeof(struct proto_peer_offer), 8,
+				    sizeof(struct proto_peer_obj)),
 	[PROTO_T_ERROR] =	{ "ERROR", 0, PROTO_LEN_FIXED, 0, 0, 0 },
 };
 
@@ -136,6 +154,25 @@ int
 proto_type_is_request(unsigned t)
 {
 	return t < PROTO_TYPES_MAX && (proto_types[t].flags & PROTO_TYPE_REQUEST);
+}
+
+/*
+ * The types a channel's dispatcher serves: the engines' requests on the
+ * engine socket, the peer types (requests and replies) on the peer
+ * channel. Each dispatcher checks its table against its own channel's.
+ */
+int
+proto_type_served(unsigned t, unsigned chan)
+{
+	if (t >= PROTO_TYPES_MAX)
+		return 0;
+	switch (chan) {
+	case PROTO_CHAN_ENGINE:
+		return (proto_types[t].flags & PROTO_TYPE_REQUEST) != 0;
+	case PROTO_CHAN_PEER:
+		return (proto_types[t].flags & PROTO_TYPE_PEER) != 0;
+	}
+	return 0;
 }
 
 /* Requests whose first byte may bring fds (ATTACH's memory registrations). */
@@ -164,17 +201,30 @@ proto_hdr_init(struct proto_hdr *h, unsigned type, uint32_t length, uint64_t seq
 int
 proto_hdr_check(const struct proto_hdr *h, uint32_t max_frame)
 {
+	return proto_hdr_check_chan(h, max_frame, PROTO_CHAN_ENGINE);
+}
+
+/*
+ * The same for a channel. On the peer channel both ends send requests
+ * and replies: a reply (PROTO_F_REPLY, any status) of a peer type passes,
+ * and its payload is the handler's to check; fds never come there.
+ */
+int
+proto_hdr_check_chan(const struct proto_hdr *h, uint32_t max_frame, unsigned chan)
+{
+	uint16_t	known = chan == PROTO_CHAN_PEER ? PROTO_F_REPLY : PROTO_F_KNOWN;
+
 	if (h->magic != PROTO_MAGIC)
 		return PROTO_S_BAD_MAGIC;
 	if (h->version != PROTO_VERSION)
 		return PROTO_S_BAD_VERSION;
 	if (h->length > max_frame)
 		return PROTO_S_TOO_BIG;
-	if (h->flags & ~PROTO_F_KNOWN || h->flags & PROTO_F_REPLY)
+	if (h->flags & ~known || (chan != PROTO_CHAN_PEER && (h->flags & PROTO_F_REPLY)))
 		return PROTO_S_BAD_FLAGS;
-	if (h->status != 0)
+	if (h->status != 0 && !(h->flags & PROTO_F_REPLY))
 		return PROTO_S_BAD_FLAGS;
-	if (!proto_type_is_request(h->type))
+	if (!proto_type_served(h->type, chan))
 		return PROTO_S_BAD_TYPE;
 	return PROTO_S_OK;
 }
@@ -206,6 +256,8 @@ proto_attach_length(uint8_t npools, uint16_t nregions, uint32_t nlive)
 	return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
 
+static int	proto_payload_rule(unsigned, uint32_t, const void *);
+
 /* Fixed part plus count * elem bytes, where count is a uint32 at offset 0 or 8. */
 static int
 proto_counted(uint32_t length, const void *payload, size_t fixed, size_t count_at, size_t elem)
@@ -224,11 +276,28 @@ proto_counted(uint32_t length, const void *payload, size_t fixed, size_t count_a
 int
 proto_payload_check(unsigned type, uint32_t length, const void *payload)
 {
+	if (!proto_type_is_request(type))
+		return PROTO_S_BAD_TYPE;
+	return proto_payload_rule(type, length, payload);
+}
+
+/* The same for a frame of a channel; a peer reply's payload is its handler's to check. */
+int
+proto_payload_check_chan(const struct proto_hdr *h, const void *payload, unsigned chan)
+{
+	if (!proto_type_served(h->type, chan))
+		return PROTO_S_BAD_TYPE;
+	if (h->flags & PROTO_F_REPLY)
+		return 0;
+	return proto_payload_rule(h->type, h->length, payload);
+}
+
+static int
+proto_payload_rule(unsigned type, uint32_t length, const void *payload)
+{
 	const struct proto_type_info	*ti;
 	struct proto_attach		 a;
 
-	if (!proto_type_is_request(type))
-		return PROTO_S_BAD_TYPE;
 	ti = &proto_types[type];
 	switch (ti->rule) {
 	case PROTO_LEN_FIXED:
