@@ -185,6 +185,44 @@ void	 workq_push(struct workq *, struct workq_entry *);
 int	 workq_fd(const struct workq *);
 
 /*
+ * fabric.c: one libfabric FI_EP_RDM endpoint with FI_RMA, one-sided reads
+ * only (a serving endpoint peers read, one reading endpoint per peer).
+ * Loop thread only; completions and progress run on the loop.
+ */
+#define FABRIC_ADDR_MAX		128	/* bytes of an endpoint name (fi_getname) */
+
+struct fabric;
+typedef void (*fabric_done_fn)(void *arg, int err);	/* on the loop; err 0 or -errno */
+
+int	 fabric_open(struct event_base *base, const char *prov, const char *node,
+	    struct fabric **fp, char *err, size_t errlen);
+void	 fabric_close(struct fabric *);
+const char *fabric_provider(const struct fabric *);	/* e.g. "tcp;ofi_rxm" */
+/* This endpoint's name, to hand to peers in the peer HELLO. */
+int	 fabric_name(const struct fabric *, uint8_t *buf, size_t *len);
+/* Registers [base, base + len) for FI_READ | FI_REMOTE_READ in chunks (0: 1 GiB). */
+int	 fabric_expose(struct fabric *, void *base, size_t len, size_t chunk);
+/* A peer's remote address and key for [p, p + len); -ERANGE unless inside one chunk. */
+int	 fabric_rkey(const struct fabric *, const void *p, size_t len, uint64_t *raddr,
+	    uint64_t *rkey);
+/* A peer endpoint by its name (from its HELLO); *peer is an opaque handle. */
+int	 fabric_peer_add(struct fabric *, const uint8_t *name, size_t len, uint64_t *peer);
+void	 fabric_peer_remove(struct fabric *, uint64_t peer);
+/*
+ * One-sided read into dst (inside the exposed region); done runs once, on
+ * the loop, after every posted part completed or could no longer land.
+ * -ECANCELED / -ENOTCONN / -EIO from the provider, -ETIMEDOUT past
+ * deadline_ms (0: none).
+ */
+int	 fabric_read(struct fabric *, uint64_t peer, void *dst, size_t len, uint64_t raddr,
+	    uint64_t rkey, uint32_t deadline_ms, fabric_done_fn done, void *arg);
+/* Counters for STATS: reads posted, completed, failed by reason, bytes. */
+struct fabric_stats { uint64_t reads, done, failed, bytes, ecanceled, enotconn, timedout; };
+void	 fabric_get_stats(const struct fabric *, struct fabric_stats *);
+/* Lowers the size reads are split at (tests, tuning); 0 restores the provider's. */
+void	 fabric_set_max_msg(struct fabric *, size_t);
+
+/*
  * index.c: the index both tiers keep of their objects: 80-byte records
  * named by 32-bit ids, a chained hash from key to id, a free list, LRU
  * lists. Loop thread only. A record is a struct index_rec (the index's

@@ -40,6 +40,7 @@ static const struct runner_suite runner_suites[] = {
 	{ "service",	suite_service,	NULL },
 	{ "ctl",	suite_ctl,	NULL },
 	{ "python",	suite_python,	NULL },
+	{ "fabric",	suite_fabric,	NULL },
 	{ "gpu_host",	suite_gpu_host,	NULL },
 	{ "root",	suite_root,	"root" },
 	{ "gpu",	suite_gpu,	"gpu" },
@@ -139,6 +140,7 @@ main(void)
 		printf("0 passed, 0 failed, %d skipped\n", skipped);
 		return only != NULL ? 1 : 0;
 	}
+	skipped += test_skipped;
 	srunner_run_all(sr, CK_NORMAL);
 	run = srunner_ntests_run(sr);
 	failed = srunner_ntests_failed(sr);

@@ -30,6 +30,7 @@ Suite	*suite_gpu_host(void);
 Suite	*suite_hybrid(void);
 Suite	*suite_filetier(void);
 Suite	*suite_filetier_daemon(void);
+Suite	*suite_fabric(void);
 Suite	*suite_python(void);
 Suite	*suite_python_gpu(void);
 /* Why the python_gpu suite cannot run here (no torch, no CUDA for it), or NULL. */
@@ -37,6 +38,12 @@ const char *python_gpu_skip_reason(void);
 Suite	*suite_python_sglang(void);
 /* Why the python_sglang suite cannot run here (no SGLang venv, and why), or NULL. */
 const char *python_sglang_skip_reason(void);
+
+/* Test cases a suite left out because this machine cannot run them (printed SKIPPED). */
+extern int	test_skipped;
+
+/* Moves the calling process into network namespace `name` (tests/netns.sh); 0 or -errno. */
+int	 test_netns_enter(const char *name);
 
 /* A real l3kvd started from $L3KV_BUILD/l3kvd in a mkdtemp directory. */
 struct test_daemon {

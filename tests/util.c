@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <sched.h>
 #include <jansson.h>
 #include <poll.h>
 #include <signal.h>
@@ -33,6 +34,23 @@
 
 #include "l3kv.h"
 #include "tests.h"
+
+int	test_skipped;
+
+int
+test_netns_enter(const char *name)
+{
+	char	path[PATH_MAX];
+	int	fd, rc = 0;
+
+	snprintf(path, sizeof(path), "/run/netns/%s", name);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return -errno;
+	if (setns(fd, CLONE_NEWNET) != 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
 
 const char *
 test_build_dir(void)
