@@ -36,7 +36,7 @@ V		?= 0
 DEB_PKGS	:= gcc make pkg-config libevent-dev libjansson-dev check libfabric-dev \
 		   liburing-dev libxxhash-dev systemd clang cppcheck clang-format \
 		   redis-server redis-tools python3-venv g++ ninja-build libssl-dev mandoc
-PKGS		:= libevent jansson libxxhash liburing libfabric
+PKGS		:= libevent jansson libxxhash liburing libfabric libcrypto
 CHECK_PKG	:= check
 
 ifeq ($(V),0)

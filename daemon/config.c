@@ -185,6 +185,8 @@ static const struct config_key config_keys[] = {
 	CONFIG_INT("testing.read_delay_ms", test_read_delay_ms, 0, 60000, 0),
 	/* Lets a client destroy cached data: off unless a test asks. */
 	CONFIG_BOOL("testing.debug_ops", test_debug_ops, 0),
+	CONFIG_INT("testing.peer_pull_delay_ms", test_peer_pull_delay_ms, 0, 60000, 0),
+	CONFIG_BOOL("testing.peer_bad_key", test_peer_bad_key, 0),
 	/* The peer tier: off while peer.id is "" (config_check_peer checks the whole). */
 	CONFIG_STRING("peer.id", peer_id, 0, PEER_ID_LEN - 1, "", CONFIG_F_ASCII),
 	CONFIG_LISTEN("peer.listen", peer_listen, PEER_ADDR_LEN - 1, ""),
@@ -281,7 +283,9 @@ static const char config_default_text[] =
     "    \"copy_delay_ms\": 0,\n"
     "    \"scan_delay_ms\": 0,\n"
     "    \"read_delay_ms\": 0,\n"
-    "    \"debug_ops\": false\n"
+    "    \"debug_ops\": false,\n"
+    "    \"peer_pull_delay_ms\": 0,\n"
+    "    \"peer_bad_key\": false\n"
     "  },\n"
     "  \"peer\": {\n"
     "    \"id\": \"\",\n"

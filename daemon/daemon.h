@@ -107,6 +107,8 @@ struct config {
 	uint32_t	test_read_delay_ms;	/* testing only: slows file tier reads */
 	uint32_t	max_namespaces;
 	int		test_debug_ops;		/* testing only: allows DEBUG */
+	uint32_t	test_peer_pull_delay_ms; /* testing only: a pull waits before its read */
+	int		test_peer_bad_key;	/* testing only: PEER_LEASE answers name bad keys */
 	/* The peer tier (peer.c): off while peer.id is "". */
 	char		peer_id[PEER_ID_LEN];
 	char		peer_listen[PEER_ADDR_LEN];	/* HOST:PORT of the control channel */
@@ -841,6 +843,67 @@ int	 session_region_of_pool(const struct session *, unsigned pool);
 unsigned session_memory_region(const struct session *, uint32_t idx, const struct region **,
 	    char *err, size_t errlen);
 
+/*
+ * peer_view.c: the peer tier's placement (rendezvous hashing over the
+ * member list) and a view of what other daemons said they hold.
+ */
+#define PEER_REPLICAS_MAX	2
+struct peer;
+struct peer_olease;
+struct peer_grant {
+	struct obj_key		 key;
+	uint64_t		 len;
+	uint64_t		 checksum;	/* checksum_obj of the owner's bytes */
+	uint64_t		 raddr;
+	uint64_t		 rkey;
+	struct peer		*peer;		/* the owner (peer.c's) */
+	uint64_t		 incarnation;	/* the owner's when it answered */
+	struct peer_olease	*ol;		/* the owner lease pinning it; NULL: a PROBE's */
+	struct peer_grant	*next;
+};
+typedef void	peer_pull_done_fn(void *arg, int err);
+struct peer_view {
+	struct peer_grant	**buckets;
+	unsigned		  nbuckets;
+	size_t			  n;
+	/* Pulls g into dst (g->len bytes): 0 and done later, or -errno and nothing started. */
+	int			(*pull)(struct server *, const struct peer_grant *, void *dst,
+				    peer_pull_done_fn *, void *arg);
+};
+uint64_t peer_hrw_score(const char *id, const struct obj_key *pk);
+void	 peer_place_key(const struct obj_key *, const uint8_t *head, struct obj_key *pk);
+unsigned peer_homes(const struct peer_member *, size_t n, const struct obj_key *pk,
+	    unsigned want, unsigned *out);
+int	 peer_view_init(struct peer_view *, size_t n);
+struct peer_grant *peer_view_find(const struct peer_view *, const struct obj_key *);
+int	 peer_view_add(struct peer_view *, const struct peer_grant *);
+void	 peer_view_fini(struct peer_view *, void (*drop)(struct peer_grant *));
+
+/*
+ * peer.c: the peer tier: members, the daemon-to-daemon control channel
+ * (over conn.c, its own dispatcher), asks to the homes, pulls, offers.
+ * peer_serve.c answers what other daemons ask. The family shares peer.h.
+ */
+enum peer_ask_kind {
+	PEER_ASK_PROBE = 1,	/* which keys the homes hold: nothing pinned anywhere */
+	PEER_ASK_LEASE,		/* the owners pin them for this daemon's pulls */
+};
+struct peer_ask;
+/* An ask's answer, once, on the loop: the view is valid during the call only. */
+typedef void	peer_ask_fn(struct server *, void *arg, struct peer_view *);
+int	 peer_init(struct server *, char *err, size_t errlen);
+void	 peer_stop(struct server *);
+void	 peer_free(struct server *);
+void	 peer_members_set(struct server *, const struct peer_member *, size_t n);
+int	 peer_enabled(const struct server *);
+int	 peer_ask(struct server *, unsigned kind, const struct obj_key *keys, const uint8_t *heads,
+	    size_t n, peer_ask_fn *done, void *arg, struct peer_ask **askp);
+void	 peer_ask_cancel(struct peer_ask *);
+void	 peer_offer(struct server *, const struct obj_key *keys, const uint8_t *heads,
+	    const uint32_t *ids, size_t n);
+unsigned peer_inflight(const struct server *);
+struct json_t *peer_stats_json(struct server *);
+
 /* cache.c: keys, PROBE, DEBUG */
 struct obj_key;
 void	 cache_key(const struct session *, unsigned pool, const uint8_t *hash,
@@ -854,6 +917,9 @@ uint32_t cache_rank_hits_ids(struct server *, const struct session *, unsigned p
 uint32_t cache_group_hits(struct server *, const struct session *, unsigned pool,
 	    const uint8_t *hashes, uint32_t n);
 int	 cache_file_ok(const struct server *, const struct session *, unsigned pool);
+int	 cache_peer_keys(struct server *, struct session *const *ranks, unsigned nranks,
+	    unsigned pool, int all_pools, const uint8_t *hashes, uint32_t n, struct obj_key **keys,
+	    uint8_t **heads, size_t *nkeys);
 uint32_t cache_group_stops(struct server *, struct session *const *ranks, unsigned nranks,
 	    const uint8_t *hashes, uint32_t n, uint8_t *legal);
 void	 cache_probe(struct conn *, struct proto_frame *);
@@ -868,6 +934,7 @@ struct lease_obj;
 struct staging_read;
 enum staging_tier {
 	STAGING_TIER_FILE = 1,	/* filetier.c */
+	STAGING_TIER_PEER,	/* another daemon's DRAM, pulled (peer.c, through s->peer_view) */
 };
 /* status 0: every staged object landed; -EIO: bad_page (a prefix page) was lost. */
 typedef void	staging_done_fn(struct server *, struct lease *, int status, uint32_t bad_page);
@@ -908,7 +975,8 @@ enum lease_state {
 struct lease_obj {
 	uint32_t		 id;		/* the DRAM object */
 	uint16_t		 pool;
-	uint16_t		 staged;	/* 1: read from the file tier (a file hit) */
+	uint16_t		 staged;	/* 1: read from the file tier (a file hit); 2: pulled
+						   from a peer (a peer hit) */
 	uint32_t		 page;		/* index in the admitted hashes */
 	struct staging_read	*read;		/* a staging read in flight (staging.c) */
 };
@@ -986,6 +1054,7 @@ struct admission {
 	unsigned		 refs;		/* the group's list + leases */
 	int			 failed;	/* PROTO_S_* once the group restore failed */
 	char			 why[160];
+	struct peer_ask		*peer_ask;	/* the owners asked for leases; not answered */
 	TAILQ_ENTRY(admission)	 entry;
 };
 void	 admit_request(struct conn *, struct proto_frame *);
@@ -1044,6 +1113,10 @@ struct server {
 	struct cuda_engine *cuda;	/* NULL without a usable GPU */
 	struct filetier	*file;		/* NULL unless tiers.file.path is set */
 	struct publish_backlog *backlog; /* write-throughs waiting for the file tier */
+	struct peer_tier *peer;		/* NULL unless peer.id is set */
+	struct peer_view *peer_view;	/* while a PROBE or ADMIT counts what peers hold */
+	const char	*config_path;	/* re-read on SIGHUP; NULL: the embedded default */
+	struct event	*ev_sighup;
 	const char	*cuda_none;	/* why s->cuda is NULL, for ATTACH's refusal */
 	uint64_t	 next_lease;
 	uint64_t	 started_ms;
@@ -1087,6 +1160,7 @@ struct metrics {
 	uint64_t	admits_limited;		/* refused: admit.max_waiting reached */
 	uint64_t	hits_dram;		/* pages_restored that DRAM held at ADMIT */
 	uint64_t	hits_file;		/* pages_restored staged from the file tier */
+	uint64_t	hits_peer;		/* pages_restored pulled from a peer */
 	uint64_t	admit_pages;
 	uint64_t	admits_declined[PROTO_DECLINE__MAX];
 	uint64_t	restores_ready;

@@ -90,6 +90,7 @@ main(int argc, char **argv)
 		server_free(&server);
 		return 1;
 	}
+	server.config_path = file;	/* read again on SIGHUP */
 	rc = server_run(&server);
 	server_free(&server);
 	return rc == 0 ? 0 : 1;

@@ -389,7 +389,8 @@ unsigned
 server_copies_inflight(const struct server *s)
 {
 	return (s->copy != NULL ? copy_inflight(s->copy) : 0) + cuda_inflight(s->cuda) +
-	    (s->file != NULL ? filetier_inflight(s->file) : 0) + publish_backlog_waiting(s);
+	    (s->file != NULL ? filetier_inflight(s->file) : 0) + publish_backlog_waiting(s) +
+	    peer_inflight(s);
 }
 
 /* Ends a drain once the last connection and the last copy are gone. */
@@ -448,6 +449,7 @@ server_signal_cb(evutil_socket_t sig, short ev, void *arg)
 	notify_send("STOPPING=1");
 	event_del(s->ev_listen);
 	event_del(s->ev_accept_pause);
+	peer_stop(s);
 	close(s->listen_fd);
 	s->listen_fd = -1;
 	unlink(s->cfg->socket_path);
@@ -468,6 +470,37 @@ server_signal_cb(evutil_socket_t sig, short ev, void *arg)
 		next = TAILQ_NEXT(c, entry);
 		conn_close(c);
 	}
+}
+
+/*
+ * SIGHUP: the configuration file is read again and what can change while
+ * running is applied: today the peer tier's member list (peer.members).
+ * A file that does not load changes nothing.
+ */
+static void
+server_sighup_cb(evutil_socket_t sig, short ev, void *arg)
+{
+	static struct config	 cfg;
+	struct server		*s = arg;
+	char			 err[CONFIG_ERR_MAX];
+
+	(void)sig;
+	(void)ev;
+	if (s->config_path == NULL) {
+		log_info("server", "SIGHUP: no configuration file to read again");
+		return;
+	}
+	if (config_load_file(&cfg, s->config_path, err, sizeof(err)) != 0) {
+		log_warn("server", "SIGHUP: %s; nothing changed", err);
+		return;
+	}
+	log_info("server", "SIGHUP: %s read again", s->config_path);
+	if (s->peer != NULL && strcmp(cfg.peer_id, s->cfg->peer_id) == 0) {
+		memcpy(s->cfg->peer_members, cfg.peer_members, sizeof(cfg.peer_members));
+		s->cfg->npeer_members = cfg.npeer_members;
+		peer_members_set(s, s->cfg->peer_members, s->cfg->npeer_members);
+	} else if (s->peer != NULL || cfg.peer_id[0] != '\0')
+		log_warn("server", "SIGHUP: peer.id cannot change while running");
 }
 
 /*
@@ -578,6 +611,13 @@ server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t er
 		snprintf(err, errlen, "cannot register events");
 		return -ENOMEM;
 	}
+	s->ev_sighup = evsignal_new(s->base, SIGHUP, server_sighup_cb, s);
+	if (s->ev_sighup == NULL || event_add(s->ev_sighup, NULL) != 0) {
+		snprintf(err, errlen, "cannot register events");
+		return -ENOMEM;
+	}
+	if ((rc = peer_init(s, err, errlen)) != 0)
+		return rc;
 	if ((rc = server_listen(s, err, errlen)) != 0)
 		return rc;
 	s->ev_listen = event_new(s->base, s->listen_fd, EV_READ | EV_PERSIST, server_accept_cb, s);
@@ -624,6 +664,7 @@ server_free(struct server *s)
 	s->cuda = NULL;
 	while ((c = TAILQ_FIRST(&s->conns)) != NULL)
 		conn_free(c);
+	peer_free(s);
 	/* After the connections, which may have left sockets lingering. */
 	conn_linger_free_all(s);
 	/*
@@ -642,6 +683,9 @@ server_free(struct server *s)
 		event_free(s->ev_sigint);
 	if (s->ev_sigterm != NULL)
 		event_free(s->ev_sigterm);
+	if (s->ev_sighup != NULL)
+		event_free(s->ev_sighup);
+	s->ev_sighup = NULL;
 	if (s->ev_listen != NULL)
 		event_free(s->ev_listen);
 	if (s->ev_accept_pause != NULL)

@@ -468,6 +468,7 @@ struct proto_peer_hello {
 	char		role[PROTO_NAME_LEN];
 	uint64_t	incarnation;	/* random per start, never 0 */
 	uint8_t		nonce[PROTO_PEER_NONCE];	/* for the other side's proof */
+	uint8_t		proof[PROTO_PEER_PROOF];	/* reply: over the request's nonce */
 	char		provider[PROTO_PEER_PROV_LEN];	/* "" without a data path */
 	uint16_t	fabric_len;	/* bytes of fabric used */
 	uint16_t	nmr;		/* entries of mr used */
@@ -475,7 +476,7 @@ struct proto_peer_hello {
 	uint8_t		fabric[PROTO_PEER_ADDR_MAX];	/* endpoint name (fi_getname) */
 	struct proto_peer_mr mr[PROTO_PEER_KEYS_MAX];
 };
-_Static_assert(sizeof(struct proto_peer_hello) == 680, "proto_peer_hello");
+_Static_assert(sizeof(struct proto_peer_hello) == 712, "proto_peer_hello");
 
 /* PEER_AUTH: the dialler's proof over the listener's nonce (zeros without a secret). */
 struct proto_peer_auth {
