@@ -63,6 +63,7 @@
 #define PEER_BACKOFF_MAX_MS	5000
 #define PEER_PINGS_MAX		3	/* unanswered pings before the peer is down */
 #define PEER_CHUNK		(1ULL << 30)
+#define PEER_RUN_MAX		(4ULL << 20)	/* bytes of one coalesced read */
 
 struct peer_req {
 	struct peer		*p;
@@ -112,9 +113,9 @@ struct peer_pull {
 	peer_pull_done_fn	*done;
 	void			*arg;
 	int			 doomed;	/* the owner left or restarted: fails on landing */
-	int			 posted;
-	struct event		*delay;		/* testing.peer_pull_delay_ms */
-	TAILQ_ENTRY(peer_pull)	 entry;
+	int			 posted;	/* off the tier's queue, in a read */
+	TAILQ_ENTRY(peer_pull)	 entry;		/* the peer's */
+	TAILQ_ENTRY(peer_pull)	 qentry;	/* the tier's queue, until posted */
 };
 
 /* An offer this daemon made: its pins, until the home answered. */
@@ -854,7 +855,7 @@ peer_ask(struct server *s, unsigned kind, const struct obj_key *keys, const uint
 	struct peer_ask		*a;
 	struct obj_key		 pk;
 	unsigned		 homes[PEER_REPLICAS_MAX], nh, h, i;
-	uint32_t		*count = NULL, *which = NULL;
+	uint32_t		*count = NULL, *which = NULL, lim, nparts;
 	size_t			 k;
 	uint8_t			*buf;
 	size_t			 blen;
@@ -890,21 +891,34 @@ peer_ask(struct server *s, unsigned kind, const struct obj_key *keys, const uint
 			}
 		}
 	}
-	if ((a->parts = calloc(t->npeers, sizeof(*a->parts))) == NULL)
+	/*
+	 * One request per home, cut so that its answer fits a frame of
+	 * limits.max_frame (a lease answer is 88 bytes a key).
+	 */
+	lim = (s->cfg->max_frame - sizeof(struct proto_hdr) - sizeof(struct proto_peer_lease)) /
+	    sizeof(struct proto_peer_obj);
+	if (lim > PROTO_PEER_OBJS_MAX)
+		lim = PROTO_PEER_OBJS_MAX;
+	for (i = 0, nparts = 0; i < t->npeers; i++)
+		nparts += (count[i] + lim - 1) / lim;
+	if ((a->parts = calloc(nparts > 0 ? nparts : 1, sizeof(*a->parts))) == NULL)
 		goto fail;
 	for (i = 0; i < t->npeers; i++) {
-		struct peer_ask_part *pt;
+		struct peer_ask_part *pt = NULL;
 
-		if (count[i] == 0)
-			continue;
-		pt = &a->parts[a->nparts++];
-		pt->ask = a;
-		pt->p = t->peers[i];
-		if ((pt->keys = malloc(count[i] * sizeof(*pt->keys))) == NULL)
-			goto fail;
-		for (k = 0; k < n; k++)
-			if (which[k] == i)
-				pt->keys[pt->n++] = keys[k];
+		for (k = 0; k < n; k++) {
+			if (which[k] != i)
+				continue;
+			if (pt == NULL || pt->n == lim) {
+				pt = &a->parts[a->nparts++];
+				pt->ask = a;
+				pt->p = t->peers[i];
+				if ((pt->keys = malloc((count[i] < lim ? count[i] : lim) *
+				    sizeof(*pt->keys))) == NULL)
+					goto fail;
+			}
+			pt->keys[pt->n++] = keys[k];
+		}
 	}
 	a->pending = 1;		/* this function's, until every part is sent */
 	for (i = 0; i < a->nparts; i++) {
@@ -985,8 +999,8 @@ static void
 peer_pull_free(struct peer_pull *pl)
 {
 	TAILQ_REMOVE(&pl->p->pulls, pl, entry);
-	if (pl->delay != NULL)
-		event_free(pl->delay);
+	if (!pl->posted)
+		TAILQ_REMOVE(&pl->p->tier->queued, pl, qentry);
 	peer_olease_unref(pl->g.ol);
 	peer_unref(pl->p);
 	free(pl);
@@ -1024,28 +1038,80 @@ peer_pull_landed(void *arg, int err)
 	server_maybe_finish(p->tier->s);
 }
 
-static int
-peer_pull_post(struct peer_pull *pl)
-{
-	struct peer	*p = pl->p;
-
-	pl->posted = 1;
-	if (pl->doomed || !p->fabric_ok)
-		return -ESTALE;
-	return fabric_read(p->tier->fab, p->fabric_peer, pl->dst, pl->g.len, pl->g.raddr,
-	    pl->g.rkey, p->tier->s->cfg->peer_pull_timeout_ms, peer_pull_landed, pl);
-}
+/* One read for pulls whose source and destination are both contiguous. */
+struct peer_run {
+	unsigned		 n;
+	struct peer_pull	*pl[];
+};
 
 static void
-peer_pull_delay_cb(evutil_socket_t fd, short ev, void *arg)
+peer_run_done(void *arg, int err)
 {
-	struct peer_pull	*pl = arg;
+	struct peer_run	*run = arg;
+	unsigned	 i;
+
+	/* Each object is verified on its own: one bad object fails only itself. */
+	for (i = 0; i < run->n; i++)
+		peer_pull_landed(run->pl[i], err);
+	free(run);
+}
+
+/* Whether b continues a's read: same owner and key, contiguous there and here. */
+static int
+peer_pull_follows(const struct peer_pull *a, const struct peer_pull *b, uint64_t runlen)
+{
+	return a->p == b->p && a->g.rkey == b->g.rkey && a->g.raddr + a->g.len == b->g.raddr &&
+	    (const uint8_t *)a->dst + a->g.len == (const uint8_t *)b->dst &&
+	    runlen + b->g.len <= PEER_RUN_MAX;
+}
+
+/*
+ * The pulls queued on this loop turn (or, with testing.peer_pull_delay_ms,
+ * since the delay began) go out, coalesced: a run of pulls from one owner
+ * whose objects follow each other there and whose staging objects follow
+ * each other here (a prefix published in one PUBLISH, staged by one ADMIT)
+ * is one read of up to PEER_RUN_MAX bytes.
+ */
+static void
+peer_flush_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct peer_tier	*t = arg;
+	struct peer_pull	*first, *pl, *next;
+	struct peer_run		*run;
+	uint64_t		 len;
+	unsigned		 n, i;
 	int			 rc;
 
 	(void)fd;
 	(void)ev;
-	if ((rc = peer_pull_post(pl)) != 0)
-		peer_pull_landed(pl, rc);
+	while ((first = TAILQ_FIRST(&t->queued)) != NULL) {
+		len = first->g.len;
+		for (n = 1, pl = first; (next = TAILQ_NEXT(pl, qentry)) != NULL &&
+		    peer_pull_follows(pl, next, len); pl = next, n++)
+			len += next->g.len;
+		if ((run = malloc(sizeof(*run) + n * sizeof(run->pl[0]))) == NULL) {
+			/* Out of memory: the first fails, the rest wait for the next turn. */
+			TAILQ_REMOVE(&t->queued, first, qentry);
+			first->posted = 1;
+			peer_pull_landed(first, -ENOMEM);
+			continue;
+		}
+		for (i = 0, pl = first; i < n; i++, pl = next) {
+			next = TAILQ_NEXT(pl, qentry);
+			TAILQ_REMOVE(&t->queued, pl, qentry);
+			pl->posted = 1;
+			run->pl[i] = pl;
+		}
+		run->n = n;
+		rc = -ESTALE;
+		if (!first->doomed && first->p->fabric_ok) {
+			first->p->reads++;
+			rc = fabric_read(t->fab, first->p->fabric_peer, first->dst, len, first->g.raddr,
+			    first->g.rkey, t->s->cfg->peer_pull_timeout_ms, peer_run_done, run);
+		}
+		if (rc != 0)
+			peer_run_done(run, rc);
+	}
 }
 
 /*
@@ -1054,19 +1120,19 @@ peer_pull_delay_cb(evutil_socket_t fd, short ev, void *arg)
  * verified (err 0) or the pull failed; never from inside this call.
  * -errno: refused before anything was posted (owner not up in the
  * granting incarnation, address or key outside its chunks); done never
- * runs.
+ * runs. The read is posted when the loop comes back (peer_flush_cb).
  */
 int
 peer_pull_start(struct server *s, const struct peer_grant *g, void *dst, peer_pull_done_fn *done,
     void *arg)
 {
+	struct peer_tier	*t = s->peer;
 	struct peer		*p = g->peer;
 	struct peer_pull	*pl;
-	struct timeval		 tv;
-	int			 rc;
+	struct timeval		 tv = { 0, 0 };
 
-	if (s->peer == NULL || s->peer->fab == NULL || p->removed || p->state != PEER_UP ||
-	    !p->fabric_ok || p->incarnation != g->incarnation)
+	if (t == NULL || t->fab == NULL || p->removed || p->state != PEER_UP || !p->fabric_ok ||
+	    p->incarnation != g->incarnation)
 		return -ESTALE;
 	/* A PROBE's answer (no length, no key) is never pulled from. */
 	if (g->len == 0 || g->len > FILETIER_OBJ_MAX || !peer_mr_ok(p, g->raddr, g->rkey, g->len)) {
@@ -1086,16 +1152,11 @@ peer_pull_start(struct server *s, const struct peer_grant *g, void *dst, peer_pu
 		g->ol->refs++;
 	peer_ref(p);
 	TAILQ_INSERT_TAIL(&p->pulls, pl, entry);
-	if (s->cfg->test_peer_pull_delay_ms > 0) {
+	TAILQ_INSERT_TAIL(&t->queued, pl, qentry);
+	if (!evtimer_pending(t->ev_flush, NULL)) {
 		tv.tv_sec = s->cfg->test_peer_pull_delay_ms / 1000;
 		tv.tv_usec = (s->cfg->test_peer_pull_delay_ms % 1000) * 1000;
-		if ((pl->delay = evtimer_new(s->base, peer_pull_delay_cb, pl)) != NULL &&
-		    evtimer_add(pl->delay, &tv) == 0)
-			return 0;
-	}
-	if ((rc = peer_pull_post(pl)) != 0) {
-		peer_pull_free(pl);
-		return rc;
+		evtimer_add(t->ev_flush, &tv);
 	}
 	return 0;
 }
@@ -1341,6 +1402,11 @@ peer_init(struct server *s, char *err, size_t errlen)
 	t->s = s;
 	t->listen_fd = -1;
 	TAILQ_INIT(&t->ins);
+	TAILQ_INIT(&t->queued);
+	if ((t->ev_flush = evtimer_new(s->base, peer_flush_cb, t)) == NULL) {
+		snprintf(err, errlen, "cannot register events");
+		return -ENOMEM;
+	}
 	snprintf(t->self.id, sizeof(t->self.id), "%s", s->cfg->peer_id);
 	snprintf(t->self.addr, sizeof(t->self.addr), "%s", s->cfg->peer_listen);
 	while (t->incarnation == 0)
@@ -1391,6 +1457,8 @@ peer_free(struct server *s)
 	for (i = 0; i < t->npeers; i++) {
 		struct peer *p = t->peers[i];
 
+		/* Held here: the closes below drop references, and p goes last. */
+		peer_ref(p);
 		p->removed = 1;
 		if (p->out != NULL)
 			conn_free(p->out);
@@ -1405,6 +1473,8 @@ peer_free(struct server *s)
 	}
 	if (t->fab != NULL)
 		fabric_close(t->fab);
+	if (t->ev_flush != NULL)
+		event_free(t->ev_flush);
 	if (t->ev_listen != NULL)
 		event_free(t->ev_listen);
 	if (t->listen_fd >= 0)
@@ -1440,11 +1510,12 @@ peer_stats_json(struct server *s)
 		pulling = 0;
 		TAILQ_FOREACH(pl, &p->pulls, entry)
 			pulling++;
-		po = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+		po = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
 		    "id", p->m.id, "addr", p->m.addr, "state", peer_state_name(p->state),
 		    "data_path", p->fabric_ok ? "yes" : "no", "rtt_us", (json_int_t)p->rtt_us,
 		    "connects", (json_int_t)p->connects, "pulls", (json_int_t)p->pulls_done,
 		    "pulls_inflight", (json_int_t)pulling, "pull_bytes", (json_int_t)p->pull_bytes,
+		    "reads", (json_int_t)p->reads,
 		    "probes_sent", (json_int_t)p->probes_sent, "leases_sent",
 		    (json_int_t)p->leases_sent, "offers_sent", (json_int_t)p->offers_sent,
 		    "asks_missed", (json_int_t)p->asks_missed);

@@ -58,6 +58,7 @@ struct peer {
 	uint64_t		 rtt_us;
 	uint64_t		 connects;
 	uint64_t		 pulls_done;
+	uint64_t		 reads;		/* fabric reads posted: pulls coalesced */
 	uint64_t		 pull_bytes;
 	uint64_t		 failures[PEER_FAIL__MAX];
 	uint64_t		 probes_sent;
@@ -98,6 +99,8 @@ struct peer_tier {
 	uint16_t		 nmr;
 	uint64_t		 next_lease;
 	uint64_t		 next_offer;
+	struct peer_pull_list	 queued;	/* pulls to post when the loop comes back */
+	struct event		*ev_flush;
 	/* STATS. */
 	uint64_t		 refused;	/* connections refused at HELLO or AUTH */
 	uint64_t		 probes_served;

@@ -237,7 +237,7 @@ staging_add_peer(struct server *s, struct lease *l, struct lease_obj *o, const s
 {
 	const struct peer_grant	*g = peer_view_find(s->peer_view, k);
 	struct staging_read	*rd, **b;
-	uint32_t		 did;
+	uint32_t		 did, near;
 	uint8_t			*buf;
 	int			 rc;
 
@@ -245,7 +245,10 @@ staging_add_peer(struct server *s, struct lease *l, struct lease_obj *o, const s
 		return -ENOENT;
 	if ((rd = calloc(1, sizeof(*rd))) == NULL)
 		return -ENOMEM;
-	if ((rc = dram_alloc(s->dram, k, g->len, DRAM_NONE, &did, &buf)) != 0) {
+	/* After the lease's previous object, where that is free: the pulls coalesce (peer.c). */
+	near = o > l->objs && o[-1].pool == o->pool && o[-1].id != DRAM_NONE ? o[-1].id :
+	    DRAM_NONE;
+	if ((rc = dram_alloc(s->dram, k, g->len, near, &did, &buf)) != 0) {
 		free(rd);
 		return rc;
 	}

@@ -447,6 +447,9 @@ START_TEST(test_restore_objects_published_elsewhere)
 		pulled += pt_hits_peer(i);
 	}
 	ck_assert_int_gt(pulled, 0);
+	/* Stripes of 16 contiguous pages: fewer reads than pulls (coalesced). */
+	ck_assert_int_lt(pt_peer_stat(1, 0, "reads") + pt_peer_stat(1, 2, "reads"),
+	    pt_peer_stat(1, 0, "pulls") + pt_peer_stat(1, 2, "pulls"));
 	ck_assert_int_gt(test_stat(pt_d[0].sock, "peers", "leases_served") +
 	    test_stat(pt_d[1].sock, "peers", "leases_served") +
 	    test_stat(pt_d[2].sock, "peers", "leases_served"), 0);
