@@ -1498,7 +1498,7 @@ peer_stats_json(struct server *s)
 	char			 inc[24];
 
 	if (t == NULL)
-		return json_pack("{s:b}", "enabled", 0);
+		return json_null();	/* the tier is off (peer.id is "") */
 	a = json_array();
 	for (i = 0; i < t->npeers; i++) {
 		struct peer *p = t->peers[i];

@@ -340,6 +340,12 @@ START_TEST(test_three_daemons_connect)
 
 	pt_role(PT_N, NULL, NULL);
 	for (i = 0; i < PT_N; i++) {
+		json_t *doc = test_stats(pt_d[i].sock);
+
+		/* The data path is libfabric's tcp provider (tcp;ofi_rxm on 1.17). */
+		ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(json_object_get(doc,
+		    "peers"), "provider")), "tcp"));
+		json_decref(doc);
 		ck_assert_int_eq(test_stat(pt_d[i].sock, "peers", "members"), PT_N);
 		ck_assert_int_eq(test_stat(pt_d[i].sock, "peers", "refused"), 0);
 		for (j = 0; j < PT_N; j++) {
@@ -351,6 +357,34 @@ START_TEST(test_three_daemons_connect)
 			ck_assert_int_gt(pt_peer_stat(i, j, "rtt_us"), 0);
 		}
 	}
+}
+END_TEST
+
+/* `l3kvctl stats -H` prints a line per member: its state, RTT, pulls, failures. */
+START_TEST(test_l3kvctl_shows_the_peers)
+{
+	char	bin[PATH_MAX], cmd[PATH_MAX * 2], line[512], *all = NULL;
+	size_t	len = 0;
+	FILE	*p;
+	int	lines = 0;
+
+	pt_role(PT_N, NULL, NULL);
+	test_path("l3kvctl", bin, sizeof(bin));
+	snprintf(cmd, sizeof(cmd), "%s -s %s stats -H", bin, pt_d[0].sock);
+	ck_assert_ptr_nonnull(p = popen(cmd, "r"));
+	while (fgets(line, sizeof(line), p) != NULL) {
+		if ((strncmp(line, "  n1 ", 5) == 0 || strncmp(line, "  n2 ", 5) == 0) &&
+		    strstr(line, " up ") != NULL && strstr(line, "rtt") != NULL &&
+		    strstr(line, "pulls") != NULL && strstr(line, "failures none") != NULL)
+			lines++;
+		all = realloc(all, len + strlen(line) + 1);
+		memcpy(all + len, line, strlen(line) + 1);
+		len += strlen(line);
+	}
+	ck_assert_int_eq(WEXITSTATUS(pclose(p)), 0);
+	ck_assert_msg(lines == 2, "no line per member in:\n%s", all != NULL ? all : "");
+	ck_assert_ptr_nonnull(strstr(all, "\npeers\n"));
+	free(all);
 }
 END_TEST
 
@@ -931,6 +965,7 @@ suite_peer(void)
 	tcase_add_test(tc, test_stripe_pages_share_a_home);
 	tc = test_tcase(s, "channel", 60, NULL, pt_teardown);
 	tcase_add_test(tc, test_three_daemons_connect);
+	tcase_add_test(tc, test_l3kvctl_shows_the_peers);
 	tcase_add_test(tc, test_stranger_is_refused);
 	tcase_add_test(tc, test_secret_is_checked);
 	tc = test_tcase(s, "restore", 60, NULL, pt_teardown);
