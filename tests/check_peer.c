@@ -363,7 +363,7 @@ END_TEST
 /* `l3kvctl stats -H` prints a line per member: its state, RTT, pulls, failures. */
 START_TEST(test_l3kvctl_shows_the_peers)
 {
-	char	bin[PATH_MAX], cmd[PATH_MAX * 2], line[512], *all = NULL;
+	char	bin[PATH_MAX], cmd[PATH_MAX * 2], line[512], *all = NULL, *grown;
 	size_t	len = 0;
 	FILE	*p;
 	int	lines = 0;
@@ -377,12 +377,14 @@ START_TEST(test_l3kvctl_shows_the_peers)
 		    strstr(line, " up ") != NULL && strstr(line, "rtt") != NULL &&
 		    strstr(line, "pulls") != NULL && strstr(line, "failures none") != NULL)
 			lines++;
-		all = realloc(all, len + strlen(line) + 1);
+		ck_assert_ptr_nonnull(grown = realloc(all, len + strlen(line) + 1));
+		all = grown;
 		memcpy(all + len, line, strlen(line) + 1);
 		len += strlen(line);
 	}
 	ck_assert_int_eq(WEXITSTATUS(pclose(p)), 0);
-	ck_assert_msg(lines == 2, "no line per member in:\n%s", all != NULL ? all : "");
+	ck_assert_ptr_nonnull(all);
+	ck_assert_msg(lines == 2, "no line per member in:\n%s", all);
 	ck_assert_ptr_nonnull(strstr(all, "\npeers\n"));
 	free(all);
 }
