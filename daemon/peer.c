@@ -532,9 +532,8 @@ peer_out_hello(struct peer *p, struct proto_frame *f)
 		return;
 	}
 	memcpy(&h, f->payload, sizeof(h));
-	if (!proto_string_ok(h.id, sizeof(h.id), 0) || strcmp(h.id, p->m.id) != 0 ||
-	    !proto_string_ok(h.role, sizeof(h.role), 0) || strcmp(h.role, t->s->cfg->role) != 0 ||
-	    !proto_string_ok(h.provider, sizeof(h.provider), 1)) {
+	if (proto_peer_hello_check(&h) != PROTO_S_OK || strcmp(h.id, p->m.id) != 0 ||
+	    strcmp(h.role, t->s->cfg->role) != 0) {
 		t->refused++;
 		log_warn("peer", "%s (%s) answered as another member or role: closed", p->m.id,
 		    p->m.addr);
@@ -796,6 +795,7 @@ peer_lease_reply(void *arg, struct peer *p, unsigned status, const uint8_t *payl
 	struct peer_ask_part	*pt = arg;
 	struct proto_peer_lease	 lh;
 	struct proto_peer_obj	 o;
+
 	struct proto_peer_key	 w;
 	struct peer_grant	 g;
 	uint32_t		 i;
@@ -803,8 +803,7 @@ peer_lease_reply(void *arg, struct peer *p, unsigned status, const uint8_t *payl
 	if (status != PROTO_S_OK)
 		goto out;
 	pt->ol->granted = 1;	/* whatever it pinned is released, even for a bad answer */
-	if (len < sizeof(lh) || (memcpy(&lh, payload, sizeof(lh)), lh.lease != pt->ol->id) ||
-	    lh.nkeys != pt->n || len != sizeof(lh) + (uint64_t)pt->n * sizeof(o)) {
+	if (proto_peer_lease_reply_check(payload, len, pt->ol->id, pt->n) != PROTO_S_OK) {
 		log_warn("peer", "%s: a malformed PEER_LEASE answer (%u bytes for %u keys)",
 		    p->m.id, len, pt->n);
 		goto out;
@@ -820,8 +819,7 @@ peer_lease_reply(void *arg, struct peer *p, unsigned status, const uint8_t *payl
 		}
 		if (o.present != 1)
 			continue;
-		if (o.len == 0 || o.len > FILETIER_OBJ_MAX ||
-		    !peer_mr_ok(p, o.raddr, o.rkey, o.len)) {
+		if (!peer_mr_ok(p, o.raddr, o.rkey, o.len)) {
 			p->failures[PEER_FAIL_KEY]++;
 			continue;
 		}

@@ -141,14 +141,15 @@ peer_serve_hello(struct peer_in *in, struct proto_frame *f)
 		return;
 	}
 	memcpy(&h, f->payload, sizeof(h));
-	if (h.flags != 0 || h.version_min > PROTO_VERSION || h.version_max < PROTO_VERSION) {
+	switch (proto_peer_hello_check(&h)) {
+	case PROTO_S_OK:
+		break;
+	case PROTO_S_BAD_VERSION:
 		peer_refuse(in, &f->hdr, PROTO_S_BAD_VERSION, "PEER_HELLO: no common version");
 		return;
-	}
-	if (!proto_string_ok(h.id, sizeof(h.id), 0) || !proto_string_ok(h.role, sizeof(h.role), 0) ||
-	    !proto_string_ok(h.provider, sizeof(h.provider), 1) || h.incarnation == 0) {
-		peer_refuse(in, &f->hdr, PROTO_S_INVALID, "PEER_HELLO: a bad id, role, provider or "
-		    "incarnation");
+	default:
+		peer_refuse(in, &f->hdr, PROTO_S_INVALID, "PEER_HELLO: a bad id, role, provider, "
+		    "incarnation or chunk");
 		return;
 	}
 	if (strcmp(h.id, t->self.id) == 0 || strcmp(h.role, t->s->cfg->role) != 0) {
@@ -390,8 +391,8 @@ peer_serve_offer(struct peer_in *in, struct proto_frame *f)
 	in->offers++;
 	for (i = 0; i < oh.nobjs; i++) {
 		memcpy(&o, f->payload + sizeof(oh) + (size_t)i * sizeof(o), sizeof(o));
-		if (o.present != 1 || peer_key_in(&o.key, &k) != 0 || o.len == 0 ||
-		    o.len > FILETIER_OBJ_MAX || t->fab == NULL) {
+		if (proto_peer_obj_check(&o) != PROTO_S_OK || o.present != 1 ||
+		    peer_key_in(&o.key, &k) != 0 || t->fab == NULL) {
 			oi->r.failed++;
 			continue;
 		}

@@ -331,6 +331,79 @@ proto_hello_check(const struct proto_hello *h, uint16_t *version)
 	return PROTO_S_OK;
 }
 
+/*
+ * A PEER_HELLO's fields (request or reply): 0 or PROTO_S_INVALID /
+ * PROTO_S_BAD_VERSION. Whether the id is a member, the role this one's, is
+ * the daemon's to say.
+ */
+int
+proto_peer_hello_check(const struct proto_peer_hello *h)
+{
+	unsigned	i;
+	uint64_t	end;
+
+	if (h->version_min > h->version_max || h->version_max < PROTO_VERSION_MIN ||
+	    h->version_min > PROTO_VERSION_MAX)
+		return PROTO_S_BAD_VERSION;
+	if (h->flags != 0 || h->incarnation == 0 || h->pad != 0 ||
+	    !proto_string_ok(h->id, sizeof(h->id), 0) ||
+	    !proto_string_ok(h->role, sizeof(h->role), 0) ||
+	    !proto_string_ok(h->provider, sizeof(h->provider), 1) ||
+	    h->fabric_len > sizeof(h->fabric) || h->nmr > PROTO_PEER_KEYS_MAX)
+		return PROTO_S_INVALID;
+	for (i = 0; i < h->nmr; i++)
+		if (h->mr[i].len == 0 || __builtin_add_overflow(h->mr[i].raddr, h->mr[i].len, &end))
+			return PROTO_S_INVALID;
+	return PROTO_S_OK;
+}
+
+/*
+ * One object of a PEER_LEASE answer or a PEER_OFFER: 0 or
+ * PROTO_S_INVALID. A present object has a length of 1 byte to 1 GiB
+ * and a span that does not wrap; an absent one is zeros.
+ */
+int
+proto_peer_obj_check(const struct proto_peer_obj *o)
+{
+	uint64_t	end;
+
+	if (o->key.pad != 0 || o->pad[0] != 0 || o->pad[1] != 0 || o->pad[2] != 0)
+		return PROTO_S_INVALID;
+	if (o->present == 0)
+		return o->len == 0 && o->checksum == 0 && o->raddr == 0 && o->rkey == 0 ?
+		    PROTO_S_OK : PROTO_S_INVALID;
+	if (o->present != 1 || o->len == 0 || o->len > (1ULL << 30) ||
+	    __builtin_add_overflow(o->raddr, o->len, &end))
+		return PROTO_S_INVALID;
+	return PROTO_S_OK;
+}
+
+/*
+ * A PEER_LEASE answer for lease `lease` of nkeys keys: its length, header
+ * and every object. 0 or PROTO_S_BAD_LENGTH / PROTO_S_INVALID; the keys'
+ * echo is the asker's to compare.
+ */
+int
+proto_peer_lease_reply_check(const void *payload, uint32_t len, uint64_t lease, uint32_t nkeys)
+{
+	struct proto_peer_lease	lh;
+	struct proto_peer_obj	o;
+	uint32_t		i;
+
+	if (nkeys > PROTO_PEER_OBJS_MAX ||
+	    (uint64_t)len != sizeof(lh) + (uint64_t)nkeys * sizeof(o))
+		return PROTO_S_BAD_LENGTH;
+	memcpy(&lh, payload, sizeof(lh));
+	if (lh.lease != lease || lh.nkeys != nkeys)
+		return PROTO_S_INVALID;
+	for (i = 0; i < nkeys; i++) {
+		memcpy(&o, (const uint8_t *)payload + sizeof(lh) + (size_t)i * sizeof(o), sizeof(o));
+		if (proto_peer_obj_check(&o) != PROTO_S_OK)
+			return PROTO_S_INVALID;
+	}
+	return PROTO_S_OK;
+}
+
 #define ATTACH_ERR(...) do {						\
 	if (err != NULL)						\
 		snprintf(err, errlen, __VA_ARGS__);			\

@@ -602,6 +602,10 @@ int		 proto_attach_decode(const void *, uint32_t length,
 		    struct proto_attach_view *, char *err, size_t errlen);
 uint32_t	 proto_attach_length(uint8_t npools, uint16_t nregions, uint32_t nlive);
 uint32_t	 proto_attach_live(const struct proto_attach_view *, uint32_t i);
+int		 proto_peer_hello_check(const struct proto_peer_hello *);
+int		 proto_peer_obj_check(const struct proto_peer_obj *);
+int		 proto_peer_lease_reply_check(const void *payload, uint32_t len, uint64_t lease,
+		    uint32_t nkeys);
 size_t		 proto_dump(const struct proto_hdr *, const void *payload,
 		    char *buf, size_t len);
 
