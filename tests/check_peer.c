@@ -8,9 +8,14 @@
  * its own control port; with tests/netns.sh they run in three network
  * namespaces joined by a bridge (the netns tcases).
  */
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 
+#include <netinet/in.h>
+
+#include <arpa/inet.h>
+#include <poll.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -333,6 +338,13 @@ pt_role(unsigned n, const char *extra_peer, const char *extra_top)
 	pt_wait_mesh(n);
 }
 
+static void
+pt_rank(struct test_rank *r, unsigned i)
+{
+	test_rank_init(r, &pt_kv, "g", 1, 0);
+	test_rank_attach(r, pt_d[i].sock);
+}
+
 /* The control channel comes up between three daemons, with RTTs. */
 START_TEST(test_three_daemons_connect)
 {
@@ -390,6 +402,100 @@ START_TEST(test_l3kvctl_shows_the_peers)
 }
 END_TEST
 
+/*
+ * Sends len bytes to daemon i's peer port as a stranger would and returns
+ * the status of the first frame back (-1: none; the connection closed
+ * without one), then expects the daemon to close the connection.
+ */
+static int
+pt_raw(unsigned i, const void *buf, size_t len)
+{
+	struct sockaddr_in	sin;
+	struct proto_hdr	h;
+	struct pollfd		pfd;
+	uint8_t			junk[4096];
+	ssize_t			n;
+	size_t			got = 0;
+	int			fd, st = -1;
+
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons((uint16_t)(pt_port + i));
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_ge(fd = socket(AF_INET, SOCK_STREAM, 0), 0);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	ck_assert_int_eq(write(fd, buf, len), (ssize_t)len);
+	pfd.fd = fd;
+	pfd.events = POLLIN;
+	while (got < sizeof(h) && poll(&pfd, 1, 5000) == 1 &&
+	    (n = read(fd, (uint8_t *)&h + got, sizeof(h) - got)) > 0)
+		got += (size_t)n;
+	if (got == sizeof(h))
+		st = h.status;
+	/* Then the daemon closes it: EOF within 5 s. */
+	while (poll(&pfd, 1, 5000) == 1 && (n = read(fd, junk, sizeof(junk))) > 0)
+		;
+	ck_assert_int_eq(poll(&pfd, 1, 0), 1);
+	close(fd);
+	return st;
+}
+
+/* Hostile bytes on the peer port: each answered and closed; the role keeps working. */
+START_TEST(test_hostile_peer_bytes_are_refused)
+{
+	struct {
+		struct proto_hdr	h;
+		union {
+			struct proto_peer_hello	hello;
+			struct proto_peer_lease	lease;
+			uint8_t			raw[1024];
+		} u;
+	} f;
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a;
+	struct test_rank		pub, r;
+
+	pt_role(2, NULL, NULL);
+	memset(&f, 0x5a, sizeof(f));
+	ck_assert_int_eq(pt_raw(0, &f, sizeof(f.h)), PROTO_S_BAD_MAGIC);	/* an ERROR frame */
+	memset(&f, 0, sizeof(f));
+	proto_hdr_init(&f.h, PROTO_T_HELLO, sizeof(struct proto_hello), 1);
+	ck_assert_int_eq(pt_raw(0, &f, sizeof(f.h) + sizeof(struct proto_hello)), PROTO_S_BAD_TYPE);
+	proto_hdr_init(&f.h, PROTO_T_PEER_LEASE, sizeof(f.u.lease), 2);
+	ck_assert_int_eq(pt_raw(0, &f, sizeof(f.h) + sizeof(f.u.lease)), PROTO_S_STATE);
+	proto_hdr_init(&f.h, PROTO_T_PEER_HELLO, sizeof(f.u.hello), 3);
+	f.u.hello.version_min = f.u.hello.version_max = 1;
+	snprintf(f.u.hello.id, sizeof(f.u.hello.id), "mallory");
+	snprintf(f.u.hello.role, sizeof(f.u.hello.role), "decode");
+	f.u.hello.incarnation = 1;
+	ck_assert_int_eq(pt_raw(0, &f, sizeof(f.h) + sizeof(f.u.hello)), PROTO_S_PEER_UNKNOWN);
+	snprintf(f.u.hello.id, sizeof(f.u.hello.id), "n0");	/* the daemon itself */
+	ck_assert_int_eq(pt_raw(0, &f, sizeof(f.h) + sizeof(f.u.hello)), PROTO_S_PEER_ROLE);
+	snprintf(f.u.hello.id, sizeof(f.u.hello.id), "n1");
+	snprintf(f.u.hello.role, sizeof(f.u.hello.role), "prefill");
+	ck_assert_int_eq(pt_raw(0, &f, sizeof(f.h) + sizeof(f.u.hello)), PROTO_S_PEER_ROLE);
+	snprintf(f.u.hello.role, sizeof(f.u.hello.role), "decode");
+	f.u.hello.nmr = 200;
+	ck_assert_int_eq(pt_raw(0, &f, sizeof(f.h) + sizeof(f.u.hello)), PROTO_S_INVALID);
+	/* A header promising more than max_frame is refused before anything is read for it. */
+	proto_hdr_init(&f.h, PROTO_T_PEER_OFFER, 64U << 20, 4);
+	ck_assert_int_eq(pt_raw(0, &f, sizeof(f.h)), PROTO_S_TOO_BIG);
+	ck_assert_int_ge(test_stat(pt_d[0].sock, "peers", "refused"), 4);
+	/* The real members still restore from each other. */
+	ck_assert(pt_wait_state(1, 0, "up"));
+	pt_rank(&pub, 0);
+	test_rank_publish_kv(&pub, 14, 0, 32, 0, NULL);
+	ck_assert_int_eq(test_stat_wait(pt_d[0].sock, "dram", "pins", 0), 0);
+	pt_rank(&r, 1);
+	a = test_rank_admit(&r, 1, 14, 32, 32, PROTO_SLOT_NONE);
+	ck_assert_uint_eq(a.admitted_pages, 32);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 32, &res), 0);
+	ck_assert(test_rank_page_is(&r, TEST_RANK_KV, 31, 14, 31));
+	test_rank_fini(&r);
+	test_rank_fini(&pub);
+}
+END_TEST
+
 /* A daemon the members do not list is refused by each, and sees none of them up. */
 START_TEST(test_stranger_is_refused)
 {
@@ -428,13 +534,6 @@ START_TEST(test_secret_is_checked)
 END_TEST
 
 /* ------------------------------------------------------------------ restores */
-
-static void
-pt_rank(struct test_rank *r, unsigned i)
-{
-	test_rank_init(r, &pt_kv, "g", 1, 0);
-	test_rank_attach(r, pt_d[i].sock);
-}
 
 /* STATS cache.hits.peer of daemon i. */
 static long long
@@ -970,6 +1069,7 @@ suite_peer(void)
 	tcase_add_test(tc, test_l3kvctl_shows_the_peers);
 	tcase_add_test(tc, test_stranger_is_refused);
 	tcase_add_test(tc, test_secret_is_checked);
+	tcase_add_test(tc, test_hostile_peer_bytes_are_refused);
 	tc = test_tcase(s, "restore", 60, NULL, pt_teardown);
 	tcase_add_test(tc, test_restore_objects_published_elsewhere);
 	tcase_add_test(tc, test_probe_changes_nothing_anywhere);

@@ -1044,6 +1044,73 @@ START_TEST(test_channels_serve_their_own_types)
 }
 END_TEST
 
+/* The peer channel's field checks: HELLO, an object, a lease answer. */
+START_TEST(test_peer_payload_checks)
+{
+	struct proto_peer_hello	h;
+	struct proto_peer_obj	o, objs[2];
+	uint8_t			buf[sizeof(struct proto_peer_lease) + sizeof(objs)];
+	struct proto_peer_lease	lh = { 7, 2, 0 };
+
+	memset(&h, 0, sizeof(h));
+	h.version_min = h.version_max = 1;
+	snprintf(h.id, sizeof(h.id), "node-a");
+	snprintf(h.role, sizeof(h.role), "decode");
+	h.incarnation = 1;
+	h.nmr = 1;
+	h.mr[0].raddr = 4096;
+	h.mr[0].len = 4096;
+	ck_assert_int_eq(proto_peer_hello_check(&h), PROTO_S_OK);
+	h.incarnation = 0;
+	ck_assert_int_eq(proto_peer_hello_check(&h), PROTO_S_INVALID);
+	h.incarnation = 1;
+	h.mr[0].raddr = UINT64_MAX - 10;
+	ck_assert_int_eq(proto_peer_hello_check(&h), PROTO_S_INVALID);
+	h.mr[0].raddr = 4096;
+	h.nmr = PROTO_PEER_KEYS_MAX + 1;
+	ck_assert_int_eq(proto_peer_hello_check(&h), PROTO_S_INVALID);
+	h.nmr = 1;
+	h.fabric_len = PROTO_PEER_ADDR_MAX + 1;
+	ck_assert_int_eq(proto_peer_hello_check(&h), PROTO_S_INVALID);
+	h.fabric_len = 0;
+	memset(h.id, 'x', sizeof(h.id));	/* unterminated */
+	ck_assert_int_eq(proto_peer_hello_check(&h), PROTO_S_INVALID);
+	snprintf(h.id, sizeof(h.id), "node-a");
+	h.version_min = h.version_max = 2;
+	ck_assert_int_eq(proto_peer_hello_check(&h), PROTO_S_BAD_VERSION);
+
+	memset(&o, 0, sizeof(o));
+	ck_assert_int_eq(proto_peer_obj_check(&o), PROTO_S_OK);	/* absent: zeros */
+	o.len = 1;
+	ck_assert_int_eq(proto_peer_obj_check(&o), PROTO_S_INVALID);
+	o.present = 1;
+	o.len = 4096;
+	o.raddr = 8192;
+	ck_assert_int_eq(proto_peer_obj_check(&o), PROTO_S_OK);
+	o.len = (1ULL << 30) + 1;
+	ck_assert_int_eq(proto_peer_obj_check(&o), PROTO_S_INVALID);
+	o.len = 4096;
+	o.present = 2;
+	ck_assert_int_eq(proto_peer_obj_check(&o), PROTO_S_INVALID);
+	o.present = 1;
+	o.key.pad = 1;
+	ck_assert_int_eq(proto_peer_obj_check(&o), PROTO_S_INVALID);
+	o.key.pad = 0;
+
+	objs[0] = o;
+	memset(&objs[1], 0, sizeof(objs[1]));
+	memcpy(buf, &lh, sizeof(lh));
+	memcpy(buf + sizeof(lh), objs, sizeof(objs));
+	ck_assert_int_eq(proto_peer_lease_reply_check(buf, sizeof(buf), 7, 2), PROTO_S_OK);
+	ck_assert_int_eq(proto_peer_lease_reply_check(buf, sizeof(buf), 8, 2), PROTO_S_INVALID);
+	ck_assert_int_eq(proto_peer_lease_reply_check(buf, sizeof(buf) - 1, 7, 2),
+	    PROTO_S_BAD_LENGTH);
+	ck_assert_int_eq(proto_peer_lease_reply_check(buf, sizeof(buf), 7, 1), PROTO_S_BAD_LENGTH);
+	buf[sizeof(lh) + sizeof(o) + 60] = 1;	/* the absent object's len */
+	ck_assert_int_eq(proto_peer_lease_reply_check(buf, sizeof(buf), 7, 2), PROTO_S_INVALID);
+}
+END_TEST
+
 START_TEST(test_dump_names_every_type)
 {
 	static const unsigned	types[] = { PROTO_T_HELLO, PROTO_T_ATTACH, PROTO_T_DETACH,
@@ -1182,6 +1249,7 @@ suite_proto(void)
 	tcase_add_test(tc, test_string_ok);
 	tcase_add_test(tc, test_status_tables_are_total);
 	tcase_add_test(tc, test_channels_serve_their_own_types);
+	tcase_add_test(tc, test_peer_payload_checks);
 	tcase_add_test(tc, test_type_names_and_requests);
 	tcase_add_test(tc, test_dump_names_every_type);
 	tcase_add_test(tc, test_dump_decodes_payloads);
