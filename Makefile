@@ -35,7 +35,8 @@ V		?= 0
 # Debian packages the build and the tests need (checked by `make deps`).
 DEB_PKGS	:= gcc make pkg-config libevent-dev libjansson-dev check libfabric-dev \
 		   liburing-dev libxxhash-dev systemd clang cppcheck clang-format \
-		   redis-server redis-tools python3-venv g++ ninja-build libssl-dev mandoc
+		   redis-server redis-tools python3-venv g++ ninja-build libssl-dev mandoc \
+		   iproute2 etcd-server
 PKGS		:= libevent jansson libxxhash liburing libfabric libcrypto
 CHECK_PKG	:= check
 
@@ -170,6 +171,11 @@ $(BUILD)/bench_copy: tests/bench/bench_copy.c $(DAEMON_OBJS) $(PROTO_OBJS) $(KER
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_DEPS) $(KERNEL_LIBS) -lm
 
+# The peer tier's reads: fabric.c against a raw fi_read loop (tests/bench/fabric.sh runs it).
+$(BUILD)/bench_fabric: tests/bench/bench_fabric.c $(DAEMON_OBJS) $(PROTO_OBJS) $(KERNEL_OBJS)
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_DEPS) $(KERNEL_LIBS) -lm
+
 # The GPU data-path benchmark, through kernels.h (tests/bench/gpu.sh runs it on a GPU host).
 $(BUILD)/bench_gpu: $(BUILD)/tests/bench/bench_gpu.o $(DAEMON_OBJS) $(PROTO_OBJS) $(KERNEL_OBJS)
 	$(call msg,LD,$@)
@@ -184,11 +190,13 @@ $(BUILD)/bench_e2e: $(BUILD)/tests/bench/bench_e2e.o $(LIB_OBJS) $(PROTO_OBJS) $
 
 # Benchmarks: numbers, never pass/fail. Results go to tests/bench/RESULTS.md by hand.
 bench: all $(BUILD)/bench_control $(BUILD)/bench_file $(BUILD)/bench_e2e $(BUILD)/bench_dram \
-		$(BUILD)/bench_copy
+		$(BUILD)/bench_copy $(BUILD)/bench_fabric
 	$(Q)$(BUILD)/bench_dram 200000
 	$(Q)$(BUILD)/bench_copy
 	$(Q)tests/bench/control.sh $(BUILD)
 	$(Q)tests/bench/file.sh $(BUILD)
+	$(Q)tests/bench/fabric.sh $(BUILD)
+	$(Q)tests/bench/mooncake.sh $(BUILD) || [ $$? -eq 77 ]
 	$(Q)tests/bench/sglang.sh $(BUILD) || [ $$? -eq 77 ]
 
 # Installs what is missing from Debian's archive, as root; otherwise says how.

@@ -225,6 +225,19 @@ void	 fabric_get_stats(const struct fabric *, struct fabric_stats *);
 void	 fabric_set_max_msg(struct fabric *, size_t);
 
 /*
+ * etcd.c: membership from etcd's v3 JSON gateway (evhttp): this member's
+ * key under a lease kept alive, a watch on the prefix; fn gets each new
+ * view (self included). Losing etcd keeps the last view (fn is not
+ * called); sessions restart with backoff and re-register.
+ */
+struct etcd;
+typedef void (*etcd_view_fn)(void *arg, const struct peer_member *m, size_t n);
+int	 etcd_open(struct event_base *, const char *endpoint /* "http://127.0.0.1:2379" */,
+	    const char *prefix, const struct peer_member *self, unsigned ttl_s,
+	    etcd_view_fn fn, void *arg, struct etcd **ep, char *err, size_t errlen);
+void	 etcd_close(struct etcd *);	/* revokes the lease when it can */
+
+/*
  * index.c: the index both tiers keep of their objects: 80-byte records
  * named by 32-bit ids, a chained hash from key to id, a free list, LRU
  * lists. Loop thread only. A record is a struct index_rec (the index's

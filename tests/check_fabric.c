@@ -12,6 +12,7 @@
  * run again.
  */
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/wait.h>
 
@@ -406,7 +407,8 @@ END_TEST
 /*
  * An owner in a child process: it exposes FX_LEN bytes of fx_fill(seed)
  * and writes its name, the region's remote address and key to the pipe,
- * then serves until its stdin pipe closes. In namespace ns (NULL: ours).
+ * then serves until its command pipe closes. In node k of the netns set
+ * ns (NULL: our namespace).
  */
 struct fx_owner {
 	pid_t		pid;
@@ -427,7 +429,7 @@ fx_owner_eof_cb(evutil_socket_t fd, short ev, void *arg)
 }
 
 static void
-fx_owner_start(struct fx_owner *o, const char *ns, const char *node, uint64_t seed)
+fx_owner_start(struct fx_owner *o, const char *ns, unsigned k, const char *node, uint64_t seed)
 {
 	int	up[2], down[2];
 
@@ -446,7 +448,9 @@ fx_owner_start(struct fx_owner *o, const char *ns, const char *node, uint64_t se
 
 		close(up[0]);
 		close(down[1]);
-		if (ns != NULL && test_netns_enter(ns) != 0)
+		/* A failed test exits without its teardown; a stopped owner must not outlive it. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (ns != NULL && test_netns_enter(ns, k) != 0)
 			_exit(3);
 		b = event_base_new();
 		if (fabric_open(b, fx_prov, node, &f, err, sizeof(err)) != 0) {
@@ -500,7 +504,7 @@ START_TEST(test_fabric_deadline_expires)
 	long long	t0;
 	int		i;
 
-	fx_owner_start(&o, NULL, fx_node, seed);
+	fx_owner_start(&o, NULL, 0, fx_node, seed);
 	ck_assert_int_eq(fabric_peer_add(fx_a, o.name, o.namelen, &peer), 0);
 	ck_assert_int_eq(fabric_read(fx_a, peer, fx_abuf, 256 * KiB, o.raddr, o.rkey, 0, fx_done,
 	    &ok), 0);
@@ -531,6 +535,77 @@ START_TEST(test_fabric_deadline_expires)
 	ck_assert_int_eq(ok.calls, 1);
 	fx_owner_stop(&o);
 	fx_fill(fx_bbuf, FX_LEN, fx_seed);
+}
+END_TEST
+
+/*
+ * Two nodes of tests/netns.sh: the owner serves from node 1 (a child
+ * process), this process reads from node 2 over the bridge.
+ */
+static char	fx_ns[TEST_NETNS_PREFIX_MAX];
+
+static void
+fx_setup_netns(void)
+{
+	fx_prov = "tcp";
+	fx_node = "10.77.0.2";
+	ck_assert_int_eq(test_netns_up(fx_ns, 2), 0);
+	ck_assert_int_eq(test_netns_enter(fx_ns, 2), 0);
+	fx_setup();
+}
+
+static void
+fx_teardown_netns(void)
+{
+	fx_teardown();
+	ck_assert_int_eq(test_netns_down(fx_ns), 0);
+}
+
+/* Reads one node to another, byte for byte; a link cut fails a read at its deadline, and after. */
+START_TEST(test_fabric_netns_reads_across_the_bridge)
+{
+	static const size_t	sizes[] = { 36 * KiB, 256 * KiB, 2304 * KiB, 8 * MiB };
+	struct fx_owner		o;
+	struct fx_rd		r;
+	uint64_t		peer, seed = fx_seed ^ 0x14;
+	size_t			i;
+	int			rc;
+
+	fx_owner_start(&o, fx_ns, 1, "10.77.0.1", seed);
+	fx_fill(fx_bbuf, FX_LEN, seed);
+	ck_assert_int_eq(fabric_peer_add(fx_a, o.name, o.namelen, &peer), 0);
+	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		memset(&r, 0, sizeof(r));
+		r.err = 1;
+		memset(fx_abuf, 0xee, sizes[i] + 1);
+		ck_assert_int_eq(fabric_read(fx_a, peer, fx_abuf, sizes[i], o.raddr + 4096 * i,
+		    o.rkey, 20000, fx_done, &r), 0);
+		ck_assert(fx_wait(&r.calls, 1, 30000));
+		ck_assert_int_eq(r.err, 0);
+		ck_assert(memcmp(fx_abuf, fx_bbuf + 4096 * i, sizes[i]) == 0);
+		ck_assert_uint_eq(fx_abuf[sizes[i]], 0xee);
+	}
+	/* Node 1 cut off: a read fails by its deadline (or sooner), never succeeds. */
+	ck_assert_int_eq(test_netns_link(fx_ns, 1, 0), 0);
+	memset(&r, 0, sizeof(r));
+	ck_assert_int_eq(fabric_read(fx_a, peer, fx_abuf, 8 * MiB, o.raddr, o.rkey, 1000, fx_done,
+	    &r), 0);
+	ck_assert(fx_wait(&r.calls, 1, 30000));
+	rc = r.err;
+	ck_assert_msg(rc == -ETIMEDOUT || rc == -ENOTCONN || rc == -ECANCELED, "cut link: %d", rc);
+	/* Back: the next read lands whole. */
+	ck_assert_int_eq(test_netns_link(fx_ns, 1, 1), 0);
+	memset(&r, 0, sizeof(r));
+	r.err = 1;
+	memset(fx_abuf, 0xee, 2 * MiB);
+	ck_assert_int_eq(fabric_read(fx_a, peer, fx_abuf, 2 * MiB, o.raddr + 64, o.rkey, 20000,
+	    fx_done, &r), 0);
+	ck_assert(fx_wait(&r.calls, 1, 30000));
+	ck_assert_int_eq(r.err, 0);
+	ck_assert(memcmp(fx_abuf, fx_bbuf + 64, 2 * MiB) == 0);
+	fx_spin(100);
+	ck_assert_int_eq(r.calls, 1);
+	fx_owner_stop(&o);
 }
 END_TEST
 
@@ -594,9 +669,21 @@ fx_add_provider(Suite *s, const char *name, const char *prov, void (*setup)(void
 Suite *
 suite_fabric(void)
 {
-	Suite	*s = suite_create("fabric");
+	Suite		*s = suite_create("fabric");
+	const char	*why;
+	TCase		*tc;
 
 	fx_add_provider(s, "tcp", "tcp", fx_setup_tcp);
 	fx_add_provider(s, "sockets", "sockets", fx_setup_sockets);
+	if ((why = test_netns_reason()) != NULL) {
+		printf("SKIPPED tcase fabric/netns: %s\n", why);
+		test_skipped++;
+	} else if ((why = fx_provider_reason("tcp", "127.0.0.1")) != NULL) {
+		printf("SKIPPED tcase fabric/netns: %s\n", why);
+		test_skipped++;
+	} else {
+		tc = test_tcase(s, "netns", 120, fx_setup_netns, fx_teardown_netns);
+		tcase_add_test(tc, test_fabric_netns_reads_across_the_bridge);
+	}
 	return s;
 }

@@ -42,6 +42,7 @@ static const struct runner_suite runner_suites[] = {
 	{ "ctl",	suite_ctl,	NULL },
 	{ "python",	suite_python,	NULL },
 	{ "fabric",	suite_fabric,	NULL },
+	{ "etcd",	suite_etcd,	NULL },
 	{ "gpu_host",	suite_gpu_host,	NULL },
 	{ "root",	suite_root,	"root" },
 	{ "gpu",	suite_gpu,	"gpu" },

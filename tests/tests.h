@@ -32,6 +32,7 @@ Suite	*suite_filetier(void);
 Suite	*suite_filetier_daemon(void);
 Suite	*suite_fabric(void);
 Suite	*suite_peer(void);
+Suite	*suite_etcd(void);
 Suite	*suite_python(void);
 Suite	*suite_python_gpu(void);
 /* Why the python_gpu suite cannot run here (no torch, no CUDA for it), or NULL. */
@@ -43,8 +44,21 @@ const char *python_sglang_skip_reason(void);
 /* Test cases a suite left out because this machine cannot run them (printed SKIPPED). */
 extern int	test_skipped;
 
-/* Moves the calling process into network namespace `name` (tests/netns.sh); 0 or -errno. */
-int	 test_netns_enter(const char *name);
+/*
+ * Network namespaces joined by a bridge (tests/netns.sh, found under
+ * $L3KV_SRCDIR, default "."): node K of a set is namespace PREFIX-K with
+ * address 10.77.0.K. test_netns_reason says why sets cannot be made here
+ * (NULL: they can); test_netns_up makes n nodes under a fresh prefix
+ * named for this process (so that a crashed test's set is cleaned by the
+ * next), test_netns_link cuts node k off (up 0) or restores it.
+ */
+#define TEST_NETNS_PREFIX_MAX	48
+const char *test_netns_reason(void);
+int	 test_netns_up(char prefix[TEST_NETNS_PREFIX_MAX], unsigned n);
+int	 test_netns_down(const char *prefix);
+int	 test_netns_link(const char *prefix, unsigned k, int up);
+/* Moves the calling process into node k of a set (setns); 0 or -errno. */
+int	 test_netns_enter(const char *prefix, unsigned k);
 
 /* A real l3kvd started from $L3KV_BUILD/l3kvd in a mkdtemp directory. */
 struct test_daemon {
