@@ -17,6 +17,8 @@
 #include <arpa/inet.h>
 #include <poll.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +39,8 @@
 static struct test_daemon	pt_d[PT_N + 1];
 static int			pt_up[PT_N + 1];
 static unsigned			pt_port;	/* the first control port of this run */
+static const char		*pt_provider = "tcp";	/* peer.provider of the daemons */
+static char			pt_ns[TEST_NETNS_PREFIX_MAX];	/* "": all on loopback here */
 
 static const struct test_rank_kv	pt_kv = { "peer-model", "latent:128:fp8_e4m3", L3KV_ATTN_MLA,
     PT_PAGES, PT_TOKENS, PT_LAYERS, PT_TB };
@@ -194,6 +198,23 @@ pt_pick_port(void)
 	pt_port = 21000 + (unsigned)(getpid() % 2000) * 8;
 }
 
+/* Daemon i's host: loopback, or node i + 1 of the netns set (10.77.0.K). */
+static const char *
+pt_host(unsigned i, char *buf, size_t len)
+{
+	if (pt_ns[0] == '\0')
+		snprintf(buf, len, "127.0.0.1");
+	else
+		snprintf(buf, len, "10.77.0.%u", i + 1);
+	return buf;
+}
+
+static unsigned
+pt_port_of(unsigned i)
+{
+	return pt_ns[0] == '\0' ? pt_port + i : 7400;
+}
+
 /*
  * Daemon i's config: the role's n members, itself among them (or, for a
  * stranger, not); extra peer.* and testing.* members.
@@ -205,28 +226,42 @@ pt_config(unsigned i, unsigned n, const char *extra_peer, const char *extra_test
 	size_t	off = 0;
 	unsigned j;
 
+	char	host[32];
+
 	for (j = 0; j < n; j++)
 		off += (size_t)snprintf(members + off, sizeof(members) - off,
-		    "%s{\"id\": \"n%u\", \"addr\": \"127.0.0.1:%u\"}", j > 0 ? ", " : "", j,
-		    pt_port + j);
+		    "%s{\"id\": \"n%u\", \"addr\": \"%s:%u\"}", j > 0 ? ", " : "", j,
+		    pt_host(j, host, sizeof(host)), pt_port_of(j));
 	if (i >= n)
 		off += (size_t)snprintf(members + off, sizeof(members) - off,
-		    ", {\"id\": \"n%u\", \"addr\": \"127.0.0.1:%u\"}", i, pt_port + i);
-	ck_assert(asprintf(&out, "{\"peer\": {\"id\": \"n%u\", \"listen\": \"127.0.0.1:%u\", "
-	    "\"members\": [%s], \"ping_ms\": 100, \"timeout_ms\": 3000%s%s}, \"testing\": "
-	    "{\"debug_ops\": true%s%s}}", i, pt_port + i, members, extra_peer != NULL ? ", " : "",
+		    ", {\"id\": \"n%u\", \"addr\": \"%s:%u\"}", i, pt_host(i, host, sizeof(host)),
+		    pt_port_of(i));
+	pt_host(i, host, sizeof(host));
+	ck_assert(asprintf(&out, "{\"peer\": {\"id\": \"n%u\", \"listen\": \"%s:%u\", "
+	    "\"fabric_addr\": \"%s\", \"provider\": \"%s\", \"members\": [%s], \"ping_ms\": 100, "
+	    "\"timeout_ms\": 3000%s%s}, \"testing\": {\"debug_ops\": true%s%s}}", i, host,
+	    pt_port_of(i), host, pt_provider, members, extra_peer != NULL ? ", " : "",
 	    extra_peer != NULL ? extra_peer : "", extra_test != NULL ? ", " : "",
 	    extra_test != NULL ? extra_test : "") > 0);
 	return out;
 }
 
 static void
-pt_start(unsigned i, unsigned n, const char *extra_peer, const char *extra_top)
+pt_start(unsigned i, unsigned n, const char *extra_peer, const char *extra_test)
 {
-	char	*cfg = pt_config(i, n, extra_peer, extra_top);
-	int	 rc;
+	char	*cfg = pt_config(i, n, extra_peer, extra_test);
+	int	 rc, home = -1;
 
+	/* In a netns set, the daemon starts inside its node; its Unix socket is reached from here. */
+	if (pt_ns[0] != '\0') {
+		ck_assert_int_ge(home = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC), 0);
+		ck_assert_int_eq(test_netns_enter(pt_ns, i + 1), 0);
+	}
 	rc = test_daemon_start(&pt_d[i], cfg);
+	if (home >= 0) {
+		ck_assert_int_eq(setns(home, CLONE_NEWNET), 0);
+		close(home);
+	}
 	ck_assert_msg(rc == 0, "daemon n%u: %s", i, strerror(-rc));
 	pt_up[i] = 1;
 	free(cfg);
@@ -1053,11 +1088,129 @@ START_TEST(test_membership_change_remaps_to_misses)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ netns, sockets */
+
+static void
+pt_setup_netns(void)
+{
+	ck_assert_int_eq(test_netns_up(pt_ns, PT_N), 0);
+}
+
+static void
+pt_teardown_netns(void)
+{
+	pt_teardown();
+	ck_assert_int_eq(test_netns_down(pt_ns), 0);
+	pt_ns[0] = '\0';
+}
+
+/* Three nodes on a bridge: restores byte for byte of what another node published. */
+START_TEST(test_netns_restore_across_nodes)
+{
+	struct test_rank	pub, r;
+	unsigned		i;
+
+	pt_role(PT_N, NULL, NULL);
+	pt_rank_big(&pub, 0);
+	test_rank_publish_kv(&pub, 51, 0, PT_BIG, 0, NULL);
+	ck_assert_int_eq(test_stat_wait(pt_d[0].sock, "dram", "pins", 0), 0);
+	for (i = 1; i < PT_N; i++) {
+		pt_rank_big(&r, i);
+		ck_assert_uint_eq(pt_honest(&r, 1, 51, PT_BIG), PT_BIG);
+		ck_assert_int_gt(pt_hits_peer(i), 0);
+		test_rank_fini(&r);
+	}
+	test_rank_fini(&pub);
+}
+END_TEST
+
+static void
+pt_fault_link_down(void *arg)
+{
+	(void)arg;
+	ck_assert_int_eq(test_netns_link(pt_ns, 1, 0), 0);
+}
+
+/* The owner's node is cut off the bridge while the pulls wait: lost; then honest misses. */
+START_TEST(test_netns_link_down_mid_pull)
+{
+	struct test_rank	pub, r;
+
+	pt_pick_port();
+	pt_start(0, 2, NULL, NULL);
+	pt_start(1, 2, "\"pull_timeout_ms\": 1000", "\"peer_pull_delay_ms\": 1000");
+	pt_wait_mesh(2);
+	pt_rank_big(&pub, 0);
+	test_rank_publish_kv(&pub, 52, 0, PT_BIG, 0, NULL);
+	ck_assert_int_eq(test_stat_wait(pt_d[0].sock, "dram", "pins", 0), 0);
+	pt_rank_big(&r, 1);
+	pt_restore_lost(&r, 52, PT_BIG, pt_fault_link_down, NULL);
+	ck_assert_int_gt(pt_failures(1, "stale") + pt_failures(1, "io") +
+	    pt_failures(1, "timeout"), 0);
+	/* Cut off: what n1 holds itself only, and exactly that. */
+	ck_assert_uint_lt(pt_honest(&r, 2, 52, PT_BIG), PT_BIG);
+	/* Back on the bridge: the owner is found again and everything restores. */
+	ck_assert_int_eq(test_netns_link(pt_ns, 1, 1), 0);
+	ck_assert(pt_wait_state(1, 0, "up"));
+	ck_assert_uint_eq(pt_honest(&r, 3, 52, PT_BIG), PT_BIG);
+	test_rank_fini(&r);
+	test_rank_fini(&pub);
+}
+END_TEST
+
+static void
+pt_setup_sockets(void)
+{
+	pt_provider = "sockets";
+}
+
+static void
+pt_teardown_sockets(void)
+{
+	pt_teardown();
+	pt_provider = "tcp";
+}
+
+/* Why provider prov cannot open here (in a child: a provider may leave threads), or NULL. */
+static const char *
+pt_provider_reason(const char *prov)
+{
+	static char	why[320];
+	int		p[2], st = 0;
+	ssize_t		n;
+	pid_t		pid;
+
+	if (pipe(p) != 0 || (pid = fork()) < 0)
+		return "fork failed";
+	if (pid == 0) {
+		struct event_base	*b = event_base_new();
+		struct fabric		*f;
+		char			 err[300] = "";
+
+		close(p[0]);
+		log_init(LOG_LEVEL_ERROR);
+		if (fabric_open(b, prov, "127.0.0.1", &f, err, sizeof(err)) == 0)
+			fabric_close(f);
+		if (write(p[1], err, strlen(err)) < 0)
+			_exit(1);
+		_exit(0);
+	}
+	close(p[1]);
+	n = read(p[0], why, sizeof(why) - 1);
+	close(p[0]);
+	waitpid(pid, &st, 0);
+	if (n < 0 || !WIFEXITED(st))
+		return "the provider probe died";
+	why[n] = '\0';
+	return n > 0 ? why : NULL;
+}
+
 Suite *
 suite_peer(void)
 {
-	Suite	*s = suite_create("peer");
-	TCase	*tc;
+	Suite		*s = suite_create("peer");
+	const char	*why;
+	TCase		*tc;
 
 	tc = test_tcase(s, "placement", 0, NULL, NULL);
 	tcase_add_test(tc, test_hrw_is_stable_and_order_free);
@@ -1082,5 +1235,28 @@ suite_peer(void)
 	tcase_add_test(tc, test_owner_lease_expiry_is_caught);
 	tcase_add_test(tc, test_200_concurrent_pulls);
 	tcase_add_test(tc, test_membership_change_remaps_to_misses);
+	/* The error paths again on the sockets provider (a restarted owner's reused keys). */
+	if ((why = pt_provider_reason("sockets")) != NULL) {
+		printf("SKIPPED tcase peer/sockets: %s\n", why);
+		test_skipped++;
+	} else {
+		tc = test_tcase(s, "sockets", 90, pt_setup_sockets, pt_teardown_sockets);
+		tcase_add_test(tc, test_restore_objects_published_elsewhere);
+		tcase_add_test(tc, test_owner_killed_mid_pull);
+		tcase_add_test(tc, test_owner_restarted_mid_pull);
+		tcase_add_test(tc, test_bad_key_is_refused_before_any_read);
+		tcase_add_test(tc, test_owner_lease_expiry_is_caught);
+	}
+	if ((why = test_netns_reason()) != NULL) {
+		printf("SKIPPED tcase peer/netns: %s\n", why);
+		test_skipped++;
+	} else if ((why = pt_provider_reason("tcp")) != NULL) {
+		printf("SKIPPED tcase peer/netns: %s\n", why);
+		test_skipped++;
+	} else {
+		tc = test_tcase(s, "netns", 120, pt_setup_netns, pt_teardown_netns);
+		tcase_add_test(tc, test_netns_restore_across_nodes);
+		tcase_add_test(tc, test_netns_link_down_mid_pull);
+	}
 	return s;
 }
