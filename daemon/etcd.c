@@ -678,8 +678,9 @@ etcd_range_done(struct etcd *e, json_t *j)
 	e->view = NULL;
 	e->nview = 0;
 	kvs = json_object_get(j, "kvs");
-	json_array_foreach(kvs, i, kv)
+	json_array_foreach(kvs, i, kv) {
 		etcd_apply(e, kv, 0);
+	}
 	e->backoff_ms = ETCD_BACKOFF_MIN_MS;
 	log_info("etcd", "%s:%u: registered %s under %s, %zu members", e->host, e->port, e->self.id,
 	    e->prefix, e->nview);

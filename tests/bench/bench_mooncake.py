@@ -107,7 +107,8 @@ def fabric_round(build, depth, mib):
                 raw[label], fab[label] = float(f[0]), float(f[1])
     if len(raw) != len(SIZES):
         sys.exit("bench_mooncake: cannot parse bench_fabric's output:\n" + out)
-    return raw, fab, out.splitlines()[0]
+    head = out.splitlines()[0].replace(", 1 rounds", "")
+    return raw, fab, head
 
 
 def main():
@@ -116,6 +117,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--depth", type=int, default=16)
     ap.add_argument("--mib", type=int, default=256)
+    ap.add_argument("--verbose", action="store_true", help="keep TE's own log on stderr")
     ap.add_argument("cmd", nargs="*")
     a = ap.parse_args()
     if a.cmd[:1] == ["serve"]:
@@ -129,15 +131,17 @@ def main():
     netns("up", prefix, "2")
     owner = reader = None
     try:
+        quiet = None if a.verbose else subprocess.DEVNULL
         owner = subprocess.Popen([NETNS, "exec", prefix, "1", sys.executable, __file__, "serve",
                                   "10.77.0.1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 text=True)
+                                 stderr=quiet, text=True)
         info = json.loads(owner.stdout.readline())
         reader = subprocess.Popen([NETNS, "exec", prefix, "2", sys.executable, __file__,
                                    "worker", "10.77.0.2", info["target"], str(info["addr"])],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=quiet,
+                                  text=True)
         if reader.stdout.readline().strip() != "ready":
-            sys.exit("bench_mooncake: the TE reader did not start")
+            sys.exit("bench_mooncake: the TE reader did not start (--verbose shows its log)")
 
         def te_round():
             r = {}

@@ -18,5 +18,5 @@ if ! "$venv/bin/python" -c 'import mooncake.engine' 2>/dev/null; then
 	python3 -m venv "$venv"
 	"$venv/bin/pip" install -q "$TE_PIN" || { echo "SKIPPED bench_mooncake: pip install $TE_PIN failed"; exit 77; }
 fi
-GLOG_minloglevel=2 "$venv/bin/python" tests/bench/bench_mooncake.py --build "$BUILD" \
+"$venv/bin/python" tests/bench/bench_mooncake.py --build "$BUILD" \
 	--rounds "${ROUNDS:-5}" --depth "${DEPTH:-16}" --mib "${MIB:-256}"
