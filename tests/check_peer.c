@@ -1088,6 +1088,25 @@ START_TEST(test_membership_change_remaps_to_misses)
 }
 END_TEST
 
+/* peer.replicas 2: every stripe on two homes; the publisher dies and nothing is missed. */
+START_TEST(test_two_replicas_survive_a_member)
+{
+	struct test_rank	pub, r;
+
+	pt_role(PT_N, "\"replicas\": 2", NULL);
+	pt_rank_big(&pub, 0);
+	test_rank_publish_kv(&pub, 47, 0, PT_BIG, 0, NULL);
+	ck_assert_int_eq(test_stat_wait(pt_d[0].sock, "dram", "pins", 0), 0);
+	test_rank_fini(&pub);
+	pt_fault_kill_owner(NULL);
+	ck_assert(pt_wait_state(1, 0, "down") || pt_wait_state(1, 0, "connecting"));
+	pt_rank_big(&r, 1);
+	/* Of any two homes out of three, n1 or n2 is one: all of it is still there. */
+	ck_assert_uint_eq(pt_honest(&r, 1, 47, PT_BIG), PT_BIG);
+	test_rank_fini(&r);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ netns, sockets */
 
 static void
@@ -1235,6 +1254,7 @@ suite_peer(void)
 	tcase_add_test(tc, test_owner_lease_expiry_is_caught);
 	tcase_add_test(tc, test_200_concurrent_pulls);
 	tcase_add_test(tc, test_membership_change_remaps_to_misses);
+	tcase_add_test(tc, test_two_replicas_survive_a_member);
 	/* The error paths again on the sockets provider (a restarted owner's reused keys). */
 	if ((why = pt_provider_reason("sockets")) != NULL) {
 		printf("SKIPPED tcase peer/sockets: %s\n", why);
