@@ -689,7 +689,9 @@ proto_dump(const struct proto_hdr *h, const void *payload, char *buf, size_t len
 {
 	struct proto_hello		 hello;
 	struct proto_attach		 a;
+	struct proto_peer_hello		 ph;
 	char				 s1[PROTO_MODEL_LEN + 1], s2[PROTO_ERRMSG_MAX + 1];
+	char				 s3[PROTO_PEER_PROV_LEN + 1];
 	int				 n;
 
 	/* snprintf(NULL, 0, ...) is defined: it only counts. */
@@ -709,6 +711,13 @@ proto_dump(const struct proto_hdr *h, const void *payload, char *buf, size_t len
 		n += snprintf(buf + n, len - n, " versions=%u..%u client=\"%s\"",
 		    hello.version_min, hello.version_max,
 		    proto_dump_str(s1, hello.client, sizeof(hello.client)));
+	} else if (h->type == PROTO_T_PEER_HELLO && h->length == sizeof(ph)) {
+		memcpy(&ph, payload, sizeof(ph));
+		n += snprintf(buf + n, len - n, " id=\"%s\" role=\"%s\" incarnation=%016llx "
+		    "provider=\"%s\" chunks=%u",
+		    proto_dump_str(s1, ph.id, sizeof(ph.id)),
+		    proto_dump_str(s2, ph.role, sizeof(ph.role)), (unsigned long long)ph.incarnation,
+		    proto_dump_str(s3, ph.provider, sizeof(ph.provider)), ph.nmr);
 	} else if (h->type == PROTO_T_ATTACH && !(h->flags & PROTO_F_REPLY) &&
 	    h->length >= sizeof(a)) {
 		memcpy(&a, payload, sizeof(a));

@@ -1078,6 +1078,18 @@ START_TEST(test_peer_payload_checks)
 	snprintf(h.id, sizeof(h.id), "node-a");
 	h.version_min = h.version_max = 2;
 	ck_assert_int_eq(proto_peer_hello_check(&h), PROTO_S_BAD_VERSION);
+	/* Its dump names who speaks, with a forged byte made harmless. */
+	{
+		struct proto_hdr	hd;
+		char			line[512];
+
+		h.role[1] = '\n';
+		proto_hdr_init(&hd, PROTO_T_PEER_HELLO, sizeof(h), 5);
+		proto_dump(&hd, &h, line, sizeof(line));
+		ck_assert_ptr_nonnull(strstr(line, "PEER_HELLO seq=5"));
+		ck_assert_ptr_nonnull(strstr(line, "id=\"node-a\" role=\"d?code\" incarnation="));
+		snprintf(h.role, sizeof(h.role), "decode");
+	}
 
 	memset(&o, 0, sizeof(o));
 	ck_assert_int_eq(proto_peer_obj_check(&o), PROTO_S_OK);	/* absent: zeros */
