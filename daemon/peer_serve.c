@@ -373,7 +373,7 @@ peer_serve_offer(struct peer_in *in, struct proto_frame *f)
 	struct peer_grant	 g;
 	struct obj_key		 k;
 	uint8_t			*buf;
-	uint32_t		 i, id;
+	uint32_t		 i, id, near = DRAM_NONE;
 
 	memcpy(&oh, f->payload, sizeof(oh));
 	if (oh.flags != 0) {
@@ -404,7 +404,8 @@ peer_serve_offer(struct peer_in *in, struct proto_frame *f)
 			oi->r.failed++;
 			continue;
 		}
-		switch (dram_alloc(s->dram, &k, o.len, DRAM_NONE, &ob->did, &buf)) {
+		/* After the offer's previous object: objects that follow each other there, here too. */
+		switch (dram_alloc(s->dram, &k, o.len, near, &ob->did, &buf)) {
 		case 0:
 			break;
 		case -EEXIST:
@@ -433,6 +434,7 @@ peer_serve_offer(struct peer_in *in, struct proto_frame *f)
 			oi->r.failed++;
 			continue;
 		}
+		near = ob->did;
 		oi->pending++;
 	}
 	peer_offer_settle(oi);
