@@ -8,6 +8,7 @@
 #   make fuzz       the libFuzzer harnesses, FUZZ_SECONDS each
 #   make lint       cppcheck, a clang-format check, mandoc -T lint on man/
 #   make install    PREFIX=/usr/local DESTDIR=
+#   make deb        the Debian packages, into build/deb (debian/README.Debian)
 
 PREFIX		?= /usr/local
 BINDIR		?= $(PREFIX)/bin
@@ -16,6 +17,7 @@ LIBDIR		?= $(PREFIX)/lib
 INCLUDEDIR	?= $(PREFIX)/include
 SYSCONFDIR	?= /etc
 UNITDIR		?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR	?= $(PREFIX)/lib/sysusers.d
 MANDIR		?= $(PREFIX)/share/man
 PYTHON		?= python3
 # Where `make install` copies the l3kv package: the interpreter's purelib under PREFIX
@@ -36,7 +38,7 @@ V		?= 0
 DEB_PKGS	:= gcc make pkg-config libevent-dev libjansson-dev check libfabric-dev \
 		   liburing-dev libxxhash-dev systemd clang cppcheck clang-format \
 		   redis-server redis-tools python3-venv g++ ninja-build libssl-dev mandoc \
-		   iproute2 etcd-server
+		   iproute2 etcd-server debhelper dh-python lintian fakeroot dpkg-dev
 PKGS		:= libevent jansson libxxhash liburing libfabric libcrypto
 CHECK_PKG	:= check
 
@@ -98,7 +100,7 @@ LIBA		:= $(BUILD)/libl3kv.a
 TESTRUN		:= $(BUILD)/tests/run
 SOVERSION	:= 1
 
-.PHONY: all deps run check test asan fuzz lint install clean bench sglang-venv
+.PHONY: all deps run check test asan fuzz lint install clean bench sglang-venv deb kernel-note
 all: $(L3KVD) $(L3KVCTL) $(LIBSO) $(LIBA) $(BUILD)/l3kv.pc
 	@echo "  note    $(KERNEL_NOTE)"
 
@@ -139,7 +141,8 @@ $(LIBA): $(LIB_OBJS) $(PROTO_OBJS)
 		$(OBJCOPY) --localize-hidden $(BUILD)/lib/libl3kv-all.o && \
 		rm -f $@ && $(AR) rcs $@ $(BUILD)/lib/libl3kv-all.o
 
-$(L3KVCTL): $(CTL_SRCS:%.c=$(BUILD)/%.o) $(LIBA)
+# config check: l3kvctl parses config files with the daemon's own config.c.
+$(L3KVCTL): $(CTL_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/daemon/config.o $(LIBA)
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs jansson)
 
@@ -293,6 +296,8 @@ install: all
 	sed 's|@SBINDIR@|$(SBINDIR)|g; s|@SYSCONFDIR@|$(SYSCONFDIR)|g' config/l3kvd.service \
 		> $(DESTDIR)$(UNITDIR)/l3kvd.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/l3kvd.service
+	install -d $(DESTDIR)$(SYSUSERSDIR)
+	install -m 0644 config/l3kv.sysusers $(DESTDIR)$(SYSUSERSDIR)/l3kv.conf
 	@test -n "$(PYTHONDIR)" || { echo "install: no $(PYTHON) to ask for PYTHONDIR; set PYTHONDIR="; exit 1; }
 	install -d $(DESTDIR)$(PYTHONDIR)/l3kv
 	install -m 0644 $(PY_SRCS) $(DESTDIR)$(PYTHONDIR)/l3kv/
@@ -300,6 +305,31 @@ install: all
 		d=$(DESTDIR)$(MANDIR)/man$${p##*.}; \
 		echo "install -m 0644 $$p $$d/"; install -d $$d && install -m 0644 $$p $$d/ || exit 1; \
 	done
+	@# The unit runs as the l3kv user: installing onto this machine (no DESTDIR) makes it.
+	$(Q)if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v systemd-sysusers >/dev/null; then \
+		echo "systemd-sysusers $(SYSUSERSDIR)/l3kv.conf"; systemd-sysusers $(SYSUSERSDIR)/l3kv.conf; fi
+
+# The Debian packages (debian/README.Debian): dpkg-buildpackage -b, with the .debs, .buildinfo
+# and .changes in $(DEB_OUT) rather than in the repository's parent, then lintian, which fails
+# on errors. The engine is this Makefile's choice (nvcc found or not), passed down as $$NVCC;
+# DEB_PROFILES=pkg.l3kv.nocuda builds the stub even where nvcc is.
+DEB_OUT		?= $(BUILD)/deb
+DEB_PROFILES	?=
+DEB_JOBS	?= 2
+deb: deps
+	$(Q)rm -rf $(DEB_OUT) && mkdir -p $(DEB_OUT)
+	$(Q)o=$(abspath $(DEB_OUT)); v=$$(dpkg-parsechangelog -S Version); \
+		a=$$(dpkg-architecture -qDEB_HOST_ARCH); \
+		env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL DEB_OUT=$$o NVCC="$(NVCC)" \
+		dpkg-buildpackage -us -uc -b -j$(DEB_JOBS) $(if $(DEB_PROFILES),-P$(DEB_PROFILES)) \
+		--buildinfo-file=$$o/l3kv_$${v}_$$a.buildinfo --changes-file=$$o/l3kv_$${v}_$$a.changes \
+		--buildinfo-option=-u$$o --changes-option=-u$$o
+	$(Q)lintian --fail-on error $(DEB_OUT)/*.changes
+	@ls $(DEB_OUT)/*.deb
+
+# The engine this build carries, one line (debian/rules writes it into README.Debian).
+kernel-note:
+	@echo "$(KERNEL_NOTE)"
 
 clean:
 	rm -rf build build-asan

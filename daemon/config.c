@@ -70,6 +70,14 @@ struct config_key {
 	const struct config_name *names;	/* WORD, ENUM; NULL-terminated */
 	int			 flags;
 #define CONFIG_F_ASCII	0x1	/* STRING: printable ASCII only */
+#define CONFIG_F_SECRET	0x2	/* STRING: never written in a message (a reload's old and new) */
+	/*
+	 * 1: a reload (SIGHUP, RELOAD) may change it while the daemon runs:
+	 * the daemon reads it where it is used, or a reload hook (reload.c)
+	 * applies it. 0: it takes effect at a restart; a reload that finds
+	 * it changed refuses it, naming it, and keeps the running value.
+	 */
+	int			 live;
 };
 
 /* Where messages go, and the name they start with. */
@@ -113,31 +121,34 @@ static const struct config_unit {
 	{ "B",		0 },
 };
 
+/* A row's last argument: the key may change at a reload (the live field). */
+#define CONFIG_LIVE	.live = 1
+
 #define CONFIG_FIELD(f)							\
 	.off = offsetof(struct config, f), .size = sizeof(((struct config *)0)->f)
-#define CONFIG_STRING(k, f, lo, hi, d, fl)				\
+#define CONFIG_STRING(k, f, lo, hi, d, fl, ...)				\
 	{ .name = k, .type = CONFIG_T_STRING, CONFIG_FIELD(f), .min = lo, .max = hi,	\
-	  .def_str = d, .flags = fl }
-#define CONFIG_WORD(k, f, n, d)						\
-	{ .name = k, .type = CONFIG_T_WORD, CONFIG_FIELD(f), .names = n, .def_str = d }
-#define CONFIG_ENUM(k, f, n, d)						\
-	{ .name = k, .type = CONFIG_T_ENUM, CONFIG_FIELD(f), .names = n, .def_str = d }
-#define CONFIG_MODE(k, f, hi, d)					\
-	{ .name = k, .type = CONFIG_T_MODE, CONFIG_FIELD(f), .max = hi, .def = d }
-#define CONFIG_INT(k, f, lo, hi, d)					\
-	{ .name = k, .type = CONFIG_T_INT, CONFIG_FIELD(f), .min = lo, .max = hi, .def = d }
-#define CONFIG_SIZE(k, f, lo, hi, d)					\
-	{ .name = k, .type = CONFIG_T_SIZE, CONFIG_FIELD(f), .min = lo, .max = hi, .def = d }
-#define CONFIG_IDS(k, f, n, hi)						\
+	  .def_str = d, .flags = fl, __VA_ARGS__ }
+#define CONFIG_WORD(k, f, n, d, ...)						\
+	{ .name = k, .type = CONFIG_T_WORD, CONFIG_FIELD(f), .names = n, .def_str = d, __VA_ARGS__ }
+#define CONFIG_ENUM(k, f, n, d, ...)						\
+	{ .name = k, .type = CONFIG_T_ENUM, CONFIG_FIELD(f), .names = n, .def_str = d, __VA_ARGS__ }
+#define CONFIG_MODE(k, f, hi, d, ...)					\
+	{ .name = k, .type = CONFIG_T_MODE, CONFIG_FIELD(f), .max = hi, .def = d, __VA_ARGS__ }
+#define CONFIG_INT(k, f, lo, hi, d, ...)					\
+	{ .name = k, .type = CONFIG_T_INT, CONFIG_FIELD(f), .min = lo, .max = hi, .def = d, __VA_ARGS__ }
+#define CONFIG_SIZE(k, f, lo, hi, d, ...)					\
+	{ .name = k, .type = CONFIG_T_SIZE, CONFIG_FIELD(f), .min = lo, .max = hi, .def = d, __VA_ARGS__ }
+#define CONFIG_IDS(k, f, n, hi, ...)						\
 	{ .name = k, .type = CONFIG_T_IDS, CONFIG_FIELD(f),		\
-	  .count_off = offsetof(struct config, n), .max = hi }
-#define CONFIG_LISTEN(k, f, hi, d)					\
-	{ .name = k, .type = CONFIG_T_LISTEN, CONFIG_FIELD(f), .max = hi, .def_str = d }
-#define CONFIG_BOOL(k, f, d)						\
-	{ .name = k, .type = CONFIG_T_BOOL, CONFIG_FIELD(f), .max = 1, .def = d }
-#define CONFIG_MEMBERS(k, f, n)						\
+	  .count_off = offsetof(struct config, n), .max = hi, __VA_ARGS__ }
+#define CONFIG_LISTEN(k, f, hi, d, ...)					\
+	{ .name = k, .type = CONFIG_T_LISTEN, CONFIG_FIELD(f), .max = hi, .def_str = d, __VA_ARGS__ }
+#define CONFIG_BOOL(k, f, d, ...)						\
+	{ .name = k, .type = CONFIG_T_BOOL, CONFIG_FIELD(f), .max = 1, .def = d, __VA_ARGS__ }
+#define CONFIG_MEMBERS(k, f, n, ...)					\
 	{ .name = k, .type = CONFIG_T_MEMBERS, CONFIG_FIELD(f),		\
-	  .count_off = offsetof(struct config, n) }
+	  .count_off = offsetof(struct config, n), __VA_ARGS__ }
 
 /*
  * Every key. A default here must match config_default_json() and
@@ -147,9 +158,9 @@ static const struct config_key config_keys[] = {
 	CONFIG_STRING("socket.path", socket_path, 1, CONFIG_PATH_MAX - 1, "./run/l3kvd.sock", 0),
 	CONFIG_MODE("socket.mode", socket_mode, 0777, 0660),
 	CONFIG_STRING("socket.group", socket_group, 0, 63, "", 0),
-	CONFIG_IDS("access.allow_uids", allow_uids, nallow_uids, CONFIG_ID_MAX),
-	CONFIG_IDS("access.allow_gids", allow_gids, nallow_gids, CONFIG_ID_MAX),
-	CONFIG_ENUM("log.level", log_level, config_log_levels, "info"),
+	CONFIG_IDS("access.allow_uids", allow_uids, nallow_uids, CONFIG_ID_MAX, CONFIG_LIVE),
+	CONFIG_IDS("access.allow_gids", allow_gids, nallow_gids, CONFIG_ID_MAX, CONFIG_LIVE),
+	CONFIG_ENUM("log.level", log_level, config_log_levels, "info", CONFIG_LIVE),
 	CONFIG_WORD("role", role, config_roles, "decode"),
 	/* ATTACH's layout.model is printable ASCII: nothing else could match. */
 	CONFIG_STRING("model", model, 0, PROTO_MODEL_LEN - 1, "", CONFIG_F_ASCII),
@@ -165,21 +176,21 @@ static const struct config_key config_keys[] = {
 	CONFIG_INT("tiers.file.fd_cache", file_fd_cache, 0, 1048576, 32768),
 	CONFIG_ENUM("copy_engine", copy_engine, config_copy_engines, "auto"),
 	CONFIG_INT("copy_workers", copy_workers, 1, 64, 2),
-	CONFIG_INT("limits.max_connections", max_connections, 1, 65536, 1024),
-	CONFIG_INT("limits.max_connections_per_uid", max_connections_per_uid, 1, 65536, 256),
+	CONFIG_INT("limits.max_connections", max_connections, 1, 65536, 1024, CONFIG_LIVE),
+	CONFIG_INT("limits.max_connections_per_uid", max_connections_per_uid, 1, 65536, 256, CONFIG_LIVE),
 	CONFIG_INT("limits.max_namespaces", max_namespaces, 1, 65536, 1024),
 	CONFIG_SIZE("limits.max_frame", max_frame, PROTO_FRAME_MIN, PROTO_FRAME_MAX, 16U << 20),
 	/* Per-connection deadlines and the output bound (conn.c). */
-	CONFIG_INT("limits.hello_timeout_ms", hello_timeout_ms, 10, 600000, 5000),
-	CONFIG_INT("limits.attach_timeout_ms", attach_timeout_ms, 10, 3600000, 60000),
-	CONFIG_INT("limits.frame_timeout_ms", frame_timeout_ms, 10, 600000, 10000),
-	CONFIG_SIZE("limits.max_output", max_output, 64U << 10, 1U << 30, 4U << 20),
-	CONFIG_INT("limits.output_timeout_ms", output_timeout_ms, 10, 600000, 10000),
-	CONFIG_INT("lease.ttl_ms", lease_ttl_ms, 100, 3600000, 30000),
-	CONFIG_INT("admit.timeout_ms", admit_timeout_ms, 1, 600000, 2000),
-	CONFIG_INT("admit.max_waiting", admit_max_waiting, 1, 65536, 128),
-	CONFIG_INT("shutdown.drain_ms", drain_ms, 0, 600000, 5000),
-	CONFIG_LISTEN("metrics.listen", metrics_listen, 63, ""),
+	CONFIG_INT("limits.hello_timeout_ms", hello_timeout_ms, 10, 600000, 5000, CONFIG_LIVE),
+	CONFIG_INT("limits.attach_timeout_ms", attach_timeout_ms, 10, 3600000, 60000, CONFIG_LIVE),
+	CONFIG_INT("limits.frame_timeout_ms", frame_timeout_ms, 10, 600000, 10000, CONFIG_LIVE),
+	CONFIG_SIZE("limits.max_output", max_output, 64U << 10, 1U << 30, 4U << 20, CONFIG_LIVE),
+	CONFIG_INT("limits.output_timeout_ms", output_timeout_ms, 10, 600000, 10000, CONFIG_LIVE),
+	CONFIG_INT("lease.ttl_ms", lease_ttl_ms, 100, 3600000, 30000, CONFIG_LIVE),
+	CONFIG_INT("admit.timeout_ms", admit_timeout_ms, 1, 600000, 2000, CONFIG_LIVE),
+	CONFIG_INT("admit.max_waiting", admit_max_waiting, 1, 65536, 128, CONFIG_LIVE),
+	CONFIG_INT("shutdown.drain_ms", drain_ms, 0, 600000, 5000, CONFIG_LIVE),
+	CONFIG_LISTEN("metrics.listen", metrics_listen, 63, "", CONFIG_LIVE),
 	CONFIG_INT("testing.copy_delay_ms", test_copy_delay_ms, 0, 60000, 0),
 	CONFIG_INT("testing.scan_delay_ms", test_scan_delay_ms, 0, 60000, 0),
 	CONFIG_INT("testing.read_delay_ms", test_read_delay_ms, 0, 60000, 0),
@@ -190,12 +201,13 @@ static const struct config_key config_keys[] = {
 	/* The peer tier: off while peer.id is "" (config_check_peer checks the whole). */
 	CONFIG_STRING("peer.id", peer_id, 0, PEER_ID_LEN - 1, "", CONFIG_F_ASCII),
 	CONFIG_LISTEN("peer.listen", peer_listen, PEER_ADDR_LEN - 1, ""),
-	CONFIG_MEMBERS("peer.members", peer_members, npeer_members),
+	/* Live: peer.c's reload hook gives the new list to peer_members_set. */
+	CONFIG_MEMBERS("peer.members", peer_members, npeer_members, CONFIG_LIVE),
 	CONFIG_STRING("peer.provider", peer_provider, 1, 31, "tcp", CONFIG_F_ASCII),
 	CONFIG_STRING("peer.fabric_addr", peer_fabric_addr, 0, 63, "", CONFIG_F_ASCII),
 	CONFIG_INT("peer.stripe_pages", peer_stripe_pages, 1, 65536, 16),
 	CONFIG_INT("peer.replicas", peer_replicas, 1, 2, 1),
-	CONFIG_STRING("peer.secret", peer_secret, 0, 127, "", 0),
+	CONFIG_STRING("peer.secret", peer_secret, 0, 127, "", CONFIG_F_SECRET),
 	CONFIG_INT("peer.timeout_ms", peer_timeout_ms, 1, 600000, 1000),
 	CONFIG_INT("peer.pull_timeout_ms", peer_pull_timeout_ms, 10, 600000, 5000),
 	CONFIG_INT("peer.lease_max_ms", peer_lease_max_ms, 10, 3600000, 30000),
@@ -215,6 +227,7 @@ static const struct config_key config_keys[] = {
 #undef CONFIG_LISTEN
 #undef CONFIG_BOOL
 #undef CONFIG_MEMBERS
+#undef CONFIG_LIVE
 
 /*
  * The embedded default, for a first run without a file: the text of
@@ -1324,4 +1337,177 @@ const char *
 config_default_json(void)
 {
 	return config_default_text;
+}
+
+/*
+ * A key's value as the file would write it, into buf: strings quoted,
+ * names and numbers bare, sizes with their unit, modes in octal, id
+ * lists in brackets (cut with "..." where they do not fit).
+ */
+static const char *
+config_value_text(const struct config_key *k, const struct config *cfg, char *buf, size_t len)
+{
+	const char			*field = (const char *)cfg + k->off;
+	const struct config_name	*n;
+	char				 q[CONFIG_QUOTE_MAX + 8];
+	uint64_t			 v = 0;
+	uint32_t			 v32, id;
+	size_t				 i, count, off;
+	int				 iv;
+
+	switch (k->type) {
+	case CONFIG_T_STRING:
+	case CONFIG_T_WORD:
+	case CONFIG_T_LISTEN:
+		snprintf(buf, len, "%s", k->flags & CONFIG_F_SECRET ? "(secret)" :
+		    config_quote(field, q, sizeof(q)));
+		break;
+	case CONFIG_T_ENUM:
+		memcpy(&iv, field, sizeof(iv));
+		for (n = k->names; n->name != NULL && n->value != iv; n++)
+			;
+		snprintf(buf, len, "%s", n->name != NULL ? n->name : "?");
+		break;
+	case CONFIG_T_BOOL:
+		memcpy(&iv, field, sizeof(iv));
+		snprintf(buf, len, "%s", iv ? "true" : "false");
+		break;
+	case CONFIG_T_MODE:
+	case CONFIG_T_INT:
+	case CONFIG_T_SIZE:
+		if (k->size == sizeof(uint64_t))
+			memcpy(&v, field, sizeof(v));
+		else {
+			memcpy(&v32, field, sizeof(v32));
+			v = v32;
+		}
+		if (k->type == CONFIG_T_MODE)
+			snprintf(buf, len, "\"%04" PRIo64 "\"", v);
+		else
+			config_fmt_bound(k, v, buf, len);
+		break;
+	case CONFIG_T_IDS:
+		memcpy(&count, (const char *)cfg + k->count_off, sizeof(count));
+		off = (size_t)snprintf(buf, len, "[");
+		for (i = 0; i < count && off < len; i++) {
+			memcpy(&id, field + i * sizeof(id), sizeof(id));
+			off += (size_t)snprintf(buf + off, len - off, "%s%" PRIu32, i > 0 ? ", " : "",
+			    id);
+		}
+		if (off + 2 > len && len > 5)
+			snprintf(buf + len - 5, 5, "...]");
+		else if (off < len)
+			snprintf(buf + off, len - off, "]");
+		break;
+	case CONFIG_T_MEMBERS: {
+		const struct peer_member *m = (const struct peer_member *)(const void *)field;
+
+		memcpy(&count, (const char *)cfg + k->count_off, sizeof(count));
+		off = (size_t)snprintf(buf, len, "[");
+		for (i = 0; i < count && off < len; i++)
+			off += (size_t)snprintf(buf + off, len - off, "%s%s@%s", i > 0 ? ", " : "",
+			    m[i].id, m[i].addr);
+		if (off + 2 > len && len > 5)
+			snprintf(buf + len - 5, 5, "...]");
+		else if (off < len)
+			snprintf(buf + off, len - off, "]");
+		break;
+	}
+	}
+	return buf;
+}
+
+/* Whether a and b hold the same value of k (strings to their NUL, id lists to their count). */
+static int
+config_key_equal(const struct config_key *k, const struct config *a, const struct config *b)
+{
+	const char	*fa = (const char *)a + k->off, *fb = (const char *)b + k->off;
+	size_t		 ca, cb;
+
+	switch (k->type) {
+	case CONFIG_T_STRING:
+	case CONFIG_T_WORD:
+	case CONFIG_T_LISTEN:
+		return strncmp(fa, fb, k->size) == 0;
+	case CONFIG_T_IDS:
+		memcpy(&ca, (const char *)a + k->count_off, sizeof(ca));
+		memcpy(&cb, (const char *)b + k->count_off, sizeof(cb));
+		return ca == cb && memcmp(fa, fb, ca * sizeof(uint32_t)) == 0;
+	case CONFIG_T_MEMBERS:
+		memcpy(&ca, (const char *)a + k->count_off, sizeof(ca));
+		memcpy(&cb, (const char *)b + k->count_off, sizeof(cb));
+		return ca == cb && memcmp(fa, fb, ca * sizeof(struct peer_member)) == 0;
+	default:
+		return memcmp(fa, fb, k->size) == 0;
+	}
+}
+
+/* Copies k's value (and an id list's count) from src into dst. */
+static void
+config_key_copy(const struct config_key *k, struct config *dst, const struct config *src)
+{
+	memcpy((char *)dst + k->off, (const char *)src + k->off, k->size);
+	if (k->type == CONFIG_T_IDS || k->type == CONFIG_T_MEMBERS)
+		memcpy((char *)dst + k->count_off, (const char *)src + k->count_off, sizeof(size_t));
+}
+
+/* How many keys the table has: the most changes one reload can report. */
+size_t
+config_nkeys(void)
+{
+	return CONFIG_NKEYS;
+}
+
+/* Whether the key (dotted name) may change at a reload; -1: no such key. */
+int
+config_key_live(const char *name)
+{
+	const struct config_key	*k = config_key_find(name);
+
+	return k == NULL ? -1 : k->live;
+}
+
+/*
+ * A reload: compares the running config cur with next (a whole config
+ * just loaded and validated) key by key, in table order. A changed live
+ * key takes next's value in cur; any other changed key is refused and
+ * keeps cur's. Each change goes into out (at most max of them, which
+ * config_nkeys() always covers), with its old and new values as text.
+ * Returns the number of changes.
+ */
+size_t
+config_reload(struct config *cur, const struct config *next, struct config_change *out,
+    size_t max)
+{
+	const struct config_key	*k;
+	struct config_change	*c;
+	size_t			 i, n = 0;
+
+	for (i = 0; i < CONFIG_NKEYS && n < max; i++) {
+		k = &config_keys[i];
+		if (config_key_equal(k, cur, next))
+			continue;
+		c = &out[n++];
+		memset(c, 0, sizeof(*c));
+		c->key = k->name;
+		config_value_text(k, cur, c->old, sizeof(c->old));
+		config_value_text(k, next, c->new, sizeof(c->new));
+		if (k->live) {
+			config_key_copy(k, cur, next);
+			c->applied = 1;
+		} else
+			snprintf(c->reason, sizeof(c->reason), "not live: it changes only at a "
+			    "restart; keeping %s", c->old);
+	}
+	return n;
+}
+
+/* Puts one key (a dotted name the table has) back to its value in prev: a reload hook failed. */
+void
+config_key_restore(struct config *cur, const struct config *prev, const char *name)
+{
+	const struct config_key	*k = config_key_find(name);
+
+	assert(k != NULL);
+	config_key_copy(k, cur, prev);
 }

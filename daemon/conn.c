@@ -916,6 +916,7 @@ conn_read_cb(evutil_socket_t fd, short ev, void *arg)
 
 	(void)fd;
 	(void)ev;
+	c->wake_ns = server_now_ns();
 	c->flags |= CONN_F_READING;
 	for (;;) {
 		while (!(c->flags & CONN_F_OVER) && (rc = conn_next_frame(c)) > 0)

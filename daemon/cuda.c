@@ -48,6 +48,7 @@
 #define CUDA_CUMEM_GRAN		(2ULL << 20)
 #define CUDA_POLL_MIN_US	20
 #define CUDA_POLL_MAX_US	500
+#define CUDA_TAIL_SPIN_US	150	/* the loop's poll of a restore's last kernels, at most */
 
 struct cuda_engine {
 	struct kernels_engine	*eng;
@@ -81,6 +82,24 @@ cuda_kind_name(unsigned kind)
 	    "memfd";
 }
 
+/* The engine's part of a done job's timeline (copy_times). */
+static void
+cuda_job_times(struct copy_job *job)
+{
+	struct kernels_op_times	t;
+
+	if (kernels_op_times(job->cuda->op, &t) != 0)
+		return;
+	job->t.first_issue = t.first_issue;
+	job->t.last_issue = t.last_issue;
+	job->t.gpu_dma_start = t.gpu_dma_start;
+	job->t.gpu_dma_end = t.gpu_dma_end;
+	job->t.gpu_verified = t.gpu_verified;
+	job->t.gpu_end = t.gpu_end;
+	job->t.notify = t.notify;
+	job->t.done = t.done;
+}
+
 /* Fills in the results of a done op: status, done_pages, bad_page, checksums. */
 static void
 cuda_job_result(struct copy_job *job)
@@ -91,6 +110,7 @@ cuda_job_result(struct copy_job *job)
 	int			 rc;
 
 	memset(&res, 0, sizeof(res));
+	cuda_job_times(job);
 	rc = kernels_op_result(cj->op, &res, cj->page_status, cj->checksums);
 	if (rc != 0) {
 		job->status = PROTO_S_INTERNAL;
@@ -214,22 +234,37 @@ cuda_arm_poll(struct cuda_engine *ce)
 		log_warn("cuda", "cannot arm the event poll timer");
 }
 
-/* Issues more chunks and completes the done jobs. */
+/*
+ * Issues more chunks and completes the done jobs. Woken at the end of a
+ * restore's last DMA (kernels_engine_tail), it polls the engine until
+ * that restore's kernels are done, for at most CUDA_TAIL_SPIN_US: the
+ * loop's wake-up (tens of microseconds on a virtual machine) then
+ * overlaps the checksum and scatter instead of following them.
+ */
 static void
 cuda_progress(struct cuda_engine *ce)
 {
 	struct copy_job_list	 done;
 	struct copy_job		*job, *next;
+	uint64_t		 t0 = 0;
 
-	kernels_engine_progress(ce->eng);
 	TAILQ_INIT(&done);
-	for (job = TAILQ_FIRST(&ce->running); job != NULL; job = next) {
-		next = TAILQ_NEXT(job, entry);
-		if (!kernels_op_poll(job->cuda->op))
-			continue;
-		TAILQ_REMOVE(&ce->running, job, entry);
-		cuda_job_result(job);
-		TAILQ_INSERT_TAIL(&done, job, entry);
+	for (;;) {
+		kernels_engine_progress(ce->eng);
+		for (job = TAILQ_FIRST(&ce->running); job != NULL; job = next) {
+			next = TAILQ_NEXT(job, entry);
+			if (!kernels_op_poll(job->cuda->op))
+				continue;
+			TAILQ_REMOVE(&ce->running, job, entry);
+			cuda_job_result(job);
+			TAILQ_INSERT_TAIL(&done, job, entry);
+		}
+		if (!TAILQ_EMPTY(&done) || kernels_engine_tail(ce->eng) == 0)
+			break;
+		if (t0 == 0)
+			t0 = server_now_ns();
+		else if (server_now_ns() - t0 > CUDA_TAIL_SPIN_US * 1000ULL)
+			break;	/* the chunk's own notification comes later */
 	}
 	/* Completions may submit or cancel other jobs: the lists are consistent now. */
 	while ((job = TAILQ_FIRST(&done)) != NULL) {
@@ -269,6 +304,34 @@ cuda_poll_cb(evutil_socket_t fd, short ev, void *arg)
 }
 
 /*
+ * Diagnostics from the environment (tests/bench/GPU_NOTES.md), for
+ * benchmarks that compare engine variants with one build:
+ * L3KV_CUDA_NOTIFY=callback|thread, L3KV_CUDA_TIMELINE=1 (GPU stamps in
+ * STATS "copy"."last_restore"), L3KV_CUDA_BATCH=0|1 (runs >= 128 KiB by
+ * cudaMemcpyBatchAsync), L3KV_CUDA_CSUM_ILP=0|1 (the checksum kernel's form).
+ */
+static void
+cuda_conf_env(struct kernels_conf *c)
+{
+	const char	*v;
+
+	if ((v = getenv("L3KV_CUDA_NOTIFY")) != NULL && *v) {
+		if (strcmp(v, "callback") == 0)
+			c->notify = KERNELS_NOTIFY_CALLBACK;
+		else if (strcmp(v, "thread") == 0)
+			c->notify = KERNELS_NOTIFY_THREAD;
+		else
+			log_warn("cuda", "L3KV_CUDA_NOTIFY=%s: not callback or thread; ignored", v);
+	}
+	if ((v = getenv("L3KV_CUDA_TIMELINE")) != NULL && *v)
+		c->timeline = strcmp(v, "0") != 0;
+	if ((v = getenv("L3KV_CUDA_BATCH")) != NULL && *v)
+		c->batch_dma = strcmp(v, "0") != 0;
+	if ((v = getenv("L3KV_CUDA_CSUM_ILP")) != NULL && *v)
+		c->csum_ilp = strcmp(v, "0") != 0;
+}
+
+/*
  * Starts the engine on GPU 0 over the DRAM arena. 0 or -errno with err
  * filled; *out is owned by the caller (cuda_engine_free).
  */
@@ -304,6 +367,7 @@ cuda_engine_new(struct event_base *base, struct dram *dram, struct cuda_engine *
 		goto fail;
 	kernels_conf_default(&conf);
 	conf.notify_fd = workq_fd(ce->wq);
+	cuda_conf_env(&conf);
 	ce->slot_bytes = conf.slot_bytes;
 	if ((rc = kernels_engine_new(&conf, &ce->eng, why, sizeof(why))) != 0) {
 		snprintf(err, errlen, "cuda: %s", why);
@@ -316,7 +380,9 @@ cuda_engine_new(struct event_base *base, struct dram *dram, struct cuda_engine *
 		goto fail;
 	}
 	log_info("cuda", "cuda copy engine on GPU 0: %zu-byte DRAM arena pinned, %u slots of "
-	    "%zu bytes, %u streams", alen, conf.slots, conf.slot_bytes, conf.streams);
+	    "%zu bytes, %u streams, notify by %s%s%s", alen, conf.slots, conf.slot_bytes,
+	    conf.streams, conf.notify == KERNELS_NOTIFY_THREAD ? "thread" : "callback",
+	    conf.timeline ? ", timeline" : "", conf.batch_dma ? ", batched DMA" : "");
 	*out = ce;
 	return 0;
 

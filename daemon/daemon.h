@@ -132,9 +132,27 @@ int	 config_load_string(struct config *, const char *text, const char *name,
 	    char *err, size_t errlen);
 int	 config_apply_env(struct config *, char *err, size_t errlen);
 const char *config_default_json(void);
+/* A key a reload found changed: applied (a live key, now in effect) or refused (old kept). */
+#define CONFIG_VALUE_MAX	160
+struct config_change {
+	const char	*key;			/* the table's dotted name */
+	int		 applied;
+	char		 old[CONFIG_VALUE_MAX];	/* as the file writes it */
+	char		 new[CONFIG_VALUE_MAX];
+	char		 reason[CONFIG_VALUE_MAX + 64];	/* refused: why */
+};
+size_t	 config_nkeys(void);
+int	 config_key_live(const char *key);
+size_t	 config_reload(struct config *cur, const struct config *next, struct config_change *,
+	    size_t max);
+void	 config_key_restore(struct config *cur, const struct config *prev, const char *key);
 
 /* notify.c */
 int	 notify_send(const char *state);
+int	 notify_sendf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* $WATCHDOG_USEC when it is meant for this process ($WATCHDOG_PID), else 0. */
+uint64_t notify_watchdog_usec(void);
+uint64_t notify_monotonic_usec(void);
 
 /* gpu.c: run-time GPU detection through the kernels/ header */
 int	 gpu_detect(char *desc, size_t len);
@@ -623,6 +641,20 @@ struct copy_page {
 };
 struct copy_job;
 TAILQ_HEAD(copy_job_list, copy_job);
+/*
+ * Where one RESTORE's time went, CLOCK_MONOTONIC ns (0: not known): the
+ * read callback that took its frame, restore_request(), the submit to the
+ * copy engine, its first and last chunk issued, the GPU's stamps (with
+ * the cuda engine's timeline on: first DMA start, last DMA end, last
+ * chunk verified, last chunk written), the last notification, done (the
+ * loop saw it), its reply written. STATS "copy"."last_restore".
+ */
+struct copy_times {
+	uint64_t	arrive, handled, submit, first_issue, last_issue;
+	uint64_t	gpu_dma_start, gpu_dma_end, gpu_verified, gpu_end;
+	uint64_t	notify, done, reply;
+};
+
 struct copy_job {
 	TAILQ_ENTRY(copy_job)	 entry;
 	int			 kind;		/* COPY_* */
@@ -640,6 +672,7 @@ struct copy_job {
 	void			(*done)(struct copy_job *);	/* on the loop thread */
 	void			*arg;
 	struct cuda_job		*cuda;		/* cuda.c's, while on the GPU */
+	struct copy_times	 t;		/* RESTORE: its timeline */
 	/* The host engine's, while on its workers (copy.c). */
 	uint32_t		 npieces;	/* pages split into this many runs */
 	uint32_t		 piece_pages;	/* pages per run, the last may be short */
@@ -715,6 +748,7 @@ struct conn {
 	uint64_t	 idle_ms;	/* unattached: the last frame, for the ATTACH deadline */
 	uint64_t	 frame_ms;	/* CONN_F_PARTIAL: when the partial frame was first held */
 	uint64_t	 out_ms;	/* CONN_F_OVER, or dead with replies left: since when */
+	uint64_t	 wake_ns;	/* the read callback's start (a RESTORE's timeline) */
 	uint8_t		*in;		/* header + payload being assembled */
 	size_t		 in_off;	/* start of the current frame */
 	size_t		 in_len;	/* bytes held */
@@ -778,6 +812,9 @@ void	 ns_fingerprint(const struct proto_layout *, const struct proto_pool *,
 int	 ns_ref(struct server *, const struct proto_layout *, const struct proto_pool *,
 	    struct ns **, char *err, size_t errlen);
 void	 ns_unref(struct server *, struct ns *);
+struct json_t;
+/* LIST's namespaces: up to max entries appended to a JSON array; *total counts them all. */
+void	 ns_list(struct server *, struct json_t *array, size_t max, size_t *total);
 
 /* group.c: ranks of one engine instance attached to this daemon */
 struct session;
@@ -804,6 +841,8 @@ int	 group_join(struct server *, struct session *, const struct proto_attach *,
 	    struct rank_group **);
 void	 group_leave(struct server *, struct session *);
 void	 group_set_policy(struct conn *, struct proto_frame *);
+/* LIST's groups: up to max entries appended to a JSON array; *total counts them all. */
+void	 group_list(struct server *, struct json_t *array, size_t max, size_t *total);
 
 /* session.c: one attached engine rank */
 struct conn;
@@ -1013,12 +1052,19 @@ struct lease {
 	uint32_t		 landed;	/* pages in place */
 	int			 restore_waiting;
 	struct proto_hdr	 restore_req;
+	int			 release_on_ready;	/* PROTO_RESTORE_F_RELEASE */
+	uint64_t		 restore_arrive;	/* its timeline (copy_times): the read */
+	uint64_t		 restore_handled;	/* ... restore_request() */
+	struct copy_times	 job_times;	/* its copy's, from the job's completion */
 	int			 cancel_waiting;
 	struct proto_hdr	 cancel_req;
 	struct staging		 staging;	/* objects on their way from a slower tier */
 	struct proto_restore	*parked;	/* a RESTORE waiting for them: its request
 						   and destinations (malloc), restore.c's */
 	TAILQ_ENTRY(lease)	 entry;		/* in the session's list */
+	uint64_t		 created_ms;	/* server_now_ms() at ADMIT */
+	uint64_t		 expires_ms;	/* the TTL armed last runs out; 0: none armed */
+	uint32_t		 ttl_ms;	/* that TTL (lease.ttl_ms when it was armed) */
 };
 /*
  * What a lease's end means above lease.c, set once by server.c so that
@@ -1041,6 +1087,8 @@ void	 lease_release_slot(struct lease *);
 void	 lease_free(struct server *, struct lease *);
 void	 lease_arm_ttl(struct server *, struct lease *);
 void	 release_request(struct conn *, struct proto_frame *);
+/* LIST's leases: up to max entries appended to a JSON array; *total counts them all. */
+void	 lease_list(struct server *, struct json_t *array, size_t max, size_t *total);
 
 /* admit.c: the ADMIT group barrier and the promise */
 struct admission {
@@ -1093,6 +1141,20 @@ void	 publish_backlog_stats(const struct server *, uint64_t *dirty, uint64_t *di
 unsigned publish_backlog_waiting(const struct server *);
 void	 publish_backlog_free(struct server *);
 
+/*
+ * reload.c: SIGHUP and RELOAD re-read the config file; live keys apply,
+ * the others are refused by name. A section whose live keys need work
+ * beyond their stored value registers a hook ("metrics.", "peer.").
+ */
+typedef int	reload_hook_fn(struct server *, const struct config *prev, char *err,
+		    size_t errlen);
+int	 reload_set_hook(const char *prefix, reload_hook_fn *);
+int	 reload_init(struct server *, char *err, size_t errlen);
+void	 reload_free(struct server *);
+int	 reload_run(struct server *, const char *why, struct json_t **out, char *err,
+	    size_t errlen);
+void	 reload_request(struct conn *, struct proto_frame *);
+
 /* dispatch.c: the engine connections' callbacks; the served types' handlers */
 void	 dispatch_init(void);
 void	 dispatch_frame(struct conn *, struct proto_frame *, void *);
@@ -1128,12 +1190,13 @@ struct server {
 	struct publish_backlog *backlog; /* write-throughs waiting for the file tier */
 	struct peer_tier *peer;		/* NULL unless peer.id is set */
 	struct peer_view *peer_view;	/* while a PROBE or ADMIT counts what peers hold */
-	const char	*config_path;	/* re-read on SIGHUP; NULL: the embedded default */
-	struct event	*ev_sighup;
 	const char	*cuda_none;	/* why s->cuda is NULL, for ATTACH's refusal */
 	uint64_t	 next_lease;
 	uint64_t	 started_ms;
 	int		 exit_code;
+	const char	*config_path;	/* -f FILE, re-read at a reload; NULL: the embedded one */
+	struct event	*ev_sighup;	/* reload.c's */
+	struct event	*ev_watchdog;	/* WATCHDOG=1 at half of $WATCHDOG_USEC */
 };
 int	 server_init(struct server *, struct config *, int ngpu, char *err, size_t errlen);
 unsigned server_copies_inflight(const struct server *);
@@ -1142,6 +1205,7 @@ void	 server_free(struct server *);
 void	 server_maybe_finish(struct server *);
 unsigned server_conns_of_uid(struct server *, uid_t);
 uint64_t server_now_ms(void);
+uint64_t server_now_ns(void);
 
 /* metrics.c: counters, owned by the loop */
 struct metrics {
@@ -1196,6 +1260,13 @@ struct metrics {
 	uint64_t	file_writes_failed;	/* refused at queueing or failed after */
 	uint64_t	file_writes_present;	/* -EEXIST: the file was there already */
 	uint64_t	file_writes_deferred;	/* waited in the backlog: the tier's queue was full */
+	/* Reloads (reload.c) and the systemd watchdog. */
+	uint64_t	reloads;		/* the file was read and compared */
+	uint64_t	reloads_failed;		/* a bad or unreadable file: nothing changed */
+	uint64_t	reload_keys_applied;
+	uint64_t	reload_keys_refused;
+	uint64_t	watchdog_pings;
+	struct copy_times last_restore;		/* the last RESTORE answered ok */
 };
 extern struct metrics metrics;
 struct server;

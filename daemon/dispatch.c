@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "daemon.h"
 
 static void
@@ -178,6 +180,48 @@ dispatch_health(struct conn *c, struct proto_frame *f)
 	dispatch_json(c, f, metrics_health_json(c->server));
 }
 
+/*
+ * LIST: the module that owns the state lists it (ns_list, group_list,
+ * lease_list), at most max entries (PROTO_LIST_MAX bounds it), and says
+ * how many there were.
+ */
+static void
+dispatch_list(struct conn *c, struct proto_frame *f)
+{
+	struct proto_list	 l;
+	json_t			*j, *a;
+	size_t			 max, total = 0;
+
+	memcpy(&l, f->payload, sizeof(l));
+	if (proto_list_check(&l) != PROTO_S_OK) {
+		conn_reply_error(c, &f->hdr, PROTO_S_INVALID, "LIST: what %u flags 0x%x: what is "
+		    "%u (namespaces), %u (groups) or %u (leases), flags 0", l.what, l.flags,
+		    PROTO_LIST_NAMESPACES, PROTO_LIST_GROUPS, PROTO_LIST_LEASES);
+		return;
+	}
+	max = l.max == 0 || l.max > PROTO_LIST_MAX ? PROTO_LIST_MAX : l.max;
+	if ((a = json_array()) == NULL) {
+		conn_reply_error(c, &f->hdr, PROTO_S_NO_MEMORY, "out of memory");
+		return;
+	}
+	switch (l.what) {
+	case PROTO_LIST_NAMESPACES:
+		ns_list(c->server, a, max, &total);
+		break;
+	case PROTO_LIST_GROUPS:
+		group_list(c->server, a, max, &total);
+		break;
+	case PROTO_LIST_LEASES:
+		lease_list(c->server, a, max, &total);
+		break;
+	}
+	j = json_pack("{s:o, s:I, s:I, s:b}", proto_list_name(l.what), a,
+	    "count", (json_int_t)json_array_size(a), "total", (json_int_t)total,
+	    "truncated", total > json_array_size(a));
+	dispatch_json(c, f, j != NULL ? json_dumps(j, JSON_COMPACT) : NULL);
+	json_decref(j);
+}
+
 /* How each served type is handled, indexed by its number (proto.h). */
 struct dispatch_entry {
 	void	(*fn)(struct conn *, struct proto_frame *);
@@ -200,6 +244,8 @@ static const struct dispatch_entry dispatch_table[PROTO_TYPES_MAX] = {
 	[PROTO_T_RELEASE] =	{ release_request, DISPATCH_CACHE_OP },
 	[PROTO_T_PUBLISH] =	{ publish_request, DISPATCH_CACHE_OP },
 	[PROTO_T_SET_POLICY] =	{ group_set_policy, DISPATCH_CACHE_OP },
+	[PROTO_T_RELOAD] =	{ reload_request, DISPATCH_F_HELLO },
+	[PROTO_T_LIST] =	{ dispatch_list, DISPATCH_F_HELLO },
 	[PROTO_T_DEBUG] =	{ cache_debug, DISPATCH_CACHE_OP },
 };
 

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "daemon.h"
 
 /*
@@ -209,4 +211,64 @@ group_set_policy(struct conn *c, struct proto_frame *f)
 	log_info("group", "group %s: policy now prefetch %u write %u timeout %u ms", g->id,
 	    p.prefetch, p.write, p.prefetch_timeout_ms);
 	conn_reply(c, &f->hdr, PROTO_S_OK, NULL, 0);
+}
+
+/* One group for LIST: its policies, its ranks (session, process), its admissions and leases. */
+static json_t *
+group_json(const struct rank_group *g)
+{
+	static const char *const prefetch[] = { "?", "wait_complete", "best_effort", "timeout" };
+	static const char *const write[] = { "?", "write_through", "write_back", "offload" };
+	const struct admission	*a;
+	const struct session	*m;
+	const struct lease	*l;
+	json_t			*o, *members;
+	unsigned		 r, waiting = 0, leases, all = 0;
+
+	TAILQ_FOREACH(a, &g->admissions, entry)
+		if (!a->answered)
+			waiting++;
+	members = json_array();
+	for (r = 0; r < g->size; r++) {
+		if ((m = g->members[r]) == NULL)
+			continue;
+		leases = 0;
+		TAILQ_FOREACH(l, &m->leases, entry)
+			leases++;
+		all += leases;
+		json_array_append_new(members, json_pack("{s:I, s:I, s:o, s:o, s:I, s:I, s:I}",
+		    "rank", (json_int_t)r, "session", (json_int_t)m->id,
+		    "pid", m->conn != NULL ? json_integer(m->conn->pid) : json_null(),
+		    "uid", m->conn != NULL ? json_integer((json_int_t)m->conn->uid) : json_null(),
+		    "tp_rank", (json_int_t)m->tp_rank, "shard", (json_int_t)m->shard,
+		    "leases", (json_int_t)leases));
+	}
+	o = json_pack("{s:s, s:I, s:I, s:s, s:s, s:I, s:I, s:I}", "id", g->id,
+	    "size", (json_int_t)g->size, "attached", (json_int_t)g->nmembers,
+	    "prefetch", prefetch[g->prefetch <= PROTO_PREFETCH_TIMEOUT ? g->prefetch : 0],
+	    "write", write[g->write <= PROTO_WRITE_OFFLOAD ? g->write : 0],
+	    "prefetch_timeout_ms", (json_int_t)g->prefetch_timeout_ms,
+	    "admissions_waiting", (json_int_t)waiting, "leases", (json_int_t)all);
+	if (o == NULL) {
+		json_decref(members);
+		return NULL;
+	}
+	for (r = 0; r < g->size; r++)
+		if (g->members[r] != NULL) {
+			json_object_set_new(o, "namespace", json_string(g->members[r]->ns->name));
+			break;
+		}
+	json_object_set_new(o, "members", members);
+	return o;
+}
+
+void
+group_list(struct server *s, json_t *array, size_t max, size_t *total)
+{
+	const struct rank_group	*g;
+
+	*total = 0;
+	TAILQ_FOREACH(g, &s->groups, entry)
+		if ((*total)++ < max)
+			json_array_append_new(array, group_json(g));
 }

@@ -16,6 +16,9 @@
  * out, a RELEASE let go of it) fails the group's restore
  * (restore_fail_group), and a lease lets go of its admission
  * (admission_lease_gone).
+ *
+ * lease_list() is LIST's view of them (l3kvctl leases): what each lease
+ * pins, for which session and process, since when, and its TTL left.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -23,6 +26,7 @@
 #include <string.h>
 
 #include <event2/event.h>
+#include <jansson.h>
 
 #include "daemon.h"
 
@@ -97,7 +101,7 @@ lease_ttl_cb(evutil_socket_t fd, short ev, void *arg)
 	}
 	if (l->state == LEASE_ADMITTED || l->state == LEASE_READY || l->state == LEASE_COPIED) {
 		log_info("lease", "session %u: lease %llu expired after %u ms", l->sess->id,
-		    (unsigned long long)l->id, s->cfg->lease_ttl_ms);
+		    (unsigned long long)l->id, l->ttl_ms);
 		metrics.lease_expiries++;
 		if (l->state != LEASE_READY) {
 			/* The group cannot complete without this rank. */
@@ -128,9 +132,12 @@ lease_arm_ttl(struct server *s, struct lease *l)
 
 	tv.tv_sec = s->cfg->lease_ttl_ms / 1000;
 	tv.tv_usec = (s->cfg->lease_ttl_ms % 1000) * 1000;
+	/* A reload may change the TTL: libevent keeps a queue per duration (up to 256). */
 	if ((ttl = event_base_init_common_timeout(s->base, &tv)) == NULL)
 		ttl = &tv;
 	evtimer_add(l->timer, ttl);
+	l->ttl_ms = s->cfg->lease_ttl_ms;
+	l->expires_ms = server_now_ms() + l->ttl_ms;
 }
 
 /* Lets go of one object: its pin, or its place in a read (cancelled when nobody waits). */
@@ -338,6 +345,7 @@ lease_new(struct server *s, struct admission *a, uint16_t r, uint32_t n, const u
 	session_ref(sess);
 	l->state = LEASE_ADMITTED;
 	l->npages = n;
+	l->created_ms = server_now_ms();
 	TAILQ_INSERT_TAIL(&sess->leases, l, entry);
 	metrics.leases_open++;
 	lease_arm_ttl(s, l);
@@ -373,4 +381,72 @@ release_request(struct conn *c, struct proto_frame *f)
 		    "a rank of the group released its lease");
 	lease_free(c->server, l);
 	conn_reply(c, &f->hdr, PROTO_S_OK, NULL, 0);
+}
+
+static const char *
+lease_state_name(int state)
+{
+	switch (state) {
+	case LEASE_ADMITTED:	return "admitted";
+	case LEASE_RESTORING:	return "restoring";
+	case LEASE_COPIED:	return "copied";
+	case LEASE_READY:	return "ready";
+	case LEASE_FAILED:	return "failed";
+	case LEASE_CANCELLED:	return "cancelled";
+	case LEASE_EXPIRED:	return "expired";
+	}
+	return "?";
+}
+
+/* One lease for LIST: who holds it, what it pins, its age and TTL left (null while restoring). */
+static json_t *
+lease_json(const struct lease *l, uint64_t now)
+{
+	const struct session	*sess = l->sess;
+	json_t			*o;
+	uint32_t		 i, staging = 0;
+
+	for (i = 0; i < l->nobjs; i++)
+		if (l->objs[i].read != NULL)
+			staging++;
+	o = json_pack("{s:I, s:I, s:I, s:I, s:s, s:I, s:I, s:I, s:b, s:I, s:I}",
+	    "id", (json_int_t)l->id, "session", (json_int_t)sess->id,
+	    "request_id", (json_int_t)(l->adm != NULL ? l->adm->request_id : 0),
+	    "rank", (json_int_t)l->rank, "state", lease_state_name(l->state),
+	    "pages", (json_int_t)l->npages, "objects", (json_int_t)(l->pinned ? l->nobjs : 0),
+	    "staging", (json_int_t)staging, "pinned", l->pinned,
+	    "age_ms", (json_int_t)(now - l->created_ms), "ttl_ms", (json_int_t)l->ttl_ms);
+	if (o == NULL)
+		return NULL;
+	json_object_set_new(o, "group", sess->group != NULL ? json_string(sess->group->id) :
+	    json_null());
+	json_object_set_new(o, "pid", sess->conn != NULL ? json_integer(sess->conn->pid) :
+	    json_null());
+	json_object_set_new(o, "uid", sess->conn != NULL ?
+	    json_integer((json_int_t)sess->conn->uid) : json_null());
+	json_object_set_new(o, "slot", l->slot != PROTO_SLOT_NONE ?
+	    json_integer((json_int_t)l->slot) : json_null());
+	json_object_set_new(o, "ttl_left_ms", l->state != LEASE_RESTORING && l->expires_ms > 0 ?
+	    json_integer((json_int_t)(l->expires_ms > now ? l->expires_ms - now : 0)) :
+	    json_null());
+	return o;
+}
+
+/* The leases of every attached session, by connection then admission order. */
+void
+lease_list(struct server *s, json_t *array, size_t max, size_t *total)
+{
+	const struct conn	*c;
+	const struct lease	*l;
+	uint64_t		 now = server_now_ms();
+
+	*total = 0;
+	TAILQ_FOREACH(c, &s->conns, entry) {
+		if (c->session == NULL)
+			continue;
+		TAILQ_FOREACH(l, &c->session->leases, entry) {
+			if ((*total)++ < max)
+				json_array_append_new(array, lease_json(l, now));
+		}
+	}
 }

@@ -1,7 +1,8 @@
 /*
  * l3kvd: the decode-side KV-cache daemon. Parses the command line, loads
  * the configuration (a file, or the embedded default), detects the GPU,
- * and runs the server loop in the foreground until SIGTERM or SIGINT.
+ * and runs the server loop in the foreground until SIGTERM or SIGINT;
+ * SIGHUP re-reads the file (reload.c).
  * l3kvd never forks or daemonizes: systemd (Type=notify) supervises it.
  */
 #include <errno.h>
@@ -90,7 +91,8 @@ main(int argc, char **argv)
 		server_free(&server);
 		return 1;
 	}
-	server.config_path = file;	/* read again on SIGHUP */
+	/* What SIGHUP and RELOAD re-read: this file (-d still set the first log level). */
+	server.config_path = file;
 	rc = server_run(&server);
 	server_free(&server);
 	return rc == 0 ? 0 : 1;

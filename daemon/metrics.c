@@ -251,6 +251,18 @@ metrics_file(struct server *s)
 }
 
 /* The STATS document; returns a new string (free) or NULL. */
+/* A RESTORE's timeline (struct copy_times): CLOCK_MONOTONIC ns, 0 where not known. */
+static json_t *
+metrics_times(const struct copy_times *t)
+{
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+	    "arrive", I(t->arrive), "handled", I(t->handled), "submit", I(t->submit),
+	    "first_issue", I(t->first_issue), "last_issue", I(t->last_issue),
+	    "gpu_dma_start", I(t->gpu_dma_start), "gpu_dma_end", I(t->gpu_dma_end),
+	    "gpu_verified", I(t->gpu_verified), "gpu_end", I(t->gpu_end),
+	    "notify", I(t->notify), "done", I(t->done), "reply", I(t->reply));
+}
+
 char *
 metrics_stats_json(struct server *s)
 {
@@ -282,15 +294,22 @@ metrics_stats_json(struct server *s)
 	    "region_bytes_mapped", I(metrics.region_bytes_mapped));
 	if (j == NULL)
 		return NULL;
-	json_object_set_new(j, "copy", json_pack("{s:I, s:I}",
+	json_object_set_new(j, "copy", json_pack("{s:I, s:I, s:o}",
 	    "jobs_inflight", I((s->copy != NULL ? copy_inflight(s->copy) : 0) +
 	    cuda_inflight(s->cuda)),
-	    "waiting_on_events", I(cuda_waiting_on_events(s->cuda))));
+	    "waiting_on_events", I(cuda_waiting_on_events(s->cuda)),
+	    "last_restore", metrics_times(&metrics.last_restore)));
 	json_object_set_new(j, "cache", metrics_cache());
 	json_object_set_new(j, "dram", metrics_dram(s));
 	json_object_set_new(j, "file", metrics_file(s));
 	json_object_set_new(j, "namespaces", metrics_namespaces(s));
 	json_object_set_new(j, "groups", metrics_groups(s));
+	/* Reloads (reload.c): files compared, bad files, keys applied and refused; watchdog pings. */
+	json_object_set_new(j, "reload", json_pack("{s:I, s:I, s:I, s:I, s:I}",
+	    "reloads", I(metrics.reloads), "failed", I(metrics.reloads_failed),
+	    "keys_applied", I(metrics.reload_keys_applied),
+	    "keys_refused", I(metrics.reload_keys_refused),
+	    "watchdog_pings", I(metrics.watchdog_pings)));
 	json_object_set_new(j, "peers", peer_stats_json(s));
 	out = json_dumps(j, JSON_COMPACT);
 	json_decref(j);

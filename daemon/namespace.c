@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #define XXH_INLINE_ALL		/* XXH3_state_t on the stack, as dram.c and index.c do */
 #include <xxhash.h>
 
@@ -305,4 +307,61 @@ ns_unref(struct server *s, struct ns *ns)
 		filetier_ns_detach(s->file, ns->fingerprint);
 	log_debug("ns", "namespace %s has no sessions", ns->name);
 	free(ns);
+}
+
+/* One namespace for LIST: its layout, its sessions, its pools with the objects each tier holds. */
+static json_t *
+ns_json(struct server *s, const struct ns *ns)
+{
+	static const char *const kinds[] = { "?", "kv", "state", "sidecar" };
+	const struct proto_layout *l = &ns->layout;
+	uint64_t		 dram[PROTO_POOLS_MAX], file[PROTO_POOLS_MAX], scanned;
+	json_t			*o, *pools, *p;
+	char			 fp[33];
+	int			 i, has_file, scan;
+
+	for (i = 0; i < 16; i++)
+		snprintf(fp + 2 * i, 3, "%02x", ns->fingerprint[i]);
+	o = json_pack("{s:s, s:s, s:s, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s}",
+	    "name", ns->name, "model", l->model, "fingerprint", fp,
+	    "sessions", (json_int_t)ns->refs, "kv_dtype", l->kv_dtype,
+	    "page_tokens", (json_int_t)l->page_tokens, "tp_size", (json_int_t)l->tp_size,
+	    "dcp_size", (json_int_t)l->dcp_size, "pp_size", (json_int_t)l->pp_size,
+	    "cp_size", (json_int_t)l->cp_size, "pp_rank", (json_int_t)l->pp_rank,
+	    "attention", ns_attention_name(l->attention),
+	    "host_layout", ns_layout_name(l->host_layout));
+	if (o == NULL)
+		return NULL;
+	if (s->dram != NULL)
+		dram_ns_objects(s->dram, ns->fingerprint, dram);
+	else
+		memset(dram, 0, sizeof(dram));
+	has_file = s->file != NULL && filetier_ns_objects(s->file, ns->fingerprint, file) == 0;
+	pools = json_array();
+	for (i = 0; i < l->npools && i < PROTO_POOLS_MAX; i++) {
+		p = json_pack("{s:s, s:s, s:I, s:I, s:I}", "name", ns->pools[i].name,
+		    "kind", kinds[ns->pools[i].kind <= PROTO_POOL_SIDECAR ? ns->pools[i].kind : 0],
+		    "object_bytes", (json_int_t)ns->pools[i].object_bytes,
+		    "layers", (json_int_t)ns->pools[i].layers, "dram_objects", (json_int_t)dram[i]);
+		if (p != NULL)
+			json_object_set_new(p, "file_objects", has_file ?
+			    json_integer((json_int_t)file[i]) : json_null());
+		json_array_append_new(pools, p);
+	}
+	json_object_set_new(o, "pools", pools);
+	scan = s->file != NULL ? filetier_scan_state(s->file, ns->fingerprint, &scanned) : -ENOENT;
+	json_object_set_new(o, "file_scan", scan < 0 ? json_null() :
+	    json_string(scan ? "scanning" : "done"));
+	return o;
+}
+
+void
+ns_list(struct server *s, json_t *array, size_t max, size_t *total)
+{
+	const struct ns	*ns;
+
+	*total = 0;
+	TAILQ_FOREACH(ns, &s->namespaces, entry)
+		if ((*total)++ < max)
+			json_array_append_new(array, ns_json(s, ns));
 }

@@ -37,7 +37,7 @@
 
 #include "daemon.h"
 
-static void	restore_group_check(struct server *, struct admission *);
+static void	restore_group_check(struct server *, struct admission *, struct lease *);
 
 /*
  * Hits by tier: of the kv pages a READY restore put in place (its first
@@ -83,6 +83,10 @@ restore_answer(struct lease *l, unsigned status, const char *why, uint32_t pages
 	restore_count_hits(l, pages);
 	metrics.bytes_restored += r.bytes;
 	session_reply(l->sess, &l->restore_req, PROTO_S_OK, &r, sizeof(r));
+	if (l->job_times.submit != 0) {
+		metrics.last_restore = l->job_times;
+		metrics.last_restore.reply = server_now_ns();
+	}
 }
 
 static void
@@ -131,9 +135,14 @@ restore_fail_group(struct server *s, struct admission *a, unsigned status, const
 	}
 }
 
-/* READY for all once every rank's copy is in place. */
+/*
+ * READY for all once every rank's copy is in place. Leases restored with
+ * PROTO_RESTORE_F_RELEASE end then, except self (the lease whose copy just
+ * completed, freed by its caller when done with it; it keeps the
+ * admission alive meanwhile).
+ */
 static void
-restore_group_check(struct server *s, struct admission *a)
+restore_group_check(struct server *s, struct admission *a, struct lease *self)
 {
 	struct lease	*l;
 	uint32_t	 pages = UINT32_MAX;
@@ -158,6 +167,13 @@ restore_group_check(struct server *s, struct admission *a)
 		lease_release_slot(l);	/* the checkpoint is in place: the slot is the engine's */
 		restore_answer(l, PROTO_S_OK, NULL, pages, partial);
 		lease_arm_ttl(s, l);	/* pins stay until RELEASE or the TTL */
+	}
+	for (r = 0; r < a->size; r++) {
+		l = a->ranks[r].lease;
+		if (l != NULL && l != self && l->release_on_ready) {
+			metrics.releases++;
+			lease_free(s, l);
+		}
 	}
 }
 
@@ -185,6 +201,9 @@ restore_job_done(struct copy_job *job)
 
 	l->landed = restore_kv_landed(l, atomic_load(&job->done_pages));
 	l->job = NULL;
+	l->job_times = job->t;
+	if (l->job_times.done == 0)
+		l->job_times.done = server_now_ns();
 	evtimer_del(l->timer);
 	if (st == PROTO_S_CANCELLED && l->deadline_hit && !a->failed) {
 		/* best_effort / timeout: whole verified pages up to the deadline. */
@@ -229,11 +248,14 @@ restore_job_done(struct copy_job *job)
 		lease_arm_ttl(s, l);
 	} else {
 		restore_answer_cancel(l);	/* a cancel that came too late: it all landed */
-		restore_group_check(s, a);
+		restore_group_check(s, a, l);
 	}
 	free(job->pages);
 	free(job);
-	if (sess->conn == NULL && !sess->detach_waiting)
+	if (l->state == LEASE_READY && l->release_on_ready) {
+		metrics.releases++;
+		lease_free(s, l);	/* PROTO_RESTORE_F_RELEASE: answered ok, so it ends */
+	} else if (sess->conn == NULL && !sess->detach_waiting)
 		lease_free(s, l);	/* the engine is gone: nobody will release it */
 	session_job_done(sess);
 }
@@ -271,7 +293,7 @@ restore_check(struct session *sess, struct lease *l, const struct proto_restore 
 		snprintf(err, errlen, "%s", l->adm->why);
 		return (unsigned)l->adm->failed;
 	}
-	if ((p->flags & ~PROTO_RESTORE_F_WAIT_EVENT) != 0) {
+	if ((p->flags & ~(PROTO_RESTORE_F_WAIT_EVENT | PROTO_RESTORE_F_RELEASE)) != 0) {
 		snprintf(err, errlen, "unknown flags 0x%x", p->flags);
 		return PROTO_S_INVALID;
 	}
@@ -416,6 +438,8 @@ restore_start(struct server *s, struct lease *l, const struct proto_restore *pp,
 	job->npages = l->nobjs;
 	job->done = restore_job_done;
 	job->arg = l;
+	job->t.arrive = l->restore_arrive;
+	job->t.handled = l->restore_handled;
 	for (i = 0; i < l->nobjs; i++) {
 		struct copy_page	*pg = &job->pages[i];
 		const struct lease_obj	*o = &l->objs[i];
@@ -448,6 +472,7 @@ restore_start(struct server *s, struct lease *l, const struct proto_restore *pp,
 	}
 	session_ref(sess);
 	sess->jobs++;
+	job->t.submit = server_now_ns();
 	copy_submit(s, job);	/* the engine of the job's region */
 }
 
@@ -504,6 +529,10 @@ restore_request(struct conn *c, struct proto_frame *f)
 	}
 	l->restore_waiting = 1;
 	l->restore_req = f->hdr;
+	l->release_on_ready = (p.flags & PROTO_RESTORE_F_RELEASE) != 0;
+	l->restore_arrive = c->wake_ns;
+	l->restore_handled = server_now_ns();
+	memset(&l->job_times, 0, sizeof(l->job_times));
 	if (staging_pending(l)) {
 		/*
 		 * Objects still coming from a slower tier: park the request

@@ -49,6 +49,15 @@ server_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+uint64_t
+server_now_ns(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
 static int
 server_sockaddr(const char *path, struct sockaddr_un *sun, char *err, size_t errlen)
 {
@@ -377,6 +386,38 @@ server_accept_cb(evutil_socket_t lfd, short ev, void *arg)
 	}
 }
 
+/* The systemd watchdog: a ping from the loop itself, so that a wedged loop stops them. */
+static void
+server_watchdog_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	(void)fd;
+	(void)ev;
+	(void)arg;
+	metrics.watchdog_pings++;
+	notify_send("WATCHDOG=1");
+}
+
+/* Pings at half of $WATCHDOG_USEC, as sd_watchdog_enabled(3) advises; none without it. */
+static int
+server_watchdog(struct server *s, char *err, size_t errlen)
+{
+	struct timeval	tv;
+	uint64_t	usec = notify_watchdog_usec() / 2;
+
+	if (usec == 0)
+		return 0;
+	tv.tv_sec = (time_t)(usec / 1000000);
+	tv.tv_usec = (suseconds_t)(usec % 1000000);
+	s->ev_watchdog = event_new(s->base, -1, EV_PERSIST, server_watchdog_cb, s);
+	if (s->ev_watchdog == NULL || event_add(s->ev_watchdog, &tv) != 0) {
+		snprintf(err, errlen, "cannot register the watchdog timer");
+		return -ENOMEM;
+	}
+	log_info("server", "systemd watchdog: WATCHDOG=1 every %llu ms",
+	    (unsigned long long)(usec / 1000));
+	return 0;
+}
+
 static void
 server_finish(struct server *s)
 {
@@ -470,37 +511,6 @@ server_signal_cb(evutil_socket_t sig, short ev, void *arg)
 		next = TAILQ_NEXT(c, entry);
 		conn_close(c);
 	}
-}
-
-/*
- * SIGHUP: the configuration file is read again and what can change while
- * running is applied: today the peer tier's member list (peer.members).
- * A file that does not load changes nothing.
- */
-static void
-server_sighup_cb(evutil_socket_t sig, short ev, void *arg)
-{
-	static struct config	 cfg;
-	struct server		*s = arg;
-	char			 err[CONFIG_ERR_MAX];
-
-	(void)sig;
-	(void)ev;
-	if (s->config_path == NULL) {
-		log_info("server", "SIGHUP: no configuration file to read again");
-		return;
-	}
-	if (config_load_file(&cfg, s->config_path, err, sizeof(err)) != 0) {
-		log_warn("server", "SIGHUP: %s; nothing changed", err);
-		return;
-	}
-	log_info("server", "SIGHUP: %s read again", s->config_path);
-	if (s->peer != NULL && strcmp(cfg.peer_id, s->cfg->peer_id) == 0) {
-		memcpy(s->cfg->peer_members, cfg.peer_members, sizeof(cfg.peer_members));
-		s->cfg->npeer_members = cfg.npeer_members;
-		peer_members_set(s, s->cfg->peer_members, s->cfg->npeer_members);
-	} else if (s->peer != NULL || cfg.peer_id[0] != '\0')
-		log_warn("server", "SIGHUP: peer.id cannot change while running");
 }
 
 /*
@@ -611,12 +621,8 @@ server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t er
 		snprintf(err, errlen, "cannot register events");
 		return -ENOMEM;
 	}
-	s->ev_sighup = evsignal_new(s->base, SIGHUP, server_sighup_cb, s);
-	if (s->ev_sighup == NULL || event_add(s->ev_sighup, NULL) != 0) {
-		snprintf(err, errlen, "cannot register events");
-		return -ENOMEM;
-	}
-	if ((rc = peer_init(s, err, errlen)) != 0)
+	if ((rc = reload_init(s, err, errlen)) != 0 || (rc = server_watchdog(s, err, errlen)) != 0 ||
+	    (rc = peer_init(s, err, errlen)) != 0)
 		return rc;
 	if ((rc = server_listen(s, err, errlen)) != 0)
 		return rc;
@@ -677,15 +683,16 @@ server_free(struct server *s)
 	s->file = NULL;
 	dram_free(s->dram);
 	s->dram = NULL;
+	reload_free(s);
+	if (s->ev_watchdog != NULL)
+		event_free(s->ev_watchdog);
+	s->ev_watchdog = NULL;
 	if (s->ev_drain != NULL)
 		event_free(s->ev_drain);
 	if (s->ev_sigint != NULL)
 		event_free(s->ev_sigint);
 	if (s->ev_sigterm != NULL)
 		event_free(s->ev_sigterm);
-	if (s->ev_sighup != NULL)
-		event_free(s->ev_sighup);
-	s->ev_sighup = NULL;
 	if (s->ev_listen != NULL)
 		event_free(s->ev_listen);
 	if (s->ev_accept_pause != NULL)

@@ -142,7 +142,23 @@ struct kernels_conf {
 	size_t		dma_min_bytes;	/* shorter host runs: zero-copy gather kernel */
 	int		high_priority;	/* streams at the device's highest priority */
 	int		notify_fd;	/* eventfd written after every chunk, or -1 */
+	int		notify;		/* how the fd learns of a chunk: KERNELS_NOTIFY_* */
+	int		timeline;	/* GPU timestamps of each op (kernels_op_times) */
+	int		batch_dma;	/* runs >= batch_min_bytes by the chunk's one
+					   cudaMemcpyBatchAsync, shorter by the kernel */
+	size_t		batch_min_bytes;
+	unsigned	copy_streams;	/* 1 or 2 per direction: chunks' DMA in flight at once */
+	int		csum_ilp;	/* the checksum kernel reduces 4 blocks at a time */
 };
+/*
+ * KERNELS_NOTIFY_CALLBACK: a CUDA host function (cudaLaunchHostFunc) after
+ * each chunk writes the fd. KERNELS_NOTIFY_THREAD: a thread of the engine
+ * waits (cudaEventSynchronize, spinning under the default scheduling) for
+ * each chunk's event while chunks are in flight and writes the fd; it
+ * sleeps on a condition variable when none are.
+ */
+#define KERNELS_NOTIFY_CALLBACK	0
+#define KERNELS_NOTIFY_THREAD	1
 /* The defaults (kernels_conf.c, built with and without nvcc). */
 void	kernels_conf_default(struct kernels_conf *);
 int	kernels_engine_new(const struct kernels_conf *, struct kernels_engine **out, char *err,
@@ -158,6 +174,15 @@ void	kernels_engine_free(struct kernels_engine *);
 int	kernels_engine_progress(struct kernels_engine *);
 /* Ops waiting for an engine event: while nonzero, progress must be polled. */
 unsigned kernels_engine_gated(const struct kernels_engine *);
+/*
+ * Restores whose last chunk's DMA has ended and whose kernels (checksum,
+ * scatter) are still running: a few tens of microseconds of GPU work. With
+ * KERNELS_NOTIFY_THREAD the notify fd is written at that DMA's end as well
+ * as at the chunk's end, so that a caller that polls while this is nonzero
+ * (kernels_engine_progress) completes the op as soon as it is done, its
+ * wake-up hidden behind the kernels.
+ */
+int	kernels_engine_tail(struct kernels_engine *);
 
 /*
  * A destination in device memory, with proto_region's geometry: byte
@@ -205,6 +230,8 @@ struct kernels_page {
 #define KERNELS_F_NOVERIFY	0x01	/* restore without the checksum (benchmarks) */
 #define KERNELS_F_DMA		0x02	/* every host run by cudaMemcpyAsync */
 #define KERNELS_F_ZEROCOPY	0x04	/* every host run by the gather kernel */
+#define KERNELS_F_BATCH		0x08	/* every host run by one cudaMemcpyBatchAsync a chunk */
+#define KERNELS_F_MIX		0x10	/* short runs alternately by the batch and the kernel */
 
 /*
  * Starts a restore of n pages (pages[] is copied) into the regions. The
@@ -253,6 +280,29 @@ int	kernels_op_result(const struct kernels_op *, struct kernels_result *, uint8_
 	    uint64_t *checksums);
 /* Frees an op; one still in flight is cancelled and waited for first. */
 void	kernels_op_free(struct kernels_op *);
+
+/*
+ * Where a done op's time went, in CLOCK_MONOTONIC nanoseconds (0: not
+ * known). Host side, always: submitted, its first and last chunk issued,
+ * the last notification of one of its chunks (the CUDA host function or
+ * the waiter thread), done (seen by a progress). GPU side, with
+ * conf.timeline only (GPU clock stamps, mapped onto the host clock at
+ * engine start, about 1-2 us apart): its first DMA started, its last DMA
+ * ended, its last chunk verified (checksums), its last chunk written
+ * (scatter). For benchmarks and the daemon's STATS.
+ */
+struct kernels_op_times {
+	uint64_t	submit;
+	uint64_t	first_issue;
+	uint64_t	last_issue;
+	uint64_t	gpu_dma_start;
+	uint64_t	gpu_dma_end;
+	uint64_t	gpu_verified;
+	uint64_t	gpu_end;
+	uint64_t	notify;
+	uint64_t	done;
+};
+int	kernels_op_times(const struct kernels_op *, struct kernels_op_times *);
 
 /*
  * The chunked checksum (checksum_obj's) of len bytes at a device

@@ -16,7 +16,11 @@ kernels_conf_default(struct kernels_conf *c)
 	c->slots = 4;
 	c->streams = 2;
 	c->max_items = 1024;
-	c->dma_min_bytes = 1U << 20;	/* shorter host runs go through the gather kernel */
+	c->dma_min_bytes = 1U << 20;	/* without batch_dma: shorter runs by the gather kernel */
+	c->batch_dma = 1;		/* runs >= batch_min_bytes: one cudaMemcpyBatchAsync */
+	c->batch_min_bytes = 128U << 10;
+	c->copy_streams = 1;
 	c->high_priority = 1;
 	c->notify_fd = -1;
+	c->notify = KERNELS_NOTIFY_THREAD;	/* bench_e2e: 30-40 us less a RESTORE than callbacks */
 }

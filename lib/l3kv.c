@@ -152,6 +152,7 @@ struct l3kv {
 	int			 rshort;	/* l3kv_read() stopped at a short read */
 	int			 emptied;	/* this drain of completions emptied the socket */
 	int			 timeout_ms;
+	unsigned		 spin_us;	/* l3kv_set_spin */
 	uint16_t		 kv_pool;	/* PROBE's pool: the first kv pool at ATTACH */
 	uint64_t		 next_seq;
 	struct l3kv_server_info	 info;
@@ -831,8 +832,14 @@ static int
 l3kv_wait(struct l3kv *k, struct l3kv_req *r, int64_t deadline)
 {
 	struct pollfd	pfd;
-	int		left;
+	struct timespec	ts;
+	int64_t		spin_end = 0, now;
+	int		left, spin = k->spin_us > 0;
 
+	if (spin) {
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		spin_end = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000 + k->spin_us;
+	}
 	for (;;) {
 		/* A broken connection completes every request: r is done then. */
 		if (l3kv_flush(k) == 0)
@@ -850,6 +857,15 @@ l3kv_wait(struct l3kv *k, struct l3kv_req *r, int64_t deadline)
 		pfd.fd = k->sock;
 		pfd.events = POLLIN | (TAILQ_EMPTY(&k->sendq) ? 0 : POLLOUT);
 		pfd.revents = 0;
+		if (spin) {
+			/* l3kv_set_spin: look again without sleeping, until spin_end */
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			now = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+			if (now < spin_end)
+				left = 0;
+			else
+				spin = 0;
+		}
 		if (poll(&pfd, 1, left) < 0 && errno != EINTR) {
 			left = -errno;
 			r->flags |= L3KV_REQ_F_ORPHAN;
@@ -1290,6 +1306,15 @@ l3kv_close(struct l3kv *k)
 }
 
 int
+l3kv_set_spin(struct l3kv *k, unsigned spin_us)
+{
+	if (k == NULL || spin_us > 1000000)
+		return -EINVAL;
+	k->spin_us = spin_us;
+	return 0;
+}
+
+int
 l3kv_set_timeout(struct l3kv *k, int timeout_ms)
 {
 	if (k == NULL || timeout_ms < L3KV_TIMEOUT_INFINITE)
@@ -1388,9 +1413,10 @@ l3kv_detach(struct l3kv *k)
 	return rc;
 }
 
-/* STATS and HEALTH: an empty request, a JSON reply handed to the caller. */
+/* STATS, HEALTH, RELOAD, LIST: a small request, a JSON reply handed to the caller. */
 static int
-l3kv_json_call(struct l3kv *k, unsigned type, char **json)
+l3kv_json_call(struct l3kv *k, unsigned type, const struct iovec *payload, int npayload,
+    char **json)
 {
 	char		*reply;
 	uint32_t	 len;
@@ -1399,8 +1425,8 @@ l3kv_json_call(struct l3kv *k, unsigned type, char **json)
 	if (k == NULL || json == NULL)
 		return -EINVAL;
 	*json = NULL;
-	rc = l3kv_call(k, type, NULL, 0, NULL, 0, l3kv_deadline(k, L3KV_TIMEOUT_DEFAULT), &reply,
-	    &len);
+	rc = l3kv_call(k, type, payload, npayload, NULL, 0, l3kv_deadline(k, L3KV_TIMEOUT_DEFAULT),
+	    &reply, &len);
 	if (rc != 0)
 		return rc;
 	if (reply == NULL && (reply = strdup("")) == NULL)
@@ -1412,13 +1438,31 @@ l3kv_json_call(struct l3kv *k, unsigned type, char **json)
 int
 l3kv_stats(struct l3kv *k, char **json)
 {
-	return l3kv_json_call(k, PROTO_T_STATS, json);
+	return l3kv_json_call(k, PROTO_T_STATS, NULL, 0, json);
 }
 
 int
 l3kv_health(struct l3kv *k, char **json)
 {
-	return l3kv_json_call(k, PROTO_T_HEALTH, json);
+	return l3kv_json_call(k, PROTO_T_HEALTH, NULL, 0, json);
+}
+
+int
+l3kv_reload(struct l3kv *k, char **json)
+{
+	return l3kv_json_call(k, PROTO_T_RELOAD, NULL, 0, json);
+}
+
+int
+l3kv_list(struct l3kv *k, enum l3kv_list_what what, unsigned max, char **json)
+{
+	struct proto_list	l;
+	struct iovec		iov = { &l, sizeof(l) };
+
+	memset(&l, 0, sizeof(l));
+	l.what = (uint16_t)what;
+	l.max = max;
+	return l3kv_json_call(k, PROTO_T_LIST, &iov, 1, json);
 }
 
 void
@@ -1951,6 +1995,10 @@ l3kv_encode_restore(struct l3kv *k, const struct l3kv_restore_args *a, struct l3
 
 	if ((rc = l3kv_check_pages(k, PROTO_T_RESTORE, a->pages, a->npages, "dst_pages")) != 0)
 		return rc;
+	if ((a->flags & ~L3KV_RESTORE_RELEASE) != 0) {
+		l3kv_seterr(k, "libl3kv: RESTORE: unknown flags 0x%x", a->flags);
+		return -EINVAL;
+	}
 	l3kv_wire_init(w, sizeof(w->u.restore));
 	w->u.restore.lease = a->lease;
 	w->u.restore.npages = a->npages;
@@ -1961,6 +2009,8 @@ l3kv_encode_restore(struct l3kv *k, const struct l3kv_restore_args *a, struct l3
 		w->u.restore.flags |= PROTO_RESTORE_F_WAIT_EVENT;
 		w->u.restore.event_region = a->event_region;
 	}
+	if (a->flags & L3KV_RESTORE_RELEASE)
+		w->u.restore.flags |= PROTO_RESTORE_F_RELEASE;
 	/* Destination indices go out as the caller's array: the wire is little-endian like us. */
 	l3kv_wire_array(w, a->pages, a->npages, sizeof(uint32_t));
 	return 0;

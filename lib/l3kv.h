@@ -102,6 +102,14 @@ L3KV_API const char *l3kv_default_socket(void);
 L3KV_API const char *l3kv_version(void);
 /* Sets the connection's default timeout for blocking calls. */
 L3KV_API int	 l3kv_set_timeout(struct l3kv *, int timeout_ms);
+/*
+ * Blocking calls poll the socket without sleeping for up to spin_us
+ * microseconds before they sleep in poll(2) (default 0: they sleep at
+ * once). Waking a sleeping thread costs tens of microseconds on some
+ * hosts (virtual machines most), which a GPU restore of a millisecond
+ * notices; spinning costs this thread's core meanwhile. At most 1 s.
+ */
+L3KV_API int	 l3kv_set_spin(struct l3kv *, unsigned spin_us);
 
 #define L3KV_CAP_HOST_COPY	0x0001	/* memfd regions, host copy engine */
 #define L3KV_CAP_CUDA_COPY	0x0002	/* the daemon found a GPU */
@@ -264,6 +272,22 @@ L3KV_API int	 l3kv_stats(struct l3kv *, char **json);
 L3KV_API int	 l3kv_health(struct l3kv *, char **json);
 L3KV_API void	 l3kv_free(void *);
 
+/*
+ * Operations (l3kvctl). l3kv_reload() makes the daemon re-read its config
+ * file (root and the daemon's uid only: -EACCES otherwise): *json says
+ * which changed keys were applied and which refused; a bad file is
+ * -EINVAL with l3kv_last_error() naming the key, and changed nothing.
+ * l3kv_list() lists what the daemon holds, at most max entries (0: the
+ * daemon's cap of 1024), with the total and whether it was truncated.
+ */
+enum l3kv_list_what {
+	L3KV_LIST_NAMESPACES	= 1,
+	L3KV_LIST_GROUPS	= 2,
+	L3KV_LIST_LEASES	= 3,
+};
+L3KV_API int	 l3kv_reload(struct l3kv *, char **json);
+L3KV_API int	 l3kv_list(struct l3kv *, enum l3kv_list_what, unsigned max, char **json);
+
 /* The non-blocking path. */
 
 /* Request types, as in the completion's op; equal to the wire's numbers. */
@@ -280,6 +304,8 @@ enum l3kv_op {
 	L3KV_OP_RELEASE		= 20,
 	L3KV_OP_PUBLISH		= 21,
 	L3KV_OP_SET_POLICY	= 22,
+	L3KV_OP_RELOAD		= 24,
+	L3KV_OP_LIST		= 25,
 	L3KV_OP_DEBUG		= 240,
 };
 
@@ -473,8 +499,14 @@ struct l3kv_restore_args {
 	uint16_t		 state_region;	/* L3KV_REGION_NONE without state */
 	uint32_t		 state_slot;	/* L3KV_SLOT_NONE without state */
 	uint16_t		 event_region;	/* L3KV_REGION_NONE: no wait */
-	uint16_t		 pad;		/* 0 */
+	uint16_t		 flags;		/* L3KV_RESTORE_*, or 0 (was pad) */
 };
+/*
+ * The lease ends when the RESTORE succeeds, as if l3kv_release() followed
+ * at once (one round trip less); after a failure it stays, to be released
+ * as without the flag. Its pins stay until every copy has landed.
+ */
+#define L3KV_RESTORE_RELEASE	0x0001
 L3KV_API int	 l3kv_restore_with(struct l3kv *, const struct l3kv_restore_args *,
 		    int timeout_ms, struct l3kv_restore_result *);
 L3KV_API int	 l3kv_submit_restore_with(struct l3kv *, const struct l3kv_restore_args *,

@@ -127,6 +127,8 @@ static const struct proto_type_info proto_types[PROTO_TYPES_MAX] = {
 	[PROTO_T_PUBLISH] =	PROTO_REQ_COUNTED("PUBLISH", sizeof(struct proto_publish), 0,
 				    sizeof(struct proto_publish_page)),
 	[PROTO_T_SET_POLICY] =	PROTO_REQ("SET_POLICY", sizeof(struct proto_set_policy)),
+	[PROTO_T_RELOAD] =	PROTO_REQ("RELOAD", 0),
+	[PROTO_T_LIST] =	PROTO_REQ("LIST", sizeof(struct proto_list)),
 	[PROTO_T_DEBUG] =	PROTO_REQ("DEBUG", sizeof(struct proto_debug)),
 	[PROTO_T_PEER_HELLO] =	PROTO_PEER("PEER_HELLO", sizeof(struct proto_peer_hello)),
 	[PROTO_T_PEER_AUTH] =	PROTO_PEER("PEER_AUTH", sizeof(struct proto_peer_auth)),
@@ -329,6 +331,27 @@ proto_hello_check(const struct proto_hello *h, uint16_t *version)
 		return PROTO_S_BAD_VERSION;
 	*version = h->version_max < PROTO_VERSION_MAX ? h->version_max : PROTO_VERSION_MAX;
 	return PROTO_S_OK;
+}
+
+/* LIST's fields, once its length passed: a known `what`, no flags. */
+int
+proto_list_check(const struct proto_list *l)
+{
+	if (proto_list_name(l->what) == NULL || l->flags != 0)
+		return PROTO_S_INVALID;
+	return PROTO_S_OK;
+}
+
+/* "namespaces", "groups", "leases": LIST's reply member; NULL for an unknown what. */
+const char *
+proto_list_name(unsigned what)
+{
+	switch (what) {
+	case PROTO_LIST_NAMESPACES:	return "namespaces";
+	case PROTO_LIST_GROUPS:		return "groups";
+	case PROTO_LIST_LEASES:		return "leases";
+	}
+	return NULL;
 }
 
 /*
@@ -690,6 +713,8 @@ proto_dump(const struct proto_hdr *h, const void *payload, char *buf, size_t len
 	struct proto_hello		 hello;
 	struct proto_attach		 a;
 	struct proto_peer_hello		 ph;
+	struct proto_list		 l;
+	const char			*what;
 	char				 s1[PROTO_MODEL_LEN + 1], s2[PROTO_ERRMSG_MAX + 1];
 	char				 s3[PROTO_PEER_PROV_LEN + 1];
 	int				 n;
@@ -711,6 +736,12 @@ proto_dump(const struct proto_hdr *h, const void *payload, char *buf, size_t len
 		n += snprintf(buf + n, len - n, " versions=%u..%u client=\"%s\"",
 		    hello.version_min, hello.version_max,
 		    proto_dump_str(s1, hello.client, sizeof(hello.client)));
+	} else if (h->type == PROTO_T_LIST && !(h->flags & PROTO_F_REPLY) &&
+	    h->length == sizeof(l)) {
+		memcpy(&l, payload, sizeof(l));
+		what = proto_list_name(l.what);
+		n += snprintf(buf + n, len - n, " what=%s(%u) max=%u flags=0x%x",
+		    what != NULL ? what : "?", l.what, l.max, l.flags);
 	} else if (h->type == PROTO_T_PEER_HELLO && h->length == sizeof(ph)) {
 		memcpy(&ph, payload, sizeof(ph));
 		n += snprintf(buf + n, len - n, " id=\"%s\" role=\"%s\" incarnation=%016llx "

@@ -65,6 +65,9 @@ enum proto_type {
 	PROTO_T_RELEASE		= 20,
 	PROTO_T_PUBLISH		= 21,
 	PROTO_T_SET_POLICY	= 22,
+	/* Operations (issue 15): 24-31. */
+	PROTO_T_RELOAD		= 24,	/* re-read the config file; JSON reply */
+	PROTO_T_LIST		= 25,	/* namespaces, groups or leases; JSON reply */
 	/* The peer channel, daemon to daemon (48-63): section 7 of PROTOCOL.md. */
 	PROTO_T_PEER_HELLO	= 48,
 	PROTO_T_PEER_AUTH	= 49,
@@ -356,7 +359,7 @@ struct proto_restore {
 	uint64_t	lease;
 	uint32_t	npages;		/* must equal the admitted pages */
 	uint16_t	region;		/* the destination region (index at ATTACH) */
-	uint16_t	flags;		/* PROTO_RESTORE_F_WAIT_EVENT */
+	uint16_t	flags;		/* PROTO_RESTORE_F_WAIT_EVENT, _F_RELEASE */
 	uint16_t	state_region;	/* the slot region, PROTO_REGION_NONE without state */
 	uint16_t	event_region;	/* with PROTO_RESTORE_F_WAIT_EVENT: an event region; else 0 */
 	uint32_t	state_slot;	/* the canonical slot admitted */
@@ -369,6 +372,12 @@ _Static_assert(sizeof(struct proto_restore) == 24, "proto_restore");
  * IPC event registered as region event_region.
  */
 #define PROTO_RESTORE_F_WAIT_EVENT	0x0001
+/*
+ * And: the lease ends when the RESTORE is answered ok, as if RELEASE had
+ * come right after (its pins stay until every copy landed); a RESTORE
+ * that fails leaves the lease as without the flag. One round trip less.
+ */
+#define PROTO_RESTORE_F_RELEASE		0x0002
 
 /* SET_POLICY: the group's policies, guarded; allowed while the group is idle. */
 struct proto_set_policy {
@@ -561,6 +570,23 @@ enum proto_chan {
 };
 
 /*
+ * LIST: what the daemon holds, as JSON. At most `max` entries (0: the
+ * daemon's cap, PROTO_LIST_MAX, which also bounds a larger max), in the
+ * daemon's order; the reply says how many there were and whether it
+ * was cut ("truncated").
+ */
+struct proto_list {
+	uint16_t	what;		/* PROTO_LIST_* */
+	uint16_t	flags;		/* none defined; must be 0 */
+	uint32_t	max;
+};
+_Static_assert(sizeof(struct proto_list) == 8, "proto_list");
+#define PROTO_LIST_NAMESPACES	1
+#define PROTO_LIST_GROUPS	2
+#define PROTO_LIST_LEASES	3
+#define PROTO_LIST_MAX		1024
+
+/*
  * A frame as parsed from the stream. `payload` points into the reader's
  * buffer and is valid until the next read.
  */
@@ -596,6 +622,8 @@ int		 proto_payload_check_chan(const struct proto_hdr *, const void *payload,
 		    unsigned chan);
 int		 proto_string_ok(const char *, size_t cap, int allow_empty);
 int		 proto_hello_check(const struct proto_hello *, uint16_t *version);
+int		 proto_list_check(const struct proto_list *);
+const char	*proto_list_name(unsigned what);
 uint64_t	 proto_region_extent(const struct proto_region *);
 int		 proto_region_alias(const struct proto_region *, uint64_t *stride, uint64_t *span);
 int		 proto_attach_decode(const void *, uint32_t length,

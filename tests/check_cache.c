@@ -901,6 +901,125 @@ START_TEST(test_release_without_waiting_drops_the_pins)
 }
 END_TEST
 
+/* RESTORE with L3KV_RESTORE_RELEASE (issue 16), into engine slots first..first+n-1. */
+static struct l3kv_restore_args
+release_args(uint64_t lease, uint32_t *dst, uint32_t first, uint32_t n)
+{
+	struct l3kv_restore_args	a;
+	uint32_t			i;
+
+	for (i = 0; i < n; i++)
+		dst[i] = first + i;
+	memset(&a, 0, sizeof(a));
+	a.lease = lease;
+	a.pages = dst;
+	a.npages = n;
+	a.region = KV_REGION;
+	a.state_region = L3KV_REGION_NONE;
+	a.state_slot = L3KV_SLOT_NONE;
+	a.event_region = L3KV_REGION_NONE;
+	a.flags = L3KV_RESTORE_RELEASE;
+	return a;
+}
+
+START_TEST(test_restore_with_the_release_flag_ends_the_lease_when_it_succeeds)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_restore_args	ra;
+	struct l3kv_admit_result	a;
+	struct test_rank		r;
+	uint32_t			dst[6], i;
+	long long			releases;
+
+	solo_attach(&r);
+	publish_prefix(&r, 92, 6, 0, 6);
+	a = admit(&r, 1, 92, 6, 6);
+	ck_assert_uint_eq(a.admitted_pages, 6);
+	ck_assert_int_eq(test_td_stat("dram", "pins"), 6);
+	releases = test_td_stat("cache", "releases");
+	test_rank_sentinel(&r, KV_REGION, 40, 8);
+	ra = release_args(a.lease, dst, 40, 6);
+	ck_assert_int_eq(l3kv_restore_with(r.k, &ra, 5000, &res), 0);
+	ck_assert_uint_eq(res.pages, 6);
+	ck_assert_uint_eq(res.bytes, 6ULL * PAGE_BYTES);
+	for (i = 0; i < 6; i++)
+		ck_assert_msg(page_is(&r, 40 + i, 92, i), "page %u", i);
+	ck_assert(test_rank_is_sentinel(&r, KV_REGION, 46, 2));
+	/* Answered ok: the lease is gone and its pins with it, as after a RELEASE. */
+	ck_assert_int_eq(test_td_stat("dram", "pins"), 0);
+	ck_assert_int_eq(test_td_stat("cache", "leases_open"), 0);
+	ck_assert_int_eq(test_td_stat("cache", "releases"), releases + 1);
+	ck_assert_int_eq(test_td_stat("cache", "restores_ready"), 1);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), -ENOENT);
+	/* The objects stay in the tier. */
+	ck_assert_uint_eq(probe(&r, 92, 6), 6);
+	/* An unknown flag is refused by the library before anything is sent. */
+	a = admit(&r, 2, 92, 6, 6);
+	ra = release_args(a.lease, dst, 40, 6);
+	ra.flags = 0x2;
+	ck_assert_int_eq(l3kv_restore_with(r.k, &ra, 5000, &res), -EINVAL);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	test_rank_fini(&r);
+}
+END_TEST
+
+START_TEST(test_a_failed_restore_with_the_release_flag_keeps_its_lease)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_restore_args	ra;
+	struct l3kv_admit_result	a;
+	struct test_rank		r;
+	uint32_t			dst[6];
+	uint8_t				h[L3KV_HASH_LEN];
+
+	solo_attach(&r);
+	publish_prefix(&r, 93, 6, 0, 6);
+	a = admit(&r, 1, 93, 6, 6);
+	test_page_hash(93, 2, h);
+	ck_assert_int_eq(l3kv_debug(r.k, L3KV_DEBUG_CORRUPT, 0, h), 0);
+	ra = release_args(a.lease, dst, 10, 6);
+	ck_assert_int_eq(l3kv_restore_with(r.k, &ra, 5000, &res), -ENODATA);
+	/* As without the flag: the lease stays (failed, pinless) until RELEASE. */
+	ck_assert_int_eq(test_td_stat("cache", "leases_open"), 1);
+	ck_assert_int_eq(test_td_stat("dram", "pins"), 0);
+	ck_assert_int_eq(l3kv_restore_with(r.k, &ra, 5000, &res), -ENODATA);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), -ENOENT);
+	test_rank_fini(&r);
+}
+END_TEST
+
+START_TEST(test_the_release_flag_ends_only_the_leases_that_asked_in_a_group)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_restore_args	ra;
+	struct l3kv_completion		c;
+	struct test_rank		r[2];
+	uint64_t			lease[2], ticket;
+	uint32_t			dst[5], dst1[5] = { 20, 21, 22, 23, 24 }, i;
+
+	pair_admitted(r, 94, 5, lease);
+	ra = release_args(lease[0], dst, 20, 5);
+	ck_assert_int_eq(l3kv_submit_restore_with(r[0].k, &ra, &ticket), 0);
+	ck_assert_int_eq(l3kv_restore(r[1].k, lease[1], KV_REGION, dst1, 5, 5000, &res), 0);
+	ck_assert_uint_eq(res.pages, 5);
+	test_rank_wait_completion(&r[0], &c);
+	ck_assert_int_eq(c.status, 0);
+	l3kv_completion_release(&c);
+	for (i = 0; i < 5; i++) {
+		ck_assert(page_is(&r[0], 20 + i, 94, i));
+		ck_assert(page_is(&r[1], 20 + i, 94, i));
+	}
+	/* Rank 0 asked: its lease is gone; rank 1's stays ready, pinned, until RELEASE. */
+	ck_assert_int_eq(test_td_stat("cache", "leases_open"), 1);
+	ck_assert_int_eq(test_td_stat("dram", "pins"), 5);
+	ck_assert_int_eq(l3kv_release(r[0].k, lease[0]), -ENOENT);
+	ck_assert_int_eq(l3kv_release(r[1].k, lease[1]), 0);
+	test_rank_fini(&r[0]);
+	test_rank_fini(&r[1]);
+}
+END_TEST
+
 /*
  * Issue 13: SGLang's shm allocator makes its memfds without
  * MFD_ALLOW_SEALING. Rank r's KV region is swapped for such a memfd
@@ -1124,6 +1243,9 @@ suite_cache(void)
 	tcase_add_test(tc, test_a_lost_page_on_one_rank_fails_every_rank);
 	tcase_add_test(tc, test_a_rank_releasing_fails_the_waiting_rank);
 	tcase_add_test(tc, test_release_without_waiting_drops_the_pins);
+	tcase_add_test(tc, test_restore_with_the_release_flag_ends_the_lease_when_it_succeeds);
+	tcase_add_test(tc, test_a_failed_restore_with_the_release_flag_keeps_its_lease);
+	tcase_add_test(tc, test_the_release_flag_ends_only_the_leases_that_asked_in_a_group);
 	tcase_add_test(tc, test_unsealable_memfd_is_accepted_and_restores_and_publishes);
 	tcase_add_test(tc, test_memfd_truncated_during_a_restore_fails_it_and_the_daemon_lives);
 	tcase_add_test(tc, test_memfd_truncated_during_a_publish_fails_it_and_stores_nothing);

@@ -1080,6 +1080,127 @@ START_TEST(test_l3kvd_n_rejects_a_bad_config_naming_the_key)
 }
 END_TEST
 
+/*
+ * A reload (config_reload): a changed live key takes the new value, any
+ * other changed key is refused by name and keeps the old one; both come
+ * back with their values as the file writes them.
+ */
+START_TEST(test_reload_applies_live_keys_and_refuses_the_rest)
+{
+	struct config_change	ch[64];
+	struct config		cur, next;
+	size_t			n, i;
+
+	ck_assert_uint_ge(64, config_nkeys());
+	load_ok(&cur, "{\"lease\": {\"ttl_ms\": 5000}}");
+	load_ok(&next, "{\"log\": {\"level\": \"debug\"}, \"socket\": {\"path\": \"/x/y.sock\", "
+	    "\"mode\": \"0600\"}, \"limits\": {\"max_output\": \"8 MiB\"}, \"access\": "
+	    "{\"allow_uids\": [5, 6]}, \"lease\": {\"ttl_ms\": 5000}, \"tiers\": {\"file\": "
+	    "{\"fsync\": true}}}");
+	n = config_reload(&cur, &next, ch, 64);
+	ck_assert_uint_eq(n, 6);
+	/* in table order */
+	ck_assert_str_eq(ch[0].key, "socket.path");
+	ck_assert_int_eq(ch[0].applied, 0);
+	ck_assert_str_eq(ch[0].old, "\"./run/l3kvd.sock\"");
+	ck_assert_str_eq(ch[0].new, "\"/x/y.sock\"");
+	ck_assert_msg(strstr(ch[0].reason, "restart") != NULL, "%s", ch[0].reason);
+	ck_assert_str_eq(ch[1].key, "socket.mode");
+	ck_assert_str_eq(ch[1].old, "\"0660\"");
+	ck_assert_str_eq(ch[1].new, "\"0600\"");
+	ck_assert_int_eq(ch[1].applied, 0);
+	ck_assert_str_eq(ch[2].key, "access.allow_uids");
+	ck_assert_str_eq(ch[2].old, "[]");
+	ck_assert_str_eq(ch[2].new, "[5, 6]");
+	ck_assert_int_eq(ch[2].applied, 1);
+	ck_assert_str_eq(ch[3].key, "log.level");
+	ck_assert_str_eq(ch[3].old, "info");
+	ck_assert_str_eq(ch[3].new, "debug");
+	ck_assert_int_eq(ch[3].applied, 1);
+	ck_assert_str_eq(ch[4].key, "tiers.file.fsync");
+	ck_assert_str_eq(ch[4].new, "true");
+	ck_assert_int_eq(ch[4].applied, 0);
+	ck_assert_str_eq(ch[5].key, "limits.max_output");
+	ck_assert_str_eq(ch[5].old, "4 MiB");
+	ck_assert_str_eq(ch[5].new, "8 MiB");
+	ck_assert_int_eq(ch[5].applied, 1);
+	for (i = 0; i < n; i++)
+		ck_assert_int_eq(ch[i].applied, config_key_live(ch[i].key));
+	/* applied in cur, refused kept */
+	ck_assert_int_eq(cur.log_level, LOG_LEVEL_DEBUG);
+	ck_assert_uint_eq(cur.max_output, 8U << 20);
+	ck_assert_uint_eq(cur.nallow_uids, 2);
+	ck_assert_uint_eq(cur.allow_uids[1], 6);
+	ck_assert_str_eq(cur.socket_path, "./run/l3kvd.sock");
+	ck_assert_uint_eq(cur.socket_mode, 0660);
+	ck_assert_int_eq(cur.file_fsync, 0);
+	/* the same again: nothing left but the refused keys */
+	ck_assert_uint_eq(config_reload(&cur, &next, ch, 64), 3);
+	/* a hook that failed puts its key back */
+	config_key_restore(&cur, &want_defaults, "log.level");
+	ck_assert_int_eq(cur.log_level, LOG_LEVEL_INFO);
+	/* out bounds what is reported, never what is compared */
+	ck_assert_uint_eq(config_reload(&cur, &next, ch, 1), 1);
+	ck_assert_str_eq(ch[0].key, "socket.path");
+	ck_assert_int_eq(config_key_live("no.such.key"), -1);
+	/* a long id list is cut to fit, and says so */
+	load_ok(&next, "{\"access\": {\"allow_gids\": [4000000001, 4000000002, 4000000003, "
+	    "4000000004, 4000000005, 4000000006, 4000000007, 4000000008, 4000000009, 4000000010, "
+	    "4000000011, 4000000012, 4000000013, 4000000014, 4000000015, 4000000016]}}");
+	load_ok(&cur, "{}");
+	ck_assert_uint_eq(config_reload(&cur, &next, ch, 64), 1);
+	ck_assert_str_eq(ch[0].key, "access.allow_gids");
+	ck_assert_uint_eq(strlen(ch[0].new), CONFIG_VALUE_MAX - 1);
+	ck_assert_str_eq(ch[0].new + CONFIG_VALUE_MAX - 5, "...]");
+	ck_assert_int_eq(strncmp(ch[0].new, "[4000000001, 4000000002, ", 25), 0);
+	ck_assert_uint_eq(cur.nallow_gids, 16);
+}
+END_TEST
+
+/*
+ * The live keys are the ones config/README.md ("Reloading") and
+ * l3kvd.json(5) (RELOADING) list, no more and no fewer.
+ */
+START_TEST(test_live_keys_are_the_documented_ones)
+{
+	char	 path[PATH_MAX], key[128], *readme, *man, *sec, *end, *p, *q;
+	int	 nlive = 0, listed = 0, live;
+
+	src_path("config/README.md", path, sizeof(path));
+	ck_assert_ptr_nonnull(readme = read_text(path));
+	src_path("man/l3kvd.json.5", path, sizeof(path));
+	ck_assert_ptr_nonnull(man = read_text(path));
+	ck_assert_ptr_nonnull(sec = strstr(readme, "\n## Reloading"));
+	ck_assert_ptr_nonnull(end = strstr(sec + 1, "\n## "));
+	/* every key of the table: live iff listed as "- `KEY`:" in the section */
+	for (p = readme; (p = strstr(p, "\n| `")) != NULL; p = q) {
+		p += 4;
+		ck_assert_ptr_nonnull(q = strchr(p, '`'));
+		snprintf(key, sizeof(key), "%.*s", (int)(q - p), p);
+		ck_assert_int_ge(live = config_key_live(key), 0);
+		nlive += live;
+		snprintf(path, sizeof(path), "\n- `%s`:", key);
+		p = strstr(sec, path);
+		ck_assert_msg((p != NULL && p < end) == live, "config/README.md: %s is %slive but %s "
+		    "under Reloading", key, live ? "" : "not ", live ? "not listed" : "listed");
+		/* and in the manual's RELOADING section, as ".It Cm KEY" lines after it */
+		snprintf(path, sizeof(path), "\n.It Cm %s\n", key);
+		p = strstr(man, "\n.Sh RELOADING");
+		ck_assert_ptr_nonnull(p);
+		ck_assert_msg((strstr(p, path) != NULL &&
+		    (strstr(p + 1, "\n.Sh ") == NULL || strstr(p, path) < strstr(p + 1, "\n.Sh "))) == live,
+		    "man/l3kvd.json.5: %s is %slive but %s under RELOADING", key, live ? "" : "not ",
+		    live ? "not listed" : "listed");
+	}
+	for (p = sec; (p = strstr(p, "\n- `")) != NULL && p < end; p++)
+		listed++;
+	ck_assert_int_eq(listed, nlive);
+	ck_assert_int_ge(nlive, 10);
+	free(readme);
+	free(man);
+}
+END_TEST
+
 Suite *
 suite_config(void)
 {
@@ -1125,5 +1246,7 @@ suite_config(void)
 	tc = test_tcase(s, "l3kvd_n", 0, NULL, NULL);
 	tcase_add_test(tc, test_l3kvd_n_accepts_a_good_config);
 	tcase_add_test(tc, test_l3kvd_n_rejects_a_bad_config_naming_the_key);
+	tcase_add_test(tc, test_reload_applies_live_keys_and_refuses_the_rest);
+	tcase_add_test(tc, test_live_keys_are_the_documented_ones);
 	return s;
 }

@@ -927,48 +927,100 @@ START_TEST(test_gpu_gated_restore_waits_for_its_event_or_drops_at_cancel)
 }
 END_TEST
 
-START_TEST(test_gpu_notify_eventfd_drives_completion)
+/*
+ * The daemon's loop against the engine: sleep on the eventfd, then
+ * progress; 8 chunks in 2 slots. Written by a CUDA host function
+ * (KERNELS_NOTIFY_CALLBACK) or the engine's waiter thread
+ * (KERNELS_NOTIFY_THREAD, the default, which also writes it when the last
+ * chunk's DMA ends: kernels_engine_tail then says kernels are left). With
+ * the timeline, the op's times are in order on one clock.
+ */
+static void
+gpu_notify_case(int mode, int timeline)
 {
-	struct kernels_engine	*e;
+	struct kernels_engine	*e = NULL;
+	struct kernels_op_times	 t;
 	struct kernels_region	*kr;
 	struct kernels_result	 res;
+	struct kernels_conf	 c;
 	struct kernels_op	*op = NULL;
 	struct kernels_page	 pg[16];
+	struct timespec		 ts;
 	struct gpu_reg		 r;
 	struct pollfd		 pfd;
 	uint8_t			*objs[16], *arena;
 	uint32_t		 i, wakeups = 0;
-	uint64_t		 v;
+	uint64_t		 v, before, after;
 	size_t			 alen;
 	char			 err[256] = "";
 	int			 efd, rc;
 
-	gpu_init();
 	efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	CHECK(efd >= 0, "eventfd: %s", strerror(errno));
-	e = gpu_engine(5 * GPU_MIB, 2, 2, efd);
+	kernels_conf_default(&c);
+	c.slot_bytes = 5 * GPU_MIB;
+	c.slots = 2;
+	c.streams = 2;
+	c.notify_fd = efd;
+	c.notify = mode;
+	c.timeline = timeline;
+	rc = kernels_engine_new(&c, &e, err, sizeof(err));
+	CHECK(rc == 0, "kernels_engine_new: %d %s", rc, err);
 	gpu_reg_geom(&r, GPU_LAYER_FIRST, 16, 64, 61, 576, 0);
 	gpu_reg_make(&r, e, NULL);
 	kr = r.kr;
 	arena = gpu_case(&r, 16, GPU_SCATTERED, objs, pg, &alen);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	before = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 	rc = kernels_restore_submit(e, &kr, 1, pg, 16, NULL, 0, &op, err, sizeof(err));
 	CHECK(rc == 0, "submit: %d %s", rc, err);
-	/* the daemon's loop: sleep on the eventfd, then progress; 8 chunks in 2 slots */
+	EQ(kernels_op_times(op, &t), -EBUSY);
 	for (;;) {
 		pfd.fd = efd;
 		pfd.events = POLLIN;
 		pfd.revents = 0;
 		rc = poll(&pfd, 1, 10000);
-		CHECK(rc == 1, "the notify eventfd never turned readable (%u wakeups)", wakeups);
+		CHECK(rc == 1, "mode %d: the notify eventfd never turned readable (%u wakeups)",
+		    mode, wakeups);
 		CHECK(read(efd, &v, sizeof(v)) == sizeof(v), "eventfd read: %s", strerror(errno));
 		wakeups++;
 		CHECK(kernels_engine_progress(e) >= 0, "progress");
+		/* woken at the last DMA's end: poll the few kernels left, as cuda.c does */
+		while (!kernels_op_poll(op) && kernels_engine_tail(e) > 0)
+			;
 		if (kernels_op_poll(op))
 			break;
 	}
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	after = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+	EQ(kernels_engine_tail(e), 0);
 	EQ(kernels_op_result(op, &res, NULL, NULL), 0);
 	EQ(res.status, 0);
 	EQ(res.done, 16);
+	EQ(kernels_op_times(op, &t), 0);
+	CHECK(before <= t.submit && t.submit <= t.first_issue && t.first_issue <= t.last_issue &&
+	    t.last_issue <= t.done && t.done <= after, "mode %d: host times out of order: "
+	    "submit %llu first %llu last %llu done %llu (window %llu..%llu)", mode,
+	    (unsigned long long)t.submit, (unsigned long long)t.first_issue,
+	    (unsigned long long)t.last_issue, (unsigned long long)t.done,
+	    (unsigned long long)before, (unsigned long long)after);
+	CHECK(t.notify > t.first_issue && t.notify <= after, "mode %d: notify %llu", mode,
+	    (unsigned long long)t.notify);
+	if (timeline) {
+		/* GPU stamps, on the host clock within the calibration's few microseconds */
+		CHECK(t.gpu_dma_start != 0 && t.gpu_dma_start < t.gpu_dma_end &&
+		    t.gpu_dma_end <= t.gpu_verified && t.gpu_verified <= t.gpu_end,
+		    "GPU stamps out of order: %llu %llu %llu %llu",
+		    (unsigned long long)t.gpu_dma_start, (unsigned long long)t.gpu_dma_end,
+		    (unsigned long long)t.gpu_verified, (unsigned long long)t.gpu_end);
+		CHECK(t.gpu_dma_start + 100000 > t.first_issue && t.gpu_end < t.done + 100000,
+		    "GPU stamps %llu..%llu outside the op's host time %llu..%llu",
+		    (unsigned long long)t.gpu_dma_start, (unsigned long long)t.gpu_end,
+		    (unsigned long long)t.first_issue, (unsigned long long)t.done);
+	} else {
+		EQ(t.gpu_dma_start, 0);
+		EQ(t.gpu_end, 0);
+	}
 	kernels_op_free(op);
 	for (i = 0; i < 16; i++)
 		gpu_reg_apply(&r, pg[i].page, objs[i], 1);
@@ -977,6 +1029,67 @@ START_TEST(test_gpu_notify_eventfd_drives_completion)
 	gpu_host_free(arena, alen, 1);
 	kernels_engine_free(e);
 	close(efd);
+}
+
+START_TEST(test_gpu_notify_eventfd_drives_completion)
+{
+	gpu_init();
+	gpu_notify_case(KERNELS_NOTIFY_CALLBACK, 0);
+	gpu_notify_case(KERNELS_NOTIFY_THREAD, 0);
+	gpu_notify_case(KERNELS_NOTIFY_THREAD, 1);
+}
+END_TEST
+
+/*
+ * Issue 16: host runs by one cudaMemcpyBatchAsync a chunk (the default
+ * for runs of 128 KiB and more), every run batched, short runs mixed
+ * between the batch and the gather kernel, two copy streams (with the
+ * checksum kernel that reduces 4 blocks at a time: each restore verifies
+ * by it, each publish's checksums come from it); restores and publishes
+ * byte for byte, objects of 36 KiB, 256 KiB and 2.25 MB, contiguous,
+ * scattered and misaligned in the arena.
+ */
+START_TEST(test_gpu_batched_dma_restores_and_publishes)
+{
+	static const unsigned	 flags[3] = { 0, KERNELS_F_BATCH, KERNELS_F_MIX };
+	struct kernels_engine	*e;
+	struct kernels_conf	 c;
+	struct gpu_reg		 r;
+	char			 err[256] = "";
+	unsigned		 cs, f;
+	int			 rc;
+
+	gpu_init();
+	for (cs = 1; cs <= 2; cs++) {
+		kernels_conf_default(&c);
+		c.slot_bytes = 5 * GPU_MIB;
+		c.copy_streams = cs;
+		c.csum_ilp = cs == 2;	/* the other checksum kernel: every restore verifies by it */
+		e = NULL;
+		rc = kernels_engine_new(&c, &e, err, sizeof(err));
+		CHECK(rc == 0, "kernels_engine_new: %d %s", rc, err);
+		for (f = 0; f < 3; f++) {
+			gpu_reg_geom(&r, GPU_LAYER_FIRST, 200, 64, 1, 576, 0);	/* 36 KiB */
+			gpu_reg_make(&r, e, NULL);
+			gpu_restore_case(e, &r, 1, 150, GPU_SCATTERED, 0, flags[f]);
+			gpu_restore_case(e, &r, 1, 150, GPU_MIXED, 8, flags[f]);
+			gpu_reg_free(&r, 1);
+			gpu_reg_geom(&r, GPU_LAYER_FIRST, 64, 64, 4, 1024, 0);	/* 256 KiB */
+			gpu_reg_make(&r, e, NULL);
+			gpu_restore_case(e, &r, 1, 40, GPU_SCATTERED, 0, flags[f]);
+			gpu_restore_case(e, &r, 1, 40, GPU_MIXED, 24, flags[f]);
+			gpu_reg_free(&r, 1);
+			gpu_reg_geom(&r, GPU_LAYER_FIRST, 24, 64, 61, 576, 0);	/* 2.25 MB */
+			gpu_reg_make(&r, e, NULL);
+			gpu_restore_case(e, &r, 1, 12, GPU_SCATTERED, 0, flags[f]);
+			gpu_restore_case(e, &r, 1, 12, GPU_CONTIG, 0, flags[f]);
+			gpu_reg_free(&r, 1);
+			gpu_publish_case(e, GPU_LAYER_FIRST, 64, 4, 1024, 30, flags[f]);
+			gpu_publish_case(e, GPU_PAGE_FIRST, 64, 1, 576, 60, flags[f]);
+			gpu_publish_case(e, GPU_LAYER_FIRST, 64, 61, 576, 6, flags[f]);
+		}
+		kernels_engine_free(e);
+	}
 }
 END_TEST
 
@@ -1388,6 +1501,7 @@ gd_same_source(struct gd_share *sh, struct l3kv *k, void *d, size_t bytes, const
     uint32_t n, uint32_t prefix)
 {
 	struct l3kv_restore_result	 res;
+	struct l3kv_restore_args	 ra;
 	struct l3kv_publish_result	 pr;
 	struct l3kv_publish_page	 pg[2];
 	struct l3kv_admit_result	 ar;
@@ -1413,7 +1527,16 @@ gd_same_source(struct gd_share *sh, struct l3kv *k, void *d, size_t bytes, const
 	aa.state_slot = L3KV_SLOT_NONE;
 	if ((rc = l3kv_admit(k, &aa, &ar)) != 0 || ar.admitted_pages != 2)
 		GD_FAIL(31, "engine: ADMIT of the two: %d, %u admitted", rc, ar.admitted_pages);
-	if ((rc = l3kv_restore(k, ar.lease, 0, dst, 2, 60000, &res)) != 0 || res.pages != 2)
+	/* with the release flag (issue 16): the lease ends with the RESTORE's ok */
+	memset(&ra, 0, sizeof(ra));
+	ra.lease = ar.lease;
+	ra.pages = dst;
+	ra.npages = 2;
+	ra.state_region = L3KV_REGION_NONE;
+	ra.state_slot = L3KV_SLOT_NONE;
+	ra.event_region = L3KV_REGION_NONE;
+	ra.flags = L3KV_RESTORE_RELEASE;
+	if ((rc = l3kv_restore_with(k, &ra, 60000, &res)) != 0 || res.pages != 2)
 		GD_FAIL(32, "engine: RESTORE of the two: %d %s", rc, l3kv_last_error(k));
 	if ((now = malloc(bytes)) == NULL)
 		GD_FAIL(2, "engine: out of memory");
@@ -1423,8 +1546,9 @@ gd_same_source(struct gd_share *sh, struct l3kv *k, void *d, size_t bytes, const
 		if (!gd_page_is(now, dst[i], src, 1, 2 * n))
 			GD_FAIL(33, "engine: object %u published from page 1 differs", i);
 	free(now);
-	if ((rc = l3kv_release(k, ar.lease)) != 0)
-		GD_FAIL(24, "engine: RELEASE: %d %s", rc, l3kv_last_error(k));
+	if ((rc = l3kv_release(k, ar.lease)) != -ENOENT)
+		GD_FAIL(24, "engine: RELEASE after a RESTORE with the release flag: %d, want %d",
+		    rc, -ENOENT);
 	return 0;
 }
 
@@ -2037,6 +2161,43 @@ gd_start(struct test_daemon *td, const char *dram)
 	return sh;
 }
 
+/*
+ * STATS copy.last_restore (issue 16): the last RESTORE's timeline, every
+ * host stage known and in order (the GPU stamps need L3KV_CUDA_TIMELINE).
+ */
+static void
+gd_check_timeline(const char *sock)
+{
+	static const char *const stage[] = { "arrive", "handled", "submit", "first_issue",
+	    "last_issue", "done", "reply" };
+	struct l3kv	*k = NULL;
+	json_error_t	 jerr;
+	json_t		*j, *t, *v;
+	char		*text = NULL;
+	long long	 prev = 0, n;
+	unsigned	 i;
+
+	CHECK(l3kv_connect(sock, 5000, &k) == 0, "connect for STATS");
+	CHECK(l3kv_stats(k, &text) == 0, "STATS");
+	j = json_loads(text, 0, &jerr);
+	CHECK(j != NULL, "STATS is not JSON: %s", jerr.text);
+	t = json_object_get(json_object_get(j, "copy"), "last_restore");
+	CHECK(json_is_object(t), "STATS copy.last_restore missing");
+	for (i = 0; i < sizeof(stage) / sizeof(stage[0]); i++) {
+		v = json_object_get(t, stage[i]);
+		CHECK(json_is_integer(v), "STATS copy.last_restore.%s missing", stage[i]);
+		n = json_integer_value(v);
+		CHECK(n > 0 && n >= prev, "copy.last_restore.%s = %lld, after %lld", stage[i], n,
+		    prev);
+		prev = n;
+	}
+	v = json_object_get(t, "notify");
+	CHECK(json_is_integer(v) && json_integer_value(v) > 0, "copy.last_restore.notify");
+	json_decref(j);
+	l3kv_free(text);
+	l3kv_close(k);
+}
+
 START_TEST(test_gpu_daemon_publishes_and_restores_device_memory)
 {
 	struct test_daemon	 td;
@@ -2048,6 +2209,7 @@ START_TEST(test_gpu_daemon_publishes_and_restores_device_memory)
 	 */
 	gd_wait_engine(gd_fork_engine(&td, sh, GD_ROUND_TRIP, 48, 1, -1, -1), sh, "first engine");
 	EQ(gd_stat(td.sock, "cache", "pages_restored"), 50);
+	gd_check_timeline(td.sock);
 	EQ(gd_stat(td.sock, "cache", "pages_published"), 50);
 	gd_wait_engine(gd_fork_engine(&td, sh, GD_ROUND_TRIP, 48, 2, -1, -1), sh, "second engine");
 	EQ(gd_stat(td.sock, "cache", "pages_restored"), 100);
@@ -2214,6 +2376,7 @@ suite_gpu(void)
 	tcase_add_test(tc, test_gpu_cancel_leaves_later_pages_untouched);
 	tcase_add_test(tc, test_gpu_gated_restore_waits_for_its_event_or_drops_at_cancel);
 	tcase_add_test(tc, test_gpu_notify_eventfd_drives_completion);
+	tcase_add_test(tc, test_gpu_batched_dma_restores_and_publishes);
 	tcase_add_test(tc, test_gpu_submit_rejects_bad_input);
 	tcase_add_test(tc, test_gpu_restore_while_a_busy_kernel_holds_the_gpu);
 	tcase_add_test(tc, test_gpu_ipc_memory_from_a_second_process);

@@ -246,6 +246,8 @@ START_TEST(test_payload_check_lengths_per_type)
 	ck_assert_int_eq(proto_payload_check(PROTO_T_DETACH, 1, zero), PROTO_S_BAD_LENGTH);
 	ck_assert_int_eq(proto_payload_check(PROTO_T_STATS, 1, zero), PROTO_S_BAD_LENGTH);
 	ck_assert_int_eq(proto_payload_check(PROTO_T_HEALTH, 1, zero), PROTO_S_BAD_LENGTH);
+	ck_assert_int_eq(proto_payload_check(PROTO_T_RELOAD, 0, NULL), 0);
+	ck_assert_int_eq(proto_payload_check(PROTO_T_RELOAD, 1, zero), PROTO_S_BAD_LENGTH);
 	ck_assert_int_eq(proto_payload_check(99, 0, NULL), PROTO_S_BAD_TYPE);
 
 	buf = pt_attach_encode(a, &len);
@@ -281,6 +283,7 @@ static const struct {
 	{ "RELEASE",	PROTO_T_RELEASE,	8,	0,	0 },
 	{ "DEBUG",	PROTO_T_DEBUG,		40,	0,	0 },
 	{ "SET_POLICY",	PROTO_T_SET_POLICY,	8,	0,	0 },
+	{ "LIST",	PROTO_T_LIST,		8,	0,	0 },
 };
 
 /* A payload of the message with count n, and room for one more byte. */
@@ -959,7 +962,8 @@ START_TEST(test_type_names_and_requests)
 {
 	static const unsigned	served[] = { PROTO_T_HELLO, PROTO_T_ATTACH, PROTO_T_DETACH,
 	    PROTO_T_STATS, PROTO_T_HEALTH, PROTO_T_PROBE, PROTO_T_ADMIT, PROTO_T_RESTORE,
-	    PROTO_T_CANCEL, PROTO_T_RELEASE, PROTO_T_PUBLISH, PROTO_T_DEBUG };
+	    PROTO_T_CANCEL, PROTO_T_RELEASE, PROTO_T_PUBLISH, PROTO_T_DEBUG, PROTO_T_RELOAD,
+	    PROTO_T_LIST };
 	unsigned		t;
 
 	for (t = 0; t < sizeof(served) / sizeof(served[0]); t++)
@@ -970,6 +974,11 @@ START_TEST(test_type_names_and_requests)
 	ck_assert_str_eq(proto_type_name(PROTO_T_DEBUG), "DEBUG");
 	ck_assert(proto_type_is_request(PROTO_T_SET_POLICY));
 	ck_assert(!proto_type_is_request(23));
+	ck_assert_str_eq(proto_type_name(PROTO_T_RELOAD), "RELOAD");
+	ck_assert_str_eq(proto_type_name(PROTO_T_LIST), "LIST");
+	/* the operators' range: 24 and 25 served, 26-31 reserved */
+	for (t = 26; t <= 31; t++)
+		ck_assert(!proto_type_is_request(t));
 	ck_assert(!proto_type_is_request(0));
 	ck_assert(!proto_type_is_request(6));
 	ck_assert(!proto_type_is_request(PROTO_T_ERROR));
@@ -1128,7 +1137,7 @@ START_TEST(test_dump_names_every_type)
 	static const unsigned	types[] = { PROTO_T_HELLO, PROTO_T_ATTACH, PROTO_T_DETACH,
 	    PROTO_T_STATS, PROTO_T_HEALTH, PROTO_T_PROBE, PROTO_T_ADMIT, PROTO_T_RESTORE,
 	    PROTO_T_CANCEL, PROTO_T_RELEASE, PROTO_T_PUBLISH, PROTO_T_SET_POLICY, PROTO_T_DEBUG,
-	    PROTO_T_ERROR };
+	    PROTO_T_RELOAD, PROTO_T_LIST, PROTO_T_ERROR };
 	struct proto_hdr	h;
 	char			buf[512];
 	size_t			i, n;
@@ -1231,6 +1240,40 @@ START_TEST(test_dump_reads_unaligned_payloads)
 }
 END_TEST
 
+/* LIST's fields: a known what, no flags; any max (the daemon caps it). */
+START_TEST(test_list_check_fields)
+{
+	struct proto_list	l = { PROTO_LIST_NAMESPACES, 0, 0 };
+	struct proto_hdr	h;
+	char			buf[256];
+
+	ck_assert_uint_eq(sizeof(l), 8);
+	ck_assert_uint_eq(offsetof(struct proto_list, max), 4);
+	for (l.what = 0; l.what < 8; l.what++)
+		ck_assert_int_eq(proto_list_check(&l), l.what >= 1 && l.what <= 3 ? PROTO_S_OK :
+		    PROTO_S_INVALID);
+	ck_assert_str_eq(proto_list_name(PROTO_LIST_NAMESPACES), "namespaces");
+	ck_assert_str_eq(proto_list_name(PROTO_LIST_GROUPS), "groups");
+	ck_assert_str_eq(proto_list_name(PROTO_LIST_LEASES), "leases");
+	ck_assert_ptr_null(proto_list_name(0));
+	ck_assert_ptr_null(proto_list_name(4));
+	l.what = PROTO_LIST_LEASES;
+	l.flags = 1;
+	ck_assert_int_eq(proto_list_check(&l), PROTO_S_INVALID);
+	l.flags = 0;
+	l.max = UINT32_MAX;
+	ck_assert_int_eq(proto_list_check(&l), PROTO_S_OK);
+	/* the dump names what is asked */
+	l.max = 5;
+	proto_hdr_init(&h, PROTO_T_LIST, sizeof(l), 3);
+	proto_dump(&h, &l, buf, sizeof(buf));
+	ck_assert_str_eq(buf, "LIST seq=3 len=8 flags=0x0 status=ok what=leases(3) max=5 flags=0x0");
+	l.what = 77;
+	proto_dump(&h, &l, buf, sizeof(buf));
+	ck_assert_ptr_nonnull(strstr(buf, " what=?(77) "));
+}
+END_TEST
+
 Suite *
 suite_proto(void)
 {
@@ -1268,5 +1311,6 @@ suite_proto(void)
 	tcase_add_test(tc, test_dump_truncates_into_small_buffers);
 	tcase_add_test(tc, test_dump_keeps_client_bytes_on_one_line);
 	tcase_add_test(tc, test_dump_reads_unaligned_payloads);
+	tcase_add_test(tc, test_list_check_fields);
 	return s;
 }

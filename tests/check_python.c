@@ -60,7 +60,7 @@
 #define PY_GPU		"tests/python/test_gpu_torch.py"
 #define PY_SGLANG	"tests/python/test_sglang.py"
 #define PY_SGLANG_VENV	"build/venv-sglang"	/* the Makefile's SG_VENV, $L3KV_SGLANG_VENV */
-#define PY_SGLANG_DEADLINE_S 240	/* importing SGLang takes ~15 s, the tests ~5 */
+#define PY_SGLANG_DEADLINE_S 240	/* ~45 s: importing SGLang ~15, TP 2 workers ~25 */
 #define PY_DEADLINE_S	60		/* the CPU scripts take about a second */
 #define PY_GPU_DEADLINE_S 300		/* the GPU one about half a minute */
 #define PY_PROBE_S	120		/* importing torch and finding CUDA */

@@ -3,11 +3,24 @@
  * pointed at this build, passes `systemd-analyze verify` with nothing on
  * stderr (systemd reports unit problems there and still exits 0 for
  * many of them, so the exit code alone proves little).
+ *
+ * And the notification protocol as systemd sees it, through a datagram
+ * socket of the test's own on $NOTIFY_SOCKET: READY=1, WATCHDOG=1 at half
+ * of $WATCHDOG_USEC (none when $WATCHDOG_PID names another process),
+ * RELOADING=1 with MONOTONIC_USEC= then READY=1 around a SIGHUP, and
+ * STOPPING=1.
  */
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 
+#include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,7 +97,7 @@ START_TEST(test_service_exec_start_pre_checks_the_config)
 {
 	FILE	*f = fopen("config/l3kvd.service", "r");
 	char	 line[1024];
-	int	 pre = 0, start = 0, notify = 0;
+	int	 pre = 0, start = 0, notify = 0, reload = 0, watchdog = 0;
 
 	ck_assert_ptr_nonnull(f);
 	while (fgets(line, sizeof(line), f) != NULL) {
@@ -94,9 +107,140 @@ START_TEST(test_service_exec_start_pre_checks_the_config)
 			start = 1;
 		if (strcmp(line, "Type=notify\n") == 0)
 			notify = 1;
+		if (strcmp(line, "ExecReload=/bin/kill -HUP $MAINPID\n") == 0)
+			reload = 1;
+		if (strncmp(line, "WatchdogSec=", 12) == 0 && atoi(line + 12) > 0)
+			watchdog = 1;
 	}
 	fclose(f);
 	ck_assert(pre && start && notify);
+	ck_assert_msg(reload, "no ExecReload= sending SIGHUP");
+	ck_assert_msg(watchdog, "no WatchdogSec=");
+}
+END_TEST
+
+/* The test's end of $NOTIFY_SOCKET: a datagram socket in dir. */
+static int
+notify_listen(const char *dir, char *path, size_t len)
+{
+	struct sockaddr_un	sun;
+	int			fd;
+
+	ck_assert((size_t)snprintf(path, len, "%s/notify.sock", dir) < sizeof(sun.sun_path));
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	memcpy(sun.sun_path, path, strlen(path));
+	ck_assert_int_ge(fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0), 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+	return fd;
+}
+
+/* The next datagram within ms, NUL-terminated into buf; 0, or -ETIMEDOUT. */
+static int
+notify_recv(int fd, char *buf, size_t len, int ms)
+{
+	struct pollfd	pfd = { fd, POLLIN, 0 };
+	ssize_t		n;
+
+	if (poll(&pfd, 1, ms) != 1)
+		return -ETIMEDOUT;
+	ck_assert_int_ge(n = recv(fd, buf, len - 1, 0), 0);
+	buf[n] = '\0';
+	return 0;
+}
+
+/* Waits for a datagram that is exactly want, counting the WATCHDOG=1 seen on the way. */
+static int
+notify_wait(int fd, const char *want, int ms, int *pings)
+{
+	char	buf[512];
+
+	for (; ms > 0; ms -= 10) {
+		if (notify_recv(fd, buf, sizeof(buf), 10) != 0)
+			continue;
+		if (strcmp(buf, want) == 0)
+			return 1;
+		if (pings != NULL && strcmp(buf, "WATCHDOG=1") == 0)
+			(*pings)++;
+	}
+	return 0;
+}
+
+static uint64_t
+notify_now_usec(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+START_TEST(test_notify_ready_watchdog_reload_stopping)
+{
+	struct test_daemon	d;
+	char			dir[PATH_MAX], path[PATH_MAX], buf[512];
+	uint64_t		before, mono;
+	int			fd, st, pings = 0, i;
+
+	ck_assert_ptr_nonnull(test_mkdtemp(dir, sizeof(dir)));
+	fd = notify_listen(dir, path, sizeof(path));
+	ck_assert_int_eq(setenv("NOTIFY_SOCKET", path, 1), 0);
+	/* 200 ms: a ping every 100 ms */
+	ck_assert_int_eq(setenv("WATCHDOG_USEC", "200000", 1), 0);
+	unsetenv("WATCHDOG_PID");
+	ck_assert_int_eq(test_daemon_start_in(&d, dir, NULL), 0);
+	ck_assert_msg(notify_wait(fd, "READY=1", 5000, NULL), "no READY=1");
+	/* 1 s of pings: about 10 */
+	for (before = notify_now_usec(); notify_now_usec() - before < 1000000; )
+		if (notify_recv(fd, buf, sizeof(buf), 10) == 0 && strcmp(buf, "WATCHDOG=1") == 0)
+			pings++;
+	ck_assert_msg(pings >= 4 && pings <= 15, "%d pings in a second at a 200 ms watchdog", pings);
+	ck_assert(test_daemon_log_has(&d, "systemd watchdog: WATCHDOG=1 every 100 ms"));
+
+	/* a reload: RELOADING=1 with the monotonic clock, then READY=1 */
+	before = notify_now_usec();
+	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
+	for (i = 0; i < 200; i++) {
+		ck_assert_int_eq(notify_recv(fd, buf, sizeof(buf), 1000), 0);
+		if (strncmp(buf, "RELOADING=1\n", 12) == 0)
+			break;
+		ck_assert_str_eq(buf, "WATCHDOG=1");
+	}
+	ck_assert_msg(sscanf(buf, "RELOADING=1\nMONOTONIC_USEC=%" SCNu64, &mono) == 1, "%s", buf);
+	ck_assert_msg(mono >= before && mono <= notify_now_usec(), "MONOTONIC_USEC=%" PRIu64
+	    " is not between %" PRIu64 " and now", mono, before);
+	ck_assert_msg(notify_wait(fd, "READY=1", 5000, NULL), "no READY=1 after the reload");
+
+	ck_assert_int_eq(kill(d.pid, SIGTERM), 0);
+	ck_assert_msg(notify_wait(fd, "STOPPING=1", 5000, NULL), "no STOPPING=1");
+	ck_assert_int_eq(test_daemon_stop(&d, SIGTERM, &st), 0);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	close(fd);
+	unsetenv("NOTIFY_SOCKET");
+	unsetenv("WATCHDOG_USEC");
+}
+END_TEST
+
+/* $WATCHDOG_PID names the process the watchdog is for: another one's means no pings. */
+START_TEST(test_notify_watchdog_is_for_its_pid_only)
+{
+	struct test_daemon	d;
+	char			dir[PATH_MAX], path[PATH_MAX];
+	int			fd, st, pings = 0;
+
+	ck_assert_ptr_nonnull(test_mkdtemp(dir, sizeof(dir)));
+	fd = notify_listen(dir, path, sizeof(path));
+	ck_assert_int_eq(setenv("NOTIFY_SOCKET", path, 1), 0);
+	ck_assert_int_eq(setenv("WATCHDOG_USEC", "100000", 1), 0);
+	ck_assert_int_eq(setenv("WATCHDOG_PID", "1", 1), 0);
+	ck_assert_int_eq(test_daemon_start_in(&d, dir, NULL), 0);
+	ck_assert_msg(notify_wait(fd, "READY=1", 5000, &pings), "no READY=1");
+	ck_assert(!notify_wait(fd, "WATCHDOG=1", 600, &pings));
+	ck_assert_int_eq(pings, 0);
+	ck_assert(!test_daemon_log_has(&d, "systemd watchdog"));
+	ck_assert_int_eq(test_daemon_stop(&d, SIGTERM, &st), 0);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	close(fd);
 }
 END_TEST
 
@@ -105,10 +249,15 @@ suite_service(void)
 {
 	Suite	*s = suite_create("service");
 	TCase	*tc = tcase_create("unit");
+	TCase	*notify = tcase_create("notify");
 
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_service_unit_passes_systemd_analyze_verify);
 	tcase_add_test(tc, test_service_exec_start_pre_checks_the_config);
 	suite_add_tcase(s, tc);
+	tcase_set_timeout(notify, 30);
+	tcase_add_test(notify, test_notify_ready_watchdog_reload_stopping);
+	tcase_add_test(notify, test_notify_watchdog_is_for_its_pid_only);
+	suite_add_tcase(s, notify);
 	return s;
 }

@@ -4,8 +4,8 @@
  * line. Suites tagged gpu, rdma or slow are added only where the
  * hardware is (or L3KV_SLOW=1), gpu_torch where there is a GPU and
  * python3 has torch with CUDA, sglang where `make check` made SGLang's
- * venv; a suite left out is printed as skipped with its reason, never
- * counted as passed.
+ * venv, nosan (deb) where the runner is not an ASan build; a suite left
+ * out is printed as skipped with its reason, never counted as passed.
  *
  * L3KV_SUITE=name runs one suite; CK_RUN_CASE/CK_RUN_SUITE also work.
  */
@@ -19,10 +19,23 @@
 #include "kernels.h"
 #include "tests.h"
 
+/* A runner built with ASan (`make asan`): suites tagged nosan test nothing it instruments. */
+#if defined(__SANITIZE_ADDRESS__)
+#define RUNNER_SAN	1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RUNNER_SAN	1
+#endif
+#endif
+#ifndef RUNNER_SAN
+#define RUNNER_SAN	0
+#endif
+
 struct runner_suite {
 	const char	*name;
 	Suite		*(*make)(void);
-	const char	*tag;		/* NULL, "gpu", "gpu_torch", "sglang", "rdma", "slow", "root" */
+	const char	*tag;		/* NULL, "gpu", "gpu_torch", "sglang", "rdma", "slow", "root",
+					   "nosan" */
 };
 
 static const struct runner_suite runner_suites[] = {
@@ -44,6 +57,7 @@ static const struct runner_suite runner_suites[] = {
 	{ "fabric",	suite_fabric,	NULL },
 	{ "etcd",	suite_etcd,	NULL },
 	{ "gpu_host",	suite_gpu_host,	NULL },
+	{ "deb",	suite_deb,	"nosan" },
 	{ "root",	suite_root,	"root" },
 	{ "gpu",	suite_gpu,	"gpu" },
 	{ "python_gpu",	suite_python_gpu, "gpu_torch" },
@@ -111,6 +125,9 @@ runner_skip_reason(const char *tag)
 		return python_sglang_skip_reason();
 	if (strcmp(tag, "rdma") == 0)
 		return "no RDMA provider on this machine";
+	if (strcmp(tag, "nosan") == 0)
+		return RUNNER_SAN ? "sanitizer build: it builds its own packages, uninstrumented; "
+		    "`make check` runs it" : NULL;
 	return "unknown tag";
 }
 

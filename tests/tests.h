@@ -40,6 +40,7 @@ const char *python_gpu_skip_reason(void);
 Suite	*suite_python_sglang(void);
 /* Why the python_sglang suite cannot run here (no SGLang venv, and why), or NULL. */
 const char *python_sglang_skip_reason(void);
+Suite	*suite_deb(void);
 
 /* Test cases a suite left out because this machine cannot run them (printed SKIPPED). */
 extern int	test_skipped;
@@ -101,6 +102,8 @@ int	 test_daemon_start_in(struct test_daemon *, const char *dir, const char *ext
 int	 test_daemon_stop(struct test_daemon *, int sig, int *status);
 int	 test_daemon_stop_within(struct test_daemon *, int sig, int *status, unsigned wait_ms);
 int	 test_daemon_log_has(const struct test_daemon *, const char *needle);
+/* Rewrites its config file (a reload re-reads it): the base config, extra_json over it. */
+int	 test_daemon_write_config(struct test_daemon *, const char *extra_json);
 int	 test_wait_socket(const char *path, int timeout_ms);
 int	 test_fd_count(void);
 int	 test_rmtree(const char *dir);

@@ -222,8 +222,9 @@ test_wait_socket(const char *path, int timeout_ms)
 	return -ETIMEDOUT;
 }
 
-static int
-test_write_config(struct test_daemon *d, const char *extra_json)
+/* Writes d's config file: the base test config with extra_json merged over it. */
+int
+test_daemon_write_config(struct test_daemon *d, const char *extra_json)
 {
 	json_t		*cfg, *extra;
 	json_error_t	 jerr;
@@ -267,7 +268,7 @@ test_daemon_start_in(struct test_daemon *d, const char *dir, const char *extra_j
 	snprintf(d->sock, sizeof(d->sock), "%s/l3kvd.sock", dir);
 	snprintf(d->config, sizeof(d->config), "%s/l3kvd.json", dir);
 	snprintf(d->log, sizeof(d->log), "%s/l3kvd.log", dir);
-	if ((rc = test_write_config(d, extra_json)) != 0)
+	if ((rc = test_daemon_write_config(d, extra_json)) != 0)
 		return rc;
 	test_path("l3kvd", bin, sizeof(bin));
 	d->pid = fork();

@@ -35,6 +35,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -60,6 +61,30 @@
 
 static uint64_t	e2e_rng = 0x9e3779b97f4a7c15ULL;
 static pid_t	e2e_daemon_pid;
+static int	e2e_timeline;	/* -T: the daemon's timeline of every timed RESTORE */
+static unsigned	e2e_spin_us;	/* -S: l3kv_set_spin on the engine's connection */
+
+/* The stages of a RESTORE's timeline: STATS "copy"."last_restore" keys, then the client's. */
+static const char *const e2e_stage[] = {
+	"arrive", "handled", "submit", "first_issue", "gpu_dma_start", "last_issue",
+	"gpu_dma_end", "gpu_verified", "gpu_end", "notify", "done", "reply",
+};
+#define E2E_NSTAGES	(sizeof(e2e_stage) / sizeof(e2e_stage[0]))
+static const char *const e2e_stage_what[E2E_NSTAGES + 1] = {
+	"the daemon's read callback that took the request",
+	"restore_request() (the frame decoded, the lease found)",
+	"the job handed to the copy engine (checks done)",
+	"the first chunk issued (its DMA queued)",
+	"GPU: the first DMA starts",
+	"the last chunk issued",
+	"GPU: the last DMA ends",
+	"GPU: the last chunk's checksums verified",
+	"GPU: the last chunk scattered into the region",
+	"the last chunk's notification (host callback / waiter thread)",
+	"the loop saw the op done",
+	"the reply written to the socket",
+	"the client has the reply",
+};
 
 static double
 e2e_now(void)
@@ -392,6 +417,8 @@ e2e_engine_new(struct e2e_engine *e, const char *sock)
 	if ((rc = l3kv_connect(sock, 10000, &e->k)) != 0)
 		e2e_die("connect", rc, NULL);
 	l3kv_set_timeout(e->k, E2E_TIMEOUT_MS);
+	if ((rc = l3kv_set_spin(e->k, e2e_spin_us)) != 0)
+		e2e_die("l3kv_set_spin", rc, NULL);
 	if ((rc = l3kv_attach(e->k, &args, NULL)) != 0)
 		e2e_die("ATTACH with a CUDA IPC region", rc, l3kv_last_error(e->k));
 
@@ -425,14 +452,52 @@ e2e_pick(uint32_t *dst, uint32_t n)
 	}
 }
 
-/* One ADMIT + RESTORE + RELEASE of the first n published pages; seconds. */
+/*
+ * The daemon's timeline of the last RESTORE (STATS "copy"."last_restore"),
+ * in us after t_send (the client's send, CLOCK_MONOTONIC like the
+ * daemon's); the client's reply at E2E_NSTAGES. A stage the daemon does
+ * not know is NAN.
+ */
 static void
-e2e_restore_once(struct e2e_engine *e, uint32_t n, uint32_t *dst, double *total, double *restore)
+e2e_timeline_of(struct e2e_engine *e, double t_send, double t_reply, double *us)
+{
+	json_error_t	 jerr;
+	json_t		*j, *t, *v;
+	char		*text = NULL;
+	unsigned	 i;
+	int		 rc;
+
+	for (i = 0; i < E2E_NSTAGES; i++)
+		us[i] = NAN;
+	us[E2E_NSTAGES] = (t_reply - t_send) * 1e6;
+	if ((rc = l3kv_stats(e->k, &text)) != 0)
+		e2e_die("STATS", rc, l3kv_last_error(e->k));
+	if ((j = json_loads(text, 0, &jerr)) == NULL)
+		e2e_die("STATS is not JSON", -EINVAL, jerr.text);
+	t = json_object_get(json_object_get(j, "copy"), "last_restore");
+	for (i = 0; i < E2E_NSTAGES; i++) {
+		v = json_object_get(t, e2e_stage[i]);
+		if (json_is_integer(v) && json_integer_value(v) > 0)
+			us[i] = ((double)json_integer_value(v) * 1e-9 - t_send) * 1e6;
+	}
+	json_decref(j);
+	l3kv_free(text);
+}
+
+/*
+ * One ADMIT + RESTORE + RELEASE of the first n published pages, or with
+ * release (PROTO_RESTORE_F_RELEASE) ADMIT + RESTORE; seconds. With -T,
+ * tl (E2E_NSTAGES + 1) gets the RESTORE's timeline.
+ */
+static void
+e2e_restore_once(struct e2e_engine *e, uint32_t n, uint32_t *dst, int release, double *total,
+    double *restore, double *tl)
 {
 	struct l3kv_restore_result	res;
+	struct l3kv_restore_args	ra;
 	struct l3kv_admit_result	ar;
 	struct l3kv_admit_args		aa;
-	double				t0, t1, t2;
+	double				t0, t1, t2, t3;
 	int				rc;
 
 	e2e_pick(dst, n);
@@ -447,17 +512,32 @@ e2e_restore_once(struct e2e_engine *e, uint32_t n, uint32_t *dst, double *total,
 		e2e_die("ADMIT", rc, l3kv_last_error(e->k));
 	if (ar.admitted_pages != n)
 		e2e_die("ADMIT promised too little", -EIO, NULL);
+	memset(&ra, 0, sizeof(ra));
+	ra.lease = ar.lease;
+	ra.pages = dst;
+	ra.npages = n;
+	ra.region = 0;
+	ra.state_region = L3KV_REGION_NONE;
+	ra.state_slot = L3KV_SLOT_NONE;
+	ra.event_region = L3KV_REGION_NONE;
+	ra.flags = release ? L3KV_RESTORE_RELEASE : 0;
 	t1 = e2e_now();
-	if ((rc = l3kv_restore(e->k, ar.lease, 0, dst, n, E2E_TIMEOUT_MS, &res)) != 0)
+	if ((rc = l3kv_restore_with(e->k, &ra, E2E_TIMEOUT_MS, &res)) != 0)
 		e2e_die("RESTORE into device memory", rc, l3kv_last_error(e->k));
 	t2 = e2e_now();
 	if (res.pages != n || res.partial || res.bytes != (uint64_t)n * E2E_OBJ)
 		e2e_die("RESTORE answered with fewer pages", -EIO, NULL);
-	if ((rc = l3kv_release(e->k, ar.lease)) != 0)
+	if (!release && (rc = l3kv_release(e->k, ar.lease)) != 0)
 		e2e_die("RELEASE", rc, l3kv_last_error(e->k));
-	*total = e2e_now() - t0;
+	t3 = e2e_now();
+	if (release && (rc = l3kv_release(e->k, ar.lease)) != -ENOENT)
+		e2e_die("RELEASE after a RESTORE with the release flag (want -ENOENT)", rc,
+		    l3kv_last_error(e->k));
+	*total = t3 - t0;
 	*restore = t2 - t1;
 	e->restored += n;
+	if (tl != NULL)
+		e2e_timeline_of(e, t1, t2, tl);
 }
 
 /* The region copied back: dst[i] holds published page i, the sources are unchanged. */
@@ -493,27 +573,49 @@ e2e_verify(struct e2e_engine *e, const uint32_t *dst, uint32_t n)
 /* One line of the table. */
 struct e2e_row {
 	uint32_t	pages;
+	int		release;
 	double		total, total90, restore, restore90, copy, copy90;	/* ms */
+	double		tl[E2E_NSTAGES + 1];	/* -T: median us after the send */
 };
 
+/* The median of the known (not NAN) values of v[0..n), sorted in place; NAN if none. */
+static double
+e2e_median_known(double *v, int n)
+{
+	int	i, k = 0;
+
+	for (i = 0; i < n; i++)
+		if (!isnan(v[i]))
+			v[k++] = v[i];
+	if (k == 0)
+		return NAN;
+	qsort(v, (size_t)k, sizeof(*v), e2e_cmp);
+	return k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
+}
+
 static void
-e2e_measure(struct e2e_engine *e, uint32_t n, int warm, int runs, struct e2e_row *row)
+e2e_measure(struct e2e_engine *e, uint32_t n, int release, int warm, int runs,
+    struct e2e_row *row)
 {
 	double		*tot = calloc((size_t)runs, sizeof(double));
 	double		*rst = calloc((size_t)runs, sizeof(double));
 	double		*cpy = calloc((size_t)runs, sizeof(double));
+	double		*tl = calloc((size_t)runs * (E2E_NSTAGES + 1), sizeof(double));
+	double		*col = calloc((size_t)runs, sizeof(double));
 	uint32_t	 dst[E2E_SRC];
 	size_t		 len = (size_t)n * E2E_OBJ;
 	double		 t0, x, y;
 	char		 err[256] = "";
+	unsigned	 k;
 	int		 i, rc;
 
-	if (tot == NULL || rst == NULL || cpy == NULL)
+	if (tot == NULL || rst == NULL || cpy == NULL || tl == NULL || col == NULL)
 		e2e_die("calloc", -ENOMEM, NULL);
 	for (i = 0; i < warm; i++)
-		e2e_restore_once(e, n, dst, &x, &y);
+		e2e_restore_once(e, n, dst, release, &x, &y, NULL);
 	for (i = 0; i < runs; i++)
-		e2e_restore_once(e, n, dst, &tot[i], &rst[i]);
+		e2e_restore_once(e, n, dst, release, &tot[i], &rst[i],
+		    e2e_timeline ? tl + (size_t)i * (E2E_NSTAGES + 1) : NULL);
 	e2e_verify(e, dst, n);
 	/* The peak: one pinned H2D cudaMemcpy of the same bytes, from this process. */
 	for (i = -warm; i < runs; i++) {
@@ -524,20 +626,31 @@ e2e_measure(struct e2e_engine *e, uint32_t n, int warm, int runs, struct e2e_row
 			cpy[i] = e2e_now() - t0;
 	}
 	row->pages = n;
+	row->release = release;
 	e2e_stats(tot, runs, &row->total, &row->total90);
 	e2e_stats(rst, runs, &row->restore, &row->restore90);
 	e2e_stats(cpy, runs, &row->copy, &row->copy90);
 	row->total *= 1e3, row->total90 *= 1e3, row->restore *= 1e3, row->restore90 *= 1e3;
 	row->copy *= 1e3, row->copy90 *= 1e3;
+	for (k = 0; k <= E2E_NSTAGES; k++) {
+		for (i = 0; i < runs; i++)
+			col[i] = e2e_timeline ? tl[(size_t)i * (E2E_NSTAGES + 1) + k] : NAN;
+		row->tl[k] = e2e_median_known(col, runs);
+	}
 	free(tot);
 	free(rst);
 	free(cpy);
+	free(tl);
+	free(col);
 }
 
 static void
 e2e_usage(void)
 {
-	fprintf(stderr, "usage: bench_e2e [-n RUNS] [-w WARMUPS] [-d DRAM_SIZE] [L3KVD]\n"
+	fprintf(stderr, "usage: bench_e2e [-T] [-S SPIN_US] [-n RUNS] [-w WARMUPS] [-d DRAM_SIZE] "
+	    "[L3KVD]\n"
+	    "  -T: the daemon's timeline of each RESTORE (L3KV_CUDA_TIMELINE=1 for it)\n"
+	    "  -S: the engine's blocking calls spin that long before they sleep (l3kv_set_spin)\n"
 	    "  L3KVD defaults to $L3KV_BUILD/l3kvd, else l3kvd beside bench_e2e\n");
 	exit(2);
 }
@@ -548,7 +661,7 @@ main(int argc, char **argv)
 	static const uint32_t	 sizes[2] = { E2E_SRC, E2E_SRC / 4 };
 	struct e2e_daemon	 d;
 	struct e2e_engine	 e;
-	struct e2e_row		 rows[2];
+	struct e2e_row		 rows[4];
 	const char		*dram = "4 GiB", *env;
 	char			 bin[PATH_MAX], self[PATH_MAX], desc[256] = "", err[256] = "";
 	char			*slash;
@@ -556,10 +669,16 @@ main(int argc, char **argv)
 	ssize_t			 sl;
 	double			 t0 = e2e_now(), mb;
 	int			 runs = 20, warm = 3, c, n, rc, st, bad = 0;
-	unsigned		 i;
+	unsigned		 i, k;
 
-	while ((c = getopt(argc, argv, "n:w:d:h")) != -1) {
+	while ((c = getopt(argc, argv, "TS:n:w:d:h")) != -1) {
 		switch (c) {
+		case 'S':
+			e2e_spin_us = (unsigned)atoi(optarg);
+			break;
+		case 'T':
+			e2e_timeline = 1;
+			break;
 		case 'n':
 			runs = atoi(optarg);
 			break;
@@ -599,14 +718,16 @@ main(int argc, char **argv)
 	e2e_rng ^= (uint64_t)time(NULL) << 16 ^ (uint64_t)getpid();
 
 	/* The daemon first: this process has not touched CUDA yet. */
+	if (e2e_timeline)
+		setenv("L3KV_CUDA_TIMELINE", "1", 1);
 	e2e_daemon_start(&d, bin, dram);
 	if ((rc = kernels_init(0, err, sizeof(err))) != 0)
 		e2e_die("kernels_init", rc, err);
 	e2e_engine_new(&e, d.sock);
-	for (i = 0; i < 2; i++) {
-		fprintf(stderr, "bench_e2e: %u-token restores: %d warm-ups, %d runs\n",
-		    sizes[i] * E2E_TOKENS, warm, runs);
-		e2e_measure(&e, sizes[i], warm, runs, &rows[i]);
+	for (i = 0; i < 4; i++) {
+		fprintf(stderr, "bench_e2e: %u-token restores%s: %d warm-ups, %d runs\n",
+		    sizes[i % 2] * E2E_TOKENS, i >= 2 ? " with the release flag" : "", warm, runs);
+		e2e_measure(&e, sizes[i % 2], i >= 2, warm, runs, &rows[i]);
 	}
 
 	printf("## End-to-end MLA FP8 restore through l3kvd, %s\n\n", desc);
@@ -616,22 +737,45 @@ main(int argc, char **argv)
 	    "%s DRAM tier. Median and p90 of %d runs after %d warm-ups, in ms; GB/s decimal, "
 	    "of the medians. end-to-end: ADMIT + RESTORE + RELEASE, three blocking libl3kv "
 	    "calls (one Unix-socket round trip each); RESTORE: that call alone; copy: one "
-	    "pinned cudaMemcpy H2D of the same bytes from this process. The last run of each "
-	    "size was checked byte for byte.\n\n", E2E_TOKENS, E2E_LAYERS, E2E_TBYTES,
-	    (double)E2E_OBJ / 1e6, E2E_POOL - E2E_SRC, dram, runs, warm);
+	    "pinned cudaMemcpy H2D of the same bytes from this process; \"+ release flag\": "
+	    "ADMIT + RESTORE with L3KV_RESTORE_RELEASE, two round trips. The last run of each "
+	    "row was checked byte for byte. Engine: %s%s; the client's blocking calls spin %u us "
+	    "before they sleep (l3kv_set_spin).\n\n", E2E_TOKENS, E2E_LAYERS,
+	    E2E_TBYTES, (double)E2E_OBJ / 1e6, E2E_POOL - E2E_SRC, dram, runs, warm,
+	    getenv("L3KV_CUDA_NOTIFY") != NULL ? "notify by " : "default notify",
+	    getenv("L3KV_CUDA_NOTIFY") != NULL ? getenv("L3KV_CUDA_NOTIFY") : "", e2e_spin_us);
 	printf("| restore | MB | end-to-end ms (p50) | p90 | RESTORE ms (p50) | p90 | copy ms (p50) "
 	    "| p90 | end-to-end / copy | RESTORE / copy | end-to-end GB/s | RESTORE GB/s | "
 	    "copy GB/s |\n");
 	printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-	for (i = 0; i < 2; i++) {
+	for (i = 0; i < 4; i++) {
 		const struct e2e_row *r = &rows[i];
 
 		mb = (double)r->pages * E2E_OBJ / 1e6;
-		printf("| %u tokens (%u pages) | %.1f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | "
-		    "%.2fx | %.2fx | %.1f | %.1f | %.1f |\n", r->pages * E2E_TOKENS, r->pages, mb,
+		printf("| %u tokens (%u pages)%s | %.1f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | "
+		    "%.3fx | %.3fx | %.1f | %.1f | %.1f |\n", r->pages * E2E_TOKENS, r->pages,
+		    r->release ? ", + release flag" : "", mb,
 		    r->total, r->total90, r->restore, r->restore90, r->copy, r->copy90,
 		    r->total / r->copy, r->restore / r->copy, mb / r->total, mb / r->restore,
 		    mb / r->copy);
+	}
+	if (e2e_timeline) {
+		printf("\nTimeline of a RESTORE (-T: the daemon's GPU stamps on, which add a few us "
+		    "of their own), median over the runs, us after the client sent the request; "
+		    "the copy column is the cudaMemcpy of the same bytes for scale:\n\n");
+		printf("| stage | 4096 tokens | 1024 tokens | 4096, release flag | 1024, release "
+		    "flag |\n|---|---|---|---|---|\n");
+		for (k = 0; k <= E2E_NSTAGES; k++) {
+			printf("| %s (%s) |", k < E2E_NSTAGES ? e2e_stage[k] : "client",
+			    e2e_stage_what[k]);
+			for (i = 0; i < 4; i++)
+				printf(" %.1f |", rows[i].tl[k]);
+			printf("\n");
+		}
+		printf("| copy (one pinned cudaMemcpy) |");
+		for (i = 0; i < 4; i++)
+			printf(" %.1f |", rows[i].copy * 1e3);
+		printf("\n");
 	}
 	fflush(stdout);
 

@@ -370,10 +370,62 @@ bench_baseline(int how, const struct kernels_geom *g, const struct kernels_page 
 struct bench_row {
 	double	peak, contig, scat, per_page, per_layer;
 	double	scat_dma, scat_zc, contig_nov, contig_pf, busy, d2h, publish;
+	/*
+	 * Host-scattered restores and publishes by engine variant (bench_var):
+	 * the old default (no batch: the kernel below 1 MiB, a copy per run
+	 * above), the default, every run batched, short runs mixed between
+	 * batch and kernel, and the default and all-batched with two copy
+	 * streams per direction.
+	 */
+	double	var_restore[6], var_publish[6];
 	double	contig_slot[3];	/* host-contiguous with 16, 64 and 128 MiB slots */
 	double	chunked;	/* H2D in 32 MiB cudaMemcpyAsync pieces over 2 streams */
 };
 static const size_t	bench_slot_sizes[3] = { 16 << 20, 64 << 20, 128 << 20 };
+
+static struct kernels_engine *
+bench_engine_conf(const struct kernels_conf *c)
+{
+	struct kernels_engine	*e = NULL;
+	char			 err[256] = "";
+	int			 rc;
+
+	if ((rc = kernels_engine_new(c, &e, err, sizeof(err))) != 0)
+		bench_die("kernels_engine_new", rc, err);
+	return e;
+}
+
+/* The engine variants of the scattered table (struct bench_row's var_*). */
+static const struct bench_var {
+	const char	*name;
+	int		 batch_dma;
+	unsigned	 copy_streams;
+	unsigned	 flags;
+} bench_vars[] = {
+	{ "old default (no batch)", 0, 1, 0 },
+	{ "default", 1, 1, 0 },
+	{ "all runs batched", 1, 1, KERNELS_F_BATCH },
+	{ "short runs mixed", 1, 1, KERNELS_F_MIX },
+	{ "default, 2 copy streams", 1, 2, 0 },
+	{ "all batched, 2 copy streams", 1, 2, KERNELS_F_BATCH },
+};
+#define BENCH_NVARS	(sizeof(bench_vars) / sizeof(bench_vars[0]))
+
+/* A publish's checksums against the objects', and the objects unchanged. */
+static void
+bench_check_publish(const struct bench_set *s, const uint64_t *cs, const char *what)
+{
+	uint32_t	i;
+
+	for (i = 0; i < s->n; i++) {
+		if (cs[i] != s->scat[i].checksum || checksum_obj(s->scat[i].host, s->obj) !=
+		    s->scat[i].checksum) {
+			fprintf(stderr, "bench_gpu: %s: page %u checksum %016llx, want %016llx\n",
+			    what, i, (unsigned long long)cs[i], (unsigned long long)s->scat[i].checksum);
+			exit(1);
+		}
+	}
+}
 
 static struct kernels_engine *
 bench_engine(size_t slot, unsigned slots, unsigned streams, size_t dma_min)
@@ -390,8 +442,10 @@ bench_engine(size_t slot, unsigned slots, unsigned streams, size_t dma_min)
 		c.slots = slots;
 	if (streams)
 		c.streams = streams;
-	if (dma_min)
+	if (dma_min) {
 		c.dma_min_bytes = dma_min;
+		c.batch_dma = 0;	/* the sweep of the old knob: a copy per run from dma_min */
+	}
 	if ((rc = kernels_engine_new(&c, &e, err, sizeof(err))) != 0)
 		bench_die("kernels_engine_new", rc, err);
 	return e;
@@ -407,7 +461,6 @@ bench_size_run(const struct bench_size *sz, uint64_t bytes, struct bench_row *ro
 	struct kernels_region	*r2;
 	struct bench_set	 s;
 	uint64_t		*cs, total;
-	uint32_t		 i;
 	unsigned		 a, b;
 	char			 err[256] = "";
 	int			 rc;
@@ -438,12 +491,25 @@ bench_size_run(const struct bench_size *sz, uint64_t bytes, struct bench_row *ro
 	if ((cs = calloc(s.n, sizeof(*cs))) == NULL)
 		bench_die("calloc", -ENOMEM, NULL);
 	row->publish = bench_op(e, BENCH_PUBLISH, s.rlf, s.scat, s.n, 0, cs);
-	for (i = 0; i < s.n; i++) {
-		if (cs[i] != s.scat[i].checksum) {
-			fprintf(stderr, "bench_gpu: publish: page %u checksum %016llx, want %016llx\n",
-			    i, (unsigned long long)cs[i], (unsigned long long)s.scat[i].checksum);
-			exit(1);
-		}
+	bench_check_publish(&s, cs, "publish");
+	for (a = 0; a < BENCH_NVARS; a++) {
+		struct kernels_conf	kc;
+
+		kernels_conf_default(&kc);
+		kc.batch_dma = bench_vars[a].batch_dma;
+		kc.copy_streams = bench_vars[a].copy_streams;
+		e2 = bench_engine_conf(&kc);
+		if ((rc = kernels_region_new(e2, &s.lf, &r2, err, sizeof(err))) != 0)
+			bench_die("kernels_region_new", rc, err);
+		row->var_restore[a] = bench_op(e2, BENCH_RESTORE, r2, s.scat, s.n,
+		    bench_vars[a].flags, NULL);
+		bench_verify(&s, s.scat, bench_vars[a].name);
+		memset(cs, 0, s.n * sizeof(*cs));
+		row->var_publish[a] = bench_op(e2, BENCH_PUBLISH, r2, s.scat, s.n,
+		    bench_vars[a].flags, cs);
+		bench_check_publish(&s, cs, bench_vars[a].name);
+		kernels_region_free(r2);
+		kernels_engine_free(e2);
 	}
 	free(cs);
 
@@ -509,7 +575,7 @@ main(int argc, char **argv)
 	static double		 sweep[BENCH_NSIZES][2][3];
 	uint64_t		 bytes = 1024 * BENCH_MIB;
 	int			 want[BENCH_NSIZES], c, rc, n;
-	unsigned		 i;
+	unsigned		 i, a, v;
 	char			 desc[256] = "", err[256] = "", *p;
 	double			 lat_restore, lat_copy;
 
@@ -558,8 +624,8 @@ main(int argc, char **argv)
 	printf("## GPU restore/publish, %s\n\n", desc);
 	printf("%llu MiB per run, median of %d runs after a warm-up; GB/s decimal; checksums "
 	    "verified on the GPU unless said otherwise; destination: layer_first, random page "
-	    "slots among 2N; engine defaults (32 MiB slots x 4, 2 streams, DMA for host runs "
-	    ">= 1 MiB, zero-copy gather below).\n\n", (unsigned long long)(bytes / BENCH_MIB),
+	    "slots among 2N; engine defaults (32 MiB slots x 4, 2 streams, host runs >= 128 KiB "
+	    "by one cudaMemcpyBatchAsync a chunk, the zero-copy gather kernel below).\n\n", (unsigned long long)(bytes / BENCH_MIB),
 	    bench_runs);
 	printf("| object | H2D peak (1 cudaMemcpy) | restore, host-contiguous | x peak | "
 	    "restore, host-scattered | x peak | 1 memcpy/page | scattered / per-page | "
@@ -587,6 +653,32 @@ main(int argc, char **argv)
 		printf("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.1f | %.1f | %.3f |\n",
 		    bench_sizes[i].name, r->scat_dma, r->scat_zc, r->contig_nov, r->contig_pf,
 		    r->busy, r->busy / r->peak, r->d2h, r->publish, r->publish / r->d2h);
+	}
+	for (a = 0; a < 2; a++) {
+		printf("\nHost-scattered %s by engine variant, x the %s peak (GB/s in brackets); "
+		    "batched: cudaMemcpyBatchAsync, one a chunk; the default batches runs >= 128 KiB "
+		    "and gathers shorter ones with the kernel:\n\n", a ? "publish" : "restore",
+		    a ? "D2H" : "H2D");
+		printf("| object |");
+		for (v = 0; v < BENCH_NVARS; v++)
+			printf(" %s |", bench_vars[v].name);
+		printf("\n|---|");
+		for (v = 0; v < BENCH_NVARS; v++)
+			printf("---|");
+		printf("\n");
+		for (i = 0; i < BENCH_NSIZES; i++) {
+			const struct bench_row *r = &rows[i];
+
+			if (!want[i])
+				continue;
+			printf("| %s |", bench_sizes[i].name);
+			for (v = 0; v < BENCH_NVARS; v++) {
+				double x = a ? r->var_publish[v] : r->var_restore[v];
+
+				printf(" %.3f (%.1f) |", x / (a ? r->d2h : r->peak), x);
+			}
+			printf("\n");
+		}
 	}
 	printf("\nEngine sweep, host-scattered restore GB/s (slots = 2 x streams):\n\n");
 	printf("| object | 2 streams, DMA >= 256K | 2 st, >= 1M | 2 st, >= 4M | 4 streams, DMA "

@@ -1,13 +1,20 @@
 #!/bin/bash
-# One call on the GPU host, from the repository root: the gpu and gpu_host
-# test suites, then the GPU benchmark. Builds nothing: the binaries are
+# One call on the GPU host, from the repository root: the gpu_host, gpu
+# and python_gpu test suites, then the GPU benchmark, the end-to-end
+# restores through l3kvd (bench_e2e: as is, with the client spinning, with
+# the daemon's timeline) and the same from a torch engine through the
+# Python client (bench_e2e_torch.py). Builds nothing: the binaries are
 # built on the build machine and carried (tests/bench/GPU_NOTES.md).
-#   BIN    where run, l3kvd and bench_gpu are (default .carry/bin; else
-#          build, with build/tests/run); the daemon-level gpu tests start
-#          $BIN/l3kvd (L3KV_BUILD=$BIN)
+# About 4 minutes in all (suites ~2, benchmarks ~2 with BENCH_ARGS
+# -r 3 -m 256); 8 files in $OUT.
+#   BIN    where run, l3kvd, bench_gpu, bench_e2e and libl3kv.so are
+#          (default .carry/bin; else build, with build/tests/run); the
+#          daemon-level tests start $BIN/l3kvd (L3KV_BUILD=$BIN)
 #   LIBS   extra shared libraries (default .carry/lib)
 #   OUT    logs go there when set
 #   BENCH_ARGS  options for bench_gpu (default -r 5)
+#   E2E_ARGS    options for bench_e2e and bench_e2e_torch.py (default -n 20)
+#   SUITES      the suites (default gpu_host gpu python_gpu)
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 BIN=${BIN:-.carry/bin}
@@ -16,6 +23,9 @@ RUN=$BIN/run
 [ -x "$RUN" ] || RUN=$BIN/tests/run
 LIBS=${LIBS:-.carry/lib}
 export L3KV_BUILD=${L3KV_BUILD:-$BIN}
+export L3KV_LIB=${L3KV_LIB:-$PWD/$BIN/libl3kv.so}
+[ -f "$L3KV_LIB" ] || L3KV_LIB=$PWD/build/libl3kv.so
+export PYTHONUNBUFFERED=1
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/l3kv-gpu-XXXXXX")}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -33,19 +43,38 @@ export LD_LIBRARY_PATH="$PWD/$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 } 2>&1 | tee "$OUT/host.log"
 
 status=0
-echo "== suite gpu_host"
-L3KV_SUITE=gpu_host timeout 60 "$RUN" 2>&1 | tee "$OUT/test_gpu_host.log" || status=1
-echo "== suite gpu"
-L3KV_SUITE=gpu timeout 240 "$RUN" 2>&1 | tee "$OUT/test_gpu.log" || status=1
+for s in ${SUITES:-gpu_host gpu python_gpu}; do
+	echo "== suite $s"
+	L3KV_SUITE=$s timeout 240 "$RUN" >"$OUT/test_$s.log" 2>&1 || status=1
+	grep -hE '^[0-9]+ passed|^SKIPPED' "$OUT/test_$s.log"
+done
 
 echo "== bench_gpu"
 # shellcheck disable=SC2086
 timeout 240 tests/bench/gpu.sh "$BIN" ${BENCH_ARGS:--r 5} >"$OUT/bench_gpu.md" \
 	2>"$OUT/bench_gpu.log" || { status=1; tail -20 "$OUT/bench_gpu.log"; }
-echo "== bench_e2e"; timeout 90 "$BIN/bench_e2e" 2>&1 | tee -a "$OUT/bench_e2e.md" || status=1
+# shellcheck disable=SC2086
+# the last two: the checksum kernel that reduces 4 blocks at a time (L3KV_CUDA_CSUM_ILP=1)
+for v in "" "-S 5000" "-T" "ilp -T" "ilp -S 5000"; do
+	echo "== bench_e2e $v"
+	echo "### bench_e2e ${v:-(defaults)}" >>"$OUT/bench_e2e.md"
+	ilp=0
+	case $v in ilp*) ilp=1; v=${v#ilp} ;; esac
+	L3KV_CUDA_CSUM_ILP=$ilp timeout 90 "$BIN/bench_e2e" $v ${E2E_ARGS:--n 20} \
+		>>"$OUT/bench_e2e.md" 2>>"$OUT/bench_gpu.log" || { status=1; tail -5 "$OUT/bench_gpu.log"; }
+done
+# shellcheck disable=SC2086
+for v in "" "-S 5000"; do
+	echo "== bench_e2e_torch.py $v"
+	echo "### bench_e2e_torch.py ${v:-(defaults)}" >>"$OUT/bench_torch.md"
+	timeout 120 python3 tests/bench/bench_e2e_torch.py $v ${E2E_ARGS:--n 20} \
+		>>"$OUT/bench_torch.md" 2>&1 || { status=1; tail -5 "$OUT/bench_torch.md"; }
+done
 
 echo "== summary"
-grep -hE '^[0-9]+ passed|^SKIPPED|Failed|Error|:[0-9]+:[EF]:' "$OUT"/test_gpu*.log | head -40
-cat "$OUT/bench_gpu.md"
+grep -hE '^[0-9]+ passed|^SKIPPED|Failed|Error|:[0-9]+:[EF]:' "$OUT"/test_*.log | head -40
+grep -hE '^###|^\| [0-9]+ tok|^\| (arrive|handled|submit|first|gpu|last|notify|done|reply|client|copy)' \
+	"$OUT/bench_e2e.md" "$OUT/bench_torch.md"
+grep -E '^\| [0-9]' "$OUT/bench_gpu.md" | head -40
 echo "logs in $OUT; exit $status"
 exit $status

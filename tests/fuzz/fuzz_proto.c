@@ -3,7 +3,8 @@
  * as a client could send it: a header (zero-padded when short), then
  * payload bytes. It goes through what l3kvd runs on every frame, in the
  * same order (header check against a max frame, payload length, HELLO or
- * ATTACH validation, the cache operations' counted arrays), then
+ * ATTACH validation, the cache operations' counted arrays, LIST's
+ * fields), then
  * proto_dump() into a small and a large buffer,
  * with the payload at an odd address too. ATTACH decoding also runs on
  * whatever follows the header, so that the fuzzer need not keep the
@@ -106,6 +107,20 @@ fuzz_attach(const uint8_t *payload, uint32_t len)
 	(void)sum;
 }
 
+/* LIST whose length passed: 8 bytes; accepted only with a named what and no flags. */
+static void
+fuzz_list(const uint8_t *payload, uint32_t len)
+{
+	struct proto_list	l;
+
+	if (len != sizeof(l))
+		__builtin_trap();
+	memcpy(&l, payload, sizeof(l));
+	if ((proto_list_check(&l) == PROTO_S_OK) !=
+	    (proto_list_name(l.what) != NULL && l.flags == 0))
+		__builtin_trap();
+}
+
 /*
  * A cache operation whose length passed: its count is within
  * PROTO_PAGES_MAX and its array ends exactly at the payload's end (the
@@ -146,6 +161,13 @@ fuzz_cache(unsigned type, const uint8_t *payload, uint32_t len)
 	case PROTO_T_DEBUG:
 		if (len != sizeof(struct proto_debug))
 			__builtin_trap();
+		return;
+	case PROTO_T_RELOAD:
+		if (len != 0)
+			__builtin_trap();
+		return;
+	case PROTO_T_LIST:
+		fuzz_list(payload, len);
 		return;
 	default:
 		return;

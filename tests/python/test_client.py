@@ -10,11 +10,13 @@ pin is left, and the daemon exits 0 on SIGTERM. Standard library only.
 Run from the repository root:  python3 tests/python/test_client.py
 """
 
+import array
 import ctypes
 import errno
 import mmap
 import os
 import struct
+import threading
 import time
 import unittest
 
@@ -201,6 +203,32 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(os.path.realpath(l3kv.library_path()),
                          os.path.realpath(os.path.join(BUILD, "libl3kv.so")))
 
+    def test_list_and_reload(self):
+        e = self.engine()
+        hashes = new_hashes(4)
+        self.publish_pages(e, range(4), hashes)
+        adm = e.client.admit(7, hashes, reserved_pages=4)
+        self.assertEqual(adm.admitted_pages, 4)
+        c = self.admin()
+        leases = c.list("leases")
+        self.assertEqual((leases["count"], leases["total"], leases["truncated"]), (1, 1, False))
+        lease = leases["leases"][0]
+        self.assertEqual((lease["id"], lease["pages"], lease["state"], lease["group"]),
+                         (adm.lease, 4, "admitted", e.group))
+        self.assertEqual(lease["pid"], os.getpid())
+        groups = c.list(l3kv.ListWhat.GROUPS)["groups"]
+        self.assertIn(e.group, [g["id"] for g in groups])
+        ns = c.list("namespaces", max=1)
+        self.assertEqual(ns["count"], 1)
+        self.assertTrue(ns["namespaces"][0]["name"].startswith("decode/py-test-"))
+        with self.assertRaises(KeyError):
+            c.list("nothing")
+        e.client.release(adm.lease)
+        # The daemon's own file, unchanged: nothing applied, nothing refused.
+        r = c.reload()
+        self.assertEqual((r["applied"], r["refused"]), ([], []))
+        self.assertTrue(r["file"].endswith("l3kvd.json"))
+
     def test_publish_probe_admit_restore_every_byte(self):
         e = self.engine()
         self.assertTrue(e.info.ns.startswith("decode/py-test-"))
@@ -345,6 +373,52 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(L3kvError) as cm:
             c.stats()
         self.assertEqual(cm.exception.errno, errno.ENOTCONN)
+
+    def test_restore_with_release_and_page_lists(self):
+        # release=True: the lease ends with the RESTORE's ok (RELEASE then says
+        # ENOENT); after a failure it stays, to be released as before. Pages as a
+        # list, a tuple, a range, an array('I') and a generator land the same.
+        e = self.engine()
+        hashes = new_hashes(3)
+        data = self.publish_pages(e, range(3), hashes)
+        for i, dst in enumerate(([4, 5, 6], (7, 8, 9), range(10, 13), array.array("I", [13, 14, 15]),
+                                 (p for p in [3, 11, 7]))):
+            adm = e.client.admit(40 + i, hashes, 3)
+            want = list(dst) if not hasattr(dst, "send") else [3, 11, 7]
+            r = e.client.restore(adm.lease, 0, dst, release=True)
+            self.assertEqual((r.pages, r.bytes), (3, 3 * PAGE_BYTES))
+            for j, p in enumerate(want):
+                self.assertEqual(e.page(p), data[j], "destination page %d" % p)
+            with self.assertRaises(L3kvError) as cm:
+                e.client.release(adm.lease)
+            self.assertEqual(cm.exception.errno, errno.ENOENT)
+        self.assertEqual(self.admin().stats()["dram"]["pins"], 0)
+        # Submitted with the flag: the same.
+        adm = e.client.admit(50, hashes, 3)
+        done = e.client.wait(e.client.submit_restore(adm.lease, 0, [4, 5, 6], release=True), 5)
+        self.assertEqual(done.result().pages, 3)
+        with self.assertRaises(L3kvError):
+            e.client.release(adm.lease)
+        # A failed restore with the flag keeps its lease.
+        adm = e.client.admit(51, hashes, 3)
+        e.client.debug(l3kv.DebugOp.CORRUPT, 0, hashes[2])
+        with self.assertRaises(L3kvError) as cm:
+            e.client.restore(adm.lease, 0, [4, 5, 6], release=True)
+        self.assertEqual(cm.exception.errno, errno.ENODATA)
+        e.client.release(adm.lease)
+        # Page indices that do not fit 32 bits are refused, naming the entry.
+        for bad in ([1, -1, 2], [1 << 32], [0.5, "x"]):
+            with self.assertRaises((ValueError, TypeError)):
+                e.client.restore(1, 0, bad)
+        with self.assertRaisesRegex(ValueError, r"dst_pages\[1\]"):
+            e.client.restore(1, 0, [1, -1, 2])
+        # The spin setting takes microseconds up to 1 s.
+        e.client.set_spin(200)
+        self.assertEqual(e.client.probe(hashes[:2]).hit_pages, 2)
+        e.client.set_spin(0)
+        with self.assertRaises(L3kvError) as cm:
+            e.client.set_spin(2000000)
+        self.assertEqual(cm.exception.errno, errno.EINVAL)
 
     def test_lost_object_fails_the_restore(self):
         e = self.engine()
@@ -523,6 +597,36 @@ class ClientTest(unittest.TestCase):
             bad.result()
         self.assertIn("cache", c.wait(c.submit_stats(), 5).result())
         self.assertEqual(list(c.poll_completions()), [])
+
+    def test_threads_wait_on_one_connection(self):
+        """Two ranks of one group on one connection each: rank A's ADMIT
+        waits at the barrier in one thread while another thread of A's
+        waits for a PUBLISH on the same Client; the publish comes back
+        first. A forgotten ticket's completion is dropped."""
+        group = "py-%d" % next(_groups)
+        a = self.engine(group=group, group_size=2, rank=0)
+        b = self.engine(group=group, group_size=2, rank=1)
+        h = new_hashes(2)
+        for r in (a, b):
+            r.fill(range(2))
+            r.client.publish(0, list(zip(h, range(2))))
+        got = {}
+        t = threading.Thread(target=lambda: got.setdefault(
+            "admit", a.client.wait(a.client.submit_admit(80, h, 2), 5).result()))
+        t.start()
+        time.sleep(0.05)
+        pub = a.client.wait(a.client.submit_publish(0, [(new_hashes(1)[0], 3)]), 5).result()
+        self.assertEqual(pub.stored, 1)
+        self.assertTrue(t.is_alive())
+        rb = b.client.admit(80, h, 2)
+        t.join(5)
+        self.assertEqual((got["admit"].admitted_pages, rb.admitted_pages), (2, 2))
+        a.client.release(got["admit"].lease)
+        b.client.release(rb.lease)
+        ticket = a.client.submit_stats()
+        a.client.forget(ticket)
+        self.assertIn("cache", a.client.wait(a.client.submit_stats(), 5).result())
+        self.assertEqual(list(a.client.poll_completions(timeout=0.1)), [])
 
 
 if __name__ == "__main__":

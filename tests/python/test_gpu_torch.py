@@ -235,10 +235,13 @@ class GpuTorchTest(unittest.TestCase):
         self.assertEqual(tuple(e.client.probe(hashes + [page_hash(1, 999)])), (n, ()))
         self.assertEqual(e.client.probe(hashes[:5]).hit_pages, 5)
         lease = self.admit(e, 1, hashes)
-        r = e.client.restore(lease, 0, dst, timeout_ms=60000)
+        # with release=True the lease ends with the RESTORE's ok (issue 16)
+        r = e.client.restore(lease, 0, dst, timeout_ms=60000, release=True)
         self.assertEqual((r.pages, r.partial, r.bytes), (n, False, n * OBJ))
         self.assert_bytes(e, e.expect(before, src, dst), "after RESTORE")
-        e.client.release(lease)
+        with self.assertRaises(L3kvError) as cm:
+            e.client.release(lease)
+        self.assertEqual(cm.exception.errno, errno.ENOENT)
         again = e.client.publish(0, list(zip(hashes, src)))
         self.assertEqual((again.stored, again.present), (0, n))
 

@@ -9,8 +9,10 @@ allocator (memfds), the four storage threads and their gloo all-reduces,
 the native page-hash chain (get_hash_str). The test plays the scheduler:
 it queues backups (write_storage) and prefetches (prefetch), allocates
 the host pages a storage hit needs and reads the acks, as
-unified_radix_cache does. The one stand-in: where there is no CUDA,
-SGLang's cudaHostRegister of the host pool is a no-op.
+unified_radix_cache does. Also SGLang's hybrid Mamba stack
+(build_hybrid_mamba_stack), and TP 2 as two processes of this script
+(--tp-worker) in a gloo world of two. The one stand-in: where there is no
+CUDA, SGLang's cudaHostRegister of the host pool is a no-op.
 
 Exits 77 with "SKIP: reason" where SGLang cannot be imported; --probe
 only asks that.
@@ -77,9 +79,15 @@ if not _CUDA:
 from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator  # noqa: E402
 from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle  # noqa: E402
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
+from sglang.srt.configs.mamba_utils import (Mamba2CacheParams, Mamba2StateDType,  # noqa: E402
+                                            Mamba2StateShape)
+from sglang.srt.mem_cache.hicache_storage import (PoolHitPolicy, PoolName,  # noqa: E402
+                                                  PoolTransfer)
 from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import (  # noqa: E402
-    build_kv_only_stack)
-from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool  # noqa: E402
+    build_hybrid_mamba_stack, build_kv_only_stack)
+from sglang.srt.mem_cache.memory_pool import (HybridLinearKVPool,  # noqa: E402
+                                              HybridReqToTokenPool, MHATokenToKVPool,
+                                              MLATokenToKVPool)
 from sglang.srt.mem_cache.utils import get_hash_str  # noqa: E402
 from sglang.srt.runtime_context import get_context, get_parallel  # noqa: E402
 
@@ -238,6 +246,128 @@ class Stack:
         raise AssertionError("prefetch %s did not complete in %d s" % (rid, WAIT_S))
 
 
+class HybridStack(Stack):
+    """SGLang's hybrid Mamba stack (build_hybrid_mamba_stack, what its
+    _MambaStrategy builds for a Mamba model): full-attention layers 0 and 2
+    in a HybridLinearKVPool, Mamba2 layers 1 and 3 in the MambaPool of a
+    HybridReqToTokenPool, each with its host pool (MHA page_first; the
+    MambaPoolHost's temporal and conv buffers, each a memfd), one
+    HybridCacheController with the dynamic l3kv backend."""
+
+    def __init__(self, sock, model="l3kv-mamba"):
+        extra = _extra(sock)
+        self.ov = get_context().override_server_args(
+            enable_hierarchical_cache=True, hicache_mem_layout="page_first",
+            hicache_storage_backend="dynamic",
+            hicache_storage_backend_extra_config=json.dumps(extra),
+            hicache_ratio=2.0, hicache_write_policy="write_through",
+            hicache_io_backend="direct", page_size=PAGE, device="cpu")
+        self.ov.install()
+        try:
+            shape = Mamba2StateShape.create(tp_world_size=1, intermediate_size=32, n_groups=1,
+                                            num_heads=2, head_dim=8, state_size=4,
+                                            conv_kernel=4)
+            cache = Mamba2CacheParams(shape=shape, layers=[1, 3], dtype=Mamba2StateDType(
+                conv=torch.bfloat16, temporal=torch.float32))
+            self.rtp = HybridReqToTokenPool(size=8, mamba_size=8, mamba_spec_state_size=8,
+                                            max_context_len=1024, device="cpu",
+                                            enable_memory_saver=False, cache_params=cache,
+                                            mamba_layer_ids=[1, 3],
+                                            enable_mamba_extra_buffer=False)
+            self.kv = HybridLinearKVPool(size=HOST_TOKENS, dtype=torch.bfloat16, page_size=PAGE,
+                                         head_num=2, head_dim=8, full_attention_layer_ids=[0, 2],
+                                         device="cpu", mamba_pool=self.rtp.mamba_pool)
+            alloc = PagedTokenToKVPoolAllocator(HOST_TOKENS, PAGE, torch.bfloat16, "cpu",
+                                                self.kv, need_sort=False)
+            params = CacheInitParams(disable=False, req_to_token_pool=self.rtp,
+                                     token_to_kv_pool_allocator=alloc, page_size=PAGE,
+                                     tp_cache_group=dist.group.WORLD)
+            self.group, self.ctl, _ = build_hybrid_mamba_stack(
+                params=params, decls=self.kv.host_pool_decls(),
+                mamba_pool=self.rtp.mamba_pool, full_layer_mapping={0: 0, 2: 1}, start_layer=0,
+                load_cache_event=threading.Event(), storage_backend="dynamic", use_mla=False,
+                model_name=model, storage_backend_extra_config=extra)
+        except BaseException:
+            self.ov.restore()
+            raise
+        self.host = self.ctl.mem_pool_host
+        self.pool = self.group.get_pool(PoolName.KV)
+        self.mamba = self.group.get_pool(PoolName.MAMBA)
+
+    def fill_state(self, seed):
+        """A fresh Mamba host slot with seeded random temporal and conv state."""
+        slot = self.host.alloc(1, pool=PoolName.MAMBA)
+        assert slot is not None, "mamba host pool full"
+        g = torch.Generator().manual_seed(seed)
+        for b in (self.mamba.temporal_buffer, *self.mamba.conv_buffer):
+            x = b[int(slot[0])]
+            x.copy_(torch.randn(x.shape, generator=g).to(x.dtype))
+        return slot
+
+    def state_bytes(self, slot):
+        return [b[int(slot[0])].contiguous().view(torch.uint8).clone()
+                for b in (self.mamba.temporal_buffer, *self.mamba.conv_buffer)]
+
+    def backup_with_state(self, idx, tokens, hashes, slot):
+        """A backup of the pages and the checkpoint after the last of them."""
+        t = PoolTransfer(name=PoolName.MAMBA, host_indices=slot, keys=[hashes[-1]],
+                         hit_policy=PoolHitPolicy.TRAILING_PAGES)
+        op_id = self.ctl.write_storage(idx, tokens, hash_value=hashes, extra_pools=[t])
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                op = self.ctl.ack_backup_queue.get(timeout=0.5)
+            except Empty:
+                continue
+            if op.id == op_id:
+                return op.completed_tokens // PAGE, op.pool_storage_result.extra_pool_hit_pages
+        raise AssertionError("no backup ack in %d s" % WAIT_S)
+
+    def prefetch_with_state(self, tokens):
+        """A prefetch asking for the trailing Mamba state, as the unified
+        radix cache does (a placeholder key; a host slot once the hit is
+        known): (pages hit, pages loaded, the state's pool hits, KV host
+        indices, the state's host slot)."""
+        rid = "req-%d" % random.randrange(1 << 30)
+        t = PoolTransfer(name=PoolName.MAMBA, keys=["__placeholder__"],
+                         hit_policy=PoolHitPolicy.TRAILING_PAGES)
+        op = self.ctl.prefetch(CacheRequestHandle(rid, 0), tokens, None, None,
+                               extra_pools=[t])
+        deadline = time.monotonic() + WAIT_S
+        got = None
+        while time.monotonic() < deadline:
+            try:
+                got = self.ctl.prefetch_hit_queue.get(timeout=0.5)
+                break
+            except Empty:
+                continue
+        assert got is op, "no prefetch hit in %d s" % WAIT_S
+        hit = op.storage_hit_count // PAGE
+        if hit == 0:
+            return 0, 0, {}, None, None
+        idx = self.host.alloc(hit * PAGE)
+        slot = self.host.alloc(1, pool=PoolName.MAMBA)
+        t.host_indices = slot
+        op.host_indices = idx
+        op.hash_value = op.hash_value[:hit]
+        self.ctl.prefetch_buffer.put(op)
+        loaded, pool_hits = 0, {}
+        while time.monotonic() < deadline:
+            try:
+                ack = self.ctl.ack_prefetch_queue.get(timeout=0.5)
+            except Empty:
+                continue
+            if ack.rid != rid:
+                continue
+            if ack.completed_tokens is not None:
+                loaded = ack.completed_tokens // PAGE
+            if ack.pool_hits:
+                pool_hits = dict(ack.pool_hits)
+            if getattr(ack, "completed_req", False):
+                return hit, loaded, pool_hits, idx, slot
+        raise AssertionError("prefetch %s did not complete in %d s" % (rid, WAIT_S))
+
+
 def _wipe(stack, idx, npages):
     for p in range(npages):
         stack.pool.get_data_page(int(idx[p * PAGE]), flat=False).zero_()
@@ -373,6 +503,67 @@ class SGLangStack(unittest.TestCase):
         hit, loaded, _ = s.prefetch(tokens)
         self.assertEqual((hit, loaded), (2, 2))
 
+    def test_mamba_hybrid_trailing_state_round_trips(self):
+        """SGLang's hybrid Mamba stack: KV pages and Mamba checkpoints
+        (temporal and conv state) go through the v2 calls; batch_exists_v2
+        answers TRAILING_PAGES with restorable_prefix_pages, and a prefix
+        whose last page has no checkpoint is not restorable."""
+        s = self.stack_hybrid(model="mamba")
+        self.assertIsInstance(s.backend, l3kv.sglang.L3kvStorage)
+        st = _stats(self.sock)
+        self.assertEqual(st["attach"]["sessions"], 2)           # kv and mamba
+        self.assertEqual(st["memory"]["regions_mapped"], 4)     # K, V, temporal, conv
+        n = 6
+        idx, tokens = s.fill(n, 21)
+        hashes = get_hash_str(tokens, None, page_size=PAGE)
+        want = s.page_bytes(idx, n)
+        at3, at6 = s.fill_state(31), s.fill_state(32)
+        want3, want6 = s.state_bytes(at3), s.state_bytes(at6)
+        # Checkpoints after page 3 and page 6.
+        self.assertEqual(s.backup_with_state(idx[:3 * PAGE], tokens[:3 * PAGE], hashes[:3],
+                                             at3), (3, {"mamba": 1}))
+        self.assertEqual(s.backup_with_state(idx, tokens, hashes, at6), (n, {"mamba": 1}))
+        # The backend's own answer: both lengths restorable, each pinned.
+        r = s.backend.batch_exists_v2(hashes, [PoolTransfer(
+            name=PoolName.MAMBA, keys=["__placeholder__"],
+            hit_policy=PoolHitPolicy.TRAILING_PAGES)])
+        self.assertEqual((r.kv_hit_pages, r.restorable_prefix_pages), (6, [3, 6]))
+        self.assertEqual(r.extra_pool_hit_pages, {"kv": 6, "mamba": 6})
+        s.backend.clear()
+        # Through SGLang's prefetch: 6 pages and the state after page 6.
+        hit, loaded, pool_hits, dst, slot = s.prefetch_with_state(tokens)
+        self.assertEqual((hit, loaded, pool_hits.get("mamba")), (n, n, 1))
+        self.assertNotEqual(int(slot[0]), int(at6[0]))
+        got = s.page_bytes(dst, n)
+        for p in range(n):
+            self.assertTrue(torch.equal(got[p], want[p]), "page %d differs" % p)
+        for a, b in zip(s.state_bytes(slot), want6):
+            self.assertTrue(torch.equal(a, b), "the checkpoint after page 6 differs")
+        # Eight pages of another request sharing pages 0-2, l3kvd holding KV
+        # for all eight but a checkpoint only after page 3: 3 pages are
+        # restorable (TRAILING_PAGES), not 8.
+        idx8, _ = s.fill(8, 23)
+        tokens8 = tokens[:3 * PAGE] + [50000 + i for i in range(5 * PAGE)]
+        h8 = get_hash_str(tokens8, None, page_size=PAGE)
+        self.assertEqual(h8[:3], hashes[:3])
+        self.assertEqual(s.backup(idx8, tokens8, h8), 8)        # KV only
+        hit, loaded, pool_hits, dst, slot = s.prefetch_with_state(tokens8)
+        self.assertEqual((hit, loaded, pool_hits.get("mamba")), (3, 3, 1))
+        for a, b in zip(s.state_bytes(slot), want3):
+            self.assertTrue(torch.equal(a, b), "the checkpoint after page 3 differs")
+        # No checkpoint at any length: no hit at all (recomputed, never KV
+        # without its state).
+        idx9, tok9 = s.fill(2, 24)
+        self.assertEqual(s.backup(idx9, tok9), 2)
+        self.assertEqual(s.prefetch_with_state(tok9)[:3], (0, 0, {}))
+        self.assertEqual(s.backend.get_stats()["leases"], 0)
+        self.assertTrue(s.threads_alive())
+
+    def stack_hybrid(self, **kw):
+        s = HybridStack(self.sock, **kw)
+        self.stacks.append(s)
+        return s
+
     def test_refusals_say_what_to_change(self):
         cases = [
             (dict(layout="layer_first"), "page_first"),
@@ -417,5 +608,173 @@ def _stats(sock):
         return c.stats()
 
 
+TP_PAGES = 5
+
+
+def tp_worker(rank, size, port, sock):
+    """One TP rank of a two-process SGLang instance (--tp-worker): gloo
+    world of `size` at 127.0.0.1:port, SGLang's stack with the default
+    group id, a backup and a prefetch of TP_PAGES pages of this rank's own
+    bytes, then a hybrid Mamba stack's pages and checkpoint; prints one
+    JSON line, waits for a line on stdin, closes."""
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
+                            world_size=size)
+    get_parallel().override_permanently(tp_rank=rank, tp_size=size, pp_rank=0, pp_size=1,
+                                        attn_dcp_rank=0)
+    s = Stack(sock, model="tp")
+    stacks = [s]
+    out = {"rank": rank}
+    try:
+        idx, tokens = s.fill(TP_PAGES, 0)
+        # The same tokens (one request) on both ranks, each rank its own shard's bytes.
+        g = torch.Generator().manual_seed(1000 + rank)
+        for p in range(TP_PAGES):
+            page = s.pool.get_data_page(int(idx[p * PAGE]), flat=False)
+            page.copy_(torch.randint(-1000, 1000, page.shape, generator=g).to(page.dtype))
+        want = s.page_bytes(idx, TP_PAGES)
+        out["backup"] = s.backup(idx, tokens)
+        hit, loaded, dst = s.prefetch(tokens)
+        out["hit"], out["loaded"] = hit, loaded
+        got = s.page_bytes(dst, loaded) if loaded else []
+        out["bytes_equal"] = [bool(torch.equal(a, b)) for a, b in zip(got, want)]
+        out["other_pages"] = bool(dst is not None and all(
+            int(a) != int(b) for a, b in zip(dst[::PAGE], idx[::PAGE])))
+        out["group"] = s.backend.group
+        out["digest"] = int(sum(int(w.sum()) for w in want))
+        out["threads_alive"] = s.threads_alive()
+        # A Mamba hybrid on both ranks: each rank's own state shard, the
+        # checkpoint admissions paired across the ranks by the daemon.
+        h = HybridStack(sock, model="tp-mamba")
+        stacks.append(h)
+        idx, tokens = h.fill(3, 0)
+        hashes = get_hash_str(tokens, None, page_size=PAGE)
+        slot = h.fill_state(2000 + rank)
+        want_state = h.state_bytes(slot)
+        out["m_backup"] = h.backup_with_state(idx, tokens, hashes, slot)[0]
+        hit, loaded, pool_hits, _, got_slot = h.prefetch_with_state(tokens)
+        out["m_hit"] = (hit, loaded, pool_hits.get("mamba"))
+        out["m_state_equal"] = bool(got_slot is not None and all(
+            torch.equal(a, b) for a, b in zip(h.state_bytes(got_slot), want_state)))
+    except Exception as e:  # noqa: BLE001 -- reported to the test, which fails
+        out["error"] = "%s: %s" % (type(e).__name__, e)
+    print(json.dumps(out), flush=True)
+    sys.stdin.readline()
+    for x in stacks:
+        x.close()
+    print(json.dumps({"rank": rank, "closed": True}), flush=True)
+
+
+def _free_port():
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+class TwoRanks(unittest.TestCase):
+    """TP 2 as two processes (SGLang's TP ranks: a gloo world of 2, the
+    controller's all-reduces over it), each rank's L3kvStorage on one
+    l3kvd; and a second instance of the same model attached beside them
+    (its default group id differs)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon2(BUILD, {"tiers": {"dram": {"size": "64 MiB"}},
+                                     "copy_engine": "host"}, "l3kv-sg2-")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+        cls.daemon.cleanup()
+
+    def test_tp2_ranks_round_trip_their_own_shards(self):
+        port = _free_port()
+        env = dict(os.environ)
+        env.pop("MASTER_PORT", None)
+        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--tp-worker",
+                                   str(r), "2", str(port), self.daemon.sock],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  env=env, preexec_fn=_set_pdeathsig) for r in (0, 1)]
+        try:
+            res = [json.loads(_line(p, 240)) for p in procs]
+            for r in res:
+                self.assertNotIn("error", r)
+                self.assertEqual((r["backup"], r["hit"], r["loaded"]),
+                                 (TP_PAGES, TP_PAGES, TP_PAGES), r)
+                self.assertEqual(r["bytes_equal"], [True] * TP_PAGES, r)
+                self.assertTrue(r["other_pages"] and r["threads_alive"], r)
+                self.assertEqual((r["m_backup"], r["m_hit"], r["m_state_equal"]),
+                                 (3, [3, 3, 1], True), r)
+            self.assertEqual(res[0]["group"], res[1]["group"])
+            self.assertNotEqual(res[0]["digest"], res[1]["digest"], "two shards' bytes")
+            st = _stats(self.daemon.sock)
+            self.assertEqual(st["attach"]["sessions"], 6)      # kv, then kv and mamba, a rank
+            # A second instance of the same model, here (its own gloo world),
+            # while the first is attached: another default group, its pages
+            # round-trip. (With the old default, sglang-tp-pp0-dp0 for both,
+            # its ATTACH was refused: the group has two ranks.)
+            if not dist.is_initialized():
+                dist.init_process_group("gloo", rank=0, world_size=1)
+                get_parallel().override_permanently(tp_rank=0, tp_size=1, pp_rank=0,
+                                                    pp_size=1, attn_dcp_rank=0)
+            other = Stack(self.daemon.sock, model="tp")
+            try:
+                self.assertNotEqual(other.backend.group, res[0]["group"])
+                self.assertEqual(_stats(self.daemon.sock)["attach"]["sessions"], 7)
+                idx, tokens = other.fill(3, 77)
+                want = other.page_bytes(idx, 3)
+                self.assertEqual(other.backup(idx, tokens), 3)
+                hit, loaded, dst = other.prefetch(tokens)
+                self.assertEqual((hit, loaded), (3, 3))
+                got = other.page_bytes(dst, 3)
+                self.assertTrue(all(torch.equal(a, b) for a, b in zip(got, want)))
+            finally:
+                other.close()
+            for p in procs:
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            for p in procs:
+                self.assertTrue(json.loads(_line(p, 60)).get("closed"))
+                self.assertEqual(p.wait(30), 0)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+                p.stdin.close()
+                p.stdout.close()
+        deadline = time.monotonic() + 5
+        while True:
+            st = _stats(self.daemon.sock)
+            left = (st["cache"]["leases_open"], st["dram"]["pins"], st["attach"]["sessions"],
+                    st["memory"]["regions_mapped"])
+            if left == (0, 0, 0, 0) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(left, (0, 0, 0, 0))
+
+
+def _line(proc, seconds):
+    """One line of a worker's stdout (its JSON), within seconds."""
+    import select
+    deadline = time.monotonic() + seconds
+    buf = ""
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([proc.stdout], [], [], 1)
+        if r:
+            line = proc.stdout.readline()
+            if not line:
+                raise AssertionError("worker exited (%s) without a result" % proc.poll())
+            if line.startswith("{"):
+                return line
+            buf += line
+    raise AssertionError("no result from a worker in %d s" % seconds)
+
+
 if __name__ == "__main__":
+    if "--tp-worker" in sys.argv:
+        i = sys.argv.index("--tp-worker")
+        rank, size, port, sock = sys.argv[i + 1:i + 5]
+        tp_worker(int(rank), int(size), int(port), sock)
+        sys.exit(0)
     unittest.main(argv=[sys.argv[0]], verbosity=2)

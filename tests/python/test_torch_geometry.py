@@ -380,14 +380,16 @@ class RestoreArgsTest(unittest.TestCase):
         self.assertEqual(ctypes.sizeof(a), 32)
         self.assertEqual([(f, getattr(a, f).offset) for f, _ in a._fields_], [
             ("lease", 0), ("pages", 8), ("npages", 16), ("region", 20), ("state_region", 22),
-            ("state_slot", 24), ("event_region", 28), ("pad", 30)])
+            ("state_slot", 24), ("event_region", 28), ("flags", 30)])
 
     def test_fields(self):
         pages = (ctypes.c_uint32 * 2)(5, 6)
         a = l3kv._restore_args(7, 3, pages, 2, None, None)
         self.assertEqual((a.lease, a.pages, a.npages, a.region, a.state_region, a.state_slot,
-                          a.event_region, a.pad), (7, ctypes.addressof(pages), 2, 3, 0xFFFF,
-                                                   0xFFFFFFFF, 0xFFFF, 0))
+                          a.event_region, a.flags), (7, ctypes.addressof(pages), 2, 3, 0xFFFF,
+                                                     0xFFFFFFFF, 0xFFFF, 0))
+        a = l3kv._restore_args(7, 3, pages, 2, None, None, release=True)
+        self.assertEqual(a.flags, l3kv.RESTORE_RELEASE)
         a = l3kv._restore_args(7, 0, None, 0, (1, 9), 2)
         self.assertEqual((a.pages, a.state_region, a.state_slot, a.event_region),
                          (None, 1, 9, 2))

@@ -31,11 +31,12 @@ registers torch CUDA tensors; l3kv.sglang is SGLang's HiCache L3 backend.
 
 __all__ = [
     "Attention", "AdmitResult", "AttachInfo", "Caps", "Client", "Completion", "Decline",
-    "DebugOp", "HitPolicy", "HostLayout", "L3kvError", "Layout", "MemKind", "Op", "Pool",
-    "PoolKind", "Prefetch", "ProbeResult", "PublishResult", "Region", "RestoreResult",
+    "DebugOp", "HitPolicy", "HostLayout", "L3kvError", "Layout", "ListWhat", "MemKind", "Op",
+    "Pool", "PoolKind", "Prefetch", "ProbeResult", "PublishResult", "Region", "RestoreResult",
     "ServerInfo", "StateDest", "Status", "Write", "default_socket", "has_restore_with",
     "library_path", "strerror", "version",
-    "HASH_LEN", "SLOT_NONE", "PAGES_MAX", "REGION_NONE", "TIMEOUT_DEFAULT", "TIMEOUT_INFINITE",
+    "HASH_LEN", "SLOT_NONE", "PAGES_MAX", "REGION_NONE", "RESTORE_RELEASE", "TIMEOUT_DEFAULT",
+    "TIMEOUT_INFINITE",
 ]
 
 from .values import *  # noqa: F401,F403

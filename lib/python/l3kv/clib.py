@@ -7,6 +7,7 @@ its one user; tests reach a few of its private names through l3kv.
 libl3kv.so is loaded from $L3KV_LIB when set, else from build/libl3kv.so
 of the repository this file lives in, else through the system loader."""
 
+import array
 import ctypes
 import ctypes.util
 import errno as _errno
@@ -16,6 +17,8 @@ import threading
 from typing import Optional
 
 from .values import *  # noqa: F401,F403 -- constants, enums, results, L3kvError
+
+_U32 = array.array("I")     # page lists go to C as this when its items are 4 bytes
 
 # The C structures, field for field as lib/l3kv.h declares them.
 
@@ -143,7 +146,7 @@ class _CRestoreArgs(ctypes.Structure):
         ("state_region", ctypes.c_uint16),     # REGION_NONE: no state
         ("state_slot", ctypes.c_uint32),       # SLOT_NONE without state
         ("event_region", ctypes.c_uint16),     # REGION_NONE: no event to wait on
-        ("pad", ctypes.c_uint16),
+        ("flags", ctypes.c_uint16),            # RESTORE_RELEASE, or 0
     ]
 
 
@@ -222,11 +225,14 @@ _SIGNATURES = {
     "l3kv_default_socket": (ctypes.c_char_p, []),
     "l3kv_version": (ctypes.c_char_p, []),
     "l3kv_set_timeout": (ctypes.c_int, [_K, ctypes.c_int]),
+    "l3kv_set_spin": (ctypes.c_int, [_K, ctypes.c_uint]),
     "l3kv_server_info": (ctypes.c_int, [_K, _P(_CServerInfo)]),
     "l3kv_attach": (ctypes.c_int, [_K, _P(_CAttachArgs), _P(_CAttachInfo)]),
     "l3kv_detach": (ctypes.c_int, [_K]),
     "l3kv_stats": (ctypes.c_int, [_K, _P(ctypes.c_void_p)]),
     "l3kv_health": (ctypes.c_int, [_K, _P(ctypes.c_void_p)]),
+    "l3kv_reload": (ctypes.c_int, [_K, _P(ctypes.c_void_p)]),
+    "l3kv_list": (ctypes.c_int, [_K, ctypes.c_int, ctypes.c_uint, _P(ctypes.c_void_p)]),
     "l3kv_free": (None, [ctypes.c_void_p]),
     "l3kv_fd": (ctypes.c_int, [_K]),
     "l3kv_poll_completion": (ctypes.c_int, [_K, _P(_CCompletion)]),
@@ -374,6 +380,9 @@ def _hashes(hashes):
         b = bytes(hashes)
         if len(b) % HASH_LEN:
             raise ValueError("hashes: %d bytes is not a multiple of %d" % (len(b), HASH_LEN))
+    elif isinstance(hashes, (list, tuple)) and all(type(h) is bytes and len(h) == HASH_LEN
+                                                   for h in hashes):
+        b = b"".join(hashes)        # the common case, without a copy per hash
     else:
         parts = []
         for i, h in enumerate(hashes):
@@ -407,6 +416,19 @@ def _pages(pages, what: str):
     if hasattr(pages, "data_ptr"):
         ptr, n = _tensor_buffer(pages, 4, 4, what)       # int32 or uint32
         return ptr, n, pages
+    if not isinstance(pages, (list, tuple, range, array.array)):
+        pages = list(pages)
+    if _U32.itemsize == 4:
+        # array('I') converts at C speed and refuses what does not fit in 32 bits
+        # (OverflowError), and anything but ints (TypeError): those take the
+        # slow path below, which names the bad entry.
+        try:
+            arr = pages if isinstance(pages, array.array) and pages.typecode == "I" else \
+                array.array("I", pages)
+        except (OverflowError, TypeError, ValueError):
+            arr = None
+        if arr is not None:
+            return (arr.buffer_info()[0] if len(arr) else None), len(arr), arr
     vals = [_uint(p, 32, "%s[%d]" % (what, i)) for i, p in enumerate(pages)]
     arr = (ctypes.c_uint32 * len(vals))(*vals) if vals else None
     return arr, len(vals), arr
@@ -422,7 +444,7 @@ def _state_dest(state):
                                     _uint(state.slot, 32, "state.slot")))
 
 
-def _restore_args(lease, region, dst, n, state, wait_event) -> _CRestoreArgs:
+def _restore_args(lease, region, dst, n, state, wait_event, release=False) -> _CRestoreArgs:
     """struct l3kv_restore_args; dst is what _pages() returned (kept alive
     by the caller)."""
     a = _CRestoreArgs()
@@ -438,6 +460,7 @@ def _restore_args(lease, region, dst, n, state, wait_event) -> _CRestoreArgs:
         a.state_region = _region16(state.region, "state.region")
         a.state_slot = _uint(state.slot, 32, "state.slot")
     a.event_region = REGION_NONE if wait_event is None else _region16(wait_event, "wait_event")
+    a.flags = RESTORE_RELEASE if release else 0
     return a
 
 

@@ -31,6 +31,9 @@ class Client:
         self._lib = _load()
         self._lock = threading.RLock()
         self._stash = collections.deque()   # completions wait() set aside
+        self._reading = False               # a wait() reads the socket (outside the lock)
+        self._read_done = threading.Condition(self._lock)
+        self._forgotten = set()             # tickets whose completions are dropped
         self._k = None
         k = ctypes.c_void_p()
         path = None if socket is None else os.fsencode(socket)
@@ -91,6 +94,12 @@ class Client:
         """The default timeout of blocking calls; TIMEOUT_INFINITE waits forever."""
         with self._lock:
             self._check(self._lib.l3kv_set_timeout(self._handle(), int(timeout_ms)))
+
+    def set_spin(self, spin_us: int):
+        """Blocking calls poll without sleeping for up to spin_us microseconds
+        before they sleep (l3kv_set_spin; 0, the default: they sleep at once)."""
+        with self._lock:
+            self._check(self._lib.l3kv_set_spin(self._handle(), _uint(spin_us, 32, "spin_us")))
 
     @property
     def server_info(self) -> ServerInfo:
@@ -205,10 +214,10 @@ class Client:
         with self._lock:
             self._check(self._lib.l3kv_detach(self._handle()))
 
-    def _json(self, fn) -> dict:
+    def _json(self, fn, *args) -> dict:
         p = ctypes.c_void_p()
         with self._lock:
-            self._check(fn(self._handle(), ctypes.byref(p)))
+            self._check(fn(self._handle(), *args, ctypes.byref(p)))
         try:
             text = ctypes.string_at(p.value).decode() if p.value else ""
         finally:
@@ -222,6 +231,21 @@ class Client:
     def health(self) -> dict:
         """The daemon's short health document (HEALTH), as a dict."""
         return self._json(self._lib.l3kv_health)
+
+    def reload(self) -> dict:
+        """Makes the daemon re-read its config file (RELOAD; root and the
+        daemon's uid only): {"file", "applied": [...], "refused": [...]}.
+        A bad file raises L3kvError (EINVAL) naming the key and changes
+        nothing."""
+        return self._json(self._lib.l3kv_reload)
+
+    def list(self, what, max: int = 0) -> dict:
+        """The daemon's namespaces, groups or leases (LIST; a ListWhat or its
+        name): {what: [...], "count", "total", "truncated"}, at most max
+        entries (0: the daemon's cap, 1024)."""
+        if isinstance(what, str):
+            what = ListWhat[what.upper()]
+        return self._json(self._lib.l3kv_list, int(ListWhat(what)), int(max))
 
     # The cache operations, blocking.
 
@@ -277,24 +301,27 @@ class Client:
 
     def restore(self, lease: int, region: int, dst_pages, state=None,
                 timeout_ms: int = TIMEOUT_DEFAULT,
-                wait_event: Optional[int] = None) -> RestoreResult:
+                wait_event: Optional[int] = None, release: bool = False) -> RestoreResult:
         """RESTORE: the lease's admitted pages, in order, into dst_pages of
         region (exactly the admitted count). state: a StateDest or
         (region, slot) for a layout with recurrent state. wait_event: the
         index of a CUDA_EVENT region; the daemon's copies then wait on the
         GPU for that event's last record before the call (record it on the
         stream whose work must land first, then call). Needs
-        l3kv_restore_with() in libl3kv (has_restore_with()), else ENOSYS."""
+        l3kv_restore_with() in libl3kv (has_restore_with()), else ENOSYS.
+        release: the lease ends when the RESTORE succeeds, as if release()
+        followed at once (one round trip less); after a failure it stays,
+        to be released as usual. Needs l3kv_restore_with() too."""
         dst, n, _keep = _pages(dst_pages, "dst_pages")
         r = _CRestoreResult()
-        if wait_event is None:
+        if wait_event is None and not release:
             sd = _state_dest(state)
             with self._lock:
                 self._check(self._lib.l3kv_restore_state(
                     self._handle(), _uint(lease, 64, "lease"), _uint(region, 32, "region"),
                     dst, n, sd, int(timeout_ms), ctypes.byref(r)))
         else:
-            a = _restore_args(lease, region, dst, n, state, wait_event)
+            a = _restore_args(lease, region, dst, n, state, wait_event, release)
             fn = self._restore_with("l3kv_restore_with")
             with self._lock:
                 self._check(fn(self._handle(), ctypes.byref(a), int(timeout_ms),
@@ -370,14 +397,14 @@ class Client:
         return self._ticket(self._lib.l3kv_submit_admit, ctypes.byref(a))
 
     def submit_restore(self, lease: int, region: int, dst_pages, state=None,
-                       wait_event: Optional[int] = None) -> int:
+                       wait_event: Optional[int] = None, release: bool = False) -> int:
         """RESTORE without waiting; as restore(). The page list is copied
         into the request before this returns."""
         dst, n, _keep = _pages(dst_pages, "dst_pages")
-        if wait_event is None:
+        if wait_event is None and not release:
             return self._ticket(self._lib.l3kv_submit_restore_state, _uint(lease, 64, "lease"),
                                 _uint(region, 32, "region"), dst, n, _state_dest(state))
-        a = _restore_args(lease, region, dst, n, state, wait_event)
+        a = _restore_args(lease, region, dst, n, state, wait_event, release)
         return self._ticket(self._restore_with("l3kv_submit_restore_with"), ctypes.byref(a))
 
     def submit_cancel(self, lease: int) -> int:
@@ -442,42 +469,70 @@ class Client:
                     return
                 self._check(rc)
                 try:
+                    if c.ticket in self._forgotten:
+                        self._forgotten.discard(c.ticket)
+                        continue
                     done = self._decode(c)
                 finally:
                     self._lib.l3kv_completion_release(ctypes.byref(c))
             yield done
 
-    def wait(self, ticket: int, timeout: Optional[float] = None) -> Completion:
-        """Waits for one ticket's completion (at most timeout seconds; None:
-        forever). Others that arrive meanwhile are kept for
-        poll_completions()."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
+    def forget(self, ticket: int):
+        """Drops ticket's completion when it comes (a caller that stopped
+        waiting for it), instead of keeping it for poll_completions()."""
+        with self._lock:
             for i, c in enumerate(self._stash):
                 if c.ticket == ticket:
                     del self._stash[i]
-                    return c
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise L3kvError(_errno.ETIMEDOUT, 0, "no completion of ticket %d in time"
-                                % ticket)
-            if left is not None and left > 0:
-                select.select([self.fileno()], [], [], left)
-            elif left is None:
-                select.select([self.fileno()], [], [])
-            with self._lock:
-                c = _CCompletion()
-                rc = self._lib.l3kv_poll_completion(self._handle(), ctypes.byref(c))
-                if rc == -_errno.EAGAIN:
+                    return
+            self._forgotten.add(ticket)
+
+    def wait(self, ticket: int, timeout: Optional[float] = None) -> Completion:
+        """Waits for one ticket's completion (at most timeout seconds; None:
+        forever). Others that arrive meanwhile are kept for
+        poll_completions() or for the thread that waits on them: several
+        threads may wait on one Client at once (one of them reads the
+        socket at a time, the others sleep until it has read)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while True:
+                for i, c in enumerate(self._stash):
+                    if c.ticket == ticket:
+                        del self._stash[i]
+                        return c
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise L3kvError(_errno.ETIMEDOUT, 0, "no completion of ticket %d in time"
+                                    % ticket)
+                if self._reading:
+                    # Another thread reads the socket: it wakes us when it has.
+                    self._read_done.wait(left)
                     continue
-                if rc == -_errno.ENOTCONN:
-                    raise L3kvError(_errno.ENOTCONN, 0,
-                                    "the connection broke before ticket %d completed" % ticket)
-                self._check(rc)
+                fd = self.fileno()
+                self._reading = True
                 try:
-                    done = self._decode(c)
+                    self._lock.release()
+                    try:
+                        # In slices: a close() from another thread ends the wait.
+                        select.select([fd], [], [], 0.5 if left is None else min(left, 0.5))
+                    finally:
+                        self._lock.acquire()
+                    while True:
+                        c = _CCompletion()
+                        rc = self._lib.l3kv_poll_completion(self._handle(), ctypes.byref(c))
+                        if rc == -_errno.EAGAIN:
+                            break
+                        if rc == -_errno.ENOTCONN:
+                            raise L3kvError(_errno.ENOTCONN, 0, "the connection broke before "
+                                            "ticket %d completed" % ticket)
+                        self._check(rc)
+                        try:
+                            if c.ticket in self._forgotten:
+                                self._forgotten.discard(c.ticket)
+                            else:
+                                self._stash.append(self._decode(c))
+                        finally:
+                            self._lib.l3kv_completion_release(ctypes.byref(c))
                 finally:
-                    self._lib.l3kv_completion_release(ctypes.byref(c))
-            if done.ticket == ticket:
-                return done
-            self._stash.append(done)
+                    self._reading = False
+                    self._read_done.notify_all()

@@ -34,26 +34,41 @@ registrations. Only SGLang's storage writers (is_storage_writer) publish.
 
 Ranks and groups. The ranks SGLang rank-reduces prefetch hits over (the
 attention TP ranks times the attention CP ranks of one DP replica and one
-PP stage) are one daemon group: group id "<group>-pp<pp_rank>-dp<dp_rank>"
-(group defaults to "sglang-<model>"), group_size tp_size * attn_cp_size,
-group_rank attn_cp_rank * tp_size + tp_rank, tp_rank tp_rank. The daemon
-answers every ADMIT with the group's common prefix, so the ranks agree
-before SGLang's all-reduce, and each rank stores its own shard (its TP
-slice for MHA; MLA's replicated KV is one object per DCP shard). The
-ADMIT's request id is derived from the batch's keys, identical on every
-rank. DCP: SGLang 0.5.23 refuses a dynamic backend under DCP before this
-class is built (attach_storage_backend: "requires file or Mooncake
-storage"); where it gets here, l3kvd's guards decide (wait_complete is
-the only prefetch policy used).
+PP stage; each TP rank a process with its own L3kvStorage and connection)
+are one daemon group: group id "<group>-pp<pp_rank>-dp<dp_rank>",
+group_size tp_size * attn_cp_size, group_rank attn_cp_rank * tp_size +
+tp_rank, tp_rank tp_rank. group defaults to default_group(model,
+instance_id()): "sglang-<model>-<8 hex digits>" of the address of
+torch.distributed's default rendezvous store (SGLang's dist init address),
+the same on every rank of one instance and different for two instances on
+one host. The daemon answers every ADMIT with the group's common prefix,
+so the ranks agree before SGLang's all-reduce, and each rank stores its
+own shard (its TP slice for MHA; MLA's replicated KV is one object per DCP
+shard). An ADMIT's request id is derived from the query's keys, identical
+on every rank. ADMIT (a barrier), RESTORE (complete only when every rank's
+copy is) and PUBLISH are submitted and waited for with no lock held, so a
+prefetch waiting for a slower rank never blocks the storage writer's
+publish. DCP: SGLang 0.5.23 refuses a dynamic backend under DCP before
+this class is built (attach_storage_backend: "requires file or Mooncake
+storage"); where it gets here, l3kvd's guards decide (wait_complete is the
+only prefetch policy used).
 
 Layouts. MHA page_first: one memfd holding K then V, [2, tokens, layers,
 heads, head_dim]; the K half is pool "kv" and the V half the sidecar pool
 "v" (all_pages), two regions on the one memfd, so one page is two
 objects. MLA page_first: [tokens, layers, 1, kv_cache_dim], one pool, one
-region. Refused at registration, with what to change: another host
-layout (layer_first, page_first_direct, page_head), a pool without an fd
-(no shm allocator), interface_v1 unset, sidecar pools (Mamba, SWA,
-indexer: not stored here yet).
+region. Mamba (the "mamba" host pool of SGLang's hybrid stack): one
+checkpoint per host slot, a temporal and n conv buffers (and any side
+states) each in its own memfd, registered on a second connection as a
+state namespace of their own (page = slot, sharded by tp_rank, group
+"<...>-m"); batch_exists_v2 answers TRAILING_PAGES with the prefix
+lengths whose checkpoint is admitted on every rank
+(restorable_prefix_pages), batch_get_v2 restores one into SGLang's slot,
+batch_set_v2 publishes from every rank. Refused at registration, with
+what to change: another host layout (layer_first, page_first_direct,
+page_head), a pool without an fd (no shm allocator), interface_v1 unset,
+other sidecar pools (SWA, indexer: not stored here). BLOCK_GROUPS: no
+pool of SGLang 0.5.23 uses it; such a transfer is a miss.
 
 Supported: SGLang 0.5.23 (HiCacheStorage with register_mem_host_pool_v2,
 on_host_pools_registered, batch_exists_v2 / PoolTransferResult). SGLang's
@@ -63,7 +78,9 @@ L3kvStorage stands on a plain base class, so it can be tested alone.
 
 import hashlib
 import logging
+import math
 import os
+import socket as _socket
 import threading
 import time
 
@@ -83,13 +100,11 @@ try:
     from sglang.srt.mem_cache.hicache_storage import PoolTransferResult as _PoolTransferResult
 except Exception:  # noqa: BLE001
     _PoolTransferResult = None
-try:
-    from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy as _PoolHitPolicy
-except Exception:  # noqa: BLE001
-    _PoolHitPolicy = None
 
 POOL_KV = "kv"
+POOL_MAMBA = "mamba"
 _LEASES_MAX = 4096      # leases remembered at once; the oldest is released beyond
+_GROUP_MAX = 63         # bytes of a group id (the wire's 64, NUL included)
 try:
     from sglang.srt.mem_cache.hicache_storage import STORAGE_BATCH_SIZE as _BATCH
 except Exception:  # noqa: BLE001
@@ -110,6 +125,10 @@ def _transfer_result(kv, extra, restorable):
     return cls(kv, extra, restorable)
 
 
+def _name(t):
+    return str(getattr(t.name, "value", t.name))
+
+
 def _hash32(key) -> bytes:
     """SGLang's page key (a sha256 hex digest) as the 32 bytes it encodes."""
     if isinstance(key, (bytes, bytearray)) and len(key) == 32:
@@ -123,10 +142,45 @@ def _hash32(key) -> bytes:
     return hashlib.sha256(s.encode()).digest()
 
 
-def _request_id(hashes) -> int:
-    """The ADMIT's request id: from the batch's keys, the same on every rank."""
-    d = hashlib.sha256(b"l3kv.sglang/admit\0" + b"".join(hashes)).digest()
-    return int.from_bytes(d[:8], "little") | 1
+def _request_id(tag, *parts) -> int:
+    """An ADMIT's request id: from the query's keys, so the same on every
+    rank (they all ask the same query) and different for another query."""
+    h = hashlib.sha256(b"l3kv.sglang/" + tag + b"\0")
+    for p in parts:
+        h.update(p if isinstance(p, bytes) else str(p).encode() + b"\0")
+    return int.from_bytes(h.digest()[:8], "little") | 1
+
+
+def instance_id():
+    """What tells this SGLang instance from another on the host, and is the
+    same on all of its ranks: the address of the rendezvous store of
+    torch.distributed's default group (SGLang's dist init address,
+    host:port, the port its --nccl-port picks), else None (no process
+    group: a single rank, told apart by its pid)."""
+    try:
+        import torch.distributed as dist
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        store = dist.distributed_c10d._get_default_store()
+        while isinstance(store, dist.PrefixStore):
+            store = store.underlying_store
+        host, port = getattr(store, "host", None), getattr(store, "port", None)
+        if port:
+            return "%s:%d" % (host, int(port))
+    except Exception:  # noqa: BLE001 -- torch absent or its internals moved
+        pass
+    return None
+
+
+def default_group(model, instance=None):
+    """The group id prefix of an instance: sglang-<model>-<8 hex digits of
+    its instance id>. Two instances of one model on one daemon differ; the
+    ranks of one instance agree."""
+    if instance is None:
+        instance = "pid%d@%s" % (os.getpid(), _socket.gethostname())
+    tag = hashlib.sha256(str(instance).encode()).hexdigest()[:8]
+    m = "-".join(str(model).split("/"))[:_GROUP_MAX - 30]
+    return "sglang-%s-%s" % (m, tag)
 
 
 class RefusedError(ValueError):
@@ -139,13 +193,273 @@ def _cfg(extra, name, default):
 
 
 class _Lease:
-    __slots__ = ("hashes", "lease", "pages", "expires")
+    __slots__ = ("hashes", "lease", "pages", "expires", "gen", "siblings")
 
-    def __init__(self, hashes, lease, pages, expires):
+    def __init__(self, hashes, lease, pages, expires, gen):
         self.hashes = hashes
         self.lease = lease
         self.pages = pages
         self.expires = expires
+        self.gen = gen
+        self.siblings = None        # the other candidates of one state query
+
+
+class _Session:
+    """One ATTACH on its own connection: reconnect with backoff, leases.
+
+    Long requests (ADMIT waiting at its group's barrier, RESTORE waiting
+    for the group's copies, PUBLISH copying) are submitted and waited for
+    without any lock held, so the storage writer's PUBLISH never waits
+    behind a prefetch's ADMIT that waits for the other TP ranks; the
+    daemon answers the requests of one connection in any order."""
+
+    def __init__(self, owner, what, attach):
+        self.o = owner
+        self.what = what
+        self.attach = attach          # dict: layout, pools, regions, group, ...
+        self.lock = threading.Lock()  # the fields below
+        self.client = None
+        self.gen = 0                  # bumped at every connect
+        self.down_until = 0.0
+        self.backoff = owner.reconnect_s
+        self.leases = {}              # first hash -> [_Lease]
+        self.nleases = 0
+        self.closed = False
+        self.connecting = False       # one thread at a time rebuilds the connection
+
+    # The connection.
+
+    def connect(self, first=False):
+        a = self.attach
+        c = Client(self.o.socket, timeout_ms=self.o.timeout_ms)
+        try:
+            c.attach(a["layout"], a["pools"], regions=a["regions"], group=a["group"],
+                     group_size=self.o.group_size, group_rank=self.o.group_rank,
+                     tp_rank=self.o.tp_rank, prefetch=Prefetch.WAIT_COMPLETE,
+                     write=Write.THROUGH)
+        except L3kvError as e:
+            c.close()
+            if first and e.status != 0:
+                raise RefusedError("l3kv: l3kvd refused the %s registration: %s"
+                                   % (self.what, e)) from e
+            raise
+        with self.lock:
+            old, self.client = self.client, c
+            self.gen += 1
+            self.leases.clear()
+            self.nleases = 0
+            self.backoff = self.o.reconnect_s
+        if old is not None:
+            old.close()
+
+    def _mark_down_locked(self):
+        if self.client is not None:
+            try:
+                self.client.close()
+            except Exception:  # noqa: BLE001
+                pass
+        self.client = None
+        self.leases.clear()
+        self.nleases = 0
+        self.down_until = time.monotonic() + self.backoff
+        self.backoff = min(self.backoff * 2, self.o.reconnect_max_s)
+
+    def mark_down(self):
+        with self.lock:
+            self._mark_down_locked()
+
+    def conn(self):
+        """(client, gen), rebuilt when it is time to try; None: a miss."""
+        with self.lock:
+            if self.closed:
+                return None
+            if self.client is not None:
+                return self.client, self.gen
+            if time.monotonic() < self.down_until or self.connecting:
+                return None         # another thread reconnects: a miss meanwhile
+            self.connecting = True
+        try:
+            self.connect()
+        except Exception as e:  # noqa: BLE001
+            logger.debug("l3kv: reconnect (%s) failed: %s", self.what, e)
+            self.mark_down()
+            return None
+        finally:
+            with self.lock:
+                self.connecting = False
+        self.o.count("reconnects")
+        logger.info("l3kv: attached to l3kvd again (%s)", self.what)
+        with self.lock:
+            if self.client is None or self.closed:
+                return None
+            return self.client, self.gen
+
+    def failed(self, conn, what, e):
+        """A call failed: a lost connection is rebuilt later; any failure is a miss."""
+        self.o.count("errors")
+        lost = not isinstance(e, L3kvError) or e.status == 0
+        logger.warning("l3kv: %s failed (%s)%s", what, e,
+                       "; reconnecting with backoff" if lost else "")
+        if lost:
+            with self.lock:
+                if conn is not None and self.gen == conn[1] and self.client is conn[0]:
+                    self._mark_down_locked()
+
+    def call(self, conn, submit, timeout_ms):
+        """Submits on conn's client and waits for it, no lock held."""
+        c = conn[0]
+        t = submit(c)
+        try:
+            return c.wait(t, max(timeout_ms, 1) / 1000.0 + 1.0).result()
+        except L3kvError as e:
+            if e.errno == 110:      # ETIMEDOUT: the reply, if it comes, is dropped
+                c.forget(t)
+            raise
+
+    # Leases.
+
+    def _forget_locked(self, le):
+        lst = self.leases.get(le.hashes[0])
+        if lst and le in lst:
+            lst.remove(le)
+            self.nleases -= 1
+            if not lst:
+                del self.leases[le.hashes[0]]
+            return True
+        return False
+
+    def release(self, conn, le):
+        """Forgets le and RELEASEs it (and the siblings of a state query)."""
+        group = [le] + [s for s in (le.siblings or ()) if s is not le]
+        todo = []
+        with self.lock:
+            for x in group:
+                if self._forget_locked(x) and x.gen == self.gen:
+                    todo.append(x)
+        for x in todo:
+            try:
+                conn[0].release(x.lease)
+            except L3kvError as e:
+                if e.status == 0:
+                    self.failed(conn, "RELEASE", e)
+                    return
+
+    def prune(self, conn):
+        """Forgets leases past their TTL (the daemon dropped them) and,
+        beyond _LEASES_MAX, releases the oldest."""
+        now = time.monotonic()
+        old = []
+        with self.lock:
+            for h in list(self.leases):
+                for le in list(self.leases.get(h, ())):
+                    if le.expires <= now:
+                        self._forget_locked(le)
+                        self.o.count("leases_expired")
+            while self.nleases > _LEASES_MAX:
+                oldest = min((le for lst in self.leases.values() for le in lst),
+                             key=lambda x: x.expires)
+                self._forget_locked(oldest)
+                old.append(oldest)
+        for le in old:
+            try:
+                conn[0].release(le.lease)
+            except L3kvError:
+                pass
+
+    def find(self, hashes, pages=None):
+        now = time.monotonic()
+        with self.lock:
+            for le in self.leases.get(hashes[0], ()):
+                if le.expires > now and le.hashes[:len(hashes)] == hashes and \
+                        (pages is None or le.pages == pages):
+                    return le
+        return None
+
+    def submit_admit(self, conn, rid, hashes, reserved):
+        return conn[0].submit_admit(rid, b"".join(hashes), reserved_pages=reserved)
+
+    def admitted(self, conn, hashes, adm):
+        """Keeps an admission's lease: the _Lease (0 pages when declined)."""
+        if not adm.admitted:
+            return _Lease(hashes, 0, 0, 0.0, conn[1])
+        # Forgotten a little before the daemon's TTL drops it.
+        ttl = max(adm.ttl_ms, 1) / 1000.0
+        le = _Lease(tuple(hashes[:adm.admitted_pages]), adm.lease, adm.admitted_pages,
+                    time.monotonic() + ttl * 0.9, conn[1])
+        with self.lock:
+            if conn[1] != self.gen:
+                return _Lease(hashes, 0, 0, 0.0, conn[1])
+            for x in self.leases.get(le.hashes[0], ()):
+                if x.lease == le.lease:
+                    # The same admission answered again (the same query
+                    # asked twice): one entry; the second fetch admits anew.
+                    return x
+            self.leases.setdefault(le.hashes[0], []).append(le)
+            self.nleases += 1
+        return le
+
+    def admit(self, conn, rid, hashes, reserved=None):
+        """ADMITs hashes and waits (no lock held): the _Lease."""
+        n = len(hashes) if reserved is None else reserved
+        adm = self.call(conn, lambda c: self.submit_admit(conn, rid, hashes, n),
+                        self.o.admit_timeout_ms)
+        return self.admitted(conn, hashes, adm)
+
+    def restore(self, conn, le, region, dst):
+        """RESTOREs le into dst of region and RELEASEs it: pages in place."""
+        with self.lock:
+            self._forget_locked(le)
+        try:
+            r = self.call(conn, lambda c: c.submit_restore(le.lease, region, dst),
+                          self.o.restore_timeout_ms)
+        finally:
+            try:
+                conn[0].release(le.lease)
+            except L3kvError:
+                pass
+            if le.siblings:
+                self.release(conn, le)
+        return min(r.pages, le.pages)
+
+    def publish(self, conn, region, items):
+        return self.call(conn, lambda c: c.submit_publish(region, items), self.o.timeout_ms)
+
+    def drop_leases(self, release=True):
+        with self.lock:
+            c = self.client
+            todo = [le for lst in self.leases.values() for le in lst]
+            self.leases.clear()
+            self.nleases = 0
+        if release and c is not None:
+            for le in todo:
+                try:
+                    c.release(le.lease)
+                except Exception:  # noqa: BLE001
+                    pass
+
+    def close(self):
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+        self.drop_leases()
+        with self.lock:
+            c, self.client = self.client, None
+        if c is not None:
+            try:
+                c.detach()
+            except Exception:  # noqa: BLE001
+                pass
+            c.close()
+
+
+def _buffers_of(pool):
+    """A MambaPoolHost's host buffers in the order its allocator made them
+    (temporal, conv..., side states), those with bytes only."""
+    bufs = [getattr(pool, "temporal_buffer", None)]
+    bufs += list(getattr(pool, "conv_buffer", None) or [])
+    bufs += list(getattr(pool, "slot_state_buffers", None) or [])
+    return [b for b in bufs if b is not None and b.numel() > 0]
 
 
 class L3kvStorage(_Base):
@@ -154,7 +468,9 @@ class L3kvStorage(_Base):
     storage config's extra_config (--hicache-storage-backend-extra-config):
 
     socket           l3kvd's socket (default $L3KV_SOCKET, else ./run/l3kvd.sock)
-    group            the engine instance's group id prefix (default sglang-<model>)
+    group            the engine instance's group id prefix (default
+                     sglang-<model>-<8 hex digits of the instance id>: see
+                     default_group(), instance_id())
     timeout_ms       deadline of each call (default 5000)
     admit_timeout_ms ADMIT's (default timeout_ms)
     restore_timeout_ms RESTORE's (default 30000)
@@ -162,6 +478,8 @@ class L3kvStorage(_Base):
     kv_dtype         the KV dtype's name as the layout has it (default the
                      host pool's torch dtype, e.g. "bfloat16")
     seed             the namespace seed (default 0)
+    state_candidates the prefix lengths a Mamba query admits a checkpoint
+                     for, longest first (default 32, at most 128)
     """
 
     def __init__(self, storage_config, kwargs=None, **more):
@@ -182,12 +500,21 @@ class L3kvStorage(_Base):
         self.restore_timeout_ms = int(_cfg(extra, "restore_timeout_ms", 30000))
         self.reconnect_s = int(_cfg(extra, "reconnect_ms", 100)) / 1000.0
         self.reconnect_max_s = int(_cfg(extra, "reconnect_max_ms", 5000)) / 1000.0
+        # At most 128: the daemon's admit.max_waiting by default (ADMITs of a
+        # rank waiting at its group's barrier at once).
+        self.state_candidates = min(128, max(1, int(_cfg(extra, "state_candidates", 32))))
         model = getattr(storage_config, "model_name", None) or "model"
         self.model = model
-        g = str(_cfg(extra, "group", "sglang-" + "-".join(str(model).split("/"))))
+        g = extra.get("group")
+        self.instance = None
+        if g is None:
+            self.instance = instance_id()
+            g = default_group(model, self.instance)
+        g = str(g)
         pp_rank = int(getattr(storage_config, "pp_rank", 0) or 0)
         dp_rank = int(getattr(storage_config, "dp_rank", 0) or 0)
-        self.group = ("%s-pp%d-dp%d" % (g, pp_rank, dp_rank))[:63]
+        suffix = "-pp%d-dp%d" % (pp_rank, dp_rank)
+        self.group = g[:_GROUP_MAX - len(suffix) - 2] + suffix
         tp_rank = int(getattr(storage_config, "tp_rank", 0) or 0)
         tp_size = int(getattr(storage_config, "tp_size", 1) or 1)
         cp_rank = int(getattr(storage_config, "attn_cp_rank", 0) or 0)
@@ -199,17 +526,18 @@ class L3kvStorage(_Base):
         self.writer = bool(getattr(storage_config, "is_storage_writer", True))
         self.mem_pool_host = None
         self.registered_pools = {}
-        self._lock = threading.Lock()       # the fields below
-        self._client = None
-        self._attach = None                 # (layout, pools, regions): what ATTACH sends
-        self._down_until = 0.0
-        self._backoff = self.reconnect_s
-        self._leases = {}                   # first hash -> [_Lease]
-        self._nleases = 0
+        self._kv = None                     # the KV pages' _Session
+        self._state = None                  # the Mamba state's _Session, if any
+        self._stats_lock = threading.Lock()
         self._closed = False
         self.stats = {"exists_calls": 0, "admitted_pages": 0, "restored_pages": 0,
                       "published_pages": 0, "present_pages": 0, "misses_down": 0,
-                      "errors": 0, "reconnects": 0, "leases_expired": 0}
+                      "errors": 0, "reconnects": 0, "leases_expired": 0,
+                      "state_admitted": 0, "state_restored": 0, "state_published": 0}
+
+    def count(self, name, n=1):
+        with self._stats_lock:
+            self.stats[name] += n
 
     # Registration.
 
@@ -219,28 +547,41 @@ class L3kvStorage(_Base):
     def register_mem_host_pool_v2(self, host_pool, host_pool_name):
         name = str(getattr(host_pool_name, "value", host_pool_name))
         self.registered_pools[name] = host_pool
-        if name != POOL_KV and host_pool is not self.mem_pool_host:
+        if name not in (POOL_KV, POOL_MAMBA) and host_pool is not self.mem_pool_host:
             raise RefusedError(
-                "l3kv: the %r host pool (a sidecar: Mamba, SWA, indexer) is not stored by "
-                "l3kv.sglang yet; run without it, or use another storage backend" % name)
+                "l3kv: the %r host pool (a sidecar: SWA, indexer, ...) is not stored by "
+                "l3kv.sglang (kv and mamba are); run without it, or use another storage "
+                "backend" % name)
 
     def on_host_pools_registered(self):
-        """Computes the registrations from the kv pool's memfd and geometry
+        """Computes the registrations from the pools' memfds and geometry
         and attaches; a daemon that is not there yet is retried later."""
         host = self.mem_pool_host or self.registered_pools.get(POOL_KV)
         if host is None:
             raise RefusedError("l3kv: no kv host pool was registered")
-        self._attach = self._registrations(host)
+        lay, pools, regions = self._registrations(host)
         self.page_size = int(host.page_size)
-        with self._lock:
+        sessions = [_Session(self, "kv", dict(layout=lay, pools=pools, regions=regions,
+                                              group=self.group))]
+        mamba = self.registered_pools.get(POOL_MAMBA)
+        if mamba is not None:
+            lay, pools, regions = self._state_registrations(mamba)
+            sessions.append(_Session(self, "mamba", dict(
+                layout=lay, pools=pools, regions=regions,
+                group=self.group[:_GROUP_MAX - 2] + "-m")))
+        self._kv = sessions[0]
+        self._state = sessions[1] if len(sessions) > 1 else None
+        for s in sessions:
             try:
-                self._connect_locked(first=True)
+                s.connect(first=True)
             except RefusedError:
+                for x in sessions:
+                    x.close()
                 raise
             except Exception as e:  # noqa: BLE001 -- down at start: misses until it is up
                 logger.warning("l3kv: l3kvd not reachable at registration (%s); "
                                "every lookup is a miss until it is", e)
-                self._mark_down_locked()
+                s.mark_down()
 
     def _registrations(self, host):
         layout = str(getattr(host, "layout", ""))
@@ -304,178 +645,201 @@ class L3kvStorage(_Base):
         self.npages = npages
         return lay, pools, regions
 
-    # The connection.
-
-    def _connect_locked(self, first=False):
-        c = Client(self.socket, timeout_ms=self.timeout_ms)
-        layout, pools, regions = self._attach
-        try:
-            c.attach(layout, pools, regions=regions, group=self.group,
-                     group_size=self.group_size, group_rank=self.group_rank,
-                     tp_rank=self.tp_rank, prefetch=Prefetch.WAIT_COMPLETE, write=Write.THROUGH)
-        except L3kvError as e:
-            c.close()
-            if first and e.status != 0:
-                raise RefusedError("l3kv: l3kvd refused the registration: %s" % e) from e
-            raise
-        self._client = c
-        self._leases.clear()
-        self._nleases = 0
-        self._backoff = self.reconnect_s
-
-    def _mark_down_locked(self):
-        if self._client is not None:
-            try:
-                self._client.close()
-            except Exception:  # noqa: BLE001
-                pass
-        self._client = None
-        self._leases.clear()
-        self._nleases = 0
-        self._down_until = time.monotonic() + self._backoff
-        self._backoff = min(self._backoff * 2, self.reconnect_max_s)
-
-    def _client_locked(self):
-        """The connection, rebuilt when it is time to try; None: a miss."""
-        if self._closed or self._attach is None:
-            return None
-        if self._client is None:
-            if time.monotonic() < self._down_until:
-                return None
-            try:
-                self._connect_locked()
-                self.stats["reconnects"] += 1
-                logger.info("l3kv: attached to l3kvd again")
-            except Exception as e:  # noqa: BLE001
-                logger.debug("l3kv: reconnect failed: %s", e)
-                self._mark_down_locked()
-                return None
-        return self._client
-
-    def _failed_locked(self, what, e):
-        """A call failed: a lost connection is rebuilt later; any failure is a miss."""
-        self.stats["errors"] += 1
-        lost = not isinstance(e, L3kvError) or e.status == 0
-        logger.warning("l3kv: %s failed (%s)%s", what, e,
-                       "; reconnecting with backoff" if lost else "")
-        if lost:
-            self._mark_down_locked()
-
-    # Leases.
-
-    def _lease_forget_locked(self, le):
-        lst = self._leases.get(le.hashes[0])
-        if lst and le in lst:
-            lst.remove(le)
-            self._nleases -= 1
-            if not lst:
-                del self._leases[le.hashes[0]]
-
-    def _lease_release_locked(self, c, le):
-        self._lease_forget_locked(le)
-        try:
-            c.release(le.lease)
-        except L3kvError as e:
-            if e.status == 0:
-                self._failed_locked("RELEASE", e)
-
-    def _lease_prune_locked(self, c):
-        """Forgets leases past their TTL (the daemon dropped them) and,
-        beyond _LEASES_MAX, releases the oldest."""
-        now = time.monotonic()
-        for h in list(self._leases):
-            for le in list(self._leases.get(h, ())):
-                if le.expires <= now:
-                    self._lease_forget_locked(le)
-                    self.stats["leases_expired"] += 1
-        while self._nleases > _LEASES_MAX:
-            oldest = min((le for lst in self._leases.values() for le in lst),
-                         key=lambda x: x.expires)
-            self._lease_release_locked(c, oldest)
-
-    def _lease_find_locked(self, hashes):
-        now = time.monotonic()
-        for le in self._leases.get(hashes[0], ()):
-            if le.expires > now and le.hashes[:len(hashes)] == hashes:
-                return le
-        return None
-
-    def _admit_locked(self, c, hashes):
-        """ADMITs hashes: the _Lease (0 pages when declined)."""
-        adm = c.admit(_request_id(hashes), b"".join(hashes), reserved_pages=len(hashes),
-                      timeout_ms=self.admit_timeout_ms)
-        if not adm.admitted:
-            return _Lease(hashes, 0, 0, 0.0)
-        # Forgotten a little before the daemon's TTL drops it.
-        ttl = max(adm.ttl_ms, 1) / 1000.0
-        le = _Lease(tuple(hashes[:adm.admitted_pages]), adm.lease, adm.admitted_pages,
-                    time.monotonic() + ttl * 0.9)
-        self._leases.setdefault(le.hashes[0], []).append(le)
-        self._nleases += 1
-        self.stats["admitted_pages"] += le.pages
-        return le
+    def _state_registrations(self, pool):
+        """The Mamba host pool (MambaPoolHost): one slot per checkpoint, a
+        temporal buffer and n conv buffers (and any side states), each
+        [slots, layers, 1, *state] in its own memfd. Each buffer is a pool
+        of the state namespace, one object per slot and buffer: the first
+        the namespace's kv pool, the others all_pages sidecars, so a
+        checkpoint is found whole or not at all."""
+        layout = str(getattr(pool, "layout", ""))
+        if layout not in ("page_first", "page_first_direct"):
+            raise RefusedError(
+                "l3kv: Mamba host layout %r is not supported: start SGLang with "
+                "--hicache-mem-layout page_first" % layout)
+        if int(getattr(pool, "page_size", 1)) != 1:
+            raise RefusedError("l3kv: the Mamba host pool's page is not one slot")
+        fds = list(getattr(getattr(pool, "allocator", None), "fds", None) or [])
+        bufs = _buffers_of(pool)
+        if not bufs:
+            raise RefusedError("l3kv: the Mamba host pool has no state buffers")
+        if len(fds) < len(bufs) or any(f is None or int(f) < 0 for f in fds[:len(bufs)]):
+            raise RefusedError(
+                "l3kv: the Mamba host pool has no memory fds: add \"allocator\": \"shm\" to "
+                "--hicache-storage-backend-extra-config")
+        slots = int(pool.size)
+        pools, regions = [], []
+        names = ["temporal"] if getattr(pool, "temporal_buffer", None) is not None and \
+            pool.temporal_buffer.numel() > 0 else []
+        names += ["conv%d" % i for i in range(len(getattr(pool, "conv_buffer", None) or []))]
+        names += ["side%d" % i for i in range(len(getattr(pool, "slot_state_buffers", None)
+                                                   or []))]
+        for i, (b, fd) in enumerate(zip(bufs, fds)):
+            shape = tuple(b.shape)
+            if not b.is_contiguous() or shape[0] != slots:
+                raise RefusedError("l3kv: Mamba host buffer %d of shape %s is not "
+                                   "[slots, ...] contiguous" % (i, shape))
+            es = b.element_size()
+            nbytes = es * math.prod(shape)
+            if os.fstat(int(fd)).st_size < nbytes:
+                raise RefusedError("l3kv: the Mamba host pool's memfds do not match its "
+                                   "buffers (fd %d is smaller than buffer %d)" % (fd, i))
+            is_side = names[i].startswith("side")
+            layers = 1 if is_side else shape[1]
+            tb = nbytes // (slots * layers)
+            dt = str(b.dtype).replace("torch.", "")
+            schema = ("mamba-%s:%s:%s" % (names[i], dt, shape[1:]))[:63]
+            if i == 0:
+                pools.append(Pool(POOL_MAMBA, layers * tb, layers=layers, schema=schema))
+            else:
+                pools.append(Pool(names[i], layers * tb, kind=PoolKind.SIDECAR, layers=layers,
+                                  hit_policy=HitPolicy.ALL_PAGES, schema=schema))
+            regions.append(Region.page_first(i, fd, slots, 1, layers, tb, 0))
+        lay = Layout(model=str(self.model),
+                     kv_dtype=str(bufs[0].dtype).replace("torch.", "")[:15], page_tokens=1,
+                     tp_size=self.tp_size,
+                     pp_size=int(getattr(self.config, "pp_size", 1) or 1),
+                     pp_rank=int(getattr(self.config, "pp_rank", 0) or 0),
+                     cp_size=int(getattr(self.config, "attn_cp_size", 1) or 1),
+                     attention=Attention.MHA,       # state is its TP rank's: sharded by tp_rank
+                     seed=int(_cfg(self.extra, "seed", 0)))
+        self.nslots = slots
+        return lay, pools, regions
 
     # Existence: the admission.
 
     def batch_exists(self, keys, extra_info=None) -> int:
         """The leading run of keys l3kvd holds, admitted (pinned under a lease)
         so that batch_get_v1 finds them; 0 on any failure."""
-        if not keys:
-            return 0
+        return self._kv_admit(keys)[0]
+
+    def _kv_admit(self, keys):
+        """batch_exists: (pages admitted, their leases)."""
+        if not keys or self._kv is None:
+            return 0, []
         hashes = tuple(_hash32(k) for k in keys)
-        with self._lock:
-            self.stats["exists_calls"] += 1
-            c = self._client_locked()
-            if c is None:
-                self.stats["misses_down"] += 1
-                return 0
-            try:
-                self._lease_prune_locked(c)
-                old = self._lease_find_locked(hashes)
-                if old is not None and old.hashes == hashes[:old.pages]:
-                    # Asked again before it was restored: the new answer replaces it.
-                    self._lease_release_locked(c, old)
-                # One lease per SGLang load batch (STORAGE_BATCH_SIZE pages): a
-                # restore is exactly its lease's promise, and batch_get_v1 comes
-                # back batch by batch.
-                total = 0
-                for i in range(0, len(hashes), _BATCH):
-                    part = hashes[i:i + _BATCH]
-                    got = self._admit_locked(c, part).pages
-                    total += got
-                    if got < len(part):
-                        break
-                return total
-            except Exception as e:  # noqa: BLE001
-                self._failed_locked("ADMIT", e)
-                return 0
+        s = self._kv
+        self.count("exists_calls")
+        conn = s.conn()
+        if conn is None:
+            self.count("misses_down")
+            return 0, []
+        leases = []
+        try:
+            s.prune(conn)
+            # One lease per SGLang load batch (STORAGE_BATCH_SIZE pages): a
+            # restore is exactly its lease's promise, and batch_get_v1 comes
+            # back batch by batch. Request ids from the whole query: the same
+            # on every rank, another for another query.
+            query = b"".join(hashes)
+            total = 0
+            for i in range(0, len(hashes), _BATCH):
+                part = hashes[i:i + _BATCH]
+                le = s.admit(conn, _request_id(b"kv", query, i), part)
+                got = le.pages
+                if got:
+                    leases.append(le)
+                self.count("admitted_pages", got)
+                total += got
+                if got < len(part):
+                    break
+            return total, leases
+        except Exception as e:  # noqa: BLE001
+            s.failed(conn, "ADMIT", e)
+            return 0, []
 
     def exists(self, key) -> bool:
         """Whether l3kvd holds key's page (a PROBE: nothing is pinned)."""
-        with self._lock:
-            c = self._client_locked()
-            if c is None:
-                return False
-            try:
-                return c.probe(_hash32(key)).hit_pages == 1
-            except Exception as e:  # noqa: BLE001
-                self._failed_locked("PROBE", e)
-                return False
+        s = self._kv
+        conn = s.conn() if s is not None else None
+        if conn is None:
+            return False
+        try:
+            return conn[0].probe(_hash32(key)).hit_pages == 1
+        except Exception as e:  # noqa: BLE001
+            s.failed(conn, "PROBE", e)
+            return False
+
+    def _state_admit(self, hashes, n):
+        """Admits the Mamba checkpoints at the longest state_candidates
+        prefix lengths up to n (one ADMIT each, all in flight at once; a
+        group barrier, so every rank pins the same ones): the lengths
+        admitted, ascending. Their leases are siblings: the one SGLang
+        loads releases the others."""
+        s = self._state
+        conn = s.conn()
+        if conn is None:
+            self.count("misses_down")
+            return []
+        cands = list(range(n, max(0, n - self.state_candidates), -1))
+        query = b"".join(hashes[:n])
+        try:
+            s.prune(conn)
+            tickets = []
+            for p in cands:
+                h = (hashes[p - 1],)
+                tickets.append((p, h, s.submit_admit(conn, _request_id(b"mamba", query, p),
+                                                     h, 1)))
+            got = []
+            err = None
+            for p, h, t in tickets:
+                try:
+                    adm = conn[0].wait(t, max(self.admit_timeout_ms, 1) / 1000.0 + 1.0)
+                    le = s.admitted(conn, h, adm.result())
+                except Exception as e:  # noqa: BLE001 -- wait for the rest, then fail
+                    err = err or e
+                    continue
+                if le.pages:
+                    got.append((p, le))
+            if err is not None:
+                for _, le in got:
+                    s.release(conn, le)
+                raise err
+        except Exception as e:  # noqa: BLE001
+            s.failed(conn, "ADMIT (mamba)", e)
+            return []
+        leases = [le for _, le in got]
+        for le in leases:
+            le.siblings = leases
+        self.count("state_admitted", len(leases))
+        return sorted(p for p, _ in got)
 
     def batch_exists_v2(self, keys, pool_transfers=None, extra_info=None):
-        """The kv pool's admitted leading run; pools this backend does not
-        store (none is registered) are misses, which make the hit 0."""
+        """The kv pool's admitted leading run and, with a Mamba transfer
+        (TRAILING_PAGES: the checkpoint at the prefix's last page), the
+        lengths whose checkpoint l3kvd holds on every rank
+        (restorable_prefix_pages, each pinned); kv_hit_pages the longest.
+        A pool this backend does not store is a miss: hit 0."""
+        mamba = None
         for t in pool_transfers or ():
-            name = str(getattr(t.name, "value", t.name))
-            if name != POOL_KV:
+            name = _name(t)
+            if name == POOL_MAMBA and self._state is not None:
+                mamba = t
+            elif name != POOL_KV:
                 return _transfer_result(0, {}, [])
-        n = self.batch_exists(keys, extra_info)
-        return _transfer_result(n, {POOL_KV: n} if n else {}, list(range(1, n + 1)))
+        if mamba is not None and (len(mamba.keys or [None]) != 1 or "trailing" not in
+                                  str(getattr(mamba.hit_policy, "value", mamba.hit_policy))):
+            return _transfer_result(0, {}, [])      # not the one trailing checkpoint: a miss
+        n, leases = self._kv_admit(keys)
+        if mamba is None:
+            return _transfer_result(n, {POOL_KV: n} if n else {}, list(range(1, n + 1)))
+        hashes = tuple(_hash32(k) for k in keys)
+        restorable = self._state_admit(hashes, n) if n else []
+        if not restorable:
+            # KV without its state is no hit: give the pages back (every rank
+            # does, the state's admissions having agreed on none).
+            conn = self._kv.conn()
+            if conn is not None:
+                for le in leases:
+                    self._kv.release(conn, le)
+            return _transfer_result(0, {POOL_KV: n} if n else {}, [])
+        p = restorable[-1]
+        return _transfer_result(p, {POOL_KV: n, POOL_MAMBA: p}, restorable)
 
     # Restore.
 
-    def _dst_pages(self, keys, host_indices):
-        ps = self.page_size
+    def _dst_pages(self, keys, host_indices, ps=None):
+        ps = self.page_size if ps is None else ps
         idx = host_indices.tolist() if hasattr(host_indices, "tolist") else list(host_indices)
         if len(idx) < len(keys) * ps:
             raise ValueError("%d host indices for %d pages of %d tokens"
@@ -501,38 +865,82 @@ class L3kvStorage(_Base):
             logger.error("l3kv: batch_get_v1: %s", e)
             return miss
         hashes = tuple(_hash32(k) for k in keys)
-        with self._lock:
-            c = self._client_locked()
-            if c is None:
-                self.stats["misses_down"] += 1
-                return miss
-            try:
-                le = self._lease_find_locked(hashes)
-                if le is not None and le.pages != n:
-                    # The ranks agreed on fewer pages than this one admitted: a
-                    # restore is exactly its promise, so promise what is asked.
-                    self._lease_release_locked(c, le)
-                    le = None
+        s = self._kv
+        conn = s.conn() if s is not None else None
+        if conn is None:
+            self.count("misses_down")
+            return miss
+        try:
+            le = s.find(hashes)
+            if le is not None and le.pages != n:
+                # The ranks agreed on fewer pages than this one admitted.
+                s.release(conn, le)
+                le = None
+            if le is None:
+                # No lease of exactly these pages (a restart, an expired TTL, the
+                # ranks agreed on fewer pages than admitted): a restore is exactly
+                # its promise, so promise what is asked.
+                le = s.admit(conn, _request_id(b"kv-get", b"".join(hashes)), hashes)
+                if le.pages == 0:
+                    return miss
+            got = s.restore(conn, le, 0, dst[:le.pages])
+            self.count("restored_pages", got)
+            return [True] * got + [False] * (n - got)
+        except Exception as e:  # noqa: BLE001
+            s.failed(conn, "RESTORE", e)
+            return miss
+
+    def _state_get(self, keys, host_indices):
+        """Restores Mamba checkpoints (keys: the hash of the page each ends
+        on) into host slots: temporal, conv and side-state buffers at once."""
+        n = len(keys)
+        miss = [False] * n
+        try:
+            slots = self._dst_pages(keys, host_indices, 1)
+        except Exception as e:  # noqa: BLE001
+            logger.error("l3kv: batch_get_v2 (mamba): %s", e)
+            return miss
+        s = self._state
+        conn = s.conn()
+        if conn is None:
+            self.count("misses_down")
+            return miss
+        out = []
+        try:
+            for k, slot in zip(keys, slots):
+                h = (_hash32(k),)
+                le = s.find(h, pages=1)
                 if le is None:
-                    le = self._admit_locked(c, hashes)
+                    le = s.admit(conn, _request_id(b"mamba-get", h[0]), h)
                     if le.pages == 0:
-                        return miss
-                self._lease_forget_locked(le)
-                try:
-                    r = c.restore(le.lease, 0, dst[:le.pages], timeout_ms=self.restore_timeout_ms)
-                finally:
-                    try:
-                        c.release(le.lease)
-                    except L3kvError:
-                        pass
-                got = min(r.pages, le.pages)
-                self.stats["restored_pages"] += got
-                return [True] * got + [False] * (n - got)
-            except Exception as e:  # noqa: BLE001
-                self._failed_locked("RESTORE", e)
-                return miss
+                        break
+                if s.restore(conn, le, 0, [slot]) != 1:
+                    break
+                out.append(True)
+        except Exception as e:  # noqa: BLE001
+            s.failed(conn, "RESTORE (mamba)", e)
+        self.count("state_restored", len(out))
+        return out + [False] * (n - len(out))
 
     # Publish.
+
+    def _publish(self, s, keys, src, what):
+        """PUBLISHes keys at src of every region of s, sidecars first (once
+        the first pool's object is visible, the page is whole): how many
+        are stored or present."""
+        conn = s.conn()
+        if conn is None:
+            self.count("misses_down")
+            return 0, 0
+        items = list(zip((_hash32(k) for k in keys), src))
+        try:
+            r = None
+            for region in range(len(s.attach["regions"]) - 1, -1, -1):
+                r = s.publish(conn, region, items)
+            return r.stored, r.present
+        except Exception as e:  # noqa: BLE001
+            s.failed(conn, "PUBLISH" + what, e)
+            return 0, 0
 
     def batch_set_v1(self, keys, host_indices, extra_info=None):
         """Publishes keys' pages from the host pool (storage writers only;
@@ -547,44 +955,54 @@ class L3kvStorage(_Base):
         except Exception as e:  # noqa: BLE001
             logger.error("l3kv: batch_set_v1: %s", e)
             return [False] * n
-        items = list(zip((_hash32(k) for k in keys), src))
-        with self._lock:
-            c = self._client_locked()
-            if c is None:
-                self.stats["misses_down"] += 1
-                return [False] * n
-            try:
-                # Sidecars first: once the kv object is visible, the page is whole.
-                nregions = len(self._attach[2])
-                for region in range(nregions - 1, -1, -1):
-                    r = c.publish(region, items)
-                self.stats["published_pages"] += r.stored
-                self.stats["present_pages"] += r.present
-                ok = r.stored + r.present
-                return [True] * min(ok, n) + [False] * (n - min(ok, n))
-            except Exception as e:  # noqa: BLE001
-                self._failed_locked("PUBLISH", e)
-                return [False] * n
+        if self._kv is None:
+            return [False] * n
+        stored, present = self._publish(self._kv, keys, src, "")
+        self.count("published_pages", stored)
+        self.count("present_pages", present)
+        ok = min(stored + present, n)
+        return [True] * ok + [False] * (n - ok)
 
-    # The v2 calls: the kv pool through v1, other pools are not stored.
+    def _state_set(self, keys, host_indices):
+        """Publishes Mamba checkpoints from host slots (every rank: the
+        state is its TP rank's shard)."""
+        n = len(keys)
+        try:
+            slots = self._dst_pages(keys, host_indices, 1)
+        except Exception as e:  # noqa: BLE001
+            logger.error("l3kv: batch_set_v2 (mamba): %s", e)
+            return [False] * n
+        stored, present = self._publish(self._state, keys, slots, " (mamba)")
+        self.count("state_published", stored)
+        ok = min(stored + present, n)
+        return [True] * ok + [False] * (n - ok)
 
-    def _v2(self, v1, transfers, extra_info):
-        """Each pool's transfer: the kv pool through the v1 call, the others misses."""
+    # The v2 calls.
+
+    def _v2(self, get, transfers, extra_info):
+        """Each pool's transfer: kv through the v1 call, mamba through the
+        state session, the others misses."""
         out = {}
         for t in transfers:
-            name = str(getattr(t.name, "value", t.name))
+            name = _name(t)
             keys = list(t.keys or [])
-            if name == POOL_KV and t.host_indices is not None:
+            if t.host_indices is None or not keys:
+                out[t.name] = [False] * len(keys)
+            elif name == POOL_KV:
+                v1 = self.batch_get_v1 if get else self.batch_set_v1
                 out[t.name] = v1(keys, t.host_indices, extra_info)
+            elif name == POOL_MAMBA and self._state is not None:
+                out[t.name] = (self._state_get if get else self._state_set)(keys,
+                                                                           t.host_indices)
             else:
                 out[t.name] = [False] * len(keys)
         return out
 
     def batch_get_v2(self, transfers, extra_info=None):
-        return self._v2(self.batch_get_v1, transfers, extra_info)
+        return self._v2(True, transfers, extra_info)
 
     def batch_set_v2(self, transfers, extra_info=None):
-        return self._v2(self.batch_set_v1, transfers, extra_info)
+        return self._v2(False, transfers, extra_info)
 
     # The copying interface (SGLang without interface_v1): refused at __init__.
 
@@ -602,50 +1020,36 @@ class L3kvStorage(_Base):
 
     # The rest.
 
+    def _sessions(self):
+        return [s for s in (self._kv, self._state) if s is not None]
+
     def clear(self):
         """l3kvd's objects outlive engines and are shared by the group: clear
         drops this side's leases only (l3kvctl manages the daemon's tiers)."""
-        with self._lock:
-            c = self._client
-            for lst in list(self._leases.values()):
-                for le in list(lst):
-                    if c is not None:
-                        self._lease_release_locked(c, le)
-            self._leases.clear()
-            self._nleases = 0
+        for s in self._sessions():
+            s.drop_leases()
         return True
 
     def get_stats(self):
         """This backend's counters (a dict); SGLang's storage metrics come from
         its own controller."""
-        with self._lock:
+        with self._stats_lock:
             d = dict(self.stats)
-            d["connected"] = self._client is not None
-            d["leases"] = self._nleases
+        d["connected"] = bool(self._kv is not None and self._kv.client is not None)
+        d["leases"] = sum(s.nleases for s in self._sessions())
+        if self._state is not None:
+            d["state_connected"] = self._state.client is not None
+        d["group"] = self.group
         return d
 
     def close(self):
         """Releases the leases, DETACHes and closes (idempotent): the daemon
-        unmaps the host pool."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            c, self._client = self._client, None
-            if c is not None:
-                for lst in list(self._leases.values()):
-                    for le in list(lst):
-                        try:
-                            c.release(le.lease)
-                        except Exception:  # noqa: BLE001
-                            pass
-                try:
-                    c.detach()
-                except Exception:  # noqa: BLE001
-                    pass
-                c.close()
-            self._leases.clear()
-            self._nleases = 0
+        unmaps the host pools."""
+        if self._closed:
+            return
+        self._closed = True
+        for s in self._sessions():
+            s.close()
 
 
-__all__ = ["L3kvStorage", "RefusedError", "SUPPORTED_SGLANG"]
+__all__ = ["L3kvStorage", "RefusedError", "SUPPORTED_SGLANG", "default_group", "instance_id"]

@@ -16,6 +16,7 @@ REGIONS_MAX = 64
 LIVE_MAX = 65536
 HANDLE_LEN = 64
 REGION_NONE = 0xFFFF    # no state region, no event region (l3kv_restore_args)
+RESTORE_RELEASE = 0x0001    # l3kv_restore_args.flags: the lease ends when RESTORE succeeds
 TIMEOUT_DEFAULT = 0
 TIMEOUT_INFINITE = -1
 DEFAULT_TIMEOUT_MS = 5000
@@ -84,7 +85,16 @@ class Op(enum.IntEnum):
     RELEASE = 20
     PUBLISH = 21
     SET_POLICY = 22
+    RELOAD = 24
+    LIST = 25
     DEBUG = 240
+
+
+class ListWhat(enum.IntEnum):
+    """What LIST lists (l3kv_list): Client.list() takes these or their names."""
+    NAMESPACES = 1
+    GROUPS = 2
+    LEASES = 3
 
 
 class Decline(enum.IntEnum):
