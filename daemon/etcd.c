@@ -461,6 +461,8 @@ etcd_view_find(struct etcd *e, const char *id)
 {
 	struct peer_member	key;
 
+	if (e->nview == 0)
+		return NULL;	/* bsearch of an empty view would pass it a NULL array */
 	memset(&key, 0, sizeof(key));
 	snprintf(key.id, sizeof(key.id), "%s", id);
 	return bsearch(&key, e->view, e->nview, sizeof(*e->view), etcd_member_cmp);
