@@ -947,6 +947,7 @@ int	 peer_init(struct server *, char *err, size_t errlen);
 void	 peer_stop(struct server *);
 void	 peer_free(struct server *);
 void	 peer_members_set(struct server *, const struct peer_member *, size_t n);
+int	 peer_reload(struct server *, const struct config *prev, char *err, size_t errlen);
 int	 peer_enabled(const struct server *);
 int	 peer_ask(struct server *, unsigned kind, const struct obj_key *keys, const uint8_t *heads,
 	    size_t n, peer_ask_fn *done, void *arg, struct peer_ask **askp);

@@ -1384,8 +1384,11 @@ peer_fabric_open(struct peer_tier *t)
 	    alen, t->nmr);
 }
 
-/* A reload changed peer.members (the one live peer key): the new list applies. */
-static int
+/*
+ * reload.c's hook for the peer.* keys: a reload changed peer.members (the
+ * one live peer key), and the new list applies. Without the tier, nothing.
+ */
+int
 peer_reload(struct server *s, const struct config *prev, char *err, size_t errlen)
 {
 	(void)prev;
@@ -1429,10 +1432,6 @@ peer_init(struct server *s, char *err, size_t errlen)
 	log_info("peer", "member %s, control channel on %s, incarnation %016llx", t->self.id,
 	    s->cfg->peer_listen, (unsigned long long)t->incarnation);
 	peer_members_set(s, s->cfg->peer_members, s->cfg->npeer_members);
-	if ((rc = reload_set_hook("peer.", peer_reload)) != 0) {
-		snprintf(err, errlen, "cannot register the peer tier's reload hook");
-		return rc;
-	}
 	return 0;
 }
 
