@@ -47,6 +47,7 @@
 #define ETCD_BACKOFF_MIN_MS	200
 #define ETCD_BACKOFF_MAX_MS	5000
 #define ETCD_REQ_TIMEOUT_S	5
+#define ETCD_WATCH_TIMEOUT_S	86400
 #define ETCD_MEMBERS_MAX	1024
 #define ETCD_PREFIX_MAX		256
 #define ETCD_BODY_MAX		(4U << 20)	/* a range answer or a watch message */
@@ -462,7 +463,7 @@ etcd_view_find(struct etcd *e, const char *id)
 	struct peer_member	key;
 
 	if (e->nview == 0)
-		return NULL;	/* bsearch of an empty view would pass it a NULL array */
+		return NULL;
 	memset(&key, 0, sizeof(key));
 	snprintf(key.id, sizeof(key.id), "%s", id);
 	return bsearch(&key, e->view, e->nview, sizeof(*e->view), etcd_member_cmp);
@@ -654,7 +655,12 @@ etcd_watch_start(struct etcd *e)
 		return;
 	}
 	free(text);
-	/* The stream is quiet while nothing changes: no read timeout on it; keepalives notice a dead etcd. */
+	/*
+	 * The stream is quiet while nothing changes, and evhttp's default read
+	 * timeout (50 s) would end it every minute: a day instead. A dead etcd
+	 * is noticed by the keepalives, which end the session, watch included.
+	 */
+	evhttp_connection_set_timeout(e->wconn, ETCD_WATCH_TIMEOUT_S);
 	evhttp_connection_set_retries(e->wconn, 0);
 	evhttp_request_set_chunked_cb(req, etcd_watch_chunk_cb);
 	if (evhttp_make_request(e->wconn, req, EVHTTP_REQ_POST, "/v3/watch") != 0) {

@@ -375,6 +375,91 @@ START_TEST(test_fabric_peer_closed_mid_read_fails)
 }
 END_TEST
 
+/* Removing a peer fails its reads in flight -ECANCELED, each once, after the call returned. */
+START_TEST(test_fabric_peer_remove_cancels_reads)
+{
+	struct fx_rd	r[8];
+	uint64_t	raddr, rkey;
+	int		i;
+
+	memset(r, 0, sizeof(r));
+	fx_read_ok(0, 0, 36 * KiB);
+	for (i = 0; i < 8; i++)
+		fx_start(0, (size_t)i * 2 * MiB, 2 * MiB, 0, &r[i]);
+	fabric_peer_remove(fx_a, fx_peer);
+	for (i = 0; i < 8; i++)
+		ck_assert_int_eq(r[i].calls, 0);
+	for (i = 0; i < 8; i++) {
+		ck_assert(fx_wait(&r[i].calls, 1, 10000));
+		ck_assert_int_eq(r[i].err, -ECANCELED);
+	}
+	ck_assert_int_eq(fabric_rkey(fx_b, fx_bbuf, 64, &raddr, &rkey), 0);
+	ck_assert_int_eq(fabric_read(fx_a, fx_peer, fx_abuf, 64, raddr, rkey, 0, fx_done, &r[0]),
+	    -ENOENT);
+	fx_spin(200);
+	for (i = 0; i < 8; i++)
+		ck_assert_int_eq(r[i].calls, 1);
+}
+END_TEST
+
+static int	fx_closed_in_done;
+
+static void
+fx_done_close(void *arg, int err)
+{
+	fx_done(arg, err);
+	if (fx_a != NULL) {
+		fabric_close(fx_a);	/* takes effect when this callback returns */
+		fx_a = NULL;
+		fx_closed_in_done++;
+	}
+}
+
+/* fabric_close runs every done() still owed (-ECANCELED), and is safe from inside a done(). */
+START_TEST(test_fabric_close_runs_owed_dones)
+{
+	struct fx_rd	r[4], c[4];
+	uint64_t	raddr, rkey;
+	int		i;
+
+	memset(r, 0, sizeof(r));
+	memset(c, 0, sizeof(c));
+	fx_read_ok(0, 0, 36 * KiB);
+	ck_assert_int_eq(fabric_rkey(fx_b, fx_bbuf, 2 * MiB, &raddr, &rkey), 0);
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(fabric_read(fx_a, fx_peer, fx_abuf + (size_t)i * 2 * MiB, 2 * MiB,
+		    raddr, rkey, 0, fx_done_close, &r[i]), 0);
+	ck_assert(fx_wait(&r[0].calls, 1, 30000));
+	/* The first done() closed the fabric: every other read got its done() once, then. */
+	ck_assert_ptr_null(fx_a);
+	ck_assert_int_eq(fx_closed_in_done, 1);
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(r[i].calls, 1);
+	/* And a plain close with reads in flight calls their done() from inside the close. */
+	fx_open(&fx_a, fx_node);
+	ck_assert_int_eq(fabric_expose(fx_a, fx_abuf, FX_LEN, 0), 0);
+	{
+		uint8_t	name[FABRIC_ADDR_MAX];
+		size_t	len = sizeof(name);
+
+		ck_assert_int_eq(fabric_name(fx_b, name, &len), 0);
+		ck_assert_int_eq(fabric_peer_add(fx_a, name, len, &fx_peer), 0);
+	}
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(fabric_read(fx_a, fx_peer, fx_abuf + (size_t)i * 2 * MiB, 2 * MiB,
+		    raddr, rkey, 0, fx_done, &c[i]), 0);
+	fabric_close(fx_a);
+	fx_a = NULL;
+	for (i = 0; i < 4; i++) {
+		ck_assert_int_eq(c[i].calls, 1);
+		ck_assert_int_eq(c[i].err, -ECANCELED);
+	}
+	fx_spin(200);
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(c[i].calls + r[i].calls, 2);
+}
+END_TEST
+
 START_TEST(test_fabric_200_concurrent_reads)
 {
 	struct fx_rd		r[200];
@@ -609,6 +694,56 @@ START_TEST(test_fabric_netns_reads_across_the_bridge)
 }
 END_TEST
 
+/* An owner SIGKILLed with reads on the wire: they fail without a deadline; a new owner serves. */
+START_TEST(test_fabric_owner_killed_mid_read_fails)
+{
+	struct fx_owner	o, o2;
+	struct fx_rd	r[8], ok = { 0, 1 };
+	uint64_t	peer, peer2, seed = fx_seed ^ 99;
+	int		i, st, calls = 0;
+
+	memset(r, 0, sizeof(r));
+	fx_owner_start(&o, NULL, 0, fx_node, seed);
+	ck_assert_int_eq(fabric_peer_add(fx_a, o.name, o.namelen, &peer), 0);
+	ck_assert_int_eq(fabric_read(fx_a, peer, fx_abuf, 64 * KiB, o.raddr, o.rkey, 0, fx_done,
+	    &ok), 0);
+	ck_assert(fx_wait(&ok.calls, 1, 30000));
+	ck_assert_int_eq(ok.err, 0);
+	for (i = 0; i < 8; i++)
+		ck_assert_int_eq(fabric_read(fx_a, peer, fx_abuf + (size_t)i * 2 * MiB, 2 * MiB,
+		    o.raddr, o.rkey, 0, fx_done, &r[i]), 0);
+	event_base_loop(fx_base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+	kill(o.pid, SIGKILL);
+	ck_assert_int_eq(waitpid(o.pid, &st, 0), o.pid);
+	close(o.cmd);
+	fx_fill(fx_bbuf, 2 * MiB, seed);
+	for (i = 0; i < 8; i++) {
+		ck_assert_msg(fx_wait(&r[i].calls, 1, 60000), "read %d hangs after SIGKILL", i);
+		if (r[i].err == 0)		/* finished before the kill: then whole */
+			ck_assert(memcmp(fx_abuf + (size_t)i * 2 * MiB, fx_bbuf, 2 * MiB) == 0);
+	}
+	/* Its successor (a new name, new keys) serves at once. */
+	fabric_peer_remove(fx_a, peer);
+	fx_owner_start(&o2, NULL, 0, fx_node, seed + 1);
+	ck_assert_uint_ne(o2.rkey, o.rkey);
+	ck_assert_int_eq(fabric_peer_add(fx_a, o2.name, o2.namelen, &peer2), 0);
+	ok.calls = 0;
+	ok.err = 1;
+	ck_assert_int_eq(fabric_read(fx_a, peer2, fx_abuf, 2 * MiB, o2.raddr, o2.rkey, 20000,
+	    fx_done, &ok), 0);
+	ck_assert(fx_wait(&ok.calls, 1, 30000));
+	ck_assert_int_eq(ok.err, 0);
+	fx_fill(fx_bbuf, 2 * MiB, seed + 1);
+	ck_assert(memcmp(fx_abuf, fx_bbuf, 2 * MiB) == 0);
+	fx_spin(200);
+	for (i = 0; i < 8; i++)
+		calls += r[i].calls;
+	ck_assert_int_eq(calls, 8);
+	fx_owner_stop(&o2);
+	fx_fill(fx_bbuf, FX_LEN, fx_seed);
+}
+END_TEST
+
 /* Why provider prov cannot open on node here (asked in a child), or NULL. */
 static const char *
 fx_provider_reason(const char *prov, const char *node)
@@ -663,7 +798,10 @@ fx_add_provider(Suite *s, const char *name, const char *prov, void (*setup)(void
 	tcase_add_test(tc, test_fabric_keys_differ_per_start);
 	tcase_add_test(tc, test_fabric_peer_closed_mid_read_fails);
 	tcase_add_test(tc, test_fabric_200_concurrent_reads);
+	tcase_add_test(tc, test_fabric_peer_remove_cancels_reads);
+	tcase_add_test(tc, test_fabric_close_runs_owed_dones);
 	tcase_add_test(tc, test_fabric_deadline_expires);
+	tcase_add_test(tc, test_fabric_owner_killed_mid_read_fails);
 }
 
 Suite *

@@ -7,8 +7,11 @@
 #
 #   tests/netns.sh check              0 if namespaces can be made here; else
 #                                     prints why and exits 77
-#   tests/netns.sh prefix             prints a fresh prefix: l3kvt<pid of the
-#                                     caller>x<random>; `clean` uses the pid
+#   tests/netns.sh prefix [PID]       prints a fresh prefix: l3kvt<PID>x<random>,
+#                                     PID the owner (default: the caller);
+#                                     `clean` deletes sets whose owner is gone,
+#                                     so name the process that lives as long
+#                                     as the set (a test passes its own pid)
 #   tests/netns.sh up PREFIX N        namespaces PREFIX-1 .. PREFIX-N, each with
 #                                     lo up and eth0 = 10.77.0.K/24, joined by
 #                                     the bridge br0 in PREFIX-hub (first

@@ -16,9 +16,10 @@
  * and prints per size the median GB/s of each and the median of the
  * per-round ratios fabric/raw.
  *
- *   bench_fabric [-p PROV] [-n] [-r ROUNDS] [-d DEPTH] [-m MIB] [-S SCRIPT]
+ *   bench_fabric [-p PROV] [-n] [-O] [-r ROUNDS] [-d DEPTH] [-m MIB] [-S SCRIPT]
  *     -n: between two network namespaces (needs root; SCRIPT is
- *     tests/netns.sh), else on loopback; -m: MiB read per measurement.
+ *     tests/netns.sh), else on loopback; -m: MiB read per measurement;
+ *     -O: fabric_read reads the raw owner too (the reader's side alone).
  */
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -369,11 +370,12 @@ main(int argc, char **argv)
 	fi_addr_t	 ra;
 	uint8_t		*dst;
 	double		 graw[BF_NSIZES][64], gfab[BF_NSIZES][64], ratio[BF_NSIZES][64];
-	int		 netns = 0, rounds = 7, c, rd;
+	int		 netns = 0, rounds = 7, c, rd, one_owner = 0;
 	size_t		 i, n;
 
-	while ((c = getopt(argc, argv, "p:nr:d:m:S:")) != -1) {
+	while ((c = getopt(argc, argv, "p:nr:d:m:S:O")) != -1) {
 		switch (c) {
+		case 'O': one_owner = 1; break;
 		case 'p': bf_prov = optarg; break;
 		case 'n': netns = 1; break;
 		case 'r': rounds = atoi(optarg); break;
@@ -381,7 +383,7 @@ main(int argc, char **argv)
 		case 'm': bf_mib = (unsigned)atoi(optarg); break;
 		case 'S': script = optarg; break;
 		default:
-			fprintf(stderr, "usage: bench_fabric [-p PROV] [-n] [-r ROUNDS] [-d DEPTH] "
+			fprintf(stderr, "usage: bench_fabric [-p PROV] [-n] [-O] [-r ROUNDS] [-d DEPTH] "
 			    "[-m MIB] [-S NETNS_SCRIPT]\n");
 			return 2;
 		}
@@ -417,13 +419,17 @@ main(int argc, char **argv)
 		fprintf(stderr, "bench_fabric: %s\n", err);
 		return 1;
 	}
+	/* -O: both readers read the raw owner, which isolates the reader's side. */
+	if (one_owner)
+		fb.o = &raw_o;
 	if (fabric_expose(fb.f, fb.dst, BF_LEN, 0) != 0 ||
-	    fabric_peer_add(fb.f, fab_o.name, fab_o.namelen, &fb.peer) != 0)
+	    fabric_peer_add(fb.f, fb.o->name, fb.o->namelen, &fb.peer) != 0)
 		bf_die("fabric setup", 0);
 	printf("bench_fabric: %s (%s), %s, %d reads in flight, %u MiB per measurement, "
-	    "%d rounds, %ld cpus\n", bf_prov, fabric_provider(fb.f),
+	    "%d rounds, %ld cpus%s\n", bf_prov, fabric_provider(fb.f),
 	    netns ? "two network namespaces over a bridge (tests/netns.sh)" : "loopback",
-	    bf_depth, bf_mib, rounds, sysconf(_SC_NPROCESSORS_ONLN));
+	    bf_depth, bf_mib, rounds, sysconf(_SC_NPROCESSORS_ONLN),
+	    one_owner ? ", both reading the raw owner" : "");
 	/* Warm both paths (connections, page faults), checked once. */
 	bf_raw_run(&rr, ra, &raw_o, dst, 1 << 20, 64);
 	bf_fab_run(&fb, 1 << 20, 64);
