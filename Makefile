@@ -19,6 +19,7 @@ SYSCONFDIR	?= /etc
 UNITDIR		?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR	?= $(PREFIX)/lib/sysusers.d
 MANDIR		?= $(PREFIX)/share/man
+DATADIR		?= $(PREFIX)/share/l3kv
 PYTHON		?= python3
 # Where `make install` copies the l3kv package: the interpreter's purelib under PREFIX
 # (Debian: $(PREFIX)/lib/python3.X/dist-packages), asked once, only by `install`.
@@ -38,7 +39,8 @@ V		?= 0
 DEB_PKGS	:= gcc make pkg-config libevent-dev libjansson-dev check libfabric-dev \
 		   liburing-dev libxxhash-dev systemd clang cppcheck clang-format \
 		   redis-server redis-tools python3-venv g++ ninja-build libssl-dev mandoc \
-		   iproute2 etcd-server debhelper dh-python lintian fakeroot dpkg-dev
+		   iproute2 etcd-server debhelper dh-python lintian fakeroot dpkg-dev \
+		   prometheus
 PKGS		:= libevent jansson libxxhash liburing libfabric libcrypto
 CHECK_PKG	:= check
 
@@ -298,6 +300,8 @@ install: all
 	chmod 0644 $(DESTDIR)$(UNITDIR)/l3kvd.service
 	install -d $(DESTDIR)$(SYSUSERSDIR)
 	install -m 0644 config/l3kv.sysusers $(DESTDIR)$(SYSUSERSDIR)/l3kv.conf
+	install -d $(DESTDIR)$(DATADIR)
+	install -m 0644 config/grafana-l3kv.json $(DESTDIR)$(DATADIR)/grafana-l3kv.json
 	@test -n "$(PYTHONDIR)" || { echo "install: no $(PYTHON) to ask for PYTHONDIR; set PYTHONDIR="; exit 1; }
 	install -d $(DESTDIR)$(PYTHONDIR)/l3kv
 	install -m 0644 $(PY_SRCS) $(DESTDIR)$(PYTHONDIR)/l3kv/

@@ -393,6 +393,7 @@ cache_probe_answer(struct session *sess, const struct proto_hdr *hdr, const stru
 /* A PROBE waiting for the peer tier's homes: its request, copied. */
 struct cache_probe_wait {
 	struct session		*sess;		/* a reference */
+	uint64_t		 t0;		/* when the PROBE came (metrics_now_ns) */
 	struct proto_hdr	 hdr;
 	struct proto_probe	 p;
 	uint8_t			 hashes[];
@@ -408,6 +409,7 @@ cache_probe_peers_done(struct server *s, void *arg, struct peer_view *v)
 		s->peer_view = v;
 		cache_probe_answer(w->sess, &w->hdr, &w->p, w->hashes);
 		s->peer_view = NULL;
+		metrics_observe(METRICS_OP_PROBE, 0, w->t0);
 	}
 	session_unref(w->sess);
 	free(w);
@@ -420,7 +422,7 @@ cache_probe_peers_done(struct server *s, void *arg, struct peer_view *v)
  */
 static int
 cache_probe_peers(struct server *s, struct session *sess, const struct proto_hdr *hdr,
-    const struct proto_probe *p, const uint8_t *hashes)
+    const struct proto_probe *p, const uint8_t *hashes, uint64_t t0)
 {
 	struct cache_probe_wait	*w;
 	struct peer_ask		*ask;
@@ -440,6 +442,7 @@ cache_probe_peers(struct server *s, struct session *sess, const struct proto_hdr
 		return 0;
 	}
 	w->sess = sess;
+	w->t0 = t0;
 	w->hdr = *hdr;
 	w->p = *p;
 	memcpy(w->hashes, hashes, (size_t)p->npages * PROTO_HASH_LEN);
@@ -462,6 +465,7 @@ cache_probe(struct conn *c, struct proto_frame *f)
 	struct session			*sess = c->session;
 	const uint8_t			*hashes = f->payload + sizeof(p);
 	char				 err[128];
+	uint64_t			 t0 = metrics_now_ns();
 
 	memcpy(&p, f->payload, sizeof(p));
 	if (p.flags != 0 || p.pool >= sess->ns->layout.npools) {
@@ -474,18 +478,22 @@ cache_probe(struct conn *c, struct proto_frame *f)
 		return;
 	}
 	metrics.probes++;
+	sess->m->probes++;
 	if (!session_is_hybrid(sess)) {
 		/* Everything local already: no question to the peers. */
 		r.hit_pages = cache_group_hits(c->server, sess, p.pool, hashes, p.npages);
 		if (r.hit_pages == p.npages || !cache_probe_peers(c->server, sess, &f->hdr, &p,
-		    hashes)) {
+		    hashes, t0)) {
 			r.nstops = 0;
 			conn_reply(c, &f->hdr, PROTO_S_OK, &r, sizeof(r));
+			metrics_observe(METRICS_OP_PROBE, 0, t0);
 		}
 		return;
 	}
-	if (!cache_probe_peers(c->server, sess, &f->hdr, &p, hashes))
+	if (!cache_probe_peers(c->server, sess, &f->hdr, &p, hashes, t0)) {
 		cache_probe_stops(sess, &f->hdr, &p, hashes);
+		metrics_observe(METRICS_OP_PROBE, 0, t0);
+	}
 }
 
 /* DEBUG: drop or corrupt one of this session's objects (testing.debug_ops). */

@@ -38,6 +38,10 @@ Suite	*suite_python_gpu(void);
 /* Why the python_gpu suite cannot run here (no torch, no CUDA for it), or NULL. */
 const char *python_gpu_skip_reason(void);
 Suite	*suite_python_sglang(void);
+Suite	*suite_metrics_http(void);
+Suite	*suite_metrics_prom(void);
+/* Why the metrics_prom suite cannot run here (no promtool or prometheus), or NULL. */
+const char *metrics_prom_skip_reason(void);
 /* Why the python_sglang suite cannot run here (no SGLang venv, and why), or NULL. */
 const char *python_sglang_skip_reason(void);
 Suite	*suite_deb(void);
@@ -102,6 +106,8 @@ int	 test_daemon_start_in(struct test_daemon *, const char *dir, const char *ext
 int	 test_daemon_stop(struct test_daemon *, int sig, int *status);
 int	 test_daemon_stop_within(struct test_daemon *, int sig, int *status, unsigned wait_ms);
 int	 test_daemon_log_has(const struct test_daemon *, const char *needle);
+int	 test_daemon_log_count(const struct test_daemon *, const char *needle);
+int	 test_run_cmd(const char *cmd, char **out);
 /* Rewrites its config file (a reload re-reads it): the base config, extra_json over it. */
 int	 test_daemon_write_config(struct test_daemon *, const char *extra_json);
 int	 test_wait_socket(const char *path, int timeout_ms);

@@ -439,6 +439,44 @@ test_daemon_log_has(const struct test_daemon *d, const char *needle)
 	return found;
 }
 
+/*
+ * Runs a shell command with its stderr joined to its stdout; returns its
+ * exit status, *out the first MiB of what it printed (free it).
+ */
+int
+test_run_cmd(const char *cmd, char **out)
+{
+	char	 full[PATH_MAX * 3];
+	FILE	*p;
+	size_t	 n = 0, r;
+	int	 st;
+
+	ck_assert((size_t)snprintf(full, sizeof(full), "%s 2>&1", cmd) < sizeof(full));
+	ck_assert_ptr_nonnull(p = popen(full, "r"));
+	ck_assert_ptr_nonnull(*out = calloc(1, 1 << 20));
+	while (n < (1 << 20) - 1 && (r = fread(*out + n, 1, (1 << 20) - 1 - n, p)) > 0)
+		n += r;
+	st = pclose(p);
+	ck_assert_msg(st != -1 && WIFEXITED(st), "%s: status %#x", cmd, st);
+	return WEXITSTATUS(st);
+}
+
+/* How many lines of d's log hold needle. */
+int
+test_daemon_log_count(const struct test_daemon *d, const char *needle)
+{
+	FILE	*f;
+	char	 line[4096];
+	int	 n = 0;
+
+	if ((f = fopen(d->log, "r")) == NULL)
+		return 0;
+	while (fgets(line, sizeof(line), f) != NULL)
+		n += strstr(line, needle) != NULL;
+	fclose(f);
+	return n;
+}
+
 /* The STATS document of the daemon on sock, parsed (json_decref it). */
 json_t *
 test_stats(const char *sock)
