@@ -41,7 +41,7 @@ DEB_PKGS	:= gcc make pkg-config libevent-dev libjansson-dev check libfabric-dev 
 		   redis-server redis-tools python3-venv g++ ninja-build libssl-dev mandoc \
 		   debhelper dh-python lintian fakeroot dpkg-dev \
 		   prometheus iproute2 etcd-server
-PKGS		:= libevent jansson libxxhash liburing libfabric
+PKGS		:= libevent jansson libxxhash liburing libfabric libcrypto
 CHECK_PKG	:= check
 
 ifeq ($(V),0)

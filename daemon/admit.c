@@ -248,7 +248,13 @@ admit_answer(struct server *s, struct admission *a, unsigned decline)
 	uint32_t	hit = a->npages, reserved = UINT32_MAX, n = 0, h, *ids = NULL;
 	uint32_t	unstaged = 0;	/* the promise before staging cut it */
 	uint16_t	r;
+	int		asked = a->peer_ask != NULL;
 
+	/* Declined while the owners were asked: their answers are not wanted. */
+	if (asked) {
+		peer_ask_cancel(a->peer_ask);
+		a->peer_ask = NULL;
+	}
 	a->answered = 1;
 	if (a->deadline != NULL)
 		evtimer_del(a->deadline);
@@ -345,6 +351,62 @@ admit_answer(struct server *s, struct admission *a, unsigned decline)
 	/* A declined admission holds nothing; an admitted one lives with its leases. */
 	if (decline != PROTO_DECLINE_NONE)
 		admit_unlink(s, a);
+	if (asked)
+		admission_unref(s, a);	/* the ask's */
+}
+
+/* The owners answered (or timed out): the promise counts what they leased. */
+static void
+admit_peers_done(struct server *s, void *arg, struct peer_view *v)
+{
+	struct admission	*a = arg;
+
+	a->peer_ask = NULL;
+	s->peer_view = v;
+	admit_answer(s, a, PROTO_DECLINE_NONE);
+	s->peer_view = NULL;
+	admission_unref(s, a);	/* the ask's */
+}
+
+/*
+ * Every rank asked. With the peer tier, what DRAM lacks is first asked of
+ * the owners (PEER_LEASE), so that the promise counts only what an owner
+ * pinned for this daemon; the answer waits for theirs (peer.timeout_ms at
+ * most: a late owner is a miss). Without it, or with nothing to ask, the
+ * answer is computed now.
+ */
+static void
+admit_ready(struct server *s, struct admission *a)
+{
+	struct session	*ranks[PROTO_GROUP_SIZE_MAX];
+	struct obj_key	*keys;
+	uint8_t		*heads;
+	size_t		 n;
+	uint16_t	 r;
+	int		 rc;
+
+	if (!peer_enabled(s)) {
+		admit_answer(s, a, PROTO_DECLINE_NONE);
+		return;
+	}
+	for (r = 0; r < a->size; r++)
+		ranks[r] = a->ranks[r].sess;
+	if (cache_peer_keys(s, ranks, a->size, a->pool, 1, a->hashes, a->npages, &keys, &heads,
+	    &n) != 0 || n == 0) {
+		admit_answer(s, a, PROTO_DECLINE_NONE);
+		return;
+	}
+	a->refs++;	/* the ask's, until its answer or its cancel */
+	rc = peer_ask(s, PEER_ASK_LEASE, keys, heads, n, admit_peers_done, a, &a->peer_ask);
+	free(keys);
+	free(heads);
+	if (rc == 0) {
+		a->refs--;
+		admit_answer(s, a, PROTO_DECLINE_NONE);
+		return;
+	}
+	if (a->deadline != NULL)
+		evtimer_del(a->deadline);
 }
 
 static void
@@ -504,8 +566,8 @@ admit_request(struct conn *c, struct proto_frame *f)
 	sess->admits_waiting++;
 	if (s->stopping)
 		admit_answer(s, a, PROTO_DECLINE_SHUTTING_DOWN);
-	else if (a->nasked == a->size)
-		admit_answer(s, a, PROTO_DECLINE_NONE);
+	else if (a->nasked == a->size && a->peer_ask == NULL)
+		admit_ready(s, a);
 }
 
 /* A rank leaves: admissions still waiting for the group decline now. */

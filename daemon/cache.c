@@ -32,7 +32,26 @@ cache_key(const struct session *sess, unsigned pool, const uint8_t *hash, struct
 	memcpy(k->hash, hash, PROTO_HASH_LEN);
 }
 
-/* One object held in DRAM or, where its pool allows, in the file tier; no side effects. */
+/*
+ * Whether a peer said it holds k (the view of the PROBE or ADMIT being
+ * answered, s->peer_view): a lease's grant of the pool's length, or a
+ * PROBE's presence. No side effects.
+ */
+static int
+cache_peer_has(const struct server *s, const struct session *sess, unsigned pool,
+    const struct obj_key *k)
+{
+	const struct peer_grant	*g;
+
+	if (s->peer_view == NULL || (g = peer_view_find(s->peer_view, k)) == NULL)
+		return 0;
+	return g->len == UINT64_MAX || g->len == sess->ns->pools[pool].object_bytes;
+}
+
+/*
+ * One object held in DRAM, by a peer (while its answer is counted) or,
+ * where its pool allows, in the file tier; no side effects.
+ */
 static int
 cache_has(struct server *s, const struct session *sess, unsigned pool, const uint8_t *hashes,
     uint32_t page)
@@ -42,7 +61,7 @@ cache_has(struct server *s, const struct session *sess, unsigned pool, const uin
 	uint32_t	id;
 
 	cache_key(sess, pool, hashes + (size_t)page * PROTO_HASH_LEN, &k);
-	if (dram_lookup(s->dram, &k, &id) == 0)
+	if (dram_lookup(s->dram, &k, &id) == 0 || cache_peer_has(s, sess, pool, &k))
 		return 1;
 	return cache_file_ok(s, sess, pool) && filetier_lookup(s->file, &k, &id, &len) == 0 &&
 	    len == sess->ns->pools[pool].object_bytes;
@@ -166,7 +185,11 @@ cache_file_ok(const struct server *s, const struct session *sess, unsigned pool)
 	    p->object_bytes <= FILETIER_OBJ_MAX;
 }
 
-/* Pages from `from` on held in DRAM or, where allowed, in the file tier; no side effects. */
+/*
+ * Pages from `from` on held in DRAM, by a peer (while its answer is
+ * counted) or, where allowed, in the file tier: the tiers in that order.
+ * No side effects.
+ */
 static uint32_t
 cache_rank_hits_file(struct server *s, const struct session *sess, unsigned pool,
     const uint8_t *hashes, uint32_t from, uint32_t n)
@@ -174,18 +197,85 @@ cache_rank_hits_file(struct server *s, const struct session *sess, unsigned pool
 	struct obj_key	k;
 	uint64_t	len;
 	uint32_t	id, p;
+	int		file = cache_file_ok(s, sess, pool);
 
-	if (!cache_file_ok(s, sess, pool))
+	if (!file && s->peer_view == NULL)
 		return from;
 	for (p = from; p < n; p++) {
 		cache_key(sess, pool, hashes + (size_t)p * PROTO_HASH_LEN, &k);
-		if (dram_lookup(s->dram, &k, &id) == 0)
+		if (dram_lookup(s->dram, &k, &id) == 0 || cache_peer_has(s, sess, pool, &k))
 			continue;
-		if (filetier_lookup(s->file, &k, &id, &len) != 0 ||
+		if (!file || filetier_lookup(s->file, &k, &id, &len) != 0 ||
 		    len != sess->ns->pools[pool].object_bytes)
 			break;
 	}
 	return p;
+}
+
+/*
+ * The keys of pages [0, n) that local DRAM lacks, for every attached rank
+ * of ranks and each pool (only `pool` unless all_pools), with each one's
+ * placement head: the hash of the first page of its stripe for KV pages,
+ * its own for a checkpoint or a sidecar page (published one at a time, at
+ * any position): what to ask the peer tier's homes. 0, or -ENOMEM;
+ * *nkeys may be 0.
+ */
+int
+cache_peer_keys(struct server *s, struct session *const *ranks, unsigned nranks, unsigned pool,
+    int all_pools, const uint8_t *hashes, uint32_t n, struct obj_key **keysp, uint8_t **headsp,
+    size_t *nkeys)
+{
+	struct obj_key	*keys = NULL, k;
+	uint8_t		*heads = NULL;
+	size_t		 cap = 0, m = 0;
+	uint32_t	 p, id, head, stripe = s->cfg->peer_stripe_pages;
+	unsigned	 r, q;
+
+	*keysp = NULL;
+	*headsp = NULL;
+	*nkeys = 0;
+	for (r = 0; r < nranks; r++) {
+		const struct session *sess = ranks[r];
+
+		if (sess == NULL || sess->ns == NULL)
+			continue;
+		for (q = 0; q < sess->ns->layout.npools; q++) {
+			if (!all_pools && q != pool)
+				continue;
+			for (p = 0; p < n; p++) {
+				cache_key(sess, q, hashes + (size_t)p * PROTO_HASH_LEN, &k);
+				if (dram_lookup(s->dram, &k, &id) == 0)
+					continue;
+				if (m == cap) {
+					struct obj_key	*nk;
+					uint8_t		*nh;
+
+					cap = cap == 0 ? 64 : cap * 2;
+					nk = realloc(keys, cap * sizeof(*keys));
+					if (nk != NULL)
+						keys = nk;
+					nh = realloc(heads, cap * PROTO_HASH_LEN);
+					if (nh != NULL)
+						heads = nh;
+					if (nk == NULL || nh == NULL) {
+						free(keys);
+						free(heads);
+						return -ENOMEM;
+					}
+				}
+				keys[m] = k;
+				/* Stripes for KV pages; a checkpoint or sidecar page alone. */
+				head = sess->ns->pools[q].kind == PROTO_POOL_KV ? p - p % stripe : p;
+				memcpy(heads + m * PROTO_HASH_LEN, hashes + (size_t)head * PROTO_HASH_LEN,
+				    PROTO_HASH_LEN);
+				m++;
+			}
+		}
+	}
+	*keysp = keys;
+	*headsp = heads;
+	*nkeys = m;
+	return 0;
 }
 
 uint32_t
@@ -255,11 +345,11 @@ cache_group_hits(struct server *s, const struct session *sess, unsigned pool,
 
 /* PROBE for a hybrid layout: the legal stop points follow the reply. */
 static void
-cache_probe_stops(struct conn *c, struct proto_frame *f, const struct proto_probe *p,
+cache_probe_stops(struct session *sess, const struct proto_hdr *hdr, const struct proto_probe *p,
     const uint8_t *hashes)
 {
 	struct proto_probe_reply	*r;
-	struct session			*sess = c->session;
+	struct server			*s = sess->server;
 	uint8_t				*legal, *buf;
 	uint32_t			*stops, i;
 
@@ -268,20 +358,103 @@ cache_probe_stops(struct conn *c, struct proto_frame *f, const struct proto_prob
 	if (legal == NULL || buf == NULL) {
 		free(legal);
 		free(buf);
-		conn_reply_error(c, &f->hdr, PROTO_S_NO_MEMORY, "PROBE: out of memory");
+		session_reply_error(sess, hdr, PROTO_S_NO_MEMORY, "PROBE: out of memory");
 		return;
 	}
 	r = (struct proto_probe_reply *)(void *)buf;
 	stops = (uint32_t *)(void *)(buf + sizeof(*r));
-	r->hit_pages = cache_group_stops(c->server, sess->group->members, sess->group->size,
+	r->hit_pages = cache_group_stops(s, sess->group->members, sess->group->size,
 	    hashes, p->npages, legal);
 	r->nstops = 0;
 	for (i = 1; i <= p->npages; i++)
 		if (legal[i])
 			stops[r->nstops++] = i;
-	conn_reply(c, &f->hdr, PROTO_S_OK, buf, (uint32_t)(sizeof(*r) + r->nstops * 4));
+	session_reply(sess, hdr, PROTO_S_OK, buf, (uint32_t)(sizeof(*r) + r->nstops * 4));
 	free(legal);
 	free(buf);
+}
+
+/* The answer of a checked PROBE, from what the tiers (and s->peer_view) hold. */
+static void
+cache_probe_answer(struct session *sess, const struct proto_hdr *hdr, const struct proto_probe *p,
+    const uint8_t *hashes)
+{
+	struct proto_probe_reply	r;
+
+	memset(&r, 0, sizeof(r));
+	if (!session_is_hybrid(sess)) {
+		r.hit_pages = cache_group_hits(sess->server, sess, p->pool, hashes, p->npages);
+		session_reply(sess, hdr, PROTO_S_OK, &r, sizeof(r));
+		return;
+	}
+	cache_probe_stops(sess, hdr, p, hashes);
+}
+
+/* A PROBE waiting for the peer tier's homes: its request, copied. */
+struct cache_probe_wait {
+	struct session		*sess;		/* a reference */
+	uint64_t		 t0;		/* when the PROBE came (metrics_now_ns) */
+	struct proto_hdr	 hdr;
+	struct proto_probe	 p;
+	uint8_t			 hashes[];
+};
+
+static void
+cache_probe_peers_done(struct server *s, void *arg, struct peer_view *v)
+{
+	struct cache_probe_wait	*w = arg;
+
+	/* An engine that left meanwhile is answered by nobody. */
+	if (w->sess->conn != NULL && w->sess->group != NULL) {
+		s->peer_view = v;
+		cache_probe_answer(w->sess, &w->hdr, &w->p, w->hashes);
+		s->peer_view = NULL;
+		metrics_observe(METRICS_OP_PROBE, 0, w->t0);
+	}
+	session_unref(w->sess);
+	free(w);
+}
+
+/*
+ * With the peer tier: the pages DRAM lacks are asked of their homes
+ * (PEER_PROBE: nothing pinned anywhere), and the answer waits for theirs;
+ * a home that does not answer in time is a miss. 1 when it waits.
+ */
+static int
+cache_probe_peers(struct server *s, struct session *sess, const struct proto_hdr *hdr,
+    const struct proto_probe *p, const uint8_t *hashes, uint64_t t0)
+{
+	struct cache_probe_wait	*w;
+	struct peer_ask		*ask;
+	struct obj_key		*keys;
+	uint8_t			*heads;
+	size_t			 n;
+	int			 rc;
+
+	if (!peer_enabled(s))
+		return 0;
+	if (cache_peer_keys(s, sess->group->members, sess->group->size, p->pool,
+	    session_is_hybrid(sess), hashes, p->npages, &keys, &heads, &n) != 0 || n == 0)
+		return 0;
+	if ((w = malloc(sizeof(*w) + (size_t)p->npages * PROTO_HASH_LEN)) == NULL) {
+		free(keys);
+		free(heads);
+		return 0;
+	}
+	w->sess = sess;
+	w->t0 = t0;
+	w->hdr = *hdr;
+	w->p = *p;
+	memcpy(w->hashes, hashes, (size_t)p->npages * PROTO_HASH_LEN);
+	session_ref(sess);
+	rc = peer_ask(s, PEER_ASK_PROBE, keys, heads, n, cache_probe_peers_done, w, &ask);
+	free(keys);
+	free(heads);
+	if (rc == 0) {
+		session_unref(sess);
+		free(w);
+	}
+	return rc;
 }
 
 void
@@ -306,13 +479,21 @@ cache_probe(struct conn *c, struct proto_frame *f)
 	}
 	metrics.probes++;
 	sess->m->probes++;
-	memset(&r, 0, sizeof(r));
 	if (!session_is_hybrid(sess)) {
+		/* Everything local already: no question to the peers. */
 		r.hit_pages = cache_group_hits(c->server, sess, p.pool, hashes, p.npages);
-		conn_reply(c, &f->hdr, PROTO_S_OK, &r, sizeof(r));
-	} else
-		cache_probe_stops(c, f, &p, hashes);
-	metrics_observe(METRICS_OP_PROBE, 0, t0);
+		if (r.hit_pages == p.npages || !cache_probe_peers(c->server, sess, &f->hdr, &p,
+		    hashes, t0)) {
+			r.nstops = 0;
+			conn_reply(c, &f->hdr, PROTO_S_OK, &r, sizeof(r));
+			metrics_observe(METRICS_OP_PROBE, 0, t0);
+		}
+		return;
+	}
+	if (!cache_probe_peers(c->server, sess, &f->hdr, &p, hashes, t0)) {
+		cache_probe_stops(sess, &f->hdr, &p, hashes);
+		metrics_observe(METRICS_OP_PROBE, 0, t0);
+	}
 }
 
 /* DEBUG: drop or corrupt one of this session's objects (testing.debug_ops). */

@@ -49,6 +49,7 @@ enum config_type {
 	CONFIG_T_IDS,		/* uid_t/gid_t array, its size_t count at count_off */
 	CONFIG_T_LISTEN,	/* "" or HOST:PORT; max bounds the length */
 	CONFIG_T_BOOL,		/* int, 0 or 1, from JSON true or false only */
+	CONFIG_T_MEMBERS,	/* peer_member array of {"id", "addr"}, its count at count_off */
 };
 
 struct config_name {
@@ -69,6 +70,7 @@ struct config_key {
 	const struct config_name *names;	/* WORD, ENUM; NULL-terminated */
 	int			 flags;
 #define CONFIG_F_ASCII	0x1	/* STRING: printable ASCII only */
+#define CONFIG_F_SECRET	0x2	/* STRING: never written in a message (a reload's old and new) */
 	/*
 	 * 1: a reload (SIGHUP, RELOAD) may change it while the daemon runs:
 	 * the daemon reads it where it is used, or a reload hook (reload.c)
@@ -144,6 +146,9 @@ static const struct config_unit {
 	{ .name = k, .type = CONFIG_T_LISTEN, CONFIG_FIELD(f), .max = hi, .def_str = d, __VA_ARGS__ }
 #define CONFIG_BOOL(k, f, d, ...)						\
 	{ .name = k, .type = CONFIG_T_BOOL, CONFIG_FIELD(f), .max = 1, .def = d, __VA_ARGS__ }
+#define CONFIG_MEMBERS(k, f, n, ...)					\
+	{ .name = k, .type = CONFIG_T_MEMBERS, CONFIG_FIELD(f),		\
+	  .count_off = offsetof(struct config, n), __VA_ARGS__ }
 
 /*
  * Every key. A default here must match config_default_json() and
@@ -191,6 +196,23 @@ static const struct config_key config_keys[] = {
 	CONFIG_INT("testing.read_delay_ms", test_read_delay_ms, 0, 60000, 0),
 	/* Lets a client destroy cached data: off unless a test asks. */
 	CONFIG_BOOL("testing.debug_ops", test_debug_ops, 0),
+	CONFIG_INT("testing.peer_pull_delay_ms", test_peer_pull_delay_ms, 0, 60000, 0),
+	CONFIG_BOOL("testing.peer_bad_key", test_peer_bad_key, 0),
+	/* The peer tier: off while peer.id is "" (config_check_peer checks the whole). */
+	CONFIG_STRING("peer.id", peer_id, 0, PEER_ID_LEN - 1, "", CONFIG_F_ASCII),
+	CONFIG_LISTEN("peer.listen", peer_listen, PEER_ADDR_LEN - 1, ""),
+	/* Live: peer.c's reload hook gives the new list to peer_members_set. */
+	CONFIG_MEMBERS("peer.members", peer_members, npeer_members, CONFIG_LIVE),
+	CONFIG_STRING("peer.provider", peer_provider, 1, 31, "tcp", CONFIG_F_ASCII),
+	CONFIG_STRING("peer.fabric_addr", peer_fabric_addr, 0, 63, "", CONFIG_F_ASCII),
+	CONFIG_INT("peer.stripe_pages", peer_stripe_pages, 1, 65536, 16),
+	CONFIG_INT("peer.replicas", peer_replicas, 1, 2, 1),
+	CONFIG_STRING("peer.secret", peer_secret, 0, 127, "", CONFIG_F_SECRET),
+	CONFIG_INT("peer.timeout_ms", peer_timeout_ms, 1, 600000, 1000),
+	CONFIG_INT("peer.pull_timeout_ms", peer_pull_timeout_ms, 10, 600000, 5000),
+	CONFIG_INT("peer.lease_max_ms", peer_lease_max_ms, 10, 3600000, 30000),
+	CONFIG_INT("peer.ping_ms", peer_ping_ms, 10, 600000, 1000),
+	CONFIG_INT("peer.user_timeout_ms", peer_user_timeout_ms, 10, 600000, 5000),
 };
 #define CONFIG_NKEYS	(sizeof(config_keys) / sizeof(config_keys[0]))
 
@@ -204,6 +226,7 @@ static const struct config_key config_keys[] = {
 #undef CONFIG_IDS
 #undef CONFIG_LISTEN
 #undef CONFIG_BOOL
+#undef CONFIG_MEMBERS
 #undef CONFIG_LIVE
 
 /*
@@ -273,7 +296,24 @@ static const char config_default_text[] =
     "    \"copy_delay_ms\": 0,\n"
     "    \"scan_delay_ms\": 0,\n"
     "    \"read_delay_ms\": 0,\n"
-    "    \"debug_ops\": false\n"
+    "    \"debug_ops\": false,\n"
+    "    \"peer_pull_delay_ms\": 0,\n"
+    "    \"peer_bad_key\": false\n"
+    "  },\n"
+    "  \"peer\": {\n"
+    "    \"id\": \"\",\n"
+    "    \"listen\": \"\",\n"
+    "    \"members\": [],\n"
+    "    \"provider\": \"tcp\",\n"
+    "    \"fabric_addr\": \"\",\n"
+    "    \"stripe_pages\": 16,\n"
+    "    \"replicas\": 1,\n"
+    "    \"secret\": \"\",\n"
+    "    \"timeout_ms\": 1000,\n"
+    "    \"pull_timeout_ms\": 5000,\n"
+    "    \"lease_max_ms\": 30000,\n"
+    "    \"ping_ms\": 1000,\n"
+    "    \"user_timeout_ms\": 5000\n"
     "  }\n"
     "}\n";
 
@@ -740,6 +780,88 @@ config_set_listen(struct config_ctx *ctx, struct config *cfg, const struct confi
 	return config_set_string(ctx, cfg, k, s, len);
 }
 
+/*
+ * peer.members: [{"id": "node-a", "addr": "10.0.0.1:7400"}, ...]. An id
+ * is 1-63 bytes of letters, digits, '.', '-' and '_'; an address is
+ * HOST:PORT as peer.listen takes it; ids are unique.
+ */
+static int
+config_set_members(struct config_ctx *ctx, struct config *cfg, const struct config_key *k,
+    const json_t *v)
+{
+	struct peer_member	*m = (struct peer_member *)(void *)((char *)cfg + k->off);
+	const struct config_key	*lk = config_key_find("peer.listen");
+	struct config_key	 ak;
+	struct config		 tmp;
+	const char		*key, *id;
+	json_t			*e, *f;
+	size_t			 i, j, n;
+	char			 name[64], buf[CONFIG_QUOTE_MAX + 32], q[CONFIG_QUOTE_MAX + 8];
+
+	if (!json_is_array(v)) {
+		config_type_error(ctx, k, "an array of {\"id\", \"addr\"} objects", v);
+		return -EINVAL;
+	}
+	if ((n = json_array_size(v)) > CONFIG_PEERS_MAX) {
+		config_error(ctx, "%s: %zu entries, at most %u are allowed", k->name, n,
+		    CONFIG_PEERS_MAX);
+		return -EINVAL;
+	}
+	memset(m, 0, k->size);
+	json_array_foreach(v, i, e) {
+		if (!json_is_object(e)) {
+			config_error(ctx, "%s[%zu]: expected an object, got %s", k->name, i,
+			    config_describe(e, buf, sizeof(buf)));
+			return -EINVAL;
+		}
+		json_object_foreach(e, key, f) {
+			if (strcmp(key, "id") != 0 && strcmp(key, "addr") != 0) {
+				config_error(ctx, "%s[%zu].%s: unknown key (an entry has \"id\" and "
+				    "\"addr\")", k->name, i, key);
+				return -EINVAL;
+			}
+		}
+		f = json_object_get(e, "id");
+		if (f == NULL || !json_is_string(f)) {
+			config_error(ctx, "%s[%zu].id: expected a string, got %s", k->name, i,
+			    f == NULL ? "nothing" : config_describe(f, buf, sizeof(buf)));
+			return -EINVAL;
+		}
+		id = json_string_value(f);
+		for (j = 0; id[j] != '\0'; j++)
+			if (!((id[j] >= '0' && id[j] <= '9') || (id[j] >= 'a' && id[j] <= 'z') ||
+			    (id[j] >= 'A' && id[j] <= 'Z') || id[j] == '.' || id[j] == '-' ||
+			    id[j] == '_'))
+				break;
+		if (j == 0 || id[j] != '\0' || j != json_string_length(f) || j >= PEER_ID_LEN) {
+			config_error(ctx, "%s[%zu].id: %s is not 1-%u letters, digits, '.', '-' or "
+			    "'_'", k->name, i, config_quote(id, q, sizeof(q)), PEER_ID_LEN - 1);
+			return -EINVAL;
+		}
+		for (j = 0; j < i; j++)
+			if (strcmp(m[j].id, id) == 0) {
+				config_error(ctx, "%s[%zu].id: %s is listed twice", k->name, i,
+				    config_quote(id, q, sizeof(q)));
+				return -EINVAL;
+			}
+		snprintf(m[i].id, sizeof(m[i].id), "%s", id);
+		f = json_object_get(e, "addr");
+		snprintf(name, sizeof(name), "%s[%zu].addr", k->name, i);
+		if (f == NULL || (json_is_string(f) && json_string_length(f) == 0)) {
+			config_error(ctx, "%s: a member needs its HOST:PORT", name);
+			return -EINVAL;
+		}
+		/* peer.listen's rules, under this entry's name. */
+		ak = *lk;
+		ak.name = name;
+		if (config_set_listen(ctx, &tmp, &ak, f) != 0)
+			return -EINVAL;
+		memcpy(m[i].addr, (char *)&tmp + lk->off, sizeof(m[i].addr));
+	}
+	memcpy((char *)cfg + k->count_off, &n, sizeof(n));
+	return 0;
+}
+
 /* Only JSON true and false: 1, "yes" or null would be a guess. */
 static int
 config_set_bool(struct config_ctx *ctx, struct config *cfg, const struct config_key *k,
@@ -784,6 +906,8 @@ config_set(struct config_ctx *ctx, struct config *cfg, const struct config_key *
 		return config_set_listen(ctx, cfg, k, v);
 	case CONFIG_T_BOOL:
 		return config_set_bool(ctx, cfg, k, v);
+	case CONFIG_T_MEMBERS:
+		return config_set_members(ctx, cfg, k, v);
 	}
 	assert(!"unknown config type");
 	return -EINVAL;
@@ -979,6 +1103,49 @@ config_syntax_error(struct config_ctx *ctx, const char *text, size_t len,
 	return -EINVAL;
 }
 
+/*
+ * The peer keys together: with peer.id set, the daemon listens
+ * (peer.listen) and is itself in peer.members under that id and address;
+ * without it, no other peer key may ask for the tier.
+ */
+static int
+config_check_peer(struct config_ctx *ctx, const struct config *cfg)
+{
+	size_t	i;
+
+	if (cfg->peer_id[0] == '\0') {
+		if (cfg->npeer_members > 0 || cfg->peer_listen[0] != '\0') {
+			config_error(ctx, "peer.id: the peer tier needs this daemon's id (peer.members "
+			    "or peer.listen is set)");
+			return -EINVAL;
+		}
+		return 0;
+	}
+	for (i = 0; i < strlen(cfg->peer_id); i++)
+		if (!((cfg->peer_id[i] >= '0' && cfg->peer_id[i] <= '9') ||
+		    (cfg->peer_id[i] >= 'a' && cfg->peer_id[i] <= 'z') ||
+		    (cfg->peer_id[i] >= 'A' && cfg->peer_id[i] <= 'Z') || cfg->peer_id[i] == '.' ||
+		    cfg->peer_id[i] == '-' || cfg->peer_id[i] == '_')) {
+			config_error(ctx, "peer.id: \"%s\" is not letters, digits, '.', '-' or '_'",
+			    cfg->peer_id);
+			return -EINVAL;
+		}
+	if (cfg->peer_listen[0] == '\0') {
+		config_error(ctx, "peer.listen: the peer tier (peer.id \"%s\") needs a HOST:PORT",
+		    cfg->peer_id);
+		return -EINVAL;
+	}
+	for (i = 0; i < cfg->npeer_members; i++)
+		if (strcmp(cfg->peer_members[i].id, cfg->peer_id) == 0)
+			break;
+	if (i == cfg->npeer_members) {
+		config_error(ctx, "peer.members: this daemon's peer.id \"%s\" is not in the list",
+		    cfg->peer_id);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 /* Loads len bytes of text; the common part of the two loaders. */
 static int
 config_load_buffer(struct config *cfg, const char *text, size_t len, const char *name,
@@ -1005,6 +1172,8 @@ config_load_buffer(struct config *cfg, const char *text, size_t len, const char 
 	}
 	rc = config_walk(&ctx, cfg, root, "", 0);
 	json_decref(root);
+	if (rc == 0)
+		rc = config_check_peer(&ctx, cfg);
 	return rc;
 }
 
@@ -1042,6 +1211,7 @@ config_default(struct config *cfg)
 			config_store((char *)cfg + k->off, k->size, k->def);
 			break;
 		case CONFIG_T_IDS:
+		case CONFIG_T_MEMBERS:
 			break;		/* empty: the memset */
 		case CONFIG_T_BOOL:
 			b = k->def != 0;
@@ -1189,7 +1359,8 @@ config_value_text(const struct config_key *k, const struct config *cfg, char *bu
 	case CONFIG_T_STRING:
 	case CONFIG_T_WORD:
 	case CONFIG_T_LISTEN:
-		snprintf(buf, len, "%s", config_quote(field, q, sizeof(q)));
+		snprintf(buf, len, "%s", k->flags & CONFIG_F_SECRET ? "(secret)" :
+		    config_quote(field, q, sizeof(q)));
 		break;
 	case CONFIG_T_ENUM:
 		memcpy(&iv, field, sizeof(iv));
@@ -1228,6 +1399,20 @@ config_value_text(const struct config_key *k, const struct config *cfg, char *bu
 		else if (off < len)
 			snprintf(buf + off, len - off, "]");
 		break;
+	case CONFIG_T_MEMBERS: {
+		const struct peer_member *m = (const struct peer_member *)(const void *)field;
+
+		memcpy(&count, (const char *)cfg + k->count_off, sizeof(count));
+		off = (size_t)snprintf(buf, len, "[");
+		for (i = 0; i < count && off < len; i++)
+			off += (size_t)snprintf(buf + off, len - off, "%s%s@%s", i > 0 ? ", " : "",
+			    m[i].id, m[i].addr);
+		if (off + 2 > len && len > 5)
+			snprintf(buf + len - 5, 5, "...]");
+		else if (off < len)
+			snprintf(buf + off, len - off, "]");
+		break;
+	}
 	}
 	return buf;
 }
@@ -1248,6 +1433,10 @@ config_key_equal(const struct config_key *k, const struct config *a, const struc
 		memcpy(&ca, (const char *)a + k->count_off, sizeof(ca));
 		memcpy(&cb, (const char *)b + k->count_off, sizeof(cb));
 		return ca == cb && memcmp(fa, fb, ca * sizeof(uint32_t)) == 0;
+	case CONFIG_T_MEMBERS:
+		memcpy(&ca, (const char *)a + k->count_off, sizeof(ca));
+		memcpy(&cb, (const char *)b + k->count_off, sizeof(cb));
+		return ca == cb && memcmp(fa, fb, ca * sizeof(struct peer_member)) == 0;
 	default:
 		return memcmp(fa, fb, k->size) == 0;
 	}
@@ -1258,7 +1447,7 @@ static void
 config_key_copy(const struct config_key *k, struct config *dst, const struct config *src)
 {
 	memcpy((char *)dst + k->off, (const char *)src + k->off, k->size);
-	if (k->type == CONFIG_T_IDS)
+	if (k->type == CONFIG_T_IDS || k->type == CONFIG_T_MEMBERS)
 		memcpy((char *)dst + k->count_off, (const char *)src + k->count_off, sizeof(size_t));
 }
 

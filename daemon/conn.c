@@ -70,7 +70,7 @@ static void	conn_close_fds(struct conn *);
  * arg. A connection that conn_new() failed to make calls neither.
  */
 struct conn *
-conn_new(struct server *s, int fd, uid_t uid, gid_t gid, pid_t pid,
+conn_new(struct server *s, int fd, uid_t uid, gid_t gid, pid_t pid, unsigned chan,
     void (*frame_cb)(struct conn *, struct proto_frame *, void *),
     void (*closed_cb)(struct conn *, void *), void *arg)
 {
@@ -84,6 +84,7 @@ conn_new(struct server *s, int fd, uid_t uid, gid_t gid, pid_t pid,
 	c->uid = uid;
 	c->gid = gid;
 	c->pid = pid;
+	c->chan = chan;
 	c->frame_cb = frame_cb;
 	c->closed_cb = closed_cb;
 	c->cb_arg = arg;
@@ -475,15 +476,38 @@ conn_reply(struct conn *c, const struct proto_hdr *req, unsigned status, const v
     uint32_t len)
 {
 	struct proto_hdr	h;
-	char			dump[512];
-	uint8_t			*p;
-	size_t			 need, cap;
 
-	if (c->flags & CONN_F_REAPED)
-		return -EPIPE;
 	proto_hdr_init(&h, req != NULL ? req->type : PROTO_T_ERROR, len, req != NULL ? req->seq : 0);
 	h.flags = PROTO_F_REPLY;
 	h.status = (uint16_t)status;
+	return conn_send(c, &h, payload);
+}
+
+/*
+ * Queues a request frame (the peer channel, where this daemon also asks)
+ * and tries to send it at once.
+ */
+int
+conn_request(struct conn *c, unsigned type, uint64_t seq, const void *payload, uint32_t len)
+{
+	struct proto_hdr	h;
+
+	proto_hdr_init(&h, type, len, seq);
+	return conn_send(c, &h, payload);
+}
+
+/* Queues one frame, header h and h->length payload bytes. */
+int
+conn_send(struct conn *c, const struct proto_hdr *hp, const void *payload)
+{
+	struct proto_hdr	h = *hp;
+	char			dump[512];
+	uint8_t			*p;
+	size_t			 need, cap;
+	uint32_t		 len = h.length;
+
+	if (c->flags & CONN_F_REAPED)
+		return -EPIPE;
 	need = c->out_len + sizeof(h) + len;
 	if (need > c->out_cap) {
 		for (cap = c->out_cap ? c->out_cap : 4096; cap < need; cap *= 2)
@@ -661,7 +685,7 @@ conn_next_frame(struct conn *c)
 	if (avail < CONN_HDR)
 		return 0;
 	memcpy(&h, c->in + c->in_off, CONN_HDR);
-	if ((st = proto_hdr_check(&h, c->server->cfg->max_frame)) != 0) {
+	if ((st = proto_hdr_check_chan(&h, c->server->cfg->max_frame, c->chan)) != 0) {
 		snprintf(dump, sizeof(dump), "%s (type %u, length %u)", proto_status_text(st),
 		    h.type, h.length);
 		conn_fail(c, st == PROTO_S_BAD_MAGIC || st == PROTO_S_BAD_TYPE ? NULL : &h, st,
@@ -703,7 +727,7 @@ conn_next_frame(struct conn *c)
 		conn_fail(c, &h, PROTO_S_UNEXPECTED_FDS, "fds on a frame that takes none");
 		return -1;
 	}
-	if ((st = proto_payload_check(h.type, h.length, c->in + c->in_off + CONN_HDR)) != 0) {
+	if ((st = proto_payload_check_chan(&h, c->in + c->in_off + CONN_HDR, c->chan)) != 0) {
 		snprintf(dump, sizeof(dump), "%u payload bytes are wrong for %s", h.length,
 		    proto_type_name(h.type));
 		conn_fail(c, &h, st, dump);

@@ -108,6 +108,23 @@ struct config {
 	uint32_t	test_read_delay_ms;	/* testing only: slows file tier reads */
 	uint32_t	max_namespaces;
 	int		test_debug_ops;		/* testing only: allows DEBUG */
+	uint32_t	test_peer_pull_delay_ms; /* testing only: a pull waits before its read */
+	int		test_peer_bad_key;	/* testing only: PEER_LEASE answers name bad keys */
+	/* The peer tier (peer.c): off while peer.id is "". */
+	char		peer_id[PEER_ID_LEN];
+	char		peer_listen[PEER_ADDR_LEN];	/* HOST:PORT of the control channel */
+	char		peer_provider[32];	/* libfabric provider: "tcp", "sockets" */
+	char		peer_fabric_addr[64];	/* the data path's bind address; "": any */
+	uint32_t	peer_stripe_pages;	/* pages placed together (HRW key: the first) */
+	uint32_t	peer_replicas;		/* homes per stripe, 1 or 2 */
+	char		peer_secret[128];	/* "": peers are not authenticated */
+	uint32_t	peer_timeout_ms;	/* a PROBE or LEASE answer; later is a miss */
+	uint32_t	peer_pull_timeout_ms;	/* one pull's deadline */
+	uint32_t	peer_lease_max_ms;	/* owner: a peer lease's pins at most this long */
+	uint32_t	peer_ping_ms;		/* liveness pings; a peer silent 3 times is down */
+	uint32_t	peer_user_timeout_ms;	/* TCP_USER_TIMEOUT and the connect deadline */
+	struct peer_member peer_members[CONFIG_PEERS_MAX];
+	size_t		npeer_members;
 };
 
 void	 config_default(struct config *);
@@ -729,6 +746,7 @@ struct conn {
 /* Set by the owner: past set-up (ATTACH), no frame takes fds; reads take what is there. */
 #define CONN_F_ATTACHED	0x100
 	uint16_t	 version;
+	unsigned	 chan;		/* PROTO_CHAN_*: whose types its frames are */
 	char		 client[PROTO_NAME_LEN];
 	struct event	*ev_read;
 	struct event	*ev_write;
@@ -758,7 +776,7 @@ struct conn {
 	TAILQ_ENTRY(conn) entry;	/* the owner's list (server.c: s->conns) */
 };
 TAILQ_HEAD(conn_list, conn);
-struct conn *conn_new(struct server *, int fd, uid_t, gid_t, pid_t,
+struct conn *conn_new(struct server *, int fd, uid_t, gid_t, pid_t, unsigned chan,
 	    void (*frame_cb)(struct conn *, struct proto_frame *, void *),
 	    void (*closed_cb)(struct conn *, void *), void *arg);
 void	 conn_free(struct conn *);
@@ -767,6 +785,9 @@ int	 conn_reply(struct conn *, const struct proto_hdr *req, unsigned status,
 	    const void *payload, uint32_t len);
 int	 conn_reply_error(struct conn *, const struct proto_hdr *req, unsigned status,
 	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+int	 conn_request(struct conn *, unsigned type, uint64_t seq, const void *payload,
+	    uint32_t len);
+int	 conn_send(struct conn *, const struct proto_hdr *, const void *payload);
 void	 conn_linger(struct server *, int fd);
 void	 conn_linger_free_all(struct server *);
 
@@ -885,6 +906,68 @@ int	 session_region_of_pool(const struct session *, unsigned pool);
 unsigned session_memory_region(const struct session *, uint32_t idx, const struct region **,
 	    char *err, size_t errlen);
 
+/*
+ * peer_view.c: the peer tier's placement (rendezvous hashing over the
+ * member list) and a view of what other daemons said they hold.
+ */
+#define PEER_REPLICAS_MAX	2
+struct peer;
+struct peer_olease;
+struct peer_grant {
+	struct obj_key		 key;
+	uint64_t		 len;
+	uint64_t		 checksum;	/* checksum_obj of the owner's bytes */
+	uint64_t		 raddr;
+	uint64_t		 rkey;
+	struct peer		*peer;		/* the owner (peer.c's) */
+	uint64_t		 incarnation;	/* the owner's when it answered */
+	struct peer_olease	*ol;		/* the owner lease pinning it; NULL: a PROBE's */
+	struct peer_grant	*next;
+};
+typedef void	peer_pull_done_fn(void *arg, int err);
+struct peer_view {
+	struct peer_grant	**buckets;
+	unsigned		  nbuckets;
+	size_t			  n;
+	/* Pulls g into dst (g->len bytes): 0 and done later, or -errno and nothing started. */
+	int			(*pull)(struct server *, const struct peer_grant *, void *dst,
+				    peer_pull_done_fn *, void *arg);
+};
+uint64_t peer_hrw_score(const char *id, const struct obj_key *pk);
+void	 peer_place_key(const struct obj_key *, const uint8_t *head, struct obj_key *pk);
+unsigned peer_homes(const struct peer_member *, size_t n, const struct obj_key *pk,
+	    unsigned want, unsigned *out);
+int	 peer_view_init(struct peer_view *, size_t n);
+struct peer_grant *peer_view_find(const struct peer_view *, const struct obj_key *);
+int	 peer_view_add(struct peer_view *, const struct peer_grant *);
+void	 peer_view_fini(struct peer_view *, void (*drop)(struct peer_grant *));
+
+/*
+ * peer.c: the peer tier: members, the daemon-to-daemon control channel
+ * (over conn.c, its own dispatcher), asks to the homes, pulls, offers.
+ * peer_serve.c answers what other daemons ask. The family shares peer.h.
+ */
+enum peer_ask_kind {
+	PEER_ASK_PROBE = 1,	/* which keys the homes hold: nothing pinned anywhere */
+	PEER_ASK_LEASE,		/* the owners pin them for this daemon's pulls */
+};
+struct peer_ask;
+/* An ask's answer, once, on the loop: the view is valid during the call only. */
+typedef void	peer_ask_fn(struct server *, void *arg, struct peer_view *);
+int	 peer_init(struct server *, char *err, size_t errlen);
+void	 peer_stop(struct server *);
+void	 peer_free(struct server *);
+void	 peer_members_set(struct server *, const struct peer_member *, size_t n);
+int	 peer_reload(struct server *, const struct config *prev, char *err, size_t errlen);
+int	 peer_enabled(const struct server *);
+int	 peer_ask(struct server *, unsigned kind, const struct obj_key *keys, const uint8_t *heads,
+	    size_t n, peer_ask_fn *done, void *arg, struct peer_ask **askp);
+void	 peer_ask_cancel(struct peer_ask *);
+void	 peer_offer(struct server *, const struct obj_key *keys, const uint8_t *heads,
+	    const uint32_t *ids, size_t n);
+unsigned peer_inflight(const struct server *);
+struct json_t *peer_stats_json(struct server *);
+
 /* cache.c: keys, PROBE, DEBUG */
 struct obj_key;
 void	 cache_key(const struct session *, unsigned pool, const uint8_t *hash,
@@ -898,6 +981,9 @@ uint32_t cache_rank_hits_ids(struct server *, const struct session *, unsigned p
 uint32_t cache_group_hits(struct server *, const struct session *, unsigned pool,
 	    const uint8_t *hashes, uint32_t n);
 int	 cache_file_ok(const struct server *, const struct session *, unsigned pool);
+int	 cache_peer_keys(struct server *, struct session *const *ranks, unsigned nranks,
+	    unsigned pool, int all_pools, const uint8_t *hashes, uint32_t n, struct obj_key **keys,
+	    uint8_t **heads, size_t *nkeys);
 uint32_t cache_group_stops(struct server *, struct session *const *ranks, unsigned nranks,
 	    const uint8_t *hashes, uint32_t n, uint8_t *legal);
 void	 cache_probe(struct conn *, struct proto_frame *);
@@ -912,6 +998,7 @@ struct lease_obj;
 struct staging_read;
 enum staging_tier {
 	STAGING_TIER_FILE = 1,	/* filetier.c */
+	STAGING_TIER_PEER,	/* another daemon's DRAM, pulled (peer.c, through s->peer_view) */
 };
 /* status 0: every staged object landed; -EIO: bad_page (a prefix page) was lost. */
 typedef void	staging_done_fn(struct server *, struct lease *, int status, uint32_t bad_page);
@@ -952,7 +1039,8 @@ enum lease_state {
 struct lease_obj {
 	uint32_t		 id;		/* the DRAM object */
 	uint16_t		 pool;
-	uint16_t		 staged;	/* 1: read from the file tier (a file hit) */
+	uint16_t		 staged;	/* 1: read from the file tier (a file hit); 2: pulled
+						   from a peer (a peer hit) */
 	uint32_t		 page;		/* index in the admitted hashes */
 	struct staging_read	*read;		/* a staging read in flight (staging.c) */
 };
@@ -1043,6 +1131,7 @@ struct admission {
 	unsigned		 refs;		/* the group's list + leases */
 	int			 failed;	/* PROTO_S_* once the group restore failed */
 	char			 why[160];
+	struct peer_ask		*peer_ask;	/* the owners asked for leases; not answered */
 	TAILQ_ENTRY(admission)	 entry;
 };
 void	 admit_request(struct conn *, struct proto_frame *);
@@ -1115,6 +1204,8 @@ struct server {
 	struct cuda_engine *cuda;	/* NULL without a usable GPU */
 	struct filetier	*file;		/* NULL unless tiers.file.path is set */
 	struct publish_backlog *backlog; /* write-throughs waiting for the file tier */
+	struct peer_tier *peer;		/* NULL unless peer.id is set */
+	struct peer_view *peer_view;	/* while a PROBE or ADMIT counts what peers hold */
 	const char	*cuda_none;	/* why s->cuda is NULL, for ATTACH's refusal */
 	uint64_t	 next_lease;
 	uint64_t	 started_ms;
@@ -1163,6 +1254,7 @@ struct metrics {
 	uint64_t	admits_limited;		/* refused: admit.max_waiting reached */
 	uint64_t	hits_dram;		/* pages_restored that DRAM held at ADMIT */
 	uint64_t	hits_file;		/* pages_restored staged from the file tier */
+	uint64_t	hits_peer;		/* pages_restored pulled from a peer */
 	uint64_t	admit_pages;
 	uint64_t	admits_declined[PROTO_DECLINE__MAX];
 	uint64_t	restores_ready;

@@ -256,9 +256,9 @@ dispatch_init(void)
 	unsigned	t;
 
 	for (t = 0; t < PROTO_TYPES_MAX; t++)
-		if (proto_type_is_request(t) != (dispatch_table[t].fn != NULL))
+		if (proto_type_served(t, PROTO_CHAN_ENGINE) != (dispatch_table[t].fn != NULL))
 			fatalx("dispatch", "type %u (%s): %s", t, proto_type_name(t),
-			    proto_type_is_request(t) ? "served by proto.c, no handler" :
+			    proto_type_served(t, PROTO_CHAN_ENGINE) ? "served by proto.c, no handler" :
 			    "a handler for a type proto.c refuses");
 }
 

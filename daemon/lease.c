@@ -281,7 +281,16 @@ lease_pin_one(struct server *s, struct lease *l, const struct admission *a, unsi
 		l->nobjs++;
 		return 0;
 	}
-	/* Gone only where staging an earlier object evicted it: the promise stops. */
+	/*
+	 * The tiers in order: a peer's DRAM (while an ADMIT counts what its
+	 * owners leased, s->peer_view), then the file tier. Gone only where
+	 * staging an earlier object evicted it: the promise stops.
+	 */
+	if (s->peer_view != NULL && staging_add(s, l, o, &k, STAGING_TIER_PEER) == 0) {
+		o->staged = 2;
+		l->nobjs++;
+		return 0;
+	}
 	if (staging_add(s, l, o, &k, STAGING_TIER_FILE) != 0)
 		return -ENOENT;
 	o->staged = 1;

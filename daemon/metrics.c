@@ -208,9 +208,9 @@ metrics_cache(void)
 	    "objects_lost", I(metrics.objects_lost));
 	if (o == NULL)
 		return json_null();
-	/* Restored kv pages by the tier that held them at ADMIT: dram + file = pages_restored. */
-	json_object_set_new(o, "hits", json_pack("{s:I, s:I}", "dram", I(metrics.hits_dram),
-	    "file", I(metrics.hits_file)));
+	/* Restored kv pages by the tier that held them at ADMIT: dram + file + peer = pages_restored. */
+	json_object_set_new(o, "hits", json_pack("{s:I, s:I, s:I}", "dram", I(metrics.hits_dram),
+	    "file", I(metrics.hits_file), "peer", I(metrics.hits_peer)));
 	json_object_set_new(o, "declined", metrics_declines());
 	json_object_set_new(o, "restores_failed", metrics_failures());
 	return o;
@@ -350,6 +350,7 @@ metrics_stats_json(struct server *s)
 	    "keys_applied", I(metrics.reload_keys_applied),
 	    "keys_refused", I(metrics.reload_keys_refused),
 	    "watchdog_pings", I(metrics.watchdog_pings)));
+	json_object_set_new(j, "peers", peer_stats_json(s));
 	out = json_dumps(j, JSON_COMPACT);
 	json_decref(j);
 	return out;

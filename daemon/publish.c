@@ -35,6 +35,7 @@ struct publish_op {
 	struct session		*sess;		/* a reference, through the job */
 	struct proto_hdr	 req;
 	uint32_t		 present;
+	uint8_t			*heads;		/* per job page, its stripe head's hash: offers */
 	unsigned		 pool;		/* the region's pool */
 	uint32_t		 tokens;	/* of one page: publish_tokens */
 	uint64_t		 t0;		/* when the PUBLISH came (metrics_now_ns) */
@@ -342,6 +343,28 @@ publish_abort_all(struct server *s, struct copy_job *job)
 		dram_abort(s->dram, job->pages[i].id);
 }
 
+/*
+ * The new objects go to their homes in the peer tier (peer_offer): each
+ * placed by the first page of its stripe of this request.
+ */
+static void
+publish_offer(struct server *s, const struct copy_job *job, const uint8_t *heads)
+{
+	struct obj_key	*keys;
+	uint32_t	*ids, i;
+
+	keys = malloc((size_t)job->npages * sizeof(*keys));
+	ids = malloc((size_t)job->npages * sizeof(*ids));
+	for (i = 0; keys != NULL && ids != NULL && i < job->npages; i++) {
+		keys[i] = *dram_key(s->dram, job->pages[i].id);
+		ids[i] = job->pages[i].id;
+	}
+	if (keys != NULL && ids != NULL)
+		peer_offer(s, keys, heads, ids, job->npages);
+	free(keys);
+	free(ids);
+}
+
 static void
 publish_job_done(struct copy_job *job)
 {
@@ -366,6 +389,8 @@ publish_job_done(struct copy_job *job)
 		}
 		for (i = 0; s->file != NULL && i < job->npages; i++)
 			publish_write_through(s, job->pages[i].id);
+		if (op->heads != NULL)
+			publish_offer(s, job, op->heads);
 		r.stored = job->npages;
 		r.present = op->present;
 		metrics.pages_published += r.stored;
@@ -376,6 +401,7 @@ publish_job_done(struct copy_job *job)
 	}
 	free(job->pages);
 	free(job);
+	free(op->heads);
 	free(op);
 	session_job_done(sess);
 }
@@ -428,7 +454,7 @@ publish_request(struct conn *c, struct proto_frame *f)
 	uint8_t				*buf;
 	char				 err[160];
 	unsigned			 st;
-	int				 rc;
+	int				 rc, kv;
 	uint64_t			 t0 = metrics_now_ns();
 
 	memcpy(&p, f->payload, sizeof(p));
@@ -451,6 +477,14 @@ publish_request(struct conn *c, struct proto_frame *f)
 	}
 	rg = &sess->regions[p.region];
 	len = sess->ns->pools[rg->desc.pool].object_bytes;
+	/*
+	 * Offered to the peer tier's homes once stored (without memory for it,
+	 * not offered), each placed by its stripe's head: KV pages in stripes
+	 * counted from the request's first page, other pools' pages alone.
+	 */
+	kv = sess->ns->pools[rg->desc.pool].kind == PROTO_POOL_KV;
+	if (peer_enabled(s))
+		op->heads = malloc((size_t)p.npages * PROTO_HASH_LEN);
 	for (i = 0; i < p.npages; i++) {
 		cache_key(sess, rg->desc.pool, pages[i].hash, &k);
 		rc = dram_alloc(s->dram, &k, len, near, &id, &buf);
@@ -471,6 +505,9 @@ publish_request(struct conn *c, struct proto_frame *f)
 		job->pages[job->npages].obj = buf;
 		job->pages[job->npages].len = len;
 		job->pages[job->npages].region_page = pages[i].src_page;
+		if (op->heads != NULL)
+			memcpy(op->heads + (size_t)job->npages * PROTO_HASH_LEN, pages[kv ?
+			    i - i % s->cfg->peer_stripe_pages : i].hash, PROTO_HASH_LEN);
 		job->npages++;
 		near = id;
 	}
@@ -483,6 +520,7 @@ publish_request(struct conn *c, struct proto_frame *f)
 		conn_reply(c, &f->hdr, PROTO_S_OK, &r, sizeof(r));
 		free(job->pages);
 		free(job);
+		free(op->heads);
 		free(op);
 		return;
 	}
@@ -508,5 +546,6 @@ fail:
 		free(job->pages);
 	free(job);
 	if (op != NULL)
-		free(op);
+		free(op->heads);
+	free(op);
 }

@@ -260,11 +260,12 @@ reload_request(struct conn *c, struct proto_frame *f)
 	free(text);
 }
 
-/* SIGHUP, and the log level's hook; 0 or -ENOMEM with err filled. */
+/* SIGHUP, the log level's hook and the peer tier's; 0 or -ENOMEM with err filled. */
 int
 reload_init(struct server *s, char *err, size_t errlen)
 {
 	reload_set_hook("log.", reload_log_level);
+	reload_set_hook("peer.", peer_reload);
 	s->ev_sighup = evsignal_new(s->base, SIGHUP, reload_signal_cb, s);
 	if (s->ev_sighup == NULL || event_add(s->ev_sighup, NULL) != 0) {
 		snprintf(err, errlen, "cannot register SIGHUP");

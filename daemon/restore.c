@@ -41,19 +41,24 @@ static void	restore_group_check(struct server *, struct admission *, struct leas
 
 /*
  * Hits by tier: of the kv pages a READY restore put in place (its first
- * `pages`), those DRAM held at ADMIT and those staged from the file tier.
- * hits.dram + hits.file = pages_restored.
+ * `pages`), those DRAM held at ADMIT, those staged from the file tier and
+ * those pulled from a peer. hits.dram + hits.file + hits.peer = pages_restored.
  */
 static void
 restore_count_hits(const struct lease *l, uint32_t pages)
 {
-	uint32_t	i, file = 0;
+	uint32_t	i, file = 0, peer = 0;
 
-	for (i = 0; i < l->nobjs; i++)
-		file += l->objs[i].pool == l->adm->pool && l->objs[i].page < pages &&
-		    l->objs[i].staged;
+	for (i = 0; i < l->nobjs; i++) {
+		if (l->objs[i].pool != l->adm->pool || l->objs[i].page >= pages)
+			continue;
+		file += l->objs[i].staged == 1;
+		peer += l->objs[i].staged == 2;
+	}
 	metrics.hits_file += file;
-	metrics.hits_dram += pages - file;
+	metrics.hits_peer += peer;
+	metrics.hits_dram += pages - file - peer;
+	/* Per namespace by dram and file: a pulled page landed in DRAM and is counted there. */
 	l->sess->m->restored_pages[1] += file;
 	l->sess->m->restored_pages[0] += pages - file;
 }

@@ -373,8 +373,8 @@ server_accept_cb(evutil_socket_t lfd, short ev, void *arg)
 			server_refuse(s, fd, PROTO_S_LIMIT, msg, 1);
 			continue;
 		}
-		if ((c = conn_new(s, fd, cred.uid, cred.gid, cred.pid, dispatch_frame,
-		    server_conn_closed, s)) == NULL) {
+		if ((c = conn_new(s, fd, cred.uid, cred.gid, cred.pid, PROTO_CHAN_ENGINE,
+		    dispatch_frame, server_conn_closed, s)) == NULL) {
 			log_warn("server", "out of memory for a connection");
 			server_refuse(s, fd, PROTO_S_NO_MEMORY, "out of memory", 1);
 			continue;
@@ -430,7 +430,8 @@ unsigned
 server_copies_inflight(const struct server *s)
 {
 	return (s->copy != NULL ? copy_inflight(s->copy) : 0) + cuda_inflight(s->cuda) +
-	    (s->file != NULL ? filetier_inflight(s->file) : 0) + publish_backlog_waiting(s);
+	    (s->file != NULL ? filetier_inflight(s->file) : 0) + publish_backlog_waiting(s) +
+	    peer_inflight(s);
 }
 
 /* Ends a drain once the last connection and the last copy are gone. */
@@ -489,6 +490,7 @@ server_signal_cb(evutil_socket_t sig, short ev, void *arg)
 	notify_send("STOPPING=1");
 	event_del(s->ev_listen);
 	event_del(s->ev_accept_pause);
+	peer_stop(s);
 	close(s->listen_fd);
 	s->listen_fd = -1;
 	unlink(s->cfg->socket_path);
@@ -619,7 +621,8 @@ server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t er
 		snprintf(err, errlen, "cannot register events");
 		return -ENOMEM;
 	}
-	if ((rc = reload_init(s, err, errlen)) != 0 || (rc = server_watchdog(s, err, errlen)) != 0)
+	if ((rc = reload_init(s, err, errlen)) != 0 || (rc = server_watchdog(s, err, errlen)) != 0 ||
+	    (rc = peer_init(s, err, errlen)) != 0)
 		return rc;
 	/*
 	 * /metrics, /health, /ready (httpd.c), before the engine socket: a
@@ -678,6 +681,7 @@ server_free(struct server *s)
 	s->cuda = NULL;
 	while ((c = TAILQ_FIRST(&s->conns)) != NULL)
 		conn_free(c);
+	peer_free(s);
 	/* After the connections, which may have left sockets lingering. */
 	conn_linger_free_all(s);
 	/*

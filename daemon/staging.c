@@ -15,9 +15,10 @@
  * with the status and the first bad page. Staging never calls its users
  * by name.
  *
- * The source tier is named per object (STAGING_TIER_*): today the file
- * tier; the peer tier's RDMA pulls are to come in beside it, with the
- * same reservation, sharing and completion.
+ * The source tier is named per object (STAGING_TIER_*): the file tier, or
+ * a peer's DRAM (a pull from the owner that leased the object to this
+ * ADMIT, peer.c through s->peer_view), with the same reservation, sharing
+ * and completion.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -53,7 +54,8 @@ struct staging_read {
 	unsigned		 tier;		/* STAGING_TIER_* */
 	struct obj_key		 key;
 	uint32_t		 dram_id;
-	uint32_t		 file_id;
+	uint32_t		 file_id;	/* the file tier's; a peer pull has none */
+	uint64_t		 checksum;	/* a peer pull: what its owner said, verified */
 	uint8_t			*buf;		/* the DRAM object's bytes */
 	uint64_t		 len;
 	struct filetier_job	*job;		/* until done() */
@@ -142,34 +144,35 @@ staging_settle(struct server *s, struct lease *l)
 	done(s, l, l->staging.failed ? -EIO : 0, l->staging.bad_page);
 }
 
+/*
+ * A read ended (status 0: its bytes are in the DRAM object, verified):
+ * the object is committed or aborted, and every waiter's entry settles.
+ */
 static void
-staging_read_done(struct filetier_job *fj)
+staging_complete(struct staging_read *rd, int status, uint64_t checksum)
 {
-	struct staging_read	*rd = fj->arg;
 	struct server		*s = rd->server;
 	struct lease_obj	*o;
 	struct lease		*l;
 	unsigned		 i;
 
-	rd->job = NULL;
-	/*
-	 * Cancelled before its reader reached it, and joined again since: read
-	 * it now (the staging and the file pin are still held).
-	 */
-	if (fj->status == -ECANCELED && rd->nlive > 0 && filetier_read(s->file, &rd->key, rd->buf,
-	    FILETIER_READ_SIZE(rd->len), staging_read_done, rd, &rd->job) == 0)
-		return;
 	staging_unhash(rd);
-	filetier_unpin(s->file, rd->file_id);
-	if (fj->status == 0)
-		dram_commit(s->dram, rd->dram_id, fj->checksum);
+	if (rd->tier == STAGING_TIER_FILE)
+		filetier_unpin(s->file, rd->file_id);
+	if (status == 0)
+		dram_commit(s->dram, rd->dram_id, checksum);
 	else {
-		/* The file tier dropped a faulty file itself; the staging goes too. */
+		/*
+		 * The file tier dropped a faulty file itself; a failed pull was
+		 * never visible here: the staging goes, and the object is not
+		 * in this daemon's view.
+		 */
 		dram_abort(s->dram, rd->dram_id);
-		if (fj->status != -ECANCELED) {
+		if (status != -ECANCELED) {
 			metrics.objects_lost++;
-			log_warn("lease", "file tier read failed: %s; object dropped",
-			    filetier_strerror(fj->status));
+			log_warn("lease", "%s failed: %s; object dropped", rd->tier ==
+			    STAGING_TIER_FILE ? "file tier read" : "peer pull", rd->tier ==
+			    STAGING_TIER_FILE ? filetier_strerror(status) : strerror(-status));
 		}
 	}
 	/* Every waiter's object settles first: a waiting RESTORE may then go on. */
@@ -177,7 +180,7 @@ staging_read_done(struct filetier_job *fj)
 		if ((l = rd->wait[i].lease) == NULL)
 			continue;
 		o = &l->objs[rd->wait[i].obj];
-		if (fj->status == 0)
+		if (status == 0)
 			dram_pin(s->dram, rd->dram_id);
 		else {
 			o->id = DRAM_NONE;
@@ -197,6 +200,83 @@ staging_read_done(struct filetier_job *fj)
 	server_maybe_finish(s);
 }
 
+static void
+staging_read_done(struct filetier_job *fj)
+{
+	struct staging_read	*rd = fj->arg;
+	struct server		*s = rd->server;
+
+	rd->job = NULL;
+	/*
+	 * Cancelled before its reader reached it, and joined again since: read
+	 * it now (the staging and the file pin are still held).
+	 */
+	if (fj->status == -ECANCELED && rd->nlive > 0 && filetier_read(s->file, &rd->key, rd->buf,
+	    FILETIER_READ_SIZE(rd->len), staging_read_done, rd, &rd->job) == 0)
+		return;
+	staging_complete(rd, fj->status, fj->checksum);
+}
+
+/* A pull's end (peer.c): its bytes verified against the owner's checksum, or err. */
+static void
+staging_pull_done(void *arg, int err)
+{
+	struct staging_read	*rd = arg;
+
+	staging_complete(rd, err, rd->checksum);
+}
+
+/*
+ * A pull from the peer that leased k to this ADMIT (s->peer_view): a
+ * WRITING DRAM object reserved, the pull started; a pull nobody waits for
+ * any more still lands and stays in DRAM (a hot prefix costs one pull per
+ * node).
+ */
+static int
+staging_add_peer(struct server *s, struct lease *l, struct lease_obj *o, const struct obj_key *k)
+{
+	const struct peer_grant	*g = peer_view_find(s->peer_view, k);
+	struct staging_read	*rd, **b;
+	uint32_t		 did, near;
+	uint8_t			*buf;
+	int			 rc;
+
+	if (g == NULL || g->len != l->sess->ns->pools[o->pool].object_bytes)
+		return -ENOENT;
+	if ((rd = calloc(1, sizeof(*rd))) == NULL)
+		return -ENOMEM;
+	/* After the lease's previous object, where that is free: the pulls coalesce (peer.c). */
+	near = o > l->objs && o[-1].pool == o->pool && o[-1].id != DRAM_NONE ? o[-1].id :
+	    DRAM_NONE;
+	if ((rc = dram_alloc(s->dram, k, g->len, near, &did, &buf)) != 0) {
+		free(rd);
+		return rc;
+	}
+	rd->server = s;
+	rd->tier = STAGING_TIER_PEER;
+	rd->key = *k;
+	rd->wait = rd->inl;
+	rd->wait_cap = 2;
+	(void)staging_join(rd, l, (uint32_t)(o - l->objs));
+	rd->dram_id = did;
+	rd->file_id = FILETIER_NONE;
+	rd->buf = buf;
+	rd->len = g->len;
+	rd->checksum = g->checksum;
+	if ((rc = s->peer_view->pull(s, g, buf, staging_pull_done, rd)) != 0) {
+		dram_abort(s->dram, did);
+		free(rd);
+		return rc;
+	}
+	b = staging_bucket(k);
+	rd->next = *b;
+	*b = rd;
+	o->id = did;
+	o->read = rd;
+	l->staging.inflight++;
+	return 0;
+}
+
 /*
  * Stages o (the lease's entry for key k) from tier: pins the file,
  * reserves a WRITING DRAM object for it (the staging memory, reserved now
@@ -214,11 +294,10 @@ staging_add(struct server *s, struct lease *l, struct lease_obj *o, const struct
 	uint8_t			*buf;
 	int			 rc;
 
-	if (tier != STAGING_TIER_FILE)
+	if (tier != STAGING_TIER_FILE && tier != STAGING_TIER_PEER)
 		return -EPROTONOSUPPORT;
-	if (!cache_file_ok(s, l->sess, o->pool))
-		return -ENOENT;
-	if (filetier_lookup(s->file, k, &fid, &len) != 0 ||
+	if (tier == STAGING_TIER_PEER ? peer_view_find(s->peer_view, k) == NULL :
+	    !cache_file_ok(s, l->sess, o->pool) || filetier_lookup(s->file, k, &fid, &len) != 0 ||
 	    len != l->sess->ns->pools[o->pool].object_bytes)
 		return -ENOENT;
 	if ((rd = staging_find(k)) != NULL) {
@@ -233,13 +312,15 @@ staging_add(struct server *s, struct lease *l, struct lease_obj *o, const struct
 			if (rd->job != NULL)
 				atomic_store(&rd->job->cancel, 0);
 		}
-		log_debug("lease", "session %u page %u shares a file tier read (%u waiters)",
+		log_debug("lease", "session %u page %u shares a staging read (%u waiters)",
 		    l->sess->id, o->page, rd->nwait);
 		o->id = rd->dram_id;
 		o->read = rd;
 		l->staging.inflight++;
 		return 0;
 	}
+	if (tier == STAGING_TIER_PEER)
+		return staging_add_peer(s, l, o, k);
 	if ((rd = calloc(1, sizeof(*rd))) == NULL)
 		return -ENOMEM;
 	if ((rc = filetier_pin(s->file, fid)) != 0)

@@ -229,6 +229,38 @@ ctl_is_section(const json_t *v)
 }
 
 /*
+ * The peer tier's members, one line each: who, state, RTT, pulls, bytes
+ * and failures by reason (only the reasons that happened).
+ */
+static void
+ctl_print_peers(json_t *peers)
+{
+	const char	*why;
+	json_t		*p, *n;
+	size_t		 i;
+	int		 any;
+
+	json_array_foreach(peers, i, p) {
+		printf("  %-16s %-10s rtt %6" JSON_INTEGER_FORMAT " us  pulls %8" JSON_INTEGER_FORMAT
+		    "  bytes %12" JSON_INTEGER_FORMAT "  failures",
+		    json_string_value(json_object_get(p, "id")) != NULL ?
+		    json_string_value(json_object_get(p, "id")) : "?",
+		    json_string_value(json_object_get(p, "state")) != NULL ?
+		    json_string_value(json_object_get(p, "state")) : "?",
+		    json_integer_value(json_object_get(p, "rtt_us")),
+		    json_integer_value(json_object_get(p, "pulls")),
+		    json_integer_value(json_object_get(p, "pull_bytes")));
+		any = 0;
+		json_object_foreach(json_object_get(p, "failures"), why, n)
+			if (json_integer_value(n) > 0) {
+				printf(" %s=%" JSON_INTEGER_FORMAT, why, json_integer_value(n));
+				any = 1;
+			}
+		printf("%s\n", any ? "" : " none");
+	}
+}
+
+/*
  * The table for people: top-level scalars first, then one group per
  * top-level object, array or null section (in the daemon's order), its
  * counters named relative to it.
@@ -263,6 +295,20 @@ ctl_print_table(json_t *doc)
 		}
 		if ((json_is_object(v) ? json_object_size(v) : json_array_size(v)) == 0) {
 			printf("  (none)\n");
+			continue;
+		}
+		if (strcmp(key, "peers") == 0 && json_is_array(json_object_get(v, "peers"))) {
+			/* The tier's counters, then a line per member. */
+			json_t *copy = json_copy(v);
+
+			json_object_del(copy, "peers");
+			rc = ctl_flatten(&t, "", copy);
+			json_decref(copy);
+			if (rc != 0)
+				goto out;
+			ctl_table_print(&t, "  ");
+			ctl_table_clear(&t);
+			ctl_print_peers(json_object_get(v, "peers"));
 			continue;
 		}
 		if ((rc = ctl_flatten(&t, "", v)) != 0)

@@ -49,6 +49,10 @@ static const struct proto_status_info proto_statuses[PROTO_S__MAX] = {
 	[PROTO_S_TIMEOUT] = { "timeout", "timed out", ETIMEDOUT },
 	[PROTO_S_GROUP_MISMATCH] = { "group_mismatch", "attach disagrees with its group", EXDEV },
 	[PROTO_S_SLOT] = { "slot", "state slot is live or held by another lease", EADDRINUSE },
+	[PROTO_S_PEER_UNKNOWN] = { "peer_unknown", "not a member of this daemon's role", EACCES },
+	[PROTO_S_PEER_AUTH] = { "peer_auth", "peer authentication failed", EKEYREJECTED },
+	[PROTO_S_PEER_ROLE] = { "peer_role", "peer of another role, or this daemon itself", EPROTOTYPE },
+	[PROTO_S_PEER_STALE] = { "peer_stale", "owner lease of another incarnation", ESTALE },
 };
 
 const char *
@@ -110,6 +114,7 @@ struct proto_type_info {
 	uint8_t		 flags;
 #define PROTO_TYPE_REQUEST	0x01	/* a client may send it: served */
 #define PROTO_TYPE_FDS		0x02	/* may carry SCM_RIGHTS fds (PROTO_F_FDS) */
+#define PROTO_TYPE_PEER		0x04	/* the peer channel's, both ways (PROTO_CHAN_PEER) */
 	uint8_t		 rule;
 #define PROTO_LEN_FIXED		0
 #define PROTO_LEN_COUNTED	1
@@ -122,6 +127,9 @@ struct proto_type_info {
 #define PROTO_REQ(n, len)	{ n, PROTO_TYPE_REQUEST, PROTO_LEN_FIXED, 0, len, 0 }
 #define PROTO_REQ_COUNTED(n, fixed, at, elem) \
 	{ n, PROTO_TYPE_REQUEST, PROTO_LEN_COUNTED, at, fixed, elem }
+#define PROTO_PEER(n, len)	{ n, PROTO_TYPE_PEER, PROTO_LEN_FIXED, 0, len, 0 }
+#define PROTO_PEER_COUNTED(n, fixed, at, elem) \
+	{ n, PROTO_TYPE_PEER, PROTO_LEN_COUNTED, at, fixed, elem }
 
 static const struct proto_type_info proto_types[PROTO_TYPES_MAX] = {
 	[PROTO_T_HELLO] =	PROTO_REQ("HELLO", sizeof(struct proto_hello)),
@@ -143,6 +151,16 @@ static const struct proto_type_info proto_types[PROTO_TYPES_MAX] = {
 	[PROTO_T_RELOAD] =	PROTO_REQ("RELOAD", 0),
 	[PROTO_T_LIST] =	PROTO_REQ("LIST", sizeof(struct proto_list)),
 	[PROTO_T_DEBUG] =	PROTO_REQ("DEBUG", sizeof(struct proto_debug)),
+	[PROTO_T_PEER_HELLO] =	PROTO_PEER("PEER_HELLO", sizeof(struct proto_peer_hello)),
+	[PROTO_T_PEER_AUTH] =	PROTO_PEER("PEER_AUTH", sizeof(struct proto_peer_auth)),
+	[PROTO_T_PEER_PING] =	PROTO_PEER("PEER_PING", sizeof(struct proto_peer_ping)),
+	[PROTO_T_PEER_PROBE] =	PROTO_PEER_COUNTED("PEER_PROBE", sizeof(struct proto_peer_probe), 0,
+				    sizeof(struct proto_peer_key)),
+	[PROTO_T_PEER_LEASE] =	PROTO_PEER_COUNTED("PEER_LEASE", sizeof(struct proto_peer_lease), 8,
+				    sizeof(struct proto_peer_key)),
+	[PROTO_T_PEER_RELEASE] = PROTO_PEER("PEER_RELEASE", sizeof(struct proto_peer_release)),
+	[PROTO_T_PEER_OFFER] =	PROTO_PEER_COUNTED("PEER_OFFER", sizeof(struct proto_peer_offer), 8,
+				    sizeof(struct proto_peer_obj)),
 	[PROTO_T_ERROR] =	{ "ERROR", 0, PROTO_LEN_FIXED, 0, 0, 0 },
 };
 
@@ -159,6 +177,25 @@ int
 proto_type_is_request(unsigned t)
 {
 	return t < PROTO_TYPES_MAX && (proto_types[t].flags & PROTO_TYPE_REQUEST);
+}
+
+/*
+ * The types a channel's dispatcher serves: the engines' requests on the
+ * engine socket, the peer types (requests and replies) on the peer
+ * channel. Each dispatcher checks its table against its own channel's.
+ */
+int
+proto_type_served(unsigned t, unsigned chan)
+{
+	if (t >= PROTO_TYPES_MAX)
+		return 0;
+	switch (chan) {
+	case PROTO_CHAN_ENGINE:
+		return (proto_types[t].flags & PROTO_TYPE_REQUEST) != 0;
+	case PROTO_CHAN_PEER:
+		return (proto_types[t].flags & PROTO_TYPE_PEER) != 0;
+	}
+	return 0;
 }
 
 /* Requests whose first byte may bring fds (ATTACH's memory registrations). */
@@ -187,17 +224,30 @@ proto_hdr_init(struct proto_hdr *h, unsigned type, uint32_t length, uint64_t seq
 int
 proto_hdr_check(const struct proto_hdr *h, uint32_t max_frame)
 {
+	return proto_hdr_check_chan(h, max_frame, PROTO_CHAN_ENGINE);
+}
+
+/*
+ * The same for a channel. On the peer channel both ends send requests
+ * and replies: a reply (PROTO_F_REPLY, any status) of a peer type passes,
+ * and its payload is the handler's to check; fds never come there.
+ */
+int
+proto_hdr_check_chan(const struct proto_hdr *h, uint32_t max_frame, unsigned chan)
+{
+	uint16_t	known = chan == PROTO_CHAN_PEER ? PROTO_F_REPLY : PROTO_F_KNOWN;
+
 	if (h->magic != PROTO_MAGIC)
 		return PROTO_S_BAD_MAGIC;
 	if (h->version != PROTO_VERSION)
 		return PROTO_S_BAD_VERSION;
 	if (h->length > max_frame)
 		return PROTO_S_TOO_BIG;
-	if (h->flags & ~PROTO_F_KNOWN || h->flags & PROTO_F_REPLY)
+	if (h->flags & ~known || (chan != PROTO_CHAN_PEER && (h->flags & PROTO_F_REPLY)))
 		return PROTO_S_BAD_FLAGS;
-	if (h->status != 0)
+	if (h->status != 0 && !(h->flags & PROTO_F_REPLY))
 		return PROTO_S_BAD_FLAGS;
-	if (!proto_type_is_request(h->type))
+	if (!proto_type_served(h->type, chan))
 		return PROTO_S_BAD_TYPE;
 	return PROTO_S_OK;
 }
@@ -229,6 +279,8 @@ proto_attach_length(uint8_t npools, uint16_t nregions, uint32_t nlive)
 	return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
 
+static int	proto_payload_rule(unsigned, uint32_t, const void *);
+
 /* Fixed part plus count * elem bytes, where count is a uint32 at offset 0 or 8. */
 static int
 proto_counted(uint32_t length, const void *payload, size_t fixed, size_t count_at, size_t elem)
@@ -247,11 +299,28 @@ proto_counted(uint32_t length, const void *payload, size_t fixed, size_t count_a
 int
 proto_payload_check(unsigned type, uint32_t length, const void *payload)
 {
+	if (!proto_type_is_request(type))
+		return PROTO_S_BAD_TYPE;
+	return proto_payload_rule(type, length, payload);
+}
+
+/* The same for a frame of a channel; a peer reply's payload is its handler's to check. */
+int
+proto_payload_check_chan(const struct proto_hdr *h, const void *payload, unsigned chan)
+{
+	if (!proto_type_served(h->type, chan))
+		return PROTO_S_BAD_TYPE;
+	if (h->flags & PROTO_F_REPLY)
+		return 0;
+	return proto_payload_rule(h->type, h->length, payload);
+}
+
+static int
+proto_payload_rule(unsigned type, uint32_t length, const void *payload)
+{
 	const struct proto_type_info	*ti;
 	struct proto_attach		 a;
 
-	if (!proto_type_is_request(type))
-		return PROTO_S_BAD_TYPE;
 	ti = &proto_types[type];
 	switch (ti->rule) {
 	case PROTO_LEN_FIXED:
@@ -304,6 +373,79 @@ proto_list_name(unsigned what)
 	case PROTO_LIST_LEASES:		return "leases";
 	}
 	return NULL;
+}
+
+/*
+ * A PEER_HELLO's fields (request or reply): 0 or PROTO_S_INVALID /
+ * PROTO_S_BAD_VERSION. Whether the id is a member, the role this one's, is
+ * the daemon's to say.
+ */
+int
+proto_peer_hello_check(const struct proto_peer_hello *h)
+{
+	unsigned	i;
+	uint64_t	end;
+
+	if (h->version_min > h->version_max || h->version_max < PROTO_VERSION_MIN ||
+	    h->version_min > PROTO_VERSION_MAX)
+		return PROTO_S_BAD_VERSION;
+	if (h->flags != 0 || h->incarnation == 0 || h->pad != 0 ||
+	    !proto_string_ok(h->id, sizeof(h->id), 0) ||
+	    !proto_string_ok(h->role, sizeof(h->role), 0) ||
+	    !proto_string_ok(h->provider, sizeof(h->provider), 1) ||
+	    h->fabric_len > sizeof(h->fabric) || h->nmr > PROTO_PEER_KEYS_MAX)
+		return PROTO_S_INVALID;
+	for (i = 0; i < h->nmr; i++)
+		if (h->mr[i].len == 0 || __builtin_add_overflow(h->mr[i].raddr, h->mr[i].len, &end))
+			return PROTO_S_INVALID;
+	return PROTO_S_OK;
+}
+
+/*
+ * One object of a PEER_LEASE answer or a PEER_OFFER: 0 or
+ * PROTO_S_INVALID. A present object has a length of 1 byte to 1 GiB
+ * and a span that does not wrap; an absent one is zeros.
+ */
+int
+proto_peer_obj_check(const struct proto_peer_obj *o)
+{
+	uint64_t	end;
+
+	if (o->key.pad != 0 || o->pad[0] != 0 || o->pad[1] != 0 || o->pad[2] != 0)
+		return PROTO_S_INVALID;
+	if (o->present == 0)
+		return o->len == 0 && o->checksum == 0 && o->raddr == 0 && o->rkey == 0 ?
+		    PROTO_S_OK : PROTO_S_INVALID;
+	if (o->present != 1 || o->len == 0 || o->len > (1ULL << 30) ||
+	    __builtin_add_overflow(o->raddr, o->len, &end))
+		return PROTO_S_INVALID;
+	return PROTO_S_OK;
+}
+
+/*
+ * A PEER_LEASE answer for lease `lease` of nkeys keys: its length, header
+ * and every object. 0 or PROTO_S_BAD_LENGTH / PROTO_S_INVALID; the keys'
+ * echo is the asker's to compare.
+ */
+int
+proto_peer_lease_reply_check(const void *payload, uint32_t len, uint64_t lease, uint32_t nkeys)
+{
+	struct proto_peer_lease	lh;
+	struct proto_peer_obj	o;
+	uint32_t		i;
+
+	if (nkeys > PROTO_PEER_OBJS_MAX ||
+	    (uint64_t)len != sizeof(lh) + (uint64_t)nkeys * sizeof(o))
+		return PROTO_S_BAD_LENGTH;
+	memcpy(&lh, payload, sizeof(lh));
+	if (lh.lease != lease || lh.nkeys != nkeys)
+		return PROTO_S_INVALID;
+	for (i = 0; i < nkeys; i++) {
+		memcpy(&o, (const uint8_t *)payload + sizeof(lh) + (size_t)i * sizeof(o), sizeof(o));
+		if (proto_peer_obj_check(&o) != PROTO_S_OK)
+			return PROTO_S_INVALID;
+	}
+	return PROTO_S_OK;
 }
 
 #define ATTACH_ERR(...) do {						\
@@ -591,9 +733,11 @@ proto_dump(const struct proto_hdr *h, const void *payload, char *buf, size_t len
 {
 	struct proto_hello		 hello;
 	struct proto_attach		 a;
+	struct proto_peer_hello		 ph;
 	struct proto_list		 l;
 	const char			*what;
 	char				 s1[PROTO_MODEL_LEN + 1], s2[PROTO_ERRMSG_MAX + 1];
+	char				 s3[PROTO_PEER_PROV_LEN + 1];
 	int				 n;
 
 	/* snprintf(NULL, 0, ...) is defined: it only counts. */
@@ -619,6 +763,13 @@ proto_dump(const struct proto_hdr *h, const void *payload, char *buf, size_t len
 		what = proto_list_name(l.what);
 		n += snprintf(buf + n, len - n, " what=%s(%u) max=%u flags=0x%x",
 		    what != NULL ? what : "?", l.what, l.max, l.flags);
+	} else if (h->type == PROTO_T_PEER_HELLO && h->length == sizeof(ph)) {
+		memcpy(&ph, payload, sizeof(ph));
+		n += snprintf(buf + n, len - n, " id=\"%s\" role=\"%s\" incarnation=%016llx "
+		    "provider=\"%s\" chunks=%u",
+		    proto_dump_str(s1, ph.id, sizeof(ph.id)),
+		    proto_dump_str(s2, ph.role, sizeof(ph.role)), (unsigned long long)ph.incarnation,
+		    proto_dump_str(s3, ph.provider, sizeof(ph.provider)), ph.nmr);
 	} else if (h->type == PROTO_T_ATTACH && !(h->flags & PROTO_F_REPLY) &&
 	    h->length >= sizeof(a)) {
 		memcpy(&a, payload, sizeof(a));

@@ -68,6 +68,14 @@ enum proto_type {
 	/* Operations (issue 15): 24-31. */
 	PROTO_T_RELOAD		= 24,	/* re-read the config file; JSON reply */
 	PROTO_T_LIST		= 25,	/* namespaces, groups or leases; JSON reply */
+	/* The peer channel, daemon to daemon (48-63): section 7 of PROTOCOL.md. */
+	PROTO_T_PEER_HELLO	= 48,
+	PROTO_T_PEER_AUTH	= 49,
+	PROTO_T_PEER_PING	= 50,
+	PROTO_T_PEER_PROBE	= 51,
+	PROTO_T_PEER_LEASE	= 52,
+	PROTO_T_PEER_RELEASE	= 53,
+	PROTO_T_PEER_OFFER	= 54,
 	PROTO_T_DEBUG		= 240,	/* tests only: testing.debug_ops */
 	PROTO_T_ERROR		= 255,
 };
@@ -105,6 +113,11 @@ enum proto_status {
 	PROTO_S_TIMEOUT		= 26,
 	PROTO_S_GROUP_MISMATCH	= 27,	/* ATTACH disagrees with its group */
 	PROTO_S_SLOT		= 28,	/* a live or another lease's state slot */
+	/* The peer channel (32-39). */
+	PROTO_S_PEER_UNKNOWN	= 32,	/* not in this daemon's member list */
+	PROTO_S_PEER_AUTH	= 33,	/* the shared-secret proof is wrong */
+	PROTO_S_PEER_ROLE	= 34,	/* another role, or this daemon's own id */
+	PROTO_S_PEER_STALE	= 35,	/* an owner lease of another incarnation or session */
 	PROTO_S__MAX
 };
 
@@ -435,6 +448,128 @@ _Static_assert(sizeof(struct proto_debug) == 40, "proto_debug");
 #define PROTO_PAGES_MAX		65536	/* pages in one request */
 
 /*
+ * The peer channel (PROTOCOL.md section 7): TCP between the daemons of a
+ * role. Either end sends requests on a connection it dialled and answers
+ * those it accepted; replies carry PROTO_F_REPLY as on the engine socket.
+ */
+#define PROTO_PEER_ID_LEN	64
+#define PROTO_PEER_PROV_LEN	32
+#define PROTO_PEER_ADDR_MAX	128	/* bytes of a fabric endpoint name */
+#define PROTO_PEER_KEYS_MAX	16	/* registered arena chunks named in HELLO */
+#define PROTO_PEER_NONCE	16
+#define PROTO_PEER_PROOF	32	/* HMAC-SHA256 */
+#define PROTO_PEER_OBJS_MAX	65536	/* objects in one request */
+
+/* A chunk of the sender's arena that peers may read. */
+struct proto_peer_mr {
+	uint64_t	raddr;		/* the address a read names (FI_MR_VIRT_ADDR or 0) */
+	uint64_t	rkey;
+	uint64_t	len;
+};
+_Static_assert(sizeof(struct proto_peer_mr) == 24, "proto_peer_mr");
+
+/* PEER_HELLO, request and reply alike: who is speaking, and how to read it. */
+struct proto_peer_hello {
+	uint16_t	version_min;
+	uint16_t	version_max;
+	uint32_t	flags;		/* none defined; must be 0 */
+	char		id[PROTO_PEER_ID_LEN];		/* the sender's member id */
+	char		role[PROTO_NAME_LEN];
+	uint64_t	incarnation;	/* random per start, never 0 */
+	uint8_t		nonce[PROTO_PEER_NONCE];	/* for the other side's proof */
+	uint8_t		proof[PROTO_PEER_PROOF];	/* reply: over the request's nonce */
+	char		provider[PROTO_PEER_PROV_LEN];	/* "" without a data path */
+	uint16_t	fabric_len;	/* bytes of fabric used */
+	uint16_t	nmr;		/* entries of mr used */
+	uint32_t	pad;
+	uint8_t		fabric[PROTO_PEER_ADDR_MAX];	/* endpoint name (fi_getname) */
+	struct proto_peer_mr mr[PROTO_PEER_KEYS_MAX];
+};
+_Static_assert(sizeof(struct proto_peer_hello) == 712, "proto_peer_hello");
+
+/* PEER_AUTH: the dialler's proof over the listener's nonce (zeros without a secret). */
+struct proto_peer_auth {
+	uint8_t		proof[PROTO_PEER_PROOF];
+};
+_Static_assert(sizeof(struct proto_peer_auth) == 32, "proto_peer_auth");
+
+/* PEER_PING: echoed in the reply. */
+struct proto_peer_ping {
+	uint64_t	sent_us;
+	uint64_t	incarnation;	/* reply: the answering daemon's */
+};
+_Static_assert(sizeof(struct proto_peer_ping) == 16, "proto_peer_ping");
+
+/* An object's key on the peer channel: the daemons' obj_key, byte for byte. */
+struct proto_peer_key {
+	uint8_t		fingerprint[16];
+	uint8_t		pool;
+	uint8_t		pad;		/* must be 0 */
+	uint16_t	shard;
+	uint8_t		hash[PROTO_HASH_LEN];
+};
+_Static_assert(sizeof(struct proto_peer_key) == 52, "proto_peer_key");
+
+/* PEER_PROBE: followed by nkeys keys; the reply by nkeys bytes, 1 where held. No side effects. */
+struct proto_peer_probe {
+	uint32_t	nkeys;
+	uint32_t	flags;		/* none defined; must be 0 */
+};
+_Static_assert(sizeof(struct proto_peer_probe) == 8, "proto_peer_probe");
+
+/*
+ * PEER_LEASE: followed by nkeys keys. The owner pins what it holds under
+ * the requester's lease id, bound to this connection, for at most
+ * max_age_ms; the reply is a proto_peer_lease and nkeys proto_peer_obj.
+ */
+struct proto_peer_lease {
+	uint64_t	lease;		/* chosen by the requester, unique on the connection */
+	uint32_t	nkeys;
+	uint32_t	max_age_ms;
+};
+_Static_assert(sizeof(struct proto_peer_lease) == 16, "proto_peer_lease");
+
+/* One object of a lease reply or an offer: where to read it and what it must be. */
+struct proto_peer_obj {
+	struct proto_peer_key key;	/* echoed: the puller checks it */
+	uint8_t		present;	/* 0: not held (the rest is 0) */
+	uint8_t		pad[3];
+	uint64_t	len;
+	uint64_t	checksum;	/* checksum_obj of the bytes */
+	uint64_t	raddr;
+	uint64_t	rkey;
+};
+_Static_assert(sizeof(struct proto_peer_obj) == 88, "proto_peer_obj");
+
+/* PEER_RELEASE: the owner lets go of a lease. */
+struct proto_peer_release {
+	uint64_t	lease;
+};
+_Static_assert(sizeof(struct proto_peer_release) == 8, "proto_peer_release");
+
+/* PEER_OFFER: followed by nobjs proto_peer_obj the sender pinned; the home pulls them. */
+struct proto_peer_offer {
+	uint64_t	offer;
+	uint32_t	nobjs;
+	uint32_t	flags;		/* none defined; must be 0 */
+};
+_Static_assert(sizeof(struct proto_peer_offer) == 16, "proto_peer_offer");
+
+struct proto_peer_offer_reply {
+	uint32_t	stored;		/* pulled, verified, now in the home's DRAM */
+	uint32_t	present;	/* held already, or being written */
+	uint32_t	failed;		/* refused (no space) or lost on the way */
+	uint32_t	pad;
+};
+_Static_assert(sizeof(struct proto_peer_offer_reply) == 16, "proto_peer_offer_reply");
+
+/* Which connection a frame came on: each dispatcher serves its own types. */
+enum proto_chan {
+	PROTO_CHAN_ENGINE	= 1,	/* the engines' Unix socket (dispatch.c) */
+	PROTO_CHAN_PEER		= 2,	/* daemon to daemon (peer.c) */
+};
+
+/*
  * LIST: what the daemon holds, as JSON. At most `max` entries (0: the
  * daemon's cap, PROTO_LIST_MAX, which also bounds a larger max), in the
  * daemon's order; the reply says how many there were and whether it
@@ -477,11 +612,15 @@ const char	*proto_decline_name(unsigned);
 const char	*proto_status_text(unsigned);
 int		 proto_status_errno(unsigned);
 int		 proto_type_is_request(unsigned);
+int		 proto_type_served(unsigned, unsigned chan);
 int		 proto_type_takes_fds(unsigned);
 void		 proto_hdr_init(struct proto_hdr *, unsigned type, uint32_t length,
 		    uint64_t seq);
 int		 proto_hdr_check(const struct proto_hdr *, uint32_t max_frame);
+int		 proto_hdr_check_chan(const struct proto_hdr *, uint32_t max_frame, unsigned chan);
 int		 proto_payload_check(unsigned type, uint32_t length, const void *payload);
+int		 proto_payload_check_chan(const struct proto_hdr *, const void *payload,
+		    unsigned chan);
 int		 proto_string_ok(const char *, size_t cap, int allow_empty);
 int		 proto_hello_check(const struct proto_hello *, uint16_t *version);
 int		 proto_list_check(const struct proto_list *);
@@ -492,6 +631,10 @@ int		 proto_attach_decode(const void *, uint32_t length,
 		    struct proto_attach_view *, char *err, size_t errlen);
 uint32_t	 proto_attach_length(uint8_t npools, uint16_t nregions, uint32_t nlive);
 uint32_t	 proto_attach_live(const struct proto_attach_view *, uint32_t i);
+int		 proto_peer_hello_check(const struct proto_peer_hello *);
+int		 proto_peer_obj_check(const struct proto_peer_obj *);
+int		 proto_peer_lease_reply_check(const void *payload, uint32_t len, uint64_t lease,
+		    uint32_t nkeys);
 size_t		 proto_dump(const struct proto_hdr *, const void *payload,
 		    char *buf, size_t len);
 

@@ -182,7 +182,26 @@ read_text(const char *path)
 	X(INT, test_copy_delay_ms,	0,			10)			\
 	X(INT, test_scan_delay_ms,	0,			0)			\
 	X(INT, test_read_delay_ms,	0,			0)			\
-	X(INT, test_debug_ops,		0,			1)
+	X(INT, test_debug_ops,		0,			1)			\
+	X(INT, test_peer_pull_delay_ms,	0,			0)			\
+	X(INT, test_peer_bad_key,	0,			0)			\
+	X(STR, peer_id,			"",			"node-b")		\
+	X(STR, peer_listen,		"",			"10.0.0.2:7400")	\
+	X(STR, peer_provider,		"tcp",			"sockets")		\
+	X(STR, peer_fabric_addr,	"",			"10.0.0.2")		\
+	X(INT, peer_stripe_pages,	16,			8)			\
+	X(INT, peer_replicas,		1,			2)			\
+	X(STR, peer_secret,		"",			"s3cret")		\
+	X(INT, peer_timeout_ms,		1000,			250)			\
+	X(INT, peer_pull_timeout_ms,	5000,			2000)			\
+	X(INT, peer_lease_max_ms,	30000,			10000)			\
+	X(INT, peer_ping_ms,		1000,			500)			\
+	X(INT, peer_user_timeout_ms,	5000,			3000)			\
+	X(INT, npeer_members,		0,			2)			\
+	X(STR, peer_members[0].id,	"",			"node-a")		\
+	X(STR, peer_members[0].addr,	"",			"10.0.0.1:7400")	\
+	X(STR, peer_members[1].id,	"",			"node-b")		\
+	X(STR, peer_members[1].addr,	"",			"10.0.0.2:7400")
 
 #define WANT_DEFAULT(kind, field, def, full)	.field = def,
 #define WANT_FULL(kind, field, def, full)	.field = full,
@@ -753,6 +772,59 @@ START_TEST(test_booleans_are_only_true_or_false)
 }
 END_TEST
 
+#define PEER_OK(m)	"{\"peer\": {\"id\": \"a\", \"listen\": \"127.0.0.1:7400\", " \
+	"\"members\": [{\"id\": \"a\", \"addr\": \"127.0.0.1:7400\"}" m "]}}"
+START_TEST(test_peer_keys_are_checked_together)
+{
+	static const struct bad_value	bad_members[] = {
+		{ "{}", ": peer.members: expected an array of {\"id\", \"addr\"} objects, got an "
+		  "object" },
+		{ "[1]", ": peer.members[0]: expected an object, got integer 1" },
+		{ "[{\"id\": \"a\"}]", ": peer.members[0].addr: a member needs its HOST:PORT" },
+		{ "[{\"addr\": \"h:1\"}]", ": peer.members[0].id: expected a string, got nothing" },
+		{ "[{\"id\": \"a b\", \"addr\": \"h:1\"}]",
+		  ": peer.members[0].id: \"a b\" is not 1-63 letters" },
+		{ "[{\"id\": \"\", \"addr\": \"h:1\"}]", ": peer.members[0].id: \"\" is not 1-63" },
+		{ "[{\"id\": \"a\", \"addr\": \"h\"}]",
+		  ": peer.members[0].addr: \"h\" is not HOST:PORT" },
+		{ "[{\"id\": \"a\", \"addr\": \"h:0\"}]",
+		  ": peer.members[0].addr: port 0 is out of range [1, 65535]" },
+		{ "[{\"id\": \"a\", \"addr\": \"h:1\", \"x\": 1}]",
+		  ": peer.members[0].x: unknown key" },
+		{ "[{\"id\": \"a\", \"addr\": \"h:1\"}, {\"id\": \"a\", \"addr\": \"h:2\"}]",
+		  ": peer.members[1].id: \"a\" is listed twice" },
+	};
+	static const struct bad_value	bad_replicas[] = {
+		{ "0", ": peer.replicas: 0 is out of range [1, 2]" },
+		{ "3", ": peer.replicas: 3 is out of range [1, 2]" },
+	};
+	static const struct bad_value	bad_stripe[] = {
+		{ "0", ": peer.stripe_pages: 0 is out of range [1, 65536]" },
+	};
+	struct config	cfg;
+
+	load_ok(&cfg, PEER_OK(", {\"id\": \"node-b.2\", \"addr\": \"[::1]:7401\"}"));
+	ck_assert_uint_eq(cfg.npeer_members, 2);
+	ck_assert_str_eq(cfg.peer_members[1].id, "node-b.2");
+	ck_assert_str_eq(cfg.peer_members[1].addr, "[::1]:7401");
+	ck_assert_uint_eq(cfg.peer_stripe_pages, 16);
+	ck_assert_uint_eq(cfg.peer_replicas, 1);
+	ck_assert_str_eq(cfg.peer_provider, "tcp");
+	load_bad_values("peer.members", bad_members, sizeof(bad_members) / sizeof(bad_members[0]));
+	load_bad_values("peer.replicas", bad_replicas,
+	    sizeof(bad_replicas) / sizeof(bad_replicas[0]));
+	load_bad_values("peer.stripe_pages", bad_stripe, sizeof(bad_stripe) / sizeof(bad_stripe[0]));
+	/* The keys together: an id needs a listener and itself in the list, and the reverse. */
+	load_bad("{\"peer\": {\"id\": \"a\", \"members\": [{\"id\": \"a\", \"addr\": \"h:1\"}]}}",
+	    ": peer.listen: the peer tier (peer.id \"a\") needs a HOST:PORT");
+	load_bad("{\"peer\": {\"id\": \"a\", \"listen\": \"h:1\", \"members\": [{\"id\": \"b\", "
+	    "\"addr\": \"h:1\"}]}}", ": peer.members: this daemon's peer.id \"a\" is not in the list");
+	load_bad("{\"peer\": {\"listen\": \"h:1\"}}", ": peer.id: the peer tier needs this daemon's id");
+	load_bad("{\"peer\": {\"id\": \"a/b\", \"listen\": \"h:1\", \"members\": [{\"id\": \"a\", "
+	    "\"addr\": \"h:1\"}]}}", ": peer.id: \"a/b\" is not letters");
+}
+END_TEST
+
 START_TEST(test_id_lists_fill_the_arrays)
 {
 	struct config	cfg;
@@ -1160,6 +1232,7 @@ suite_config(void)
 	tcase_add_test(tc, test_names_map_to_their_values);
 	tcase_add_test(tc, test_booleans_are_only_true_or_false);
 	tcase_add_test(tc, test_id_lists_fill_the_arrays);
+	tcase_add_test(tc, test_peer_keys_are_checked_together);
 	tcase_add_test(tc, test_metrics_listen_takes_host_and_port);
 
 	tc = test_tcase(s, "env_and_errors", 0, NULL, NULL);

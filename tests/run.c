@@ -51,6 +51,7 @@ static const struct runner_suite runner_suites[] = {
 	{ "hybrid",	suite_hybrid,	NULL },
 	{ "filetier",	suite_filetier,	NULL },
 	{ "filetier_daemon", suite_filetier_daemon, NULL },
+	{ "peer",	suite_peer,	NULL },
 	{ "service",	suite_service,	NULL },
 	{ "ctl",	suite_ctl,	NULL },
 	{ "python",	suite_python,	NULL },

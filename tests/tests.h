@@ -31,6 +31,7 @@ Suite	*suite_hybrid(void);
 Suite	*suite_filetier(void);
 Suite	*suite_filetier_daemon(void);
 Suite	*suite_fabric(void);
+Suite	*suite_peer(void);
 Suite	*suite_etcd(void);
 Suite	*suite_python(void);
 Suite	*suite_python_gpu(void);

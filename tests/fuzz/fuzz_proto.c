@@ -183,6 +183,52 @@ fuzz_cache(unsigned type, const uint8_t *payload, uint32_t len)
 	}
 }
 
+/*
+ * The peer channel: the same header as the engines' but its own types,
+ * replies both ways; a request that passes has the length of its rule,
+ * and HELLO and lease answers go through the checks the daemon runs.
+ */
+static void
+fuzz_peer(const struct proto_hdr *h, const uint8_t *payload, size_t avail)
+{
+	struct proto_peer_hello	hello;
+	struct proto_peer_obj	o;
+	uint32_t		n, i;
+	int			st;
+
+	st = proto_hdr_check_chan(h, PROTO_FRAME_MIN, PROTO_CHAN_PEER);
+	if (st == PROTO_S_OK && proto_type_is_request(h->type))
+		__builtin_trap();	/* an engine type on the peer channel */
+	if (st != PROTO_S_OK || h->length > avail)
+		return;
+	st = proto_payload_check_chan(h, payload, PROTO_CHAN_PEER);
+	if (st == PROTO_S_OK && !(h->flags & PROTO_F_REPLY) && h->type == PROTO_T_PEER_OFFER) {
+		memcpy(&n, payload + 8, sizeof(n));
+		if ((uint64_t)h->length != 16 + (uint64_t)n * sizeof(o))
+			__builtin_trap();
+		for (i = 0; i < n; i++) {
+			memcpy(&o, payload + 16 + (size_t)i * sizeof(o), sizeof(o));
+			if (proto_peer_obj_check(&o) == PROTO_S_OK && o.present == 1 &&
+			    (o.len == 0 || o.raddr + o.len < o.raddr))
+				__builtin_trap();
+		}
+	}
+	if (h->type == PROTO_T_PEER_HELLO && h->length == sizeof(hello)) {
+		memcpy(&hello, payload, sizeof(hello));
+		if (proto_peer_hello_check(&hello) == PROTO_S_OK && (hello.nmr > PROTO_PEER_KEYS_MAX ||
+		    hello.fabric_len > sizeof(hello.fabric) || hello.incarnation == 0))
+			__builtin_trap();
+	}
+	if (h->type == PROTO_T_PEER_LEASE && (h->flags & PROTO_F_REPLY) && h->length >= 16) {
+		struct proto_peer_lease lh;
+
+		memcpy(&lh, payload, sizeof(lh));
+		if (proto_peer_lease_reply_check(payload, h->length, lh.lease, lh.nkeys) ==
+		    PROTO_S_OK && (uint64_t)h->length != 16 + (uint64_t)lh.nkeys * sizeof(o))
+			__builtin_trap();
+	}
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -218,6 +264,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (avail >= sizeof(struct proto_attach) && avail <= PROTO_FRAME_MAX)
 		fuzz_attach(payload, (uint32_t)avail);
+	fuzz_peer(&h, payload, avail);
 
 	/* proto_dump() trusts the header's length: give it the payload only when whole. */
 	fuzz_dump(&h, NULL);

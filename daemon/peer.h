@@ -1,0 +1,138 @@
+/*
+ * The peer tier's private header: what peer.c (members, the control
+ * channel, asks and pulls) and peer_serve.c (the owner's and the home's
+ * side: PROBE, LEASE, RELEASE, OFFER) share. Everything else reaches the
+ * tier through the peer.c and peer_view.c sections of daemon.h.
+ */
+#ifndef L3KV_PEER_H
+#define L3KV_PEER_H
+
+#include "daemon.h"
+
+enum peer_state {
+	PEER_DOWN = 0,		/* no control connection; a reconnect is timed */
+	PEER_CONNECTING,	/* dialled, HELLO sent, not answered */
+	PEER_UP,		/* HELLO answered: asks and pulls go to it */
+};
+
+/* Why a pull failed, for STATS. */
+enum peer_fail {
+	PEER_FAIL_TIMEOUT = 0,	/* the read's deadline */
+	PEER_FAIL_CHECKSUM,	/* landed bytes are not what the owner said */
+	PEER_FAIL_STALE,	/* the owner went away or restarted (incarnation) meanwhile */
+	PEER_FAIL_IO,		/* the provider failed the read */
+	PEER_FAIL_KEY,		/* an owner's address or key outside what its HELLO named */
+	PEER_FAIL__MAX
+};
+
+struct peer_req;
+TAILQ_HEAD(peer_req_list, peer_req);
+struct peer_pull;
+TAILQ_HEAD(peer_pull_list, peer_pull);
+struct peer_slease;
+TAILQ_HEAD(peer_slease_list, peer_slease);
+
+/* Another member of the role, as this daemon sees it. */
+struct peer {
+	struct peer_member	 m;
+	struct peer_tier	*tier;
+	int			 state;		/* PEER_* */
+	int			 removed;	/* out of the member list; freed once unused */
+	unsigned		 refs;		/* owner leases and pulls that name it */
+	struct conn		*out;		/* the connection this daemon dialled */
+	uint8_t			 nonce[PROTO_PEER_NONCE];	/* ours, in our HELLO on out */
+	uint64_t		 incarnation;	/* its, from the last HELLO; 0: none yet */
+	uint64_t		 fabric_peer;
+	int			 fabric_ok;	/* fabric_peer is its current endpoint */
+	uint8_t			 fabric_name[PROTO_PEER_ADDR_MAX];
+	uint16_t		 fabric_len;
+	struct proto_peer_mr	 mr[PROTO_PEER_KEYS_MAX];
+	uint16_t		 nmr;
+	struct event		*ev_timer;	/* reconnect, then pings */
+	uint64_t		 next_seq;
+	struct peer_req_list	 reqs;		/* sent on out, not answered */
+	struct peer_pull_list	 pulls;		/* reads from it in flight */
+	unsigned		 pings_unanswered;
+	uint64_t		 backoff_ms;
+	/* STATS. */
+	uint64_t		 rtt_us;
+	uint64_t		 connects;
+	uint64_t		 pulls_done;
+	uint64_t		 reads;		/* fabric reads posted: pulls coalesced */
+	uint64_t		 pull_bytes;
+	uint64_t		 failures[PEER_FAIL__MAX];
+	uint64_t		 probes_sent;
+	uint64_t		 leases_sent;
+	uint64_t		 offers_sent;
+	uint64_t		 asks_missed;	/* an answer that did not come in time, or refused */
+};
+
+/* A connection a member dialled: its requests, answered here. */
+struct peer_in {
+	struct conn		*c;
+	struct peer_tier	*tier;
+	struct peer		*p;		/* after its HELLO */
+	int			 authed;	/* PEER_AUTH checked (or no secret) */
+	uint8_t			 nonce[PROTO_PEER_NONCE];	/* ours, in the HELLO reply */
+	struct peer_slease_list	 leases;	/* what it pinned here */
+	unsigned		 offers;	/* its offers being pulled */
+	TAILQ_ENTRY(peer_in)	 entry;
+};
+TAILQ_HEAD(peer_in_list, peer_in);
+
+struct peer_tier {
+	struct server		*s;
+	struct peer_member	 self;
+	uint64_t		 incarnation;
+	struct peer_member	*members;	/* the whole list, self included: placement */
+	size_t			 nmembers;
+	struct peer		**peers;	/* the others */
+	size_t			 npeers;
+	int			 listen_fd;
+	struct event		*ev_listen;
+	struct peer_in_list	 ins;
+	struct fabric		*fab;		/* NULL: no data path (nothing served, nothing pulled) */
+	char			 provider[PROTO_PEER_PROV_LEN];
+	uint8_t			 fabric_name[PROTO_PEER_ADDR_MAX];
+	uint16_t		 fabric_len;
+	struct proto_peer_mr	 mr[PROTO_PEER_KEYS_MAX];
+	uint16_t		 nmr;
+	uint64_t		 next_lease;
+	uint64_t		 next_offer;
+	struct peer_pull_list	 queued;	/* pulls to post when the loop comes back */
+	struct event		*ev_flush;
+	/* STATS. */
+	uint64_t		 refused;	/* connections refused at HELLO or AUTH */
+	uint64_t		 probes_served;
+	uint64_t		 leases_served;
+	uint64_t		 objects_leased;
+	uint64_t		 leases_expired;
+	uint64_t		 offers_served;
+	uint64_t		 offers_stored;
+	uint64_t		 pins;		/* objects pinned for peers now */
+};
+
+/* A request sent on a peer's out connection, answered once (reply, timeout or close). */
+typedef void peer_reply_fn(void *arg, struct peer *, unsigned status, const uint8_t *payload,
+    uint32_t len);
+
+/* peer.c */
+int	 peer_send(struct peer *, unsigned type, const void *payload, uint32_t len,
+	    uint32_t timeout_ms, peer_reply_fn *, void *arg);
+struct peer *peer_by_id(struct peer_tier *, const char *id);
+int	 peer_set_remote(struct peer *, const struct proto_peer_hello *);
+int	 peer_mr_ok(const struct peer *, uint64_t raddr, uint64_t rkey, uint64_t len);
+int	 peer_pull_start(struct server *, const struct peer_grant *, void *dst,
+	    peer_pull_done_fn *, void *arg);
+void	 peer_ref(struct peer *);
+void	 peer_unref(struct peer *);
+void	 peer_key_out(const struct obj_key *, struct proto_peer_key *);
+int	 peer_key_in(const struct proto_peer_key *, struct obj_key *);
+
+/* peer_serve.c */
+void	 peer_serve_frame(struct peer_in *, struct proto_frame *);
+void	 peer_serve_closed(struct peer_in *);
+void	 peer_proof(const struct peer_tier *, const uint8_t *nonce, const char *id,
+	    uint64_t incarnation, uint8_t *out);
+
+#endif /* L3KV_PEER_H */

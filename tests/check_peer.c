@@ -1,0 +1,1284 @@
+/*
+ * The peer tier (issue 14): placement, the control channel between
+ * daemons, and restores of objects another daemon published, under the
+ * local tiers' contract: what ADMIT promises is restored byte for byte or
+ * the restore fails `lost`; nothing is ever a false hit.
+ *
+ * The daemons run on loopback in this test's network namespace, each on
+ * its own control port; with tests/netns.sh they run in three network
+ * namespaces joined by a bridge (the netns tcases).
+ */
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+
+#include <netinet/in.h>
+
+#include <arpa/inet.h>
+#include <poll.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "l3kv.h"
+#include "tests.h"
+
+#define PT_N		3		/* daemons of the role */
+#define PT_PAGES	64
+#define PT_LAYERS	4
+#define PT_TOKENS	8
+#define PT_TB		128
+#define PT_BYTES	(PT_TOKENS * PT_LAYERS * PT_TB)	/* 4096 */
+
+static struct test_daemon	pt_d[PT_N + 1];
+static int			pt_up[PT_N + 1];
+static unsigned			pt_port;	/* the first control port of this run */
+static const char		*pt_provider = "tcp";	/* peer.provider of the daemons */
+static char			pt_ns[TEST_NETNS_PREFIX_MAX];	/* "": all on loopback here */
+
+static const struct test_rank_kv	pt_kv = { "peer-model", "latent:128:fp8_e4m3", L3KV_ATTN_MLA,
+    PT_PAGES, PT_TOKENS, PT_LAYERS, PT_TB };
+
+/* ------------------------------------------------------------------ placement */
+
+static void
+pt_key(uint32_t prefix, uint32_t i, uint16_t shard, struct obj_key *k)
+{
+	memset(k, 0, sizeof(*k));
+	memset(k->fingerprint, 0x42, sizeof(k->fingerprint));
+	k->shard = shard;
+	test_page_hash(prefix, i, k->hash);
+}
+
+static void
+pt_members(struct peer_member *m, unsigned n)
+{
+	unsigned	i;
+
+	for (i = 0; i < n; i++) {
+		snprintf(m[i].id, sizeof(m[i].id), "node-%c", 'a' + i);
+		snprintf(m[i].addr, sizeof(m[i].addr), "10.0.0.%u:7400", i + 1);
+	}
+}
+
+static const char *
+pt_home(const struct peer_member *m, unsigned n, const struct obj_key *k)
+{
+	unsigned	h;
+
+	ck_assert_uint_eq(peer_homes(m, n, k, 1, &h), 1);
+	return m[h].id;
+}
+
+/* The same homes on every call and whatever the list's order; two distinct replicas. */
+START_TEST(test_hrw_is_stable_and_order_free)
+{
+	struct peer_member	m[4], r[4];
+	struct obj_key		k;
+	unsigned		i, h1[2], h2[2];
+
+	pt_members(m, 4);
+	for (i = 0; i < 4; i++)
+		r[i] = m[3 - i];
+	for (i = 0; i < 500; i++) {
+		pt_key(7, i, 0, &k);
+		ck_assert_str_eq(pt_home(m, 4, &k), pt_home(m, 4, &k));
+		ck_assert_str_eq(pt_home(m, 4, &k), pt_home(r, 4, &k));
+		ck_assert_uint_eq(peer_homes(m, 4, &k, 2, h1), 2);
+		ck_assert_uint_eq(peer_homes(r, 4, &k, 2, h2), 2);
+		ck_assert_uint_ne(h1[0], h1[1]);
+		ck_assert_str_eq(m[h1[0]].id, r[h2[0]].id);
+		ck_assert_str_eq(m[h1[1]].id, r[h2[1]].id);
+		ck_assert_str_eq(m[h1[0]].id, pt_home(m, 4, &k));
+	}
+	/* One member: it is every key's home; none: no home. */
+	ck_assert_uint_eq(peer_homes(m, 1, &k, 2, h1), 1);
+	ck_assert_uint_eq(peer_homes(m, 0, &k, 1, h1), 0);
+}
+END_TEST
+
+/* 3000 keys over 3 members: each gets a fair share; shards of one page spread too. */
+START_TEST(test_hrw_spreads_keys)
+{
+	struct peer_member	m[3];
+	struct obj_key		k;
+	unsigned		count[3] = { 0 }, i, h, diff = 0;
+
+	pt_members(m, 3);
+	for (i = 0; i < 3000; i++) {
+		pt_key(1, i, 0, &k);
+		ck_assert_uint_eq(peer_homes(m, 3, &k, 1, &h), 1);
+		count[h]++;
+	}
+	for (i = 0; i < 3; i++)
+		ck_assert_msg(count[i] > 800 && count[i] < 1200, "member %u got %u of 3000", i,
+		    count[i]);
+	for (i = 0; i < 300; i++) {
+		struct obj_key k2;
+
+		pt_key(2, i, 0, &k);
+		pt_key(2, i, 1, &k2);
+		diff += strcmp(pt_home(m, 3, &k), pt_home(m, 3, &k2)) != 0;
+	}
+	/* Two shards land apart about 2/3 of the time. */
+	ck_assert_msg(diff > 150 && diff < 250, "shards 0 and 1 apart for %u of 300 pages", diff);
+}
+END_TEST
+
+/* A member joining takes only keys for itself; one leaving moves only its own. */
+START_TEST(test_hrw_remaps_minimally)
+{
+	struct peer_member	m[4];
+	struct obj_key		k;
+	unsigned		i, moved = 0, lost = 0;
+	const char		*before, *after;
+
+	pt_members(m, 4);
+	for (i = 0; i < 4000; i++) {
+		pt_key(3, i, 0, &k);
+		before = pt_home(m, 3, &k);
+		after = pt_home(m, 4, &k);
+		if (strcmp(before, after) != 0) {
+			ck_assert_str_eq(after, "node-d");
+			moved++;
+		}
+		/* node-b leaves (the list without it, in the same order). */
+		{
+			struct peer_member	w[3] = { m[0], m[2], m[3] };
+
+			after = pt_home(w, 3, &k);
+			before = pt_home(m, 4, &k);
+			if (strcmp(before, after) != 0) {
+				ck_assert_str_eq(before, "node-b");
+				lost++;
+			}
+		}
+	}
+	ck_assert_msg(moved > 700 && moved < 1300, "%u of 4000 keys moved to the new member", moved);
+	ck_assert_msg(lost > 700 && lost < 1300, "%u of 4000 keys moved off the leaver", lost);
+}
+END_TEST
+
+/* A stripe's pages share a placement key: the head's hash in place of their own. */
+START_TEST(test_stripe_pages_share_a_home)
+{
+	struct peer_member	m[3];
+	struct obj_key		k, pk, head;
+	unsigned		i, homes[3] = { 0 }, h;
+
+	pt_members(m, 3);
+	pt_key(5, 0, 0, &head);
+	for (i = 0; i < 16; i++) {
+		pt_key(5, i, 0, &k);
+		peer_place_key(&k, head.hash, &pk);
+		ck_assert_mem_eq(&pk, &head, sizeof(pk));
+		ck_assert_str_eq(pt_home(m, 3, &pk), pt_home(m, 3, &head));
+	}
+	/* Stripes of a prefix go to different homes. */
+	for (i = 0; i < 64; i++) {
+		pt_key(5, i * 16, 0, &head);
+		ck_assert_uint_eq(peer_homes(m, 3, &head, 1, &h), 1);
+		homes[h]++;
+	}
+	ck_assert(homes[0] > 0 && homes[1] > 0 && homes[2] > 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ daemons */
+
+static void
+pt_pick_port(void)
+{
+	pt_port = 21000 + (unsigned)(getpid() % 2000) * 8;
+}
+
+/* Daemon i's host: loopback, or node i + 1 of the netns set (10.77.0.K). */
+static const char *
+pt_host(unsigned i, char *buf, size_t len)
+{
+	if (pt_ns[0] == '\0')
+		snprintf(buf, len, "127.0.0.1");
+	else
+		snprintf(buf, len, "10.77.0.%u", i + 1);
+	return buf;
+}
+
+static unsigned
+pt_port_of(unsigned i)
+{
+	return pt_ns[0] == '\0' ? pt_port + i : 7400;
+}
+
+/*
+ * Daemon i's config: the role's n members, itself among them (or, for a
+ * stranger, not); extra peer.* and testing.* members.
+ */
+static char *
+pt_config(unsigned i, unsigned n, const char *extra_peer, const char *extra_test)
+{
+	char	members[1024] = "", *out;
+	size_t	off = 0;
+	unsigned j;
+
+	char	host[32];
+
+	for (j = 0; j < n; j++)
+		off += (size_t)snprintf(members + off, sizeof(members) - off,
+		    "%s{\"id\": \"n%u\", \"addr\": \"%s:%u\"}", j > 0 ? ", " : "", j,
+		    pt_host(j, host, sizeof(host)), pt_port_of(j));
+	if (i >= n)
+		off += (size_t)snprintf(members + off, sizeof(members) - off,
+		    ", {\"id\": \"n%u\", \"addr\": \"%s:%u\"}", i, pt_host(i, host, sizeof(host)),
+		    pt_port_of(i));
+	pt_host(i, host, sizeof(host));
+	ck_assert(asprintf(&out, "{\"peer\": {\"id\": \"n%u\", \"listen\": \"%s:%u\", "
+	    "\"fabric_addr\": \"%s\", \"provider\": \"%s\", \"members\": [%s], \"ping_ms\": 100, "
+	    "\"timeout_ms\": 3000%s%s}, \"testing\": {\"debug_ops\": true%s%s}}", i, host,
+	    pt_port_of(i), host, pt_provider, members, extra_peer != NULL ? ", " : "",
+	    extra_peer != NULL ? extra_peer : "", extra_test != NULL ? ", " : "",
+	    extra_test != NULL ? extra_test : "") > 0);
+	return out;
+}
+
+static void
+pt_start(unsigned i, unsigned n, const char *extra_peer, const char *extra_test)
+{
+	char	*cfg = pt_config(i, n, extra_peer, extra_test);
+	int	 rc, home = -1;
+
+	/* In a netns set, the daemon starts inside its node; its Unix socket is reached from here. */
+	if (pt_ns[0] != '\0') {
+		ck_assert_int_ge(home = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC), 0);
+		ck_assert_int_eq(test_netns_enter(pt_ns, i + 1), 0);
+	}
+	rc = test_daemon_start(&pt_d[i], cfg);
+	if (home >= 0) {
+		ck_assert_int_eq(setns(home, CLONE_NEWNET), 0);
+		close(home);
+	}
+	ck_assert_msg(rc == 0, "daemon n%u: %s", i, strerror(-rc));
+	pt_up[i] = 1;
+	free(cfg);
+}
+
+static void
+pt_stop(unsigned i)
+{
+	int	status;
+
+	if (!pt_up[i])
+		return;
+	pt_up[i] = 0;
+	ck_assert_int_eq(test_daemon_stop(&pt_d[i], SIGTERM, &status), 0);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "daemon %s exited 0x%x",
+	    pt_d[i].dir, status);
+}
+
+static void
+pt_teardown(void)
+{
+	unsigned	i;
+
+	for (i = 0; i <= PT_N; i++)
+		pt_stop(i);
+}
+
+/* The peers section's entry for member id in daemon i's STATS, or NULL (a new reference). */
+static json_t *
+pt_peer(unsigned i, const char *id)
+{
+	json_t	*j = test_stats(pt_d[i].sock), *a, *e, *out = NULL;
+	size_t	 k;
+
+	ck_assert_ptr_nonnull(j);
+	a = json_object_get(json_object_get(j, "peers"), "peers");
+	json_array_foreach(a, k, e)
+		if (strcmp(json_string_value(json_object_get(e, "id")), id) == 0)
+			out = json_incref(e);
+	json_decref(j);
+	return out;
+}
+
+static const char *
+pt_state(unsigned i, unsigned of, char *buf, size_t len)
+{
+	char	id[16];
+	json_t	*e;
+
+	snprintf(id, sizeof(id), "n%u", of);
+	if ((e = pt_peer(i, id)) == NULL)
+		return "absent";
+	snprintf(buf, len, "%s", json_string_value(json_object_get(e, "state")));
+	json_decref(e);
+	return buf;
+}
+
+static long long
+pt_peer_stat(unsigned i, unsigned of, const char *key)
+{
+	char		id[16];
+	json_t		*e;
+	long long	v;
+
+	snprintf(id, sizeof(id), "n%u", of);
+	ck_assert_ptr_nonnull(e = pt_peer(i, id));
+	v = json_integer_value(json_object_get(e, key));
+	json_decref(e);
+	return v;
+}
+
+/* Waits (10 s at most) until daemon i sees member `of` in state want. */
+static int
+pt_wait_state(unsigned i, unsigned of, const char *want)
+{
+	char	buf[32];
+	int	t;
+
+	for (t = 0; t < 1000; t++) {
+		if (strcmp(pt_state(i, of, buf, sizeof(buf)), want) == 0)
+			return 1;
+		usleep(10000);
+	}
+	return 0;
+}
+
+/* Every daemon of n sees every other up. */
+static void
+pt_wait_mesh(unsigned n)
+{
+	unsigned	i, j;
+
+	for (i = 0; i < n; i++)
+		for (j = 0; j < n; j++)
+			if (i != j)
+				ck_assert_msg(pt_wait_state(i, j, "up"), "n%u does not see n%u up", i,
+				    j);
+}
+
+/* The role on n daemons, fully connected. */
+static void
+pt_role(unsigned n, const char *extra_peer, const char *extra_top)
+{
+	unsigned	i;
+
+	pt_pick_port();
+	for (i = 0; i < n; i++)
+		pt_start(i, n, extra_peer, extra_top);
+	pt_wait_mesh(n);
+}
+
+static void
+pt_rank(struct test_rank *r, unsigned i)
+{
+	test_rank_init(r, &pt_kv, "g", 1, 0);
+	test_rank_attach(r, pt_d[i].sock);
+}
+
+/* The control channel comes up between three daemons, with RTTs. */
+START_TEST(test_three_daemons_connect)
+{
+	unsigned	i, j;
+
+	pt_role(PT_N, NULL, NULL);
+	for (i = 0; i < PT_N; i++) {
+		json_t *doc = test_stats(pt_d[i].sock);
+
+		/* The data path is libfabric's tcp provider (tcp;ofi_rxm on 1.17). */
+		ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(json_object_get(doc,
+		    "peers"), "provider")), "tcp"));
+		json_decref(doc);
+		ck_assert_int_eq(test_stat(pt_d[i].sock, "peers", "members"), PT_N);
+		ck_assert_int_eq(test_stat(pt_d[i].sock, "peers", "refused"), 0);
+		for (j = 0; j < PT_N; j++) {
+			if (i == j)
+				continue;
+			/* Pings every 100 ms: an RTT is measured within a second. */
+			for (int t = 0; t < 100 && pt_peer_stat(i, j, "rtt_us") == 0; t++)
+				usleep(10000);
+			ck_assert_int_gt(pt_peer_stat(i, j, "rtt_us"), 0);
+		}
+	}
+}
+END_TEST
+
+/* `l3kvctl stats -H` prints a line per member: its state, RTT, pulls, failures. */
+START_TEST(test_l3kvctl_shows_the_peers)
+{
+	char	bin[PATH_MAX], cmd[PATH_MAX * 2], line[512], *all = NULL, *grown;
+	size_t	len = 0;
+	FILE	*p;
+	int	lines = 0;
+
+	pt_role(PT_N, NULL, NULL);
+	test_path("l3kvctl", bin, sizeof(bin));
+	snprintf(cmd, sizeof(cmd), "%s -s %s stats -H", bin, pt_d[0].sock);
+	ck_assert_ptr_nonnull(p = popen(cmd, "r"));
+	while (fgets(line, sizeof(line), p) != NULL) {
+		if ((strncmp(line, "  n1 ", 5) == 0 || strncmp(line, "  n2 ", 5) == 0) &&
+		    strstr(line, " up ") != NULL && strstr(line, "rtt") != NULL &&
+		    strstr(line, "pulls") != NULL && strstr(line, "failures none") != NULL)
+			lines++;
+		ck_assert_ptr_nonnull(grown = realloc(all, len + strlen(line) + 1));
+		all = grown;
+		memcpy(all + len, line, strlen(line) + 1);
+		len += strlen(line);
+	}
+	ck_assert_int_eq(WEXITSTATUS(pclose(p)), 0);
+	ck_assert_ptr_nonnull(all);
+	ck_assert_msg(lines == 2, "no line per member in:\n%s", all);
+	ck_assert_ptr_nonnull(strstr(all, "\npeers\n"));
+	free(all);
+}
+END_TEST
+
+/*
+ * Sends len bytes to daemon i's peer port as a stranger would and returns
+ * the status of the first frame back (-1: none; the connection closed
+ * without one), then expects the daemon to close the connection.
+ */
+static int
+pt_raw(unsigned i, const void *buf, size_t len)
+{
+	struct sockaddr_in	sin;
+	struct proto_hdr	h;
+	struct pollfd		pfd;
+	uint8_t			junk[4096];
+	ssize_t			n;
+	size_t			got = 0;
+	int			fd, st = -1;
+
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons((uint16_t)(pt_port + i));
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_ge(fd = socket(AF_INET, SOCK_STREAM, 0), 0);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	ck_assert_int_eq(write(fd, buf, len), (ssize_t)len);
+	pfd.fd = fd;
+	pfd.events = POLLIN;
+	while (got < sizeof(h) && poll(&pfd, 1, 5000) == 1 &&
+	    (n = read(fd, (uint8_t *)&h + got, sizeof(h) - got)) > 0)
+		got += (size_t)n;
+	if (got == sizeof(h))
+		st = h.status;
+	/* Then the daemon closes it: EOF within 5 s. */
+	while (poll(&pfd, 1, 5000) == 1 && (n = read(fd, junk, sizeof(junk))) > 0)
+		;
+	ck_assert_int_eq(poll(&pfd, 1, 0), 1);
+	close(fd);
+	return st;
+}
+
+/* Hostile bytes on the peer port: each answered and closed; the role keeps working. */
+START_TEST(test_hostile_peer_bytes_are_refused)
+{
+	struct {
+		struct proto_hdr	h;
+		union {
+			struct proto_peer_hello	hello;
+			struct proto_peer_lease	lease;
+			uint8_t			raw[1024];
+		} u;
+	} f;
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a;
+	struct test_rank		pub, r;
+
+	pt_role(2, NULL, NULL);
+	memset(&f, 0x5a, sizeof(f));
+	ck_assert_int_eq(pt_raw(0, &f, sizeof(f.h)), PROTO_S_BAD_MAGIC);	/* an ERROR frame */
+	memset(&f, 0, sizeof(f));
+	proto_hdr_init(&f.h, PROTO_T_HELLO, sizeof(struct proto_hello), 1);
+	ck_assert_int_eq(pt_raw(0, &f, sizeof(f.h) + sizeof(struct proto_hello)), PROTO_S_BAD_TYPE);
+	proto_hdr_init(&f.h, PROTO_T_PEER_LEASE, sizeof(f.u.lease), 2);
+	ck_assert_int_eq(pt_raw(0, &f, sizeof(f.h) + sizeof(f.u.lease)), PROTO_S_STATE);
+	proto_hdr_init(&f.h, PROTO_T_PEER_HELLO, sizeof(f.u.hello), 3);
+	f.u.hello.version_min = f.u.hello.version_max = 1;
+	snprintf(f.u.hello.id, sizeof(f.u.hello.id), "mallory");
+	snprintf(f.u.hello.role, sizeof(f.u.hello.role), "decode");
+	f.u.hello.incarnation = 1;
+	ck_assert_int_eq(pt_raw(0, &f, sizeof(f.h) + sizeof(f.u.hello)), PROTO_S_PEER_UNKNOWN);
+	snprintf(f.u.hello.id, sizeof(f.u.hello.id), "n0");	/* the daemon itself */
+	ck_assert_int_eq(pt_raw(0, &f, sizeof(f.h) + sizeof(f.u.hello)), PROTO_S_PEER_ROLE);
+	snprintf(f.u.hello.id, sizeof(f.u.hello.id), "n1");
+	snprintf(f.u.hello.role, sizeof(f.u.hello.role), "prefill");
+	ck_assert_int_eq(pt_raw(0, &f, sizeof(f.h) + sizeof(f.u.hello)), PROTO_S_PEER_ROLE);
+	snprintf(f.u.hello.role, sizeof(f.u.hello.role), "decode");
+	f.u.hello.nmr = 200;
+	ck_assert_int_eq(pt_raw(0, &f, sizeof(f.h) + sizeof(f.u.hello)), PROTO_S_INVALID);
+	/* A header promising more than max_frame is refused before anything is read for it. */
+	proto_hdr_init(&f.h, PROTO_T_PEER_OFFER, 64U << 20, 4);
+	ck_assert_int_eq(pt_raw(0, &f, sizeof(f.h)), PROTO_S_TOO_BIG);
+	ck_assert_int_ge(test_stat(pt_d[0].sock, "peers", "refused"), 4);
+	/* The real members still restore from each other. */
+	ck_assert(pt_wait_state(1, 0, "up"));
+	pt_rank(&pub, 0);
+	test_rank_publish_kv(&pub, 14, 0, 32, 0, NULL);
+	ck_assert_int_eq(test_stat_wait(pt_d[0].sock, "dram", "pins", 0), 0);
+	pt_rank(&r, 1);
+	a = test_rank_admit(&r, 1, 14, 32, 32, PROTO_SLOT_NONE);
+	ck_assert_uint_eq(a.admitted_pages, 32);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 32, &res), 0);
+	ck_assert(test_rank_page_is(&r, TEST_RANK_KV, 31, 14, 31));
+	test_rank_fini(&r);
+	test_rank_fini(&pub);
+}
+END_TEST
+
+/* A daemon the members do not list is refused by each, and sees none of them up. */
+START_TEST(test_stranger_is_refused)
+{
+	char		buf[32];
+	unsigned	i;
+
+	pt_role(PT_N, NULL, NULL);
+	pt_start(PT_N, PT_N, NULL, NULL);	/* lists the role and itself */
+	for (i = 0; i < PT_N; i++)
+		ck_assert_int_ge(test_stat_wait(pt_d[i].sock, "peers", "refused", 1), 1);
+	usleep(300000);
+	for (i = 0; i < PT_N; i++) {
+		ck_assert_str_ne(pt_state(PT_N, i, buf, sizeof(buf)), "up");
+		ck_assert_str_eq(pt_state(i, PT_N, buf, sizeof(buf)), "absent");
+	}
+	ck_assert(test_daemon_log_has(&pt_d[0], "not in this daemon's member list"));
+}
+END_TEST
+
+/* With peer.secret, a member with the wrong secret is refused; the right one is let in. */
+START_TEST(test_secret_is_checked)
+{
+	char	buf[32];
+
+	pt_pick_port();
+	pt_start(0, 2, "\"secret\": \"right\"", NULL);
+	pt_start(1, 2, "\"secret\": \"wrong\"", NULL);
+	ck_assert_int_ge(test_stat_wait(pt_d[0].sock, "peers", "refused", 1), 1);
+	usleep(300000);
+	ck_assert_str_ne(pt_state(1, 0, buf, sizeof(buf)), "up");
+	pt_stop(1);
+	pt_start(1, 2, "\"secret\": \"right\"", NULL);
+	ck_assert(pt_wait_state(1, 0, "up"));
+	ck_assert(pt_wait_state(0, 1, "up"));
+}
+END_TEST
+
+/* ------------------------------------------------------------------ restores */
+
+/* STATS cache.hits.peer of daemon i. */
+static long long
+pt_hits_peer(unsigned i)
+{
+	json_t		*j = test_stats(pt_d[i].sock);
+	long long	 v;
+
+	v = json_integer_value(json_object_get(json_object_get(json_object_get(j, "cache"),
+	    "hits"), "peer"));
+	json_decref(j);
+	return v;
+}
+
+/* Objects published on one daemon are restored byte for byte on the others. */
+START_TEST(test_restore_objects_published_elsewhere)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a;
+	struct test_rank		pub, r;
+	unsigned			i;
+	uint32_t			p;
+	long long			pulled = 0;
+
+	pt_role(PT_N, NULL, NULL);
+	pt_rank(&pub, 0);
+	test_rank_publish_kv(&pub, 11, 0, 48, 0, NULL);
+	/* Each stripe went to its home; those homed on n0 stay there. */
+	usleep(200000);
+	for (i = 1; i < PT_N; i++) {
+		pt_rank(&r, i);
+		ck_assert_uint_eq(test_rank_probe(&r, 11, 48, NULL, NULL), 48);
+		a = test_rank_admit(&r, 1, 11, 48, 48, PROTO_SLOT_NONE);
+		ck_assert_uint_eq(a.admitted_pages, 48);
+		test_rank_sentinel(&r, TEST_RANK_KV, 0, PT_PAGES);
+		ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 48, &res), 0);
+		ck_assert_uint_eq(res.pages, 48);
+		for (p = 0; p < 48; p++)
+			ck_assert_msg(test_rank_page_is(&r, TEST_RANK_KV, p, 11, p), "n%u page %u", i,
+			    p);
+		ck_assert_int_eq(test_stat(pt_d[i].sock, "cache", "objects_lost"), 0);
+		test_rank_fini(&r);
+		/* What its offers did not bring here was pulled, and nothing else. */
+		ck_assert_int_eq(pt_hits_peer(i) + test_stat(pt_d[i].sock, "peers",
+		    "offers_stored"), 48);
+		pulled += pt_hits_peer(i);
+	}
+	ck_assert_int_gt(pulled, 0);
+	/* Stripes of 16 contiguous pages: fewer reads than pulls (coalesced). */
+	ck_assert_int_lt(pt_peer_stat(1, 0, "reads") + pt_peer_stat(1, 2, "reads"),
+	    pt_peer_stat(1, 0, "pulls") + pt_peer_stat(1, 2, "pulls"));
+	ck_assert_int_gt(test_stat(pt_d[0].sock, "peers", "leases_served") +
+	    test_stat(pt_d[1].sock, "peers", "leases_served") +
+	    test_stat(pt_d[2].sock, "peers", "leases_served"), 0);
+	test_rank_fini(&pub);
+}
+END_TEST
+
+/* What PROBE must leave alone on a daemon: objects, pins, leases, the peers' pins and leases. */
+static char *
+pt_state_of(unsigned i)
+{
+	json_t	*j = test_stats(pt_d[i].sock), *keep, *peers = json_object_get(j, "peers");
+	char	*out;
+
+	keep = json_pack("{s:O, s:O, s:O, s:O, s:O}", "dram", json_object_get(j, "dram"),
+	    "leases", json_object_get(json_object_get(j, "cache"), "leases_open"),
+	    "pins", json_object_get(peers, "pins"), "leases_served",
+	    json_object_get(peers, "leases_served"), "offers", json_object_get(peers,
+	    "offers_served"));
+	out = json_dumps(keep, JSON_SORT_KEYS | JSON_COMPACT);
+	json_decref(keep);
+	json_decref(j);
+	return out;
+}
+
+/* PROBE counts what the homes hold and changes nothing on any daemon. */
+START_TEST(test_probe_changes_nothing_anywhere)
+{
+	struct test_rank	pub, r;
+	char			*before[PT_N], *after;
+	unsigned		i, k;
+
+	pt_role(PT_N, NULL, NULL);
+	pt_rank(&pub, 0);
+	test_rank_publish_kv(&pub, 12, 0, 48, 0, NULL);
+	ck_assert_int_eq(test_stat_wait(pt_d[0].sock, "dram", "pins", 0), 0);
+	pt_rank(&r, 1);
+	ck_assert_uint_eq(test_rank_probe(&r, 12, 48, NULL, NULL), 48);
+	for (i = 0; i < PT_N; i++)
+		before[i] = pt_state_of(i);
+	for (k = 0; k < 20; k++)
+		ck_assert_uint_eq(test_rank_probe(&r, 12, 48, NULL, NULL), 48);
+	/* A prefix nobody holds past page 16 is 16, asked of the homes too. */
+	test_rank_publish_kv(&r, 13, 0, 16, 0, NULL);
+	ck_assert_int_eq(test_stat_wait(pt_d[1].sock, "dram", "pins", 0), 0);
+	for (i = 0; i < PT_N; i++) {
+		free(before[i]);
+		before[i] = pt_state_of(i);
+	}
+	for (k = 0; k < 20; k++)
+		ck_assert_uint_eq(test_rank_probe(&r, 13, 48, NULL, NULL), 16);
+	for (i = 0; i < PT_N; i++) {
+		after = pt_state_of(i);
+		ck_assert_msg(strcmp(before[i], after) == 0, "n%u changed:\n%s\n%s", i, before[i],
+		    after);
+		free(after);
+		free(before[i]);
+	}
+	ck_assert_int_gt(test_stat(pt_d[0].sock, "peers", "probes_served") +
+	    test_stat(pt_d[2].sock, "peers", "probes_served"), 0);
+	test_rank_fini(&r);
+	test_rank_fini(&pub);
+}
+END_TEST
+
+/* A hybrid layout: KV pages, an all_pages sidecar and a checkpoint, all from another daemon. */
+START_TEST(test_hybrid_pools_restore_elsewhere)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_state_dest		sd = { TEST_RANK_STATE, 1 };
+	struct l3kv_admit_result	a;
+	struct test_rank		pub, r;
+	uint32_t			dst[16], stops[16], nstops, i;
+
+	pt_role(PT_N, NULL, NULL);
+	test_rank_init(&pub, &pt_kv, "h", 1, 0);
+	pub.args.layout.attention = L3KV_ATTN_MHA;
+	test_rank_add_state(&pub, 4, 4096, "conv:4096");
+	test_rank_add_sidecar(&pub, L3KV_HIT_ALL_PAGES, 0, PT_TOKENS, 32, "swa:32");
+	r = pub;
+	test_rank_attach(&pub, pt_d[0].sock);
+	for (i = 0; i < 16; i++) {
+		test_rank_fill_page(&pub, TEST_RANK_KV, i, 21, i);
+		test_rank_fill_page(&pub, TEST_RANK_SIDE, i, 22, i);
+	}
+	test_rank_publish(&pub, TEST_RANK_KV, 21, 0, 16, 0, NULL);
+	/* The sidecar pages are published under prefix 21's hashes, with their own bytes. */
+	for (i = 0; i < 16; i++) {
+		struct l3kv_publish_page	pg;
+		struct l3kv_publish_result	pr;
+
+		test_page_hash(21, i, pg.hash);
+		pg.src_page = i;
+		ck_assert_int_eq(l3kv_publish(pub.k, TEST_RANK_SIDE, &pg, 1, &pr), 0);
+	}
+	test_rank_fill_page(&pub, TEST_RANK_STATE, 3, 23, 15);
+	test_rank_publish(&pub, TEST_RANK_STATE, 21, 15, 1, 3, NULL);
+	ck_assert_int_eq(test_stat_wait(pt_d[0].sock, "dram", "pins", 0), 0);
+
+	/* The second rank maps its own memory: r was a copy of pub's arguments before attach. */
+	test_rank_init(&r, &pt_kv, "h", 1, 0);
+	r.args.layout.attention = L3KV_ATTN_MHA;
+	test_rank_add_state(&r, 4, 4096, "conv:4096");
+	test_rank_add_sidecar(&r, L3KV_HIT_ALL_PAGES, 0, PT_TOKENS, 32, "swa:32");
+	test_rank_attach(&r, pt_d[2].sock);
+	ck_assert_uint_eq(test_rank_probe(&r, 21, 16, stops, &nstops), 16);
+	ck_assert_uint_eq(nstops, 1);
+	a = test_rank_admit(&r, 1, 21, 16, 16, 1);
+	ck_assert_uint_eq(a.admitted_pages, 16);
+	test_rank_sentinel(&r, TEST_RANK_KV, 0, 16);
+	test_rank_sentinel(&r, TEST_RANK_SIDE, 0, 16);
+	memset(r.mem[TEST_RANK_STATE], 0xee, r.len[TEST_RANK_STATE]);
+	for (i = 0; i < 16; i++)
+		dst[i] = i;
+	ck_assert_int_eq(l3kv_restore_state(r.k, a.lease, TEST_RANK_KV, dst, 16, &sd, 10000, &res),
+	    0);
+	ck_assert_uint_eq(res.pages, 16);
+	for (i = 0; i < 16; i++) {
+		ck_assert_msg(test_rank_page_is(&r, TEST_RANK_KV, i, 21, i), "kv page %u", i);
+		ck_assert_msg(test_rank_page_is(&r, TEST_RANK_SIDE, i, 22, i), "sidecar page %u", i);
+	}
+	ck_assert(test_rank_page_is(&r, TEST_RANK_STATE, 1, 23, 15));
+	ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	test_rank_fini(&r);
+	test_rank_fini(&pub);
+}
+END_TEST
+
+/* A DCP group's shards are placed apart and each rank restores its own, from elsewhere. */
+START_TEST(test_dcp_shards_restore_from_their_homes)
+{
+	struct l3kv_admit_result	res[2];
+	struct l3kv_restore_result	rr;
+	struct l3kv_admit_args		a;
+	struct test_rank		pub[2], r[2];
+	uint8_t				*hs = test_page_hashes(31, 32);
+	uint32_t			dst[32], i, k;
+	uint64_t			ticket;
+
+	pt_role(PT_N, NULL, NULL);
+	for (k = 0; k < 2; k++) {
+		test_rank_init(&pub[k], &pt_kv, "dcp", 2, k);
+		pub[k].args.layout.dcp_size = 2;
+		pub[k].args.layout.dcp_rank = (uint16_t)k;
+		pub[k].args.layout.tp_size = 1;
+		pub[k].args.tp_rank = 0;
+		test_rank_attach(&pub[k], pt_d[0].sock);
+		/* Shard k's pages have their own bytes: prefix 31 + 10 * k. */
+		for (i = 0; i < 32; i++)
+			test_rank_fill_page(&pub[k], TEST_RANK_KV, i, 31 + 10 * k, i);
+		test_rank_publish(&pub[k], TEST_RANK_KV, 31, 0, 32, 0, NULL);
+	}
+	ck_assert_int_eq(test_stat_wait(pt_d[0].sock, "dram", "pins", 0), 0);
+	for (k = 0; k < 2; k++) {
+		test_rank_init(&r[k], &pt_kv, "dcp", 2, k);
+		r[k].args.layout.dcp_size = 2;
+		r[k].args.layout.dcp_rank = (uint16_t)k;
+		r[k].args.layout.tp_size = 1;
+		r[k].args.tp_rank = 0;
+		test_rank_attach(&r[k], pt_d[1].sock);
+	}
+	a = (struct l3kv_admit_args){ .request_id = 9, .hashes = hs, .npages = 32,
+	    .reserved_pages = 32, .state_slot = PROTO_SLOT_NONE };
+	test_rank_admit_group(r, 2, &a, res);
+	ck_assert_uint_eq(res[0].admitted_pages, 32);
+	ck_assert_uint_eq(res[1].admitted_pages, 32);
+	for (i = 0; i < 32; i++)
+		dst[i] = i;
+	for (k = 0; k < 2; k++) {
+		test_rank_sentinel(&r[k], TEST_RANK_KV, 0, PT_PAGES);
+		ck_assert_int_eq(l3kv_submit_restore(r[k].k, res[k].lease, TEST_RANK_KV, dst, 32,
+		    &ticket), 0);
+	}
+	for (k = 0; k < 2; k++) {
+		struct l3kv_completion	c;
+
+		test_rank_wait_completion(&r[k], &c);
+		ck_assert_int_eq(l3kv_restore_result(&c, &rr), 0);
+		l3kv_completion_release(&c);
+		ck_assert_uint_eq(rr.pages, 32);
+		for (i = 0; i < 32; i++)
+			ck_assert_msg(test_rank_page_is(&r[k], TEST_RANK_KV, i, 31 + 10 * k, i),
+			    "shard %u page %u", k, i);
+	}
+	for (k = 0; k < 2; k++) {
+		ck_assert_int_eq(l3kv_release(r[k].k, res[k].lease), 0);
+		test_rank_fini(&r[k]);
+		test_rank_fini(&pub[k]);
+	}
+	free(hs);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ faults */
+
+#define PT_BIG		128	/* pages of the fault tests' prefix: 8 stripes */
+
+static const struct test_rank_kv	pt_big = { "peer-model", "latent:128:fp8_e4m3", L3KV_ATTN_MLA,
+    512, PT_TOKENS, PT_LAYERS, PT_TB };
+
+static void
+pt_rank_big(struct test_rank *r, unsigned i)
+{
+	test_rank_init(r, &pt_big, "g", 1, 0);
+	test_rank_attach(r, pt_d[i].sock);
+}
+
+/* STATS peers: the sum over daemon i's peers of one failure reason. */
+static long long
+pt_failures(unsigned i, const char *why)
+{
+	json_t		*j = test_stats(pt_d[i].sock), *a, *e;
+	long long	 n = 0;
+	size_t		 k;
+
+	a = json_object_get(json_object_get(j, "peers"), "peers");
+	json_array_foreach(a, k, e)
+		n += json_integer_value(json_object_get(json_object_get(e, "failures"), why));
+	json_decref(j);
+	return n;
+}
+
+/*
+ * Two daemons: n0 publishes a prefix of n pages (its stripes homed on n1
+ * are offered there and pulled); returns once n0 holds no offer pins.
+ */
+static void
+pt_pair_published(struct test_rank *pub, uint32_t prefix, uint32_t n, const char *peer1,
+    const char *test1, const char *peer0, const char *test0)
+{
+	pt_pick_port();
+	pt_start(0, 2, peer0, test0);
+	pt_start(1, 2, peer1, test1);
+	pt_wait_mesh(2);
+	pt_rank_big(pub, 0);
+	test_rank_publish_kv(pub, prefix, 0, n, 0, NULL);
+	ck_assert_int_eq(test_stat_wait(pt_d[0].sock, "dram", "pins", 0), 0);
+}
+
+/*
+ * After a fault: what n1 now says it holds (PROBE) is what ADMIT promises
+ * and what RESTORE puts in place, byte for byte; nothing is a false hit.
+ */
+static uint32_t
+pt_honest(struct test_rank *r, uint64_t req, uint32_t prefix, uint32_t n)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a;
+	uint32_t			hit, p;
+
+	hit = test_rank_probe(r, prefix, n, NULL, NULL);
+	a = test_rank_admit(r, req, prefix, n, n, PROTO_SLOT_NONE);
+	ck_assert_uint_le(a.admitted_pages, hit);
+	if (a.admitted_pages == 0)
+		return 0;
+	test_rank_sentinel(r, TEST_RANK_KV, 0, n);
+	ck_assert_int_eq(test_rank_restore(r, a.lease, 0, a.admitted_pages, &res), 0);
+	ck_assert_uint_eq(res.pages, a.admitted_pages);
+	for (p = 0; p < a.admitted_pages; p++)
+		ck_assert_msg(test_rank_page_is(r, TEST_RANK_KV, p, prefix, p), "page %u", p);
+	ck_assert(test_rank_is_sentinel(r, TEST_RANK_KV, a.admitted_pages, n - a.admitted_pages));
+	ck_assert_int_eq(l3kv_release(r->k, a.lease), 0);
+	return a.admitted_pages;
+}
+
+/*
+ * ADMIT on n1 promises what the owner leased; the pulls wait
+ * (testing.peer_pull_delay_ms) and the fault strikes meanwhile: the
+ * RESTORE fails `lost`, its destination untouched.
+ */
+static void
+pt_restore_lost(struct test_rank *r, uint32_t prefix, uint32_t n, void (*fault)(void *), void *arg)
+{
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a;
+
+	a = test_rank_admit(r, 1, prefix, n, n, PROTO_SLOT_NONE);
+	ck_assert_uint_eq(a.admitted_pages, n);
+	ck_assert_int_gt(test_stat(pt_d[1].sock, "cache", "leases_open"), 0);
+	fault(arg);
+	test_rank_sentinel(r, TEST_RANK_KV, 0, n);
+	ck_assert_int_eq(test_rank_restore(r, a.lease, 0, n, &res), -ENODATA);
+	ck_assert(test_rank_is_sentinel(r, TEST_RANK_KV, 0, n));
+	ck_assert_int_gt(test_stat(pt_d[1].sock, "cache", "objects_lost"), 0);
+	(void)l3kv_release(r->k, a.lease);
+}
+
+static void
+pt_fault_kill_owner(void *arg)
+{
+	int	status;
+
+	(void)arg;
+	pt_up[0] = 0;
+	(void)test_daemon_stop(&pt_d[0], SIGKILL, &status);
+}
+
+/* The owner is SIGKILLed while the pulls wait: lost, then honest misses. */
+START_TEST(test_owner_killed_mid_pull)
+{
+	struct test_rank	pub, r;
+
+	pt_pair_published(&pub, 41, PT_BIG, NULL, "\"peer_pull_delay_ms\": 1500", NULL, NULL);
+	pt_rank_big(&r, 1);
+	ck_assert_uint_eq(test_rank_probe(&r, 41, PT_BIG, NULL, NULL), PT_BIG);
+	test_rank_fini(&pub);
+	pt_restore_lost(&r, 41, PT_BIG, pt_fault_kill_owner, NULL);
+	ck_assert(pt_wait_state(1, 0, "down") || pt_wait_state(1, 0, "connecting"));
+	ck_assert_int_gt(pt_failures(1, "stale") + pt_failures(1, "io"), 0);
+	/* Only what n1 holds itself now: its offered stripes, up to the first one it lacks. */
+	ck_assert_uint_lt(pt_honest(&r, 2, 41, PT_BIG), PT_BIG);
+	test_rank_fini(&r);
+}
+END_TEST
+
+static void
+pt_fault_restart_owner(void *arg)
+{
+	struct test_rank	*pub = arg;
+	uint32_t		 i;
+
+	pt_fault_kill_owner(NULL);
+	pt_start(0, 2, NULL, NULL);
+	/* The same hashes, other bytes: what a restarted owner holds under the old names. */
+	pt_rank_big(pub, 0);
+	for (i = 0; i < PT_BIG; i++)
+		test_rank_fill_page(pub, TEST_RANK_KV, i, 99, i);
+	test_rank_publish(pub, TEST_RANK_KV, 42, 0, PT_BIG, 0, NULL);
+	test_rank_fini(pub);
+}
+
+/* The owner restarts (a new incarnation) during the pulls: lost; no stale byte is restored. */
+START_TEST(test_owner_restarted_mid_pull)
+{
+	struct test_rank	pub, r;
+
+	pt_pair_published(&pub, 42, PT_BIG, NULL, "\"peer_pull_delay_ms\": 3000", NULL, NULL);
+	test_rank_fini(&pub);
+	pt_rank_big(&r, 1);
+	pt_restore_lost(&r, 42, PT_BIG, pt_fault_restart_owner, &pub);
+	ck_assert_int_gt(pt_failures(1, "stale") + pt_failures(1, "io") +
+	    pt_failures(1, "checksum"), 0);
+	ck_assert(pt_wait_state(1, 0, "up"));
+	/* The restarted owner's pages have prefix 99's bytes: a restore now is exactly those. */
+	{
+		struct l3kv_restore_result	res;
+		struct l3kv_admit_result	a;
+		uint32_t			p, mine = 0, theirs = 0;
+
+		a = test_rank_admit(&r, 2, 42, PT_BIG, PT_BIG, PROTO_SLOT_NONE);
+		ck_assert_uint_gt(a.admitted_pages, 0);
+		ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, a.admitted_pages, &res), 0);
+		for (p = 0; p < a.admitted_pages; p++) {
+			/* n1's own copies (offered before) or the new owner's bytes, nothing else. */
+			if (test_rank_page_is(&r, TEST_RANK_KV, p, 42, p))
+				mine++;
+			else {
+				ck_assert_msg(test_rank_page_is(&r, TEST_RANK_KV, p, 99, p), "page %u", p);
+				theirs++;
+			}
+		}
+		ck_assert_uint_eq(mine + theirs, a.admitted_pages);
+		ck_assert_int_eq(l3kv_release(r.k, a.lease), 0);
+	}
+	test_rank_fini(&r);
+}
+END_TEST
+
+/* An owner whose lease answers name keys outside its registered chunks: misses, nothing lost. */
+START_TEST(test_bad_key_is_refused_before_any_read)
+{
+	struct test_rank	pub, r;
+	uint32_t		got;
+
+	pt_pair_published(&pub, 43, PT_BIG, NULL, NULL, NULL, "\"peer_bad_key\": true");
+	pt_rank_big(&r, 1);
+	got = pt_honest(&r, 1, 43, PT_BIG);
+	ck_assert_uint_lt(got, PT_BIG);
+	ck_assert_int_gt(pt_failures(1, "bad_key"), 0);
+	ck_assert_int_eq(test_stat(pt_d[1].sock, "cache", "objects_lost"), 0);
+	test_rank_fini(&r);
+	test_rank_fini(&pub);
+}
+END_TEST
+
+static void
+pt_fault_expire_and_corrupt(void *arg)
+{
+	struct test_rank	*pub = arg;
+	uint8_t			 h[L3KV_HASH_LEN];
+	uint32_t		 i;
+
+	/* The owner's lease reaches its maximum age (200 ms), then its objects change. */
+	ck_assert_int_ge(test_stat_wait(pt_d[0].sock, "peers", "leases_expired", 1), 1);
+	ck_assert_int_eq(test_stat(pt_d[0].sock, "peers", "pins"), 0);
+	for (i = 0; i < PT_BIG; i++) {
+		test_page_hash(44, i, h);
+		ck_assert_int_eq(l3kv_debug(pub->k, L3KV_DEBUG_CORRUPT, 0, h), 0);
+	}
+}
+
+/* The owner's lease expires before the pull, and the bytes change: caught on landing. */
+START_TEST(test_owner_lease_expiry_is_caught)
+{
+	struct test_rank	pub, r;
+
+	pt_pair_published(&pub, 44, PT_BIG, NULL, "\"peer_pull_delay_ms\": 1500",
+	    "\"lease_max_ms\": 200", NULL);
+	pt_rank_big(&r, 1);
+	pt_restore_lost(&r, 44, PT_BIG, pt_fault_expire_and_corrupt, &pub);
+	ck_assert_int_gt(pt_failures(1, "checksum"), 0);
+	test_rank_fini(&r);
+	test_rank_fini(&pub);
+}
+END_TEST
+
+/* 400 pages, about half of them pulled at once by one ADMIT: all byte for byte. */
+START_TEST(test_200_concurrent_pulls)
+{
+	struct test_rank	pub, r;
+	long long		pulls;
+
+	pt_pair_published(&pub, 45, 400, "\"stripe_pages\": 1", NULL, "\"stripe_pages\": 1", NULL);
+	pt_rank_big(&r, 1);
+	ck_assert_uint_eq(pt_honest(&r, 1, 45, 400), 400);
+	pulls = pt_peer_stat(1, 0, "pulls");
+	ck_assert_msg(pulls >= 150, "only %lld pulls", pulls);
+	ck_assert_int_eq(pt_failures(1, "io") + pt_failures(1, "checksum") +
+	    pt_failures(1, "timeout"), 0);
+	test_rank_fini(&r);
+	test_rank_fini(&pub);
+}
+END_TEST
+
+/* A member dropped from the list (SIGHUP): its keys are misses; nothing false, nothing lost. */
+START_TEST(test_membership_change_remaps_to_misses)
+{
+	struct test_rank	pub, r;
+	char			*cfg, buf[32];
+	FILE			*f;
+	uint32_t		before, after;
+
+	pt_role(PT_N, NULL, NULL);
+	pt_rank_big(&pub, 2);
+	test_rank_publish_kv(&pub, 46, 0, PT_BIG, 0, NULL);
+	ck_assert_int_eq(test_stat_wait(pt_d[2].sock, "dram", "pins", 0), 0);
+	test_rank_fini(&pub);
+	pt_rank_big(&r, 1);
+	/* PROBE only: a restore would leave every pulled page in n1's DRAM. */
+	before = test_rank_probe(&r, 46, PT_BIG, NULL, NULL);
+	ck_assert_uint_eq(before, PT_BIG);
+	/* n1 forgets n2, the publisher: what was homed there, or stays there, is gone for n1. */
+	cfg = pt_config(1, 2, NULL, NULL);
+	ck_assert_ptr_nonnull(f = fopen(pt_d[1].config, "w"));
+	fputs(cfg, f);
+	fclose(f);
+	free(cfg);
+	ck_assert_int_eq(kill(pt_d[1].pid, SIGHUP), 0);
+	for (int t = 0; t < 500 && strcmp(pt_state(1, 2, buf, sizeof(buf)), "absent") != 0; t++)
+		usleep(10000);
+	ck_assert_str_eq(pt_state(1, 2, buf, sizeof(buf)), "absent");
+	ck_assert_int_eq(test_stat(pt_d[1].sock, "peers", "members"), 2);
+	/* Stripes n2 was home of (8 stripes of 3 members: some) are now homed where nobody has them. */
+	after = pt_honest(&r, 2, 46, PT_BIG);
+	ck_assert_uint_lt(after, before);
+	ck_assert_int_eq(test_stat(pt_d[1].sock, "cache", "objects_lost"), 0);
+	test_rank_fini(&r);
+}
+END_TEST
+
+/* peer.replicas 2: every stripe on two homes; the publisher dies and nothing is missed. */
+START_TEST(test_two_replicas_survive_a_member)
+{
+	struct test_rank	pub, r;
+
+	pt_role(PT_N, "\"replicas\": 2", NULL);
+	pt_rank_big(&pub, 0);
+	test_rank_publish_kv(&pub, 47, 0, PT_BIG, 0, NULL);
+	ck_assert_int_eq(test_stat_wait(pt_d[0].sock, "dram", "pins", 0), 0);
+	test_rank_fini(&pub);
+	pt_fault_kill_owner(NULL);
+	ck_assert(pt_wait_state(1, 0, "down") || pt_wait_state(1, 0, "connecting"));
+	pt_rank_big(&r, 1);
+	/* Of any two homes out of three, n1 or n2 is one: all of it is still there. */
+	ck_assert_uint_eq(pt_honest(&r, 1, 47, PT_BIG), PT_BIG);
+	test_rank_fini(&r);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ netns, sockets */
+
+static void
+pt_setup_netns(void)
+{
+	ck_assert_int_eq(test_netns_up(pt_ns, PT_N), 0);
+}
+
+static void
+pt_teardown_netns(void)
+{
+	pt_teardown();
+	ck_assert_int_eq(test_netns_down(pt_ns), 0);
+	pt_ns[0] = '\0';
+}
+
+/* Three nodes on a bridge: restores byte for byte of what another node published. */
+START_TEST(test_netns_restore_across_nodes)
+{
+	struct test_rank	pub, r;
+	unsigned		i;
+
+	pt_role(PT_N, NULL, NULL);
+	pt_rank_big(&pub, 0);
+	test_rank_publish_kv(&pub, 51, 0, PT_BIG, 0, NULL);
+	ck_assert_int_eq(test_stat_wait(pt_d[0].sock, "dram", "pins", 0), 0);
+	for (i = 1; i < PT_N; i++) {
+		pt_rank_big(&r, i);
+		ck_assert_uint_eq(pt_honest(&r, 1, 51, PT_BIG), PT_BIG);
+		ck_assert_int_gt(pt_hits_peer(i), 0);
+		test_rank_fini(&r);
+	}
+	test_rank_fini(&pub);
+}
+END_TEST
+
+static void
+pt_fault_link_down(void *arg)
+{
+	(void)arg;
+	ck_assert_int_eq(test_netns_link(pt_ns, 1, 0), 0);
+}
+
+/* The owner's node is cut off the bridge while the pulls wait: lost; then honest misses. */
+START_TEST(test_netns_link_down_mid_pull)
+{
+	struct test_rank	pub, r;
+
+	pt_pick_port();
+	pt_start(0, 2, NULL, NULL);
+	pt_start(1, 2, "\"pull_timeout_ms\": 1000", "\"peer_pull_delay_ms\": 1000");
+	pt_wait_mesh(2);
+	pt_rank_big(&pub, 0);
+	test_rank_publish_kv(&pub, 52, 0, PT_BIG, 0, NULL);
+	ck_assert_int_eq(test_stat_wait(pt_d[0].sock, "dram", "pins", 0), 0);
+	pt_rank_big(&r, 1);
+	pt_restore_lost(&r, 52, PT_BIG, pt_fault_link_down, NULL);
+	ck_assert_int_gt(pt_failures(1, "stale") + pt_failures(1, "io") +
+	    pt_failures(1, "timeout"), 0);
+	/* Cut off: what n1 holds itself only, and exactly that. */
+	ck_assert_uint_lt(pt_honest(&r, 2, 52, PT_BIG), PT_BIG);
+	/* Back on the bridge: the owner is found again and everything restores. */
+	ck_assert_int_eq(test_netns_link(pt_ns, 1, 1), 0);
+	ck_assert(pt_wait_state(1, 0, "up"));
+	ck_assert_uint_eq(pt_honest(&r, 3, 52, PT_BIG), PT_BIG);
+	test_rank_fini(&r);
+	test_rank_fini(&pub);
+}
+END_TEST
+
+static void
+pt_setup_sockets(void)
+{
+	pt_provider = "sockets";
+}
+
+static void
+pt_teardown_sockets(void)
+{
+	pt_teardown();
+	pt_provider = "tcp";
+}
+
+/* Why provider prov cannot open here (in a child: a provider may leave threads), or NULL. */
+static const char *
+pt_provider_reason(const char *prov)
+{
+	static char	why[320];
+	int		p[2], st = 0;
+	ssize_t		n;
+	pid_t		pid;
+
+	if (pipe(p) != 0 || (pid = fork()) < 0)
+		return "fork failed";
+	if (pid == 0) {
+		struct event_base	*b = event_base_new();
+		struct fabric		*f;
+		char			 err[300] = "";
+
+		close(p[0]);
+		log_init(LOG_LEVEL_ERROR);
+		if (fabric_open(b, prov, "127.0.0.1", &f, err, sizeof(err)) == 0)
+			fabric_close(f);
+		if (write(p[1], err, strlen(err)) < 0)
+			_exit(1);
+		_exit(0);
+	}
+	close(p[1]);
+	n = read(p[0], why, sizeof(why) - 1);
+	close(p[0]);
+	waitpid(pid, &st, 0);
+	if (n < 0 || !WIFEXITED(st))
+		return "the provider probe died";
+	why[n] = '\0';
+	return n > 0 ? why : NULL;
+}
+
+Suite *
+suite_peer(void)
+{
+	Suite		*s = suite_create("peer");
+	const char	*why;
+	TCase		*tc;
+
+	tc = test_tcase(s, "placement", 0, NULL, NULL);
+	tcase_add_test(tc, test_hrw_is_stable_and_order_free);
+	tcase_add_test(tc, test_hrw_spreads_keys);
+	tcase_add_test(tc, test_hrw_remaps_minimally);
+	tcase_add_test(tc, test_stripe_pages_share_a_home);
+	tc = test_tcase(s, "channel", 60, NULL, pt_teardown);
+	tcase_add_test(tc, test_three_daemons_connect);
+	tcase_add_test(tc, test_l3kvctl_shows_the_peers);
+	tcase_add_test(tc, test_stranger_is_refused);
+	tcase_add_test(tc, test_secret_is_checked);
+	tcase_add_test(tc, test_hostile_peer_bytes_are_refused);
+	tc = test_tcase(s, "restore", 60, NULL, pt_teardown);
+	tcase_add_test(tc, test_restore_objects_published_elsewhere);
+	tcase_add_test(tc, test_probe_changes_nothing_anywhere);
+	tcase_add_test(tc, test_hybrid_pools_restore_elsewhere);
+	tcase_add_test(tc, test_dcp_shards_restore_from_their_homes);
+	tc = test_tcase(s, "faults", 90, NULL, pt_teardown);
+	tcase_add_test(tc, test_owner_killed_mid_pull);
+	tcase_add_test(tc, test_owner_restarted_mid_pull);
+	tcase_add_test(tc, test_bad_key_is_refused_before_any_read);
+	tcase_add_test(tc, test_owner_lease_expiry_is_caught);
+	tcase_add_test(tc, test_200_concurrent_pulls);
+	tcase_add_test(tc, test_membership_change_remaps_to_misses);
+	tcase_add_test(tc, test_two_replicas_survive_a_member);
+	/* The error paths again on the sockets provider (a restarted owner's reused keys). */
+	if ((why = pt_provider_reason("sockets")) != NULL) {
+		printf("SKIPPED tcase peer/sockets: %s\n", why);
+		test_skipped++;
+	} else {
+		tc = test_tcase(s, "sockets", 90, pt_setup_sockets, pt_teardown_sockets);
+		tcase_add_test(tc, test_restore_objects_published_elsewhere);
+		tcase_add_test(tc, test_owner_killed_mid_pull);
+		tcase_add_test(tc, test_owner_restarted_mid_pull);
+		tcase_add_test(tc, test_bad_key_is_refused_before_any_read);
+		tcase_add_test(tc, test_owner_lease_expiry_is_caught);
+	}
+	if ((why = test_netns_reason()) != NULL) {
+		printf("SKIPPED tcase peer/netns: %s\n", why);
+		test_skipped++;
+	} else if ((why = pt_provider_reason("tcp")) != NULL) {
+		printf("SKIPPED tcase peer/netns: %s\n", why);
+		test_skipped++;
+	} else {
+		tc = test_tcase(s, "netns", 120, pt_setup_netns, pt_teardown_netns);
+		tcase_add_test(tc, test_netns_restore_across_nodes);
+		tcase_add_test(tc, test_netns_link_down_mid_pull);
+	}
+	return s;
+}
