@@ -191,6 +191,8 @@ static const struct config_key config_keys[] = {
 	CONFIG_INT("testing.read_delay_ms", test_read_delay_ms, 0, 60000, 0),
 	/* Lets a client destroy cached data: off unless a test asks. */
 	CONFIG_BOOL("testing.debug_ops", test_debug_ops, 0),
+	/* Several cuda copy engines on each GPU, as if they were GPUs (cuda.c). */
+	CONFIG_INT("testing.cuda_engines_per_gpu", test_cuda_engines_per_gpu, 1, 8, 1),
 };
 #define CONFIG_NKEYS	(sizeof(config_keys) / sizeof(config_keys[0]))
 
@@ -273,7 +275,8 @@ static const char config_default_text[] =
     "    \"copy_delay_ms\": 0,\n"
     "    \"scan_delay_ms\": 0,\n"
     "    \"read_delay_ms\": 0,\n"
-    "    \"debug_ops\": false\n"
+    "    \"debug_ops\": false,\n"
+    "    \"cuda_engines_per_gpu\": 1\n"
     "  }\n"
     "}\n";
 

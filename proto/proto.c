@@ -49,6 +49,8 @@ static const struct proto_status_info proto_statuses[PROTO_S__MAX] = {
 	[PROTO_S_TIMEOUT] = { "timeout", "timed out", ETIMEDOUT },
 	[PROTO_S_GROUP_MISMATCH] = { "group_mismatch", "attach disagrees with its group", EXDEV },
 	[PROTO_S_SLOT] = { "slot", "state slot is live or held by another lease", EADDRINUSE },
+	[PROTO_S_WRONG_DEVICE] = { "wrong_device", "GPU memory is not on the device claimed",
+	    ENXIO },
 };
 
 const char *
@@ -454,6 +456,9 @@ proto_region_check(const struct proto_region *r, unsigned i, uint8_t npools,
 	}
 	if (r->pool >= npools)
 		ATTACH_ERR("regions[%u].pool: %u is not a declared pool", i, r->pool);
+	if (r->kind == PROTO_MEM_MEMFD && r->device != 0)
+		ATTACH_ERR("regions[%u].device: %u, but only GPU memory is on a device", i,
+		    r->device);
 	if (r->layout < PROTO_LAYOUT_PAGE_FIRST || r->layout > PROTO_LAYOUT_SLOTS)
 		ATTACH_ERR("regions[%u].layout: %u is not a layout", i, r->layout);
 	if (r->fd_index >= PROTO_FDS_MAX)

@@ -105,6 +105,8 @@ enum proto_status {
 	PROTO_S_TIMEOUT		= 26,
 	PROTO_S_GROUP_MISMATCH	= 27,	/* ATTACH disagrees with its group */
 	PROTO_S_SLOT		= 28,	/* a live or another lease's state slot */
+	/* 29-39: reserved for parallel work */
+	PROTO_S_WRONG_DEVICE	= 40,	/* GPU memory is not on the device claimed */
 	PROTO_S__MAX
 };
 
@@ -233,7 +235,7 @@ struct proto_region {
 	uint8_t		kind;		/* proto_mem_kind */
 	uint8_t		layout;		/* proto_host_layout */
 	uint16_t	fd_index;	/* which SCM_RIGHTS fd (memfd, cumem) */
-	uint16_t	pad;
+	uint16_t	device;		/* GPU memory: 0 any, n claims device n - 1 */
 	uint64_t	offset;		/* into the allocation */
 	uint64_t	size;		/* bytes usable from offset */
 	uint32_t	num_pages;

@@ -182,7 +182,8 @@ read_text(const char *path)
 	X(INT, test_copy_delay_ms,	0,			10)			\
 	X(INT, test_scan_delay_ms,	0,			0)			\
 	X(INT, test_read_delay_ms,	0,			0)			\
-	X(INT, test_debug_ops,		0,			1)
+	X(INT, test_debug_ops,		0,			1)			\
+	X(INT, test_cuda_engines_per_gpu, 1,			2)
 
 #define WANT_DEFAULT(kind, field, def, full)	.field = def,
 #define WANT_FULL(kind, field, def, full)	.field = full,
