@@ -566,6 +566,29 @@ cuda_waiting_on_events(const struct cuda_engine *ce)
 	return ce == NULL ? 0 : cuda_gated(ce);
 }
 
+/*
+ * DEBUG (testing.debug_ops): the copy engine of these regions dies, as on
+ * a sticky CUDA error: its ops in flight fail once their issued chunks
+ * are done, later ones are refused. The loop is woken to see it. 0, or
+ * -ENOENT where no region is GPU memory.
+ */
+int
+cuda_kill_engine(struct cuda_engine *ce, const struct region *regions, unsigned n)
+{
+	uint64_t	one = 1;
+	unsigned	i;
+
+	for (i = 0; ce != NULL && i < n; i++) {
+		if (regions[i].kreg == NULL || regions[i].cdev == NULL)
+			continue;
+		kernels_engine_kill(regions[i].cdev->eng, "copy engine killed (DEBUG)");
+		if (write(workq_fd(ce->wq), &one, sizeof(one)) < 0)
+			log_debug("cuda", "waking the loop: %s", strerror(errno));
+		return 0;
+	}
+	return -ENOENT;
+}
+
 /* Copy engines this daemon may start: GPUs x testing.cuda_engines_per_gpu. */
 unsigned
 cuda_devices(const struct cuda_engine *ce)

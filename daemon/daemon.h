@@ -649,6 +649,7 @@ struct cuda_dev_stats {
 	struct copy_times	 last_restore;
 };
 unsigned cuda_devices(const struct cuda_engine *);
+int	 cuda_kill_engine(struct cuda_engine *, const struct region *, unsigned nregions);
 void	 cuda_dev_stats(const struct cuda_engine *, unsigned i, struct cuda_dev_stats *);
 void	 cuda_submit(struct cuda_engine *, struct copy_job *);
 void	 cuda_cancel(struct copy_job *);

@@ -586,6 +586,7 @@ L3KV_API int	 l3kv_publish_result(const struct l3kv_completion *,
  */
 #define L3KV_DEBUG_DROP		1
 #define L3KV_DEBUG_CORRUPT	2
+#define L3KV_DEBUG_KILL_ENGINE	3	/* the session's cuda copy engine dies: its copies fail */
 L3KV_API int	 l3kv_debug(struct l3kv *, unsigned op, unsigned pool, const uint8_t *hash);
 
 /* Errors. */

@@ -433,6 +433,7 @@ struct proto_debug {
 _Static_assert(sizeof(struct proto_debug) == 40, "proto_debug");
 #define PROTO_DEBUG_DROP	1	/* remove the object, as if lost */
 #define PROTO_DEBUG_CORRUPT	2	/* flip a byte of the object's data */
+#define PROTO_DEBUG_KILL_ENGINE	3	/* break this session's cuda copy engine (pool, hash unused) */
 
 #define PROTO_PAGES_MAX		65536	/* pages in one request */
 
