@@ -3,13 +3,22 @@
  * handles and cuMem fds opened at ATTACH) and RESTORE/PUBLISH copy jobs
  * run by kernels/ (kernels.h) instead of the host engine's workers.
  *
- * At start-up with a GPU: kernels_init, the DRAM arena registered pinned
- * (objects are read and written there by DMA and zero-copy kernels), one
- * kernels_engine whose notify fd is the eventfd of a workq (workq.c). A
- * CUDA host callback writes it after every chunk; the queue's wake hook
- * lets the engine issue its next chunks, polls the ops in flight and runs
- * the completions of those done; jobs refused at submission go through
- * the same queue as entries. An op waiting for an engine's event
+ * At start-up with a GPU: kernels_init(0), the DRAM arena registered
+ * pinned, mapped and portable (objects are read and written there by DMA
+ * and zero-copy kernels of every device), and a workq (workq.c) whose
+ * eventfd is every engine's notify fd. A copy engine per device (struct
+ * cuda_dev: a kernels_engine with its own streams, staging ring, kernels,
+ * waiter thread and GPU clock calibration) starts at the first region
+ * whose memory is on that device: opening the IPC handle or cuMem fd says
+ * which, and the region's device claim must agree (cuda_pick_engine). The
+ * waiter threads (or CUDA host callbacks) write the one fd after every
+ * chunk; the queue's wake hook lets every engine issue its next chunks,
+ * polls the ops in flight and runs the completions of those done; jobs
+ * refused at submission go through the same queue as entries. A job runs
+ * on one engine: a session's memory is on one device. A group whose ranks
+ * sit on several devices restores on all of them at once; restore.c's
+ * group logic (one rank fails, the others are cancelled and answered once
+ * their copies stopped) is the same whichever engines run the copies. An op waiting for an engine's event
  * (RESTORE with PROTO_RESTORE_F_WAIT_EVENT) gets no callback when that
  * event completes, so while any does, a timer polls the engine too
  * (20 us, backing off to CUDA_POLL_MAX_US). Nothing here blocks the loop: a cancel
