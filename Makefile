@@ -19,6 +19,7 @@ SYSCONFDIR	?= /etc
 UNITDIR		?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR	?= $(PREFIX)/lib/sysusers.d
 MANDIR		?= $(PREFIX)/share/man
+DATADIR		?= $(PREFIX)/share/l3kv
 PYTHON		?= python3
 # Where `make install` copies the l3kv package: the interpreter's purelib under PREFIX
 # (Debian: $(PREFIX)/lib/python3.X/dist-packages), asked once, only by `install`.
@@ -38,7 +39,8 @@ V		?= 0
 DEB_PKGS	:= gcc make pkg-config libevent-dev libjansson-dev check libfabric-dev \
 		   liburing-dev libxxhash-dev systemd clang cppcheck clang-format \
 		   redis-server redis-tools python3-venv g++ ninja-build libssl-dev mandoc \
-		   debhelper dh-python lintian fakeroot dpkg-dev
+		   debhelper dh-python lintian fakeroot dpkg-dev \
+		   prometheus iproute2 etcd-server
 PKGS		:= libevent jansson libxxhash liburing libfabric
 CHECK_PKG	:= check
 
@@ -174,6 +176,11 @@ $(BUILD)/bench_copy: tests/bench/bench_copy.c $(DAEMON_OBJS) $(PROTO_OBJS) $(KER
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_DEPS) $(KERNEL_LIBS) -lm
 
+# The peer tier's reads: fabric.c against a raw fi_read loop (tests/bench/fabric.sh runs it).
+$(BUILD)/bench_fabric: tests/bench/bench_fabric.c $(DAEMON_OBJS) $(PROTO_OBJS) $(KERNEL_OBJS)
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_DEPS) $(KERNEL_LIBS) -lm
+
 # The GPU data-path benchmark, through kernels.h (tests/bench/gpu.sh runs it on a GPU host).
 $(BUILD)/bench_gpu: $(BUILD)/tests/bench/bench_gpu.o $(DAEMON_OBJS) $(PROTO_OBJS) $(KERNEL_OBJS)
 	$(call msg,LD,$@)
@@ -188,11 +195,13 @@ $(BUILD)/bench_e2e: $(BUILD)/tests/bench/bench_e2e.o $(LIB_OBJS) $(PROTO_OBJS) $
 
 # Benchmarks: numbers, never pass/fail. Results go to tests/bench/RESULTS.md by hand.
 bench: all $(BUILD)/bench_control $(BUILD)/bench_file $(BUILD)/bench_e2e $(BUILD)/bench_dram \
-		$(BUILD)/bench_copy
+		$(BUILD)/bench_copy $(BUILD)/bench_fabric
 	$(Q)$(BUILD)/bench_dram 200000
 	$(Q)$(BUILD)/bench_copy
 	$(Q)tests/bench/control.sh $(BUILD)
 	$(Q)tests/bench/file.sh $(BUILD)
+	$(Q)tests/bench/fabric.sh $(BUILD)
+	$(Q)tests/bench/mooncake.sh $(BUILD) || [ $$? -eq 77 ]
 	$(Q)tests/bench/sglang.sh $(BUILD) || [ $$? -eq 77 ]
 
 # Installs what is missing from Debian's archive, as root; otherwise says how.
@@ -291,6 +300,8 @@ install: all
 	chmod 0644 $(DESTDIR)$(UNITDIR)/l3kvd.service
 	install -d $(DESTDIR)$(SYSUSERSDIR)
 	install -m 0644 config/l3kv.sysusers $(DESTDIR)$(SYSUSERSDIR)/l3kv.conf
+	install -d $(DESTDIR)$(DATADIR)
+	install -m 0644 config/grafana-l3kv.json $(DESTDIR)$(DATADIR)/grafana-l3kv.json
 	@test -n "$(PYTHONDIR)" || { echo "install: no $(PYTHON) to ask for PYTHONDIR; set PYTHONDIR="; exit 1; }
 	install -d $(DESTDIR)$(PYTHONDIR)/l3kv
 	install -m 0644 $(PY_SRCS) $(DESTDIR)$(PYTHONDIR)/l3kv/

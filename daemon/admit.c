@@ -188,6 +188,46 @@ admission_lease_gone(struct server *s, struct admission *a)
 	admission_unref(s, a);
 }
 
+/* The namespace's counters: every rank of an admission is in the same namespace. */
+static struct metrics_ns *
+admit_metrics(const struct admission *a)
+{
+	uint16_t	r;
+
+	for (r = 0; r < a->size; r++)
+		if (a->ranks[r].sess != NULL)
+			return a->ranks[r].sess->m;
+	return &metrics_ns[METRICS_NS_MAX];
+}
+
+/*
+ * Counts an answer: admitted or declined per rank, and of the group hit
+ * each rank was told, what the promise left out and why (hit beyond the
+ * reservation, cut short while staging, declined whole).
+ */
+static void
+admit_count(const struct admission *a, unsigned decline, uint32_t unstaged)
+{
+	struct metrics_ns	*m = admit_metrics(a);
+	uint64_t		 hit = a->reply.group_hit, n = a->reply.admitted_pages;
+
+	m->requested_pages += (uint64_t)a->npages * a->nasked;
+	if (decline == PROTO_DECLINE_NONE) {
+		metrics.admits_admitted += a->size;
+		metrics.admit_pages += n * a->size;
+		m->admitted += a->size;
+		m->admitted_pages += n * a->size;
+		m->hit_pages += hit * a->size;
+		m->unfulfilled[METRICS_UNF_RESERVATION] += (hit - unstaged) * a->size;
+		m->unfulfilled[METRICS_UNF_STAGING] += (unstaged - n) * a->size;
+		return;
+	}
+	metrics.admits_declined[decline] += a->nasked;
+	m->declined[decline] += a->nasked;
+	m->hit_pages += hit * a->nasked;
+	m->unfulfilled[METRICS_UNF_DECLINED] += hit * a->nasked;
+}
+
 static void
 admit_reply_rank(struct admission *a, uint16_t r)
 {
@@ -205,7 +245,8 @@ admit_reply_rank(struct admission *a, uint16_t r)
 static void
 admit_answer(struct server *s, struct admission *a, unsigned decline)
 {
-	uint32_t	hit = a->npages, reserved = UINT32_MAX, n, h, *ids = NULL;
+	uint32_t	hit = a->npages, reserved = UINT32_MAX, n = 0, h, *ids = NULL;
+	uint32_t	unstaged = 0;	/* the promise before staging cut it */
 	uint16_t	r;
 
 	a->answered = 1;
@@ -232,6 +273,7 @@ admit_answer(struct server *s, struct admission *a, unsigned decline)
 			n = hit < reserved ? hit : reserved;
 		}
 		a->reply.group_hit = hit;
+		unstaged = n;
 		if (hit == 0)
 			decline = PROTO_DECLINE_NO_HIT;
 		else if (n == 0)
@@ -290,14 +332,13 @@ admit_answer(struct server *s, struct admission *a, unsigned decline)
 	free(ids);
 	a->reply.decline = (uint16_t)decline;
 	a->reply.ttl_ms = s->cfg->lease_ttl_ms;
-	if (decline == PROTO_DECLINE_NONE) {
-		metrics.admits_admitted += a->size;
-		metrics.admit_pages += (uint64_t)a->reply.admitted_pages * a->size;
-	} else
-		metrics.admits_declined[decline] += a->nasked;
+	admit_count(a, decline, unstaged);
 	for (r = 0; r < a->size; r++)
-		if (a->ranks[r].asked)
+		if (a->ranks[r].asked) {
 			admit_reply_rank(a, r);
+			metrics_observe(METRICS_OP_ADMIT, decline != PROTO_DECLINE_NONE,
+			    a->ranks[r].asked_ns);
+		}
 	log_debug("admit", "request %llu: %u of %u pages admitted for %u ranks (decline %u)",
 	    (unsigned long long)a->request_id, a->reply.admitted_pages, a->npages, a->size,
 	    decline);
@@ -384,6 +425,7 @@ admit_request(struct conn *c, struct proto_frame *f)
 		return;
 	}
 	metrics.admits++;
+	sess->m->admits++;
 	a = admit_find(sess->group, p.request_id);
 	/*
 	 * Each waiting admission holds its hashes (up to 2 MiB) and a timer:
@@ -395,6 +437,7 @@ admit_request(struct conn *c, struct proto_frame *f)
 	    !a->ranks[sess->group_rank].asked)) &&
 	    sess->admits_waiting >= s->cfg->admit_max_waiting) {
 		metrics.admits_limited++;
+		sess->m->admits_limited++;
 		conn_reply_error(c, &f->hdr, PROTO_S_LIMIT, "ADMIT: %u admissions of this rank are "
 		    "already waiting for their group (admit.max_waiting)", sess->admits_waiting);
 		return;
@@ -432,6 +475,7 @@ admit_request(struct conn *c, struct proto_frame *f)
 			ar->sess = sess;
 			session_ref(sess);
 			ar->asked = 1;
+			ar->asked_ns = metrics_now_ns();
 			a->nasked++;
 			sess->admits_waiting++;	/* until admit_answer, just below */
 		} else {
@@ -452,6 +496,7 @@ admit_request(struct conn *c, struct proto_frame *f)
 	ar->sess = sess;
 	session_ref(sess);
 	ar->asked = 1;
+	ar->asked_ns = metrics_now_ns();
 	ar->req = f->hdr;
 	ar->reserved = p.reserved_pages;
 	ar->slot = p.state_slot;

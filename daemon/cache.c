@@ -292,6 +292,7 @@ cache_probe(struct conn *c, struct proto_frame *f)
 	struct session			*sess = c->session;
 	const uint8_t			*hashes = f->payload + sizeof(p);
 	char				 err[128];
+	uint64_t			 t0 = metrics_now_ns();
 
 	memcpy(&p, f->payload, sizeof(p));
 	if (p.flags != 0 || p.pool >= sess->ns->layout.npools) {
@@ -304,13 +305,14 @@ cache_probe(struct conn *c, struct proto_frame *f)
 		return;
 	}
 	metrics.probes++;
+	sess->m->probes++;
 	memset(&r, 0, sizeof(r));
 	if (!session_is_hybrid(sess)) {
 		r.hit_pages = cache_group_hits(c->server, sess, p.pool, hashes, p.npages);
 		conn_reply(c, &f->hdr, PROTO_S_OK, &r, sizeof(r));
-		return;
-	}
-	cache_probe_stops(c, f, &p, hashes);
+	} else
+		cache_probe_stops(c, f, &p, hashes);
+	metrics_observe(METRICS_OP_PROBE, 0, t0);
 }
 
 /* DEBUG: drop or corrupt one of this session's objects (testing.debug_ops). */

@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <event2/event.h>
 
@@ -48,6 +49,19 @@ void	 fatalx(const char *subsys, const char *fmt, ...)
 #define CONFIG_PATH_MAX		108	/* sun_path */
 #define CONFIG_IDS_MAX		64
 #define CONFIG_ERR_MAX		512
+
+/*
+ * A member of the role (the peer tier, peer.c): its id (unique, stable:
+ * "node-a") and its peer control address. The static list of peer.members
+ * is one source of them; etcd's view another (peer_members_set).
+ */
+#define PEER_ID_LEN		64
+#define PEER_ADDR_LEN		128
+#define CONFIG_PEERS_MAX	64
+struct peer_member {
+	char	id[PEER_ID_LEN];	/* NUL-terminated */
+	char	addr[PEER_ADDR_LEN];	/* "host:port" of its peer control channel, NUL-terminated */
+};
 
 enum config_copy_engine {
 	CONFIG_COPY_AUTO = 0,
@@ -88,7 +102,7 @@ struct config {
 	uint32_t	admit_timeout_ms;	/* group barrier deadline */
 	uint32_t	admit_max_waiting;	/* ADMITs one session may have at a barrier */
 	uint32_t	drain_ms;		/* shutdown drain bound */
-	char		metrics_listen[64];	/* "" disables; used later */
+	char		metrics_listen[64];	/* "" disables: the HTTP server (httpd.c) */
 	uint32_t	test_copy_delay_ms;	/* testing only: slows copies */
 	uint32_t	test_scan_delay_ms;	/* testing only: slows file tier scans */
 	uint32_t	test_read_delay_ms;	/* testing only: slows file tier reads */
@@ -174,6 +188,57 @@ void	 workq_free(struct workq *);
 void	 workq_flush(struct workq *);
 void	 workq_push(struct workq *, struct workq_entry *);
 int	 workq_fd(const struct workq *);
+
+/*
+ * fabric.c: one libfabric FI_EP_RDM endpoint with FI_RMA, one-sided reads
+ * only (a serving endpoint peers read, one reading endpoint per peer).
+ * Loop thread only; completions and progress run on the loop.
+ */
+#define FABRIC_ADDR_MAX		128	/* bytes of an endpoint name (fi_getname) */
+
+struct fabric;
+typedef void (*fabric_done_fn)(void *arg, int err);	/* on the loop; err 0 or -errno */
+
+int	 fabric_open(struct event_base *base, const char *prov, const char *node,
+	    struct fabric **fp, char *err, size_t errlen);
+void	 fabric_close(struct fabric *);
+const char *fabric_provider(const struct fabric *);	/* e.g. "tcp;ofi_rxm" */
+/* This endpoint's name, to hand to peers in the peer HELLO. */
+int	 fabric_name(const struct fabric *, uint8_t *buf, size_t *len);
+/* Registers [base, base + len) for FI_READ | FI_REMOTE_READ in chunks (0: 1 GiB). */
+int	 fabric_expose(struct fabric *, void *base, size_t len, size_t chunk);
+/* A peer's remote address and key for [p, p + len); -ERANGE unless inside one chunk. */
+int	 fabric_rkey(const struct fabric *, const void *p, size_t len, uint64_t *raddr,
+	    uint64_t *rkey);
+/* A peer endpoint by its name (from its HELLO); *peer is an opaque handle. */
+int	 fabric_peer_add(struct fabric *, const uint8_t *name, size_t len, uint64_t *peer);
+void	 fabric_peer_remove(struct fabric *, uint64_t peer);
+/*
+ * One-sided read into dst (inside the exposed region); done runs once, on
+ * the loop, after every posted part completed or could no longer land.
+ * -ECANCELED / -ENOTCONN / -EIO from the provider, -ETIMEDOUT past
+ * deadline_ms (0: none).
+ */
+int	 fabric_read(struct fabric *, uint64_t peer, void *dst, size_t len, uint64_t raddr,
+	    uint64_t rkey, uint32_t deadline_ms, fabric_done_fn done, void *arg);
+/* Counters for STATS: reads posted, completed, failed by reason, bytes. */
+struct fabric_stats { uint64_t reads, done, failed, bytes, ecanceled, enotconn, timedout; };
+void	 fabric_get_stats(const struct fabric *, struct fabric_stats *);
+/* Lowers the size reads are split at (tests, tuning); 0 restores the provider's. */
+void	 fabric_set_max_msg(struct fabric *, size_t);
+
+/*
+ * etcd.c: membership from etcd's v3 JSON gateway (evhttp): this member's
+ * key under a lease kept alive, a watch on the prefix; fn gets each new
+ * view (self included). Losing etcd keeps the last view (fn is not
+ * called); sessions restart with backoff and re-register.
+ */
+struct etcd;
+typedef void (*etcd_view_fn)(void *arg, const struct peer_member *m, size_t n);
+int	 etcd_open(struct event_base *, const char *endpoint /* "http://127.0.0.1:2379" */,
+	    const char *prefix, const struct peer_member *self, unsigned ttl_s,
+	    etcd_view_fn fn, void *arg, struct etcd **ep, char *err, size_t errlen);
+void	 etcd_close(struct etcd *);	/* revokes the lease when it can */
 
 /*
  * index.c: the index both tiers keep of their objects: 80-byte records
@@ -618,8 +683,15 @@ void	 copy_host_submit(struct copy_engine *, struct copy_job *);
 void	 copy_page_scatter(const struct proto_region *, uint8_t *base, uint32_t page,
 	    uint8_t *obj, int to_region);
 uint64_t copy_page_publish(uint8_t *obj, const uint8_t *src, uint64_t len);
-/* copy_csum.c: XXH3-64 built for AVX2; call only where the CPU has it. */
+/*
+ * copy_csum.c: XXH3-64 built for AVX2; call only where the CPU has it.
+ * _write: the digest of (p, n), with wlen bytes of wsrc copied to wdst
+ * between its slices (the restore pipeline's step).
+ */
 uint64_t copy_csum_avx2(const void *, size_t);
+uint64_t copy_csum_avx2_write(const void *p, size_t n, const uint8_t *wsrc, uint8_t *wdst,
+	    size_t wlen);
+void	 copy_csum_avx2_store(uint8_t *dst, const uint8_t *src, size_t n);
 
 /*
  * cuda.c: the cuda copy engine's daemon side (kernels/ through kernels.h):
@@ -732,12 +804,14 @@ struct conn_linger {
 TAILQ_HEAD(conn_linger_list, conn_linger);
 
 /* namespace.c */
+struct metrics_ns;
 struct ns {
 	uint8_t		 fingerprint[16];
 	char		 name[PROTO_NSNAME_LEN];
 	struct proto_layout layout;
 	struct proto_pool pools[PROTO_POOLS_MAX];
 	unsigned	 refs;		/* attached sessions */
+	struct metrics_ns *m;		/* its counters (metrics.c), never NULL */
 	TAILQ_ENTRY(ns)	 entry;
 };
 TAILQ_HEAD(ns_list, ns);
@@ -798,6 +872,7 @@ struct session {
 	struct server	*server;
 	struct conn	*conn;		/* borrowed; NULL once the engine left */
 	struct ns	*ns;		/* a reference */
+	struct metrics_ns *m;		/* its namespace's counters: static, they outlive ns */
 	struct rank_group	*group;
 	uint16_t	 group_rank;
 	uint16_t	 tp_rank;
@@ -928,6 +1003,9 @@ struct lease {
 	uint64_t		 restore_arrive;	/* its timeline (copy_times): the read */
 	uint64_t		 restore_handled;	/* ... restore_request() */
 	struct copy_times	 job_times;	/* its copy's, from the job's completion */
+	uint64_t		 restore_ns;	/* when the RESTORE came (metrics_now_ns) */
+	uint32_t		 ready_pages;	/* answered READY with these (restore.c) */
+	int			 ready;
 	int			 cancel_waiting;
 	struct proto_hdr	 cancel_req;
 	struct staging		 staging;	/* objects on their way from a slower tier */
@@ -978,6 +1056,7 @@ struct admission {
 		uint32_t	 reserved;
 		uint32_t	 slot;
 		int		 asked;
+		uint64_t	 asked_ns;	/* when it asked (metrics_now_ns) */
 		struct lease	*lease;
 	}			*ranks;
 	uint16_t		 ranks_cap;	/* allocated entries (kept for reuse) */
@@ -1066,6 +1145,7 @@ struct server {
 	const char	*config_path;	/* -f FILE, re-read at a reload; NULL: the embedded one */
 	struct event	*ev_sighup;	/* reload.c's */
 	struct event	*ev_watchdog;	/* WATCHDOG=1 at half of $WATCHDOG_USEC */
+	struct httpd	*httpd;		/* metrics.listen's server, or NULL */
 };
 int	 server_init(struct server *, struct config *, int ngpu, char *err, size_t errlen);
 unsigned server_copies_inflight(const struct server *);
@@ -1135,10 +1215,146 @@ struct metrics {
 	uint64_t	reload_keys_refused;
 	uint64_t	watchdog_pings;
 	struct copy_times last_restore;		/* the last RESTORE answered ok */
+	/*
+	 * The last write-through's failure (-errno), 0 once one succeeded:
+	 * /ready reports the file tier down while it is set. A full tier
+	 * (ENOSPC, EDQUOT) and a file already there are not failures of it.
+	 */
+	int		file_write_error;
+	/* metrics.listen's HTTP server (httpd.c). */
+	uint64_t	http_requests[4];	/* /metrics, /health, /ready, any other */
+	uint64_t	http_rejected;		/* not GET or HEAD: 405 */
+	uint64_t	http_conns_refused;	/* over HTTPD_CONNS_MAX: closed at once */
+	uint64_t	http_conns_expired;	/* open past HTTPD_CONN_MS: closed */
+	uint64_t	http_scrape_ns;		/* the last /metrics: time to print it */
 };
 extern struct metrics metrics;
 struct server;
 char	*metrics_stats_json(struct server *);
 char	*metrics_health_json(struct server *);
+
+/*
+ * Latency histograms (prom.c exposes them): fixed bucket bounds, so an
+ * observation is a few compares and three adds on the loop thread, no
+ * allocation, no lock. Buckets are not cumulative here; the exposition
+ * sums them.
+ */
+#define METRICS_HIST_BOUNDS	19
+extern const uint64_t metrics_hist_bounds_ns[METRICS_HIST_BOUNDS];
+struct metrics_hist {
+	uint64_t	bucket[METRICS_HIST_BOUNDS + 1];	/* the last: over every bound */
+	uint64_t	sum_ns;
+	uint64_t	count;
+};
+enum metrics_op {
+	METRICS_OP_PROBE = 0,
+	METRICS_OP_ADMIT,	/* from the rank's ADMIT to its answer: the barrier wait included */
+	METRICS_OP_RESTORE,	/* from the RESTORE to its answer: staging and copy included */
+	METRICS_OP_PUBLISH,	/* from the PUBLISH to its acknowledgement */
+	METRICS_OP__MAX
+};
+/* [op][0]: succeeded (admitted, ready, stored), [op][1]: declined or failed. */
+extern struct metrics_hist metrics_hist[METRICS_OP__MAX][2];
+
+static inline uint64_t
+metrics_now_ns(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static inline void
+metrics_observe(unsigned op, int failed, uint64_t since_ns)
+{
+	struct metrics_hist	*h = &metrics_hist[op][failed != 0];
+	uint64_t		 d = metrics_now_ns() - since_ns;
+	unsigned		 i = 0;
+
+	while (i < METRICS_HIST_BOUNDS && d > metrics_hist_bounds_ns[i])
+		i++;
+	h->bucket[i]++;
+	h->sum_ns += d;
+	h->count++;
+}
+
+/*
+ * Counters per namespace, for the labels of /metrics: the first
+ * METRICS_NS_MAX namespaces of the daemon's life get a slot each (kept
+ * when their last session leaves, so that their counters never go back),
+ * every later one shares the last slot, exposed as namespace="other".
+ * Pages are counted per rank, as the STATS counters are.
+ */
+#define METRICS_NS_MAX		16
+enum metrics_unfulfilled {
+	METRICS_UNF_RESERVATION = 0,	/* hit beyond what the engine reserved */
+	METRICS_UNF_STAGING,		/* cut short staging from a slower tier */
+	METRICS_UNF_DECLINED,		/* hit, but the admission declined (reason in declines) */
+	METRICS_UNF_DEADLINE,		/* admitted, not landed by a best_effort/timeout deadline */
+	METRICS_UNF_FAILED,		/* admitted, the restore failed */
+	METRICS_UNF_CANCELLED,		/* admitted, the restore was cancelled */
+	METRICS_UNF_EXPIRED,		/* admitted, the lease expired before its restore */
+	METRICS_UNF_RELEASED,		/* admitted, released (or its engine left) unrestored */
+	METRICS_UNF__MAX
+};
+struct metrics_ns {
+	int		used;
+	uint8_t		fingerprint[16];
+	char		name[PROTO_NSNAME_LEN];	/* "" in the shared slot */
+	unsigned	npools;			/* 1 in the shared slot: every pool as "other" */
+	char		pools[PROTO_POOLS_MAX][16];
+	uint64_t	probes;
+	uint64_t	admits;
+	uint64_t	admits_limited;
+	uint64_t	admitted;
+	uint64_t	declined[PROTO_DECLINE__MAX];
+	uint64_t	requested_pages;	/* the pages each answered rank asked for */
+	uint64_t	hit_pages;		/* the group hit each asking rank was told */
+	uint64_t	admitted_pages;
+	uint64_t	unfulfilled[METRICS_UNF__MAX];
+	uint64_t	restores_ready;
+	uint64_t	restores_partial;
+	uint64_t	restores_failed[PROTO_S__MAX];
+	uint64_t	restored_pages[2];	/* by the tier that held them: dram, file */
+	uint64_t	restored_bytes;
+	uint64_t	prefetched_tokens;	/* restored kv pages x the layout's page_tokens */
+	uint64_t	publishes;
+	uint64_t	publishes_failed;
+	uint64_t	published_pages[PROTO_POOLS_MAX];
+	uint64_t	published_bytes[PROTO_POOLS_MAX];
+	uint64_t	present_pages[PROTO_POOLS_MAX];
+	uint64_t	backed_up_tokens;	/* stored kv pages x the layout's page_tokens */
+};
+extern struct metrics_ns metrics_ns[METRICS_NS_MAX + 1];
+struct metrics_ns *metrics_ns_slot(const struct ns *);
+/* The pool index in a slot's per-pool counters (0 in the shared slot). */
+static inline unsigned
+metrics_ns_pool(const struct metrics_ns *m, unsigned pool)
+{
+	return m->name[0] == '\0' ? 0 : pool % PROTO_POOLS_MAX;
+}
+
+/*
+ * prom.c: the Prometheus text exposition (format 0.0.4) of the counters,
+ * built on demand into an evbuffer, and the readiness the HTTP server
+ * reports.
+ */
+struct evbuffer;
+int	 prom_write(struct server *, struct evbuffer *);
+/* 1 when ready; 0 with why filled (one line) when not. */
+int	 prom_ready(struct server *, char *why, size_t len);
+
+/*
+ * httpd.c: metrics.listen's HTTP server (libevent's evhttp) on the
+ * daemon's loop: /metrics, /health, /ready; GET and HEAD only.
+ */
+struct httpd;
+int	 httpd_new(struct server *, const char *listen, struct httpd **, char *err,
+	    size_t errlen);
+void	 httpd_free(struct httpd *);
+int	 httpd_reload(struct server *, const struct config *prev, char *err, size_t errlen);
+/* The address it listens on, "host:port" (the port the kernel chose for port 0). */
+const char *httpd_address(const struct httpd *);
 
 #endif /* L3KV_DAEMON_H */

@@ -195,12 +195,38 @@ lease_release_slot(struct lease *l)
 	l->slot_held = 0;
 }
 
+/*
+ * A promise that did not all land, by why, as the lease ends: what a
+ * READY answer left out (a deadline), or all of it (failed, cancelled,
+ * expired, released unrestored). A lease admit.c takes back before its
+ * answer (no adm) promised nothing.
+ */
+static void
+lease_count_unfulfilled(const struct lease *l)
+{
+	uint64_t	*u = l->sess->m->unfulfilled;
+
+	if (l->adm == NULL || l->npages == 0)
+		return;
+	if (l->ready)
+		u[METRICS_UNF_DEADLINE] += l->npages - l->ready_pages;
+	else if (l->state == LEASE_FAILED)
+		u[METRICS_UNF_FAILED] += l->npages;
+	else if (l->state == LEASE_CANCELLED)
+		u[METRICS_UNF_CANCELLED] += l->npages;
+	else if (l->state == LEASE_EXPIRED)
+		u[METRICS_UNF_EXPIRED] += l->npages;
+	else
+		u[METRICS_UNF_RELEASED] += l->npages;
+}
+
 /* Frees a lease that has no copy in flight. */
 void
 lease_free(struct server *s, struct lease *l)
 {
 	if (l == NULL)
 		return;
+	lease_count_unfulfilled(l);
 	lease_unpin(s, l);
 	event_del(l->timer);
 	TAILQ_REMOVE(&l->sess->leases, l, entry);

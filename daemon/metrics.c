@@ -1,7 +1,9 @@
 /*
  * Counters and the STATS / HEALTH documents. Counters are plain integers
  * owned by the loop thread; the JSON is built on demand with jansson, so
- * a STATS request costs nothing until it is asked for.
+ * a STATS request costs nothing until it is asked for. Beside the global
+ * counters: the latency histograms and the per-namespace slots that
+ * /metrics labels (prom.c), kept here because every layer adds to them.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -13,6 +15,51 @@
 #include "daemon.h"
 
 struct metrics metrics;
+struct metrics_hist metrics_hist[METRICS_OP__MAX][2];
+struct metrics_ns metrics_ns[METRICS_NS_MAX + 1];
+
+/* 10 us to 10 s, 1-2.5-5 per decade: a DRAM PROBE to a restore from a slow file tier. */
+const uint64_t metrics_hist_bounds_ns[METRICS_HIST_BOUNDS] = {
+	10000, 25000, 50000, 100000, 250000, 500000,
+	1000000, 2500000, 5000000, 10000000, 25000000, 50000000,
+	100000000, 250000000, 500000000, 1000000000, 2500000000ULL, 5000000000ULL,
+	10000000000ULL,
+};
+
+/*
+ * The slot of a namespace (at its creation, not on any request's path):
+ * the one it had before (by fingerprint), a free one, or the shared last
+ * slot once METRICS_NS_MAX are taken. Never NULL.
+ */
+struct metrics_ns *
+metrics_ns_slot(const struct ns *ns)
+{
+	struct metrics_ns	*m;
+	unsigned		 i;
+
+	for (i = 0; i < METRICS_NS_MAX; i++) {
+		m = &metrics_ns[i];
+		if (m->used && memcmp(m->fingerprint, ns->fingerprint, sizeof(m->fingerprint)) == 0)
+			return m;
+		if (!m->used)
+			break;
+	}
+	if (i == METRICS_NS_MAX) {
+		m = &metrics_ns[METRICS_NS_MAX];
+		m->used = 1;
+		m->npools = 1;
+		snprintf(m->pools[0], sizeof(m->pools[0]), "other");
+		return m;
+	}
+	m->used = 1;
+	memcpy(m->fingerprint, ns->fingerprint, sizeof(m->fingerprint));
+	snprintf(m->name, sizeof(m->name), "%s", ns->name);
+	m->npools = ns->layout.npools < PROTO_POOLS_MAX ? ns->layout.npools : PROTO_POOLS_MAX;
+	for (i = 0; i < m->npools; i++)
+		snprintf(m->pools[i], sizeof(m->pools[i]), "%.*s", (int)sizeof(ns->pools[i].name) - 1,
+		    ns->pools[i].name);
+	return m;
+}
 
 static const char *
 metrics_copy_engine(struct server *s)
@@ -117,22 +164,12 @@ metrics_sessions(struct server *s)
 static json_t *
 metrics_declines(void)
 {
-	static const char *const names[PROTO_DECLINE__MAX] = {
-		[PROTO_DECLINE_NONE] = "none",
-		[PROTO_DECLINE_NO_HIT] = "no_hit",
-		[PROTO_DECLINE_NO_RESERVATION] = "no_reservation",
-		[PROTO_DECLINE_GROUP_TIMEOUT] = "group_timeout",
-		[PROTO_DECLINE_GROUP_MISMATCH] = "group_mismatch",
-		[PROTO_DECLINE_SHUTTING_DOWN] = "shutting_down",
-		[PROTO_DECLINE_RANK_LEFT] = "rank_left",
-		[PROTO_DECLINE_NO_SLOT] = "no_slot",
-		[PROTO_DECLINE_SLOT_BUSY] = "slot_busy",
-	};
 	json_t	*o = json_object();
 	int	 i;
 
 	for (i = 1; i < PROTO_DECLINE__MAX; i++)
-		json_object_set_new(o, names[i], json_integer(I(metrics.admits_declined[i])));
+		json_object_set_new(o, proto_decline_name((unsigned)i),
+		    json_integer(I(metrics.admits_declined[i])));
 	return o;
 }
 
@@ -323,6 +360,9 @@ metrics_stats_json(struct server *s)
 	    "region_bytes_mapped", I(metrics.region_bytes_mapped));
 	if (j == NULL)
 		return NULL;
+	/* Where metrics.listen serves (the address bound), "" when off. */
+	json_object_set_new(json_object_get(j, "daemon"), "metrics_listen",
+	    json_string(httpd_address(s->httpd)));
 	json_object_set_new(j, "copy", json_pack("{s:I, s:I, s:o, s:o}",
 	    "jobs_inflight", I((s->copy != NULL ? copy_inflight(s->copy) : 0) +
 	    cuda_inflight(s->cuda)),

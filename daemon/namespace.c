@@ -285,6 +285,7 @@ ns_ref(struct server *s, const struct proto_layout *l, const struct proto_pool *
 		free(ns);
 		return rc;
 	}
+	ns->m = metrics_ns_slot(ns);
 	ns->refs = 1;
 	TAILQ_INSERT_TAIL(&s->namespaces, ns, entry);
 	log_info("ns", "namespace %s created", ns->name);

@@ -35,7 +35,39 @@ struct publish_op {
 	struct session		*sess;		/* a reference, through the job */
 	struct proto_hdr	 req;
 	uint32_t		 present;
+	unsigned		 pool;		/* the region's pool */
+	uint32_t		 tokens;	/* of one page: publish_tokens */
+	uint64_t		 t0;		/* when the PUBLISH came (metrics_now_ns) */
 };
+
+/*
+ * Counts an answered PUBLISH in its namespace's slot and its latency;
+ * tokens: of one page of the pool, 0 unless it is the kv pool. The
+ * session may have closed (sess->ns gone): its slot stays.
+ */
+static void
+publish_count(const struct session *sess, unsigned pool, uint32_t tokens, int failed,
+    uint32_t stored, uint32_t present, uint64_t bytes, uint64_t t0)
+{
+	struct metrics_ns	*m = sess->m;
+	unsigned		 i = metrics_ns_pool(m, pool);
+
+	if (failed)
+		m->publishes_failed++;
+	m->published_pages[i] += stored;
+	m->published_bytes[i] += bytes;
+	m->present_pages[i] += present;
+	m->backed_up_tokens += (uint64_t)stored * tokens;
+	metrics_observe(METRICS_OP_PUBLISH, failed, t0);
+}
+
+/* Tokens of one page of a pool for backed_up_tokens: the kv pool's page, else 0. */
+static uint32_t
+publish_tokens(const struct session *sess, unsigned pool)
+{
+	return pool < sess->ns->layout.npools && sess->ns->pools[pool].kind == PROTO_POOL_KV ?
+	    sess->ns->layout.page_tokens : 0;
+}
 
 /*
  * The write-through backlog: committed DRAM objects acknowledged by a
@@ -88,6 +120,16 @@ publish_clean(struct server *s, uint32_t id, uint64_t len)
 	dram_unpin(s->dram, id);
 }
 
+/* What /ready says of the file tier: the last write's failure, or 0 once one went through. */
+static void
+publish_file_status(int status)
+{
+	if (status == 0)
+		metrics.file_write_error = 0;
+	else if (status != -EEXIST && status != -ENOSPC && status != -EDQUOT)
+		metrics.file_write_error = status;
+}
+
 /* A tier with nothing evictable fails every write: logged at the 1st, 2nd, 4th, 8th... */
 static int
 publish_log_now(uint64_t n)
@@ -101,6 +143,7 @@ publish_file_done(struct filetier_job *fj)
 	struct publish_file	*pf = fj->arg;
 	struct server		*s = pf->server;
 
+	publish_file_status(fj->status);
 	if (fj->status == -EEXIST)
 		metrics.file_writes_present++;
 	else if (fj->status != 0) {
@@ -142,6 +185,7 @@ publish_file_submit(struct server *s, uint32_t id)
 	free(pf);
 	if (rc == -EAGAIN || rc == -EBUSY || rc == -ENOMEM)
 		return -EAGAIN;
+	publish_file_status(rc);
 	if (rc == -EEXIST)
 		metrics.file_writes_present++;
 	else {
@@ -310,6 +354,7 @@ publish_job_done(struct copy_job *job)
 	if (job->status != PROTO_S_OK) {
 		publish_abort_all(s, job);
 		metrics.publishes_failed++;
+		publish_count(sess, op->pool, op->tokens, 1, 0, 0, 0, op->t0);
 		session_reply_error(sess, &op->req, (unsigned)job->status,
 		    "PUBLISH: copy stopped%s%s; nothing was stored", job->why[0] != '\0' ? ": " : "",
 		    job->why);
@@ -326,6 +371,7 @@ publish_job_done(struct copy_job *job)
 		metrics.pages_published += r.stored;
 		metrics.bytes_published += r.bytes;
 		metrics.pages_present += r.present;
+		publish_count(sess, op->pool, op->tokens, 0, r.stored, r.present, r.bytes, op->t0);
 		session_reply(sess, &op->req, PROTO_S_OK, &r, sizeof(r));
 	}
 	free(job->pages);
@@ -383,9 +429,11 @@ publish_request(struct conn *c, struct proto_frame *f)
 	char				 err[160];
 	unsigned			 st;
 	int				 rc;
+	uint64_t			 t0 = metrics_now_ns();
 
 	memcpy(&p, f->payload, sizeof(p));
 	metrics.publishes++;
+	sess->m->publishes++;
 	pages = malloc((size_t)p.npages * sizeof(*pages) + 1);
 	op = calloc(1, sizeof(*op));
 	job = calloc(1, sizeof(*job));
@@ -397,6 +445,7 @@ publish_request(struct conn *c, struct proto_frame *f)
 	memcpy(pages, f->payload + sizeof(p), (size_t)p.npages * sizeof(*pages));
 	if ((st = publish_check(sess, &p, pages, err, sizeof(err))) != PROTO_S_OK) {
 		metrics.publishes_failed++;
+		publish_count(sess, 0, 0, 1, 0, 0, 0, t0);
 		conn_reply_error(c, &f->hdr, st, "PUBLISH: %s", err);
 		goto fail;
 	}
@@ -412,6 +461,7 @@ publish_request(struct conn *c, struct proto_frame *f)
 		if (rc != 0) {
 			publish_abort_all(s, job);
 			metrics.publishes_failed++;
+			publish_count(sess, rg->desc.pool, 0, 1, 0, 0, 0, t0);
 			conn_reply_error(c, &f->hdr, rc == -ENOSPC ? PROTO_S_NO_SPACE : PROTO_S_NO_MEMORY,
 			    "PUBLISH: page %u: %s; nothing was stored", i,
 			    rc == -ENOSPC ? "no space in the DRAM tier after eviction" : strerror(-rc));
@@ -429,6 +479,7 @@ publish_request(struct conn *c, struct proto_frame *f)
 		memset(&r, 0, sizeof(r));
 		r.present = op->present;
 		metrics.pages_present += r.present;
+		publish_count(sess, rg->desc.pool, 0, 0, 0, r.present, 0, t0);
 		conn_reply(c, &f->hdr, PROTO_S_OK, &r, sizeof(r));
 		free(job->pages);
 		free(job);
@@ -443,6 +494,9 @@ publish_request(struct conn *c, struct proto_frame *f)
 	job->arg = op;
 	op->sess = sess;
 	op->req = f->hdr;
+	op->pool = rg->desc.pool;
+	op->tokens = publish_tokens(sess, rg->desc.pool);
+	op->t0 = t0;
 	session_ref(sess);
 	sess->jobs++;
 	copy_submit(s, job);	/* the engine of the job's region */

@@ -54,19 +54,24 @@ restore_count_hits(const struct lease *l, uint32_t pages)
 		    l->objs[i].staged;
 	metrics.hits_file += file;
 	metrics.hits_dram += pages - file;
+	l->sess->m->restored_pages[1] += file;
+	l->sess->m->restored_pages[0] += pages - file;
 }
 
 static void
 restore_answer(struct lease *l, unsigned status, const char *why, uint32_t pages, int partial)
 {
 	struct proto_restore_reply	r;
+	struct metrics_ns		*m = l->sess->m;
 
 	if (!l->restore_waiting)
 		return;
 	l->restore_waiting = 0;
 	if (status != PROTO_S_OK) {
 		metrics.restores_failed[status]++;
+		m->restores_failed[status]++;
 		session_reply_error(l->sess, &l->restore_req, status, "RESTORE: %s", why);
+		metrics_observe(METRICS_OP_RESTORE, 1, l->restore_ns);
 		return;
 	}
 	memset(&r, 0, sizeof(r));
@@ -78,11 +83,18 @@ restore_answer(struct lease *l, unsigned status, const char *why, uint32_t pages
 	metrics.pages_restored += pages;
 	restore_count_hits(l, pages);
 	metrics.bytes_restored += r.bytes;
+	m->restores_ready++;
+	m->restores_partial += partial != 0;
+	m->restored_bytes += r.bytes;
+	m->prefetched_tokens += (uint64_t)pages * l->sess->ns->layout.page_tokens;
+	l->ready = 1;
+	l->ready_pages = pages;
 	session_reply(l->sess, &l->restore_req, PROTO_S_OK, &r, sizeof(r));
 	if (l->job_times.submit != 0) {
 		metrics.last_restore = l->job_times;
 		metrics.last_restore.reply = server_now_ns();
 	}
+	metrics_observe(METRICS_OP_RESTORE, 0, l->restore_ns);
 }
 
 static void
@@ -519,6 +531,7 @@ restore_request(struct conn *c, struct proto_frame *f)
 	memcpy(dst, f->payload + sizeof(p), (size_t)p.npages * sizeof(*dst));
 	if ((st = restore_check(sess, l, &p, dst, err, sizeof(err))) != PROTO_S_OK) {
 		metrics.restores_failed[st]++;
+		sess->m->restores_failed[st]++;
 		conn_reply_error(c, &f->hdr, st, "RESTORE: %s", err);
 		free(dst);
 		return;
@@ -529,6 +542,7 @@ restore_request(struct conn *c, struct proto_frame *f)
 	l->restore_arrive = c->wake_ns;
 	l->restore_handled = server_now_ns();
 	memset(&l->job_times, 0, sizeof(l->job_times));
+	l->restore_ns = metrics_now_ns();
 	if (staging_pending(l)) {
 		/*
 		 * Objects still coming from a slower tier: park the request

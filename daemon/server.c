@@ -622,6 +622,15 @@ server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t er
 	}
 	if ((rc = reload_init(s, err, errlen)) != 0 || (rc = server_watchdog(s, err, errlen)) != 0)
 		return rc;
+	/*
+	 * /metrics, /health, /ready (httpd.c), before the engine socket: a
+	 * port that cannot be bound stops the start before any engine could
+	 * connect. It serves through the drain too.
+	 */
+	reload_set_hook("metrics.", httpd_reload);
+	if (cfg->metrics_listen[0] != '\0' &&
+	    (rc = httpd_new(s, cfg->metrics_listen, &s->httpd, err, errlen)) != 0)
+		return rc;
 	if ((rc = server_listen(s, err, errlen)) != 0)
 		return rc;
 	s->ev_listen = event_new(s->base, s->listen_fd, EV_READ | EV_PERSIST, server_accept_cb, s);
@@ -657,6 +666,8 @@ server_free(struct server *s)
 {
 	struct conn	*c;
 
+	httpd_free(s->httpd);
+	s->httpd = NULL;
 	/* Workers first: nothing may still write into engine memory or the arena. */
 	copy_engine_free(s->copy);
 	s->copy = NULL;

@@ -311,7 +311,9 @@ session_attach(struct conn *c, const struct proto_frame *f, struct session **out
 		rc = -ENOMEM;
 		goto fail;
 	}
-	if ((rc = ns_ref(s, &v.fixed.layout, v.pools, &sess->ns, err, errlen)) != 0)
+	if ((rc = ns_ref(s, &v.fixed.layout, v.pools, &sess->ns, err, errlen)) == 0)
+		sess->m = sess->ns->m;
+	if (rc != 0)
 		goto fail;
 	if ((rc = group_join(s, sess, &v.fixed, &sess->group)) != 0) {
 		snprintf(err, errlen, "out of memory");

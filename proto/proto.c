@@ -61,6 +61,27 @@ proto_status_name(unsigned s)
 	return proto_statuses[s].name;
 }
 
+/* A decline reason's name (STATS, /metrics): "no_hit", ...; "unknown" past the list. */
+const char *
+proto_decline_name(unsigned d)
+{
+	static const char *const names[PROTO_DECLINE__MAX] = {
+		[PROTO_DECLINE_NONE] = "none",
+		[PROTO_DECLINE_NO_HIT] = "no_hit",
+		[PROTO_DECLINE_NO_RESERVATION] = "no_reservation",
+		[PROTO_DECLINE_GROUP_TIMEOUT] = "group_timeout",
+		[PROTO_DECLINE_GROUP_MISMATCH] = "group_mismatch",
+		[PROTO_DECLINE_SHUTTING_DOWN] = "shutting_down",
+		[PROTO_DECLINE_RANK_LEFT] = "rank_left",
+		[PROTO_DECLINE_NO_SLOT] = "no_slot",
+		[PROTO_DECLINE_SLOT_BUSY] = "slot_busy",
+	};
+
+	if (d >= PROTO_DECLINE__MAX || names[d] == NULL)
+		return "unknown";
+	return names[d];
+}
+
 const char *
 proto_status_text(unsigned s)
 {

@@ -476,6 +476,7 @@ struct proto_attach_view {
 /* proto.c */
 const char	*proto_type_name(unsigned);
 const char	*proto_status_name(unsigned);
+const char	*proto_decline_name(unsigned);
 const char	*proto_status_text(unsigned);
 int		 proto_status_errno(unsigned);
 int		 proto_type_is_request(unsigned);

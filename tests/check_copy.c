@@ -235,6 +235,88 @@ START_TEST(test_large_pages_restore_in_one_pass_and_a_corrupt_one_fails)
 }
 END_TEST
 
+/* The restore pipeline's step: the chunk's digest, and the bytes written between its slices. */
+START_TEST(test_the_digest_that_writes_between_its_slices_is_the_chunks)
+{
+	static const size_t	lens[] = { 1, 240, 241, 4095, 8191, 8192, 8193, 36864, 40000,
+				   65535, 65536 };
+	static const size_t	wlens[] = { 1, 100, 4096, 36864, 65536, 100000 };
+	uint8_t			*src = malloc(1U << 18), *w = malloc(1U << 18), *d = malloc(1U << 18);
+	size_t			 i, j;
+
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx2")) {
+		fprintf(stderr, "SKIPPED test_the_digest_that_writes_between_its_slices_is_the_"
+		    "chunks: the CPU has no AVX2 (copy_csum_avx2_write is not used here)\n");
+		free(src);
+		free(w);
+		free(d);
+		return;
+	}
+#endif
+	ck_assert(src != NULL && w != NULL && d != NULL);
+	for (i = 0; i < (1U << 18); i++) {
+		src[i] = (uint8_t)(i * 131 + (i >> 9));
+		w[i] = (uint8_t)(i * 7 + 3);
+	}
+	for (i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		for (j = 0; j < sizeof(wlens) / sizeof(wlens[0]); j++) {
+			memset(d, 0, 1U << 18);
+			/* An odd destination: the stores' head and tail. */
+			ck_assert_uint_eq(copy_csum_avx2_write(src + 3, lens[i], w + 5, d + 1,
+			    wlens[j]), checksum_chunk(src + 3, lens[i]));
+			ck_assert_msg(memcmp(d + 1, w + 5, wlens[j]) == 0, "%zu %zu", lens[i],
+			    wlens[j]);
+			ck_assert_uint_eq(d[0], 0);
+			ck_assert_uint_eq(d[1 + wlens[j]], 0);
+		}
+	}
+	free(src);
+	free(w);
+	free(d);
+}
+END_TEST
+
+/*
+ * A memfd shorter than the pages written, with no delay (the pipeline: a
+ * page lands while the next is hashed): the fault is in page 20's write.
+ * As one run (24 pages of 36 KiB, under COPY_PIECE_MIN), exactly 20 pages
+ * are reported, all in place; split into runs (large pages, one pass),
+ * the others stop at their next page, so at most 20, all in place.
+ */
+START_TEST(test_a_fault_in_a_pipelined_restore_stops_at_the_page_that_faulted)
+{
+	struct cp	c;
+	uint32_t	i, k = 20;
+	int		size;
+
+	for (size = 0; size < 2; size++) {
+		cp_init_page(&c, 0, size == 0 ? 36864 : (2248704 / 64) * 64);
+		cp_job(&c, COPY_RESTORE);
+		if (size == 0)
+			c.job.npages = 24;
+		for (i = 0; i < c.job.npages; i++)
+			c.job.pages[i].region_page = i;
+		ck_assert_int_eq(ftruncate(c.reg.fd, (off_t)c.page * k), 0);
+		c.reg.desc.size = (uint64_t)c.page * k;	/* the size check passes */
+		cp_run(&c);
+		ck_assert_int_eq(c.job.status, PROTO_S_BAD_REGION);
+		ck_assert_msg(strstr(c.job.why, "faulted") != NULL, "%s", c.job.why);
+		if (size == 0) {
+			ck_assert_uint_eq(c.job.npieces, 1);
+			ck_assert_msg(c.job.done_pages == k && c.job.bad_page == k,
+			    "%u pages, bad %u: %s", c.job.done_pages, c.job.bad_page, c.job.why);
+		}
+		ck_assert_uint_le(c.job.done_pages, k);
+		for (i = 0; i < c.job.done_pages; i++)
+			ck_assert_msg(memcmp(c.mem + (uint64_t)i * c.page,
+			    c.arena + (uint64_t)i * c.page, c.page) == 0, "page %u", i);
+		cp_fini(&c);
+	}
+}
+END_TEST
+
 START_TEST(test_a_cancelled_split_restore_reports_its_landed_prefix)
 {
 	struct cp	c;
@@ -372,6 +454,8 @@ suite_copy(void)
 	tcase_add_test(tc, test_publish_checksum_is_the_tiers_for_every_length);
 	tcase_add_test(tc, test_a_corrupt_object_fails_a_split_restore_and_is_named);
 	tcase_add_test(tc, test_large_pages_restore_in_one_pass_and_a_corrupt_one_fails);
+	tcase_add_test(tc, test_the_digest_that_writes_between_its_slices_is_the_chunks);
+	tcase_add_test(tc, test_a_fault_in_a_pipelined_restore_stops_at_the_page_that_faulted);
 	tcase_add_test(tc, test_a_cancelled_split_restore_reports_its_landed_prefix);
 	tcase_add_test(tc, test_a_memfd_shrunk_under_a_copy_fails_the_job_not_the_process);
 	tcase_add_test_raise_signal(tc, test_a_fault_outside_the_guard_still_kills, SIGBUS);

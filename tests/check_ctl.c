@@ -993,31 +993,12 @@ man_src(const char *rel, char *buf, size_t len)
 	return buf;
 }
 
-/* Runs a shell command; returns its exit status, *out its stdout and stderr (freed by the caller). */
-static int
-man_run(const char *cmd, char **out)
-{
-	char	 full[PATH_MAX * 3];
-	FILE	*p;
-	size_t	 n = 0, r;
-	int	 st;
-
-	snprintf(full, sizeof(full), "%s 2>&1", cmd);
-	ck_assert_ptr_nonnull(p = popen(full, "r"));
-	ck_assert_ptr_nonnull(*out = calloc(1, 1 << 20));
-	while (n < (1 << 20) - 1 && (r = fread(*out + n, 1, (1 << 20) - 1 - n, p)) > 0)
-		n += r;
-	st = pclose(p);
-	ck_assert_msg(st != -1 && WIFEXITED(st), "%s: status %#x", cmd, st);
-	return WEXITSTATUS(st);
-}
-
 /* mandoc is required (make deps installs it): its absence fails, never skips. */
 static void
 man_need_mandoc(void)
 {
 	char	*out;
-	int	 rc = man_run("command -v mandoc", &out);
+	int	 rc = test_run_cmd("command -v mandoc", &out);
 
 	free(out);
 	ck_assert_msg(rc == 0, "mandoc is not installed: `make deps` installs it (apt-get install mandoc)");
@@ -1093,7 +1074,7 @@ START_TEST(test_man_pages_lint_clean)
 		snprintf(rel, sizeof(rel), "man/%s", man_pages[i]);
 		ck_assert_msg(access(man_src(rel, path, sizeof(path)), R_OK) == 0, "%s is missing", path);
 		snprintf(cmd, sizeof(cmd), "mandoc -T lint -W warning %s", path);
-		rc = man_run(cmd, &out);
+		rc = test_run_cmd(cmd, &out);
 		ck_assert_msg(rc == 0 && out[0] == '\0', "%s: exit %d:\n%s", cmd, rc, out);
 		free(out);
 	}
@@ -1110,7 +1091,7 @@ man_check_program(const char *prog, const char *page_name)
 	test_path(prog, bin, sizeof(bin));
 	ck_assert_msg(access(bin, X_OK) == 0, "%s is missing: build it first (make)", bin);
 	snprintf(cmd, sizeof(cmd), "%s -h", bin);
-	ck_assert_int_eq(man_run(cmd, &out), 0);
+	ck_assert_int_eq(test_run_cmd(cmd, &out), 0);
 	page = man_page(page_name);
 	n = man_usage_options(out, opts, 64);
 	ck_assert_msg(n >= 3, "%s -h: only %zu options found in:\n%s", prog, n, out);

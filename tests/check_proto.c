@@ -1133,6 +1133,21 @@ START_TEST(test_list_check_fields)
 }
 END_TEST
 
+/* Every decline reason has its own name (STATS and /metrics key on it); past the list, "unknown". */
+START_TEST(test_every_decline_has_a_distinct_name)
+{
+	unsigned	i, j;
+
+	for (i = 0; i < PROTO_DECLINE__MAX; i++) {
+		ck_assert_str_ne(proto_decline_name(i), "unknown");
+		for (j = 0; j < i; j++)
+			ck_assert_str_ne(proto_decline_name(i), proto_decline_name(j));
+	}
+	ck_assert_str_eq(proto_decline_name(PROTO_DECLINE_NO_RESERVATION), "no_reservation");
+	ck_assert_str_eq(proto_decline_name(PROTO_DECLINE__MAX), "unknown");
+}
+END_TEST
+
 Suite *
 suite_proto(void)
 {
@@ -1140,6 +1155,7 @@ suite_proto(void)
 	TCase	*tc = test_tcase(s, "proto", 0, NULL, NULL);
 
 	tcase_add_test(tc, test_hdr_init_is_a_valid_request);
+	tcase_add_test(tc, test_every_decline_has_a_distinct_name);
 	tcase_add_loop_test(tc, test_hdr_check_answers_each_malformed_header_exactly, 0,
 	    (int)(sizeof(pt_bad_hdrs) / sizeof(pt_bad_hdrs[0])));
 	tcase_add_test(tc, test_every_unserved_type_is_bad_type);

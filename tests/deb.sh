@@ -73,7 +73,7 @@ contents)
 		done
 		echo "$pkg: $(echo "$paths" | wc -w) expected paths present"
 	done <<-EOF
-	l3kvd usr/sbin/l3kvd usr/bin/l3kvctl lib/systemd/system/l3kvd.service etc/l3kv/l3kvd.json usr/lib/sysusers.d/l3kv.conf usr/share/man/man8/l3kvd.8.gz usr/share/man/man1/l3kvctl.1.gz usr/share/man/man5/l3kvd.json.5.gz usr/share/doc/l3kvd/README.Debian usr/share/doc/l3kvd/copyright
+	l3kvd usr/sbin/l3kvd usr/bin/l3kvctl lib/systemd/system/l3kvd.service etc/l3kv/l3kvd.json usr/lib/sysusers.d/l3kv.conf usr/share/man/man8/l3kvd.8.gz usr/share/man/man1/l3kvctl.1.gz usr/share/man/man5/l3kvd.json.5.gz usr/share/l3kv/grafana-l3kv.json usr/share/doc/l3kvd/README.Debian usr/share/doc/l3kvd/copyright
 	libl3kv1 usr/lib/$ma/libl3kv.so.1 usr/share/doc/libl3kv1/copyright
 	libl3kv-dev usr/include/l3kv.h usr/lib/$ma/libl3kv.so usr/lib/$ma/libl3kv.a usr/lib/$ma/pkgconfig/l3kv.pc usr/share/man/man3/libl3kv.3.gz
 	python3-l3kv usr/lib/python3/dist-packages/l3kv/__init__.py

@@ -35,7 +35,8 @@ struct runner_suite {
 	const char	*name;
 	Suite		*(*make)(void);
 	const char	*tag;		/* NULL, "gpu", "gpu_torch", "sglang", "rdma", "slow", "root",
-					   "nosan" */
+					   "nosan",
+					   "prometheus" */
 };
 
 static const struct runner_suite runner_suites[] = {
@@ -53,8 +54,12 @@ static const struct runner_suite runner_suites[] = {
 	{ "service",	suite_service,	NULL },
 	{ "ctl",	suite_ctl,	NULL },
 	{ "python",	suite_python,	NULL },
+	{ "fabric",	suite_fabric,	NULL },
+	{ "etcd",	suite_etcd,	NULL },
 	{ "gpu_host",	suite_gpu_host,	NULL },
 	{ "deb",	suite_deb,	"nosan" },
+	{ "metrics_http", suite_metrics_http, NULL },
+	{ "metrics_prom", suite_metrics_prom, "prometheus" },
 	{ "root",	suite_root,	"root" },
 	{ "gpu",	suite_gpu,	"gpu" },
 	{ "python_gpu",	suite_python_gpu, "gpu_torch" },
@@ -120,6 +125,8 @@ runner_skip_reason(const char *tag)
 		return runner_gpu_reason() != NULL ? runner_gpu_reason() : python_gpu_skip_reason();
 	if (strcmp(tag, "sglang") == 0)
 		return python_sglang_skip_reason();
+	if (strcmp(tag, "prometheus") == 0)
+		return metrics_prom_skip_reason();
 	if (strcmp(tag, "rdma") == 0)
 		return "no RDMA provider on this machine";
 	if (strcmp(tag, "nosan") == 0)
@@ -156,6 +163,7 @@ main(void)
 		printf("0 passed, 0 failed, %d skipped\n", skipped);
 		return only != NULL ? 1 : 0;
 	}
+	skipped += test_skipped;
 	srunner_run_all(sr, CK_NORMAL);
 	run = srunner_ntests_run(sr);
 	failed = srunner_ntests_failed(sr);

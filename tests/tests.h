@@ -30,14 +30,39 @@ Suite	*suite_gpu_host(void);
 Suite	*suite_hybrid(void);
 Suite	*suite_filetier(void);
 Suite	*suite_filetier_daemon(void);
+Suite	*suite_fabric(void);
+Suite	*suite_etcd(void);
 Suite	*suite_python(void);
 Suite	*suite_python_gpu(void);
 /* Why the python_gpu suite cannot run here (no torch, no CUDA for it), or NULL. */
 const char *python_gpu_skip_reason(void);
 Suite	*suite_python_sglang(void);
+Suite	*suite_metrics_http(void);
+Suite	*suite_metrics_prom(void);
+/* Why the metrics_prom suite cannot run here (no promtool or prometheus), or NULL. */
+const char *metrics_prom_skip_reason(void);
 /* Why the python_sglang suite cannot run here (no SGLang venv, and why), or NULL. */
 const char *python_sglang_skip_reason(void);
 Suite	*suite_deb(void);
+
+/* Test cases a suite left out because this machine cannot run them (printed SKIPPED). */
+extern int	test_skipped;
+
+/*
+ * Network namespaces joined by a bridge (tests/netns.sh, found under
+ * $L3KV_SRCDIR, default "."): node K of a set is namespace PREFIX-K with
+ * address 10.77.0.K. test_netns_reason says why sets cannot be made here
+ * (NULL: they can); test_netns_up makes n nodes under a fresh prefix
+ * named for this process (so that a crashed test's set is cleaned by the
+ * next), test_netns_link cuts node k off (up 0) or restores it.
+ */
+#define TEST_NETNS_PREFIX_MAX	48
+const char *test_netns_reason(void);
+int	 test_netns_up(char prefix[TEST_NETNS_PREFIX_MAX], unsigned n);
+int	 test_netns_down(const char *prefix);
+int	 test_netns_link(const char *prefix, unsigned k, int up);
+/* Moves the calling process into node k of a set (setns); 0 or -errno. */
+int	 test_netns_enter(const char *prefix, unsigned k);
 
 /* A real l3kvd started from $L3KV_BUILD/l3kvd in a mkdtemp directory. */
 struct test_daemon {
@@ -80,6 +105,8 @@ int	 test_daemon_start_in(struct test_daemon *, const char *dir, const char *ext
 int	 test_daemon_stop(struct test_daemon *, int sig, int *status);
 int	 test_daemon_stop_within(struct test_daemon *, int sig, int *status, unsigned wait_ms);
 int	 test_daemon_log_has(const struct test_daemon *, const char *needle);
+int	 test_daemon_log_count(const struct test_daemon *, const char *needle);
+int	 test_run_cmd(const char *cmd, char **out);
 /* Rewrites its config file (a reload re-reads it): the base config, extra_json over it. */
 int	 test_daemon_write_config(struct test_daemon *, const char *extra_json);
 int	 test_wait_socket(const char *path, int timeout_ms);

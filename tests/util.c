@@ -13,6 +13,7 @@
  */
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -22,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <sched.h>
 #include <jansson.h>
 #include <poll.h>
 #include <signal.h>
@@ -33,6 +35,113 @@
 
 #include "l3kv.h"
 #include "tests.h"
+
+int	test_skipped;
+
+static const char *
+test_netns_script(char *buf, size_t len)
+{
+	const char	*src = getenv("L3KV_SRCDIR");
+
+	snprintf(buf, len, "%s/tests/netns.sh", src != NULL && *src != '\0' ? src : ".");
+	return buf;
+}
+
+/* Runs tests/netns.sh with args; its exit status, or -1. Its output goes to out (may be NULL). */
+static int
+test_netns_run(const char *args, char *out, size_t outlen)
+{
+	char	script[PATH_MAX], cmd[PATH_MAX + 256];
+	FILE	*f;
+	size_t	n = 0;
+	int	st;
+
+	snprintf(cmd, sizeof(cmd), "%s %s 2>&1", test_netns_script(script, sizeof(script)), args);
+	if ((f = popen(cmd, "r")) == NULL)
+		return -1;
+	if (out != NULL && outlen > 0) {
+		n = fread(out, 1, outlen - 1, f);
+		out[n] = '\0';
+		while (n > 0 && out[n - 1] == '\n')
+			out[--n] = '\0';
+	} else {
+		char	sink[256];
+
+		while (fread(sink, 1, sizeof(sink), f) > 0)
+			;
+	}
+	st = pclose(f);
+	return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+const char *
+test_netns_reason(void)
+{
+	static char	why[512];
+	static int	asked;
+	int		rc;
+
+	if (!asked) {
+		asked = 1;
+		rc = test_netns_run("check", why, sizeof(why));
+		if (rc == 0)
+			why[0] = '\0';
+		else if (why[0] == '\0' || rc != 77)
+			snprintf(why, sizeof(why), "tests/netns.sh check failed (status %d)", rc);
+	}
+	return why[0] != '\0' ? why : NULL;
+}
+
+int
+test_netns_up(char prefix[TEST_NETNS_PREFIX_MAX], unsigned n)
+{
+	static unsigned	seq;
+	char		args[128], out[512];
+	unsigned	r;
+
+	if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+		r = (unsigned)time(NULL);
+	snprintf(prefix, TEST_NETNS_PREFIX_MAX, "l3kvt%ldx%x%u", (long)getpid(), r & 0xffffff, seq++);
+	snprintf(args, sizeof(args), "up %s %u", prefix, n);
+	if (test_netns_run(args, out, sizeof(out)) != 0) {
+		fprintf(stderr, "tests/netns.sh %s: %s\n", args, out);
+		return -1;
+	}
+	return 0;
+}
+
+int
+test_netns_down(const char *prefix)
+{
+	char	args[128];
+
+	snprintf(args, sizeof(args), "down %s", prefix);
+	return test_netns_run(args, NULL, 0) == 0 ? 0 : -1;
+}
+
+int
+test_netns_link(const char *prefix, unsigned k, int up)
+{
+	char	args[128];
+
+	snprintf(args, sizeof(args), "link %s %u %s", prefix, k, up ? "up" : "down");
+	return test_netns_run(args, NULL, 0) == 0 ? 0 : -1;
+}
+
+int
+test_netns_enter(const char *prefix, unsigned k)
+{
+	char	path[PATH_MAX];
+	int	fd, rc = 0;
+
+	snprintf(path, sizeof(path), "/run/netns/%s-%u", prefix, k);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return -errno;
+	if (setns(fd, CLONE_NEWNET) != 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
 
 const char *
 test_build_dir(void)
@@ -328,6 +437,44 @@ test_daemon_log_has(const struct test_daemon *d, const char *needle)
 		found = strstr(line, needle) != NULL;
 	fclose(f);
 	return found;
+}
+
+/*
+ * Runs a shell command with its stderr joined to its stdout; returns its
+ * exit status, *out the first MiB of what it printed (free it).
+ */
+int
+test_run_cmd(const char *cmd, char **out)
+{
+	char	 full[PATH_MAX * 3];
+	FILE	*p;
+	size_t	 n = 0, r;
+	int	 st;
+
+	ck_assert((size_t)snprintf(full, sizeof(full), "%s 2>&1", cmd) < sizeof(full));
+	ck_assert_ptr_nonnull(p = popen(full, "r"));
+	ck_assert_ptr_nonnull(*out = calloc(1, 1 << 20));
+	while (n < (1 << 20) - 1 && (r = fread(*out + n, 1, (1 << 20) - 1 - n, p)) > 0)
+		n += r;
+	st = pclose(p);
+	ck_assert_msg(st != -1 && WIFEXITED(st), "%s: status %#x", cmd, st);
+	return WEXITSTATUS(st);
+}
+
+/* How many lines of d's log hold needle. */
+int
+test_daemon_log_count(const struct test_daemon *d, const char *needle)
+{
+	FILE	*f;
+	char	 line[4096];
+	int	 n = 0;
+
+	if ((f = fopen(d->log, "r")) == NULL)
+		return 0;
+	while (fgets(line, sizeof(line), f) != NULL)
+		n += strstr(line, needle) != NULL;
+	fclose(f);
+	return n;
 }
 
 /* The STATS document of the daemon on sock, parsed (json_decref it). */

@@ -13,7 +13,11 @@
 # Where the venv cannot be made (no network, no `python3 -m venv`), the
 # reason goes to VENV/SKIPPED and the script exits 0: the runner lists
 # the suite as skipped with it, never as passed. VENV/.made marks a
-# finished venv (remade when the requirements change).
+# finished venv and holds the digest of the requirements it was made from:
+# the venv is remade when their content changes (not their mtime, which a
+# checkout or a second worktree sets anew). Runs that share one VENV (two
+# `make check`s, SG_VENV pointing at another tree's venv) take turns under
+# flock on VENV.lock, so one never installs over another.
 set -u
 venv=$1
 py=${2:-python3}
@@ -21,7 +25,17 @@ here=$(cd "$(dirname "$0")" && pwd)
 reqs=$here/sglang-requirements.txt
 wheels=$(dirname "$venv")/sglang-wheels
 
-if [ -f "$venv/.made" ] && [ ! "$reqs" -nt "$venv/.made" ]; then
+digest=$(sha256sum < "$reqs" | cut -d' ' -f1)
+made() {
+	[ -f "$venv/.made" ] && [ "$(cat "$venv/.made")" = "$digest" ]
+}
+if made; then
+	exit 0
+fi
+mkdir -p "$(dirname "$venv")"
+exec 9> "$venv.lock"
+flock 9
+if made; then	# another run made it while this one waited
 	exit 0
 fi
 skip() {
@@ -56,4 +70,4 @@ end=$(date +%s)
 echo "  venv    made in $((end - start)) s ($((got - start)) s to download" \
 	"$(du -sh "$wheels" | cut -f1) of wheels), $(du -sh "$venv" | cut -f1) installed"
 rm -f "$venv/SKIPPED"
-touch "$venv/.made"
+echo "$digest" > "$venv/.made"

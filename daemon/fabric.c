@@ -1,0 +1,1123 @@
+/*
+ * The peer tier's data path: libfabric FI_EP_RDM endpoints with FI_RMA,
+ * one-sided reads only. A peer reads our exposed memory (FI_REMOTE_READ);
+ * we read theirs into ours (FI_READ). Nothing is ever registered with
+ * FI_REMOTE_WRITE, so no peer can write a byte of this process.
+ *
+ * Structure:
+ * - One fabric, domain and serving endpoint per struct fabric. The serving
+ *   endpoint is the one whose name (fi_getname) peers are given; it is
+ *   never used to post and never rebuilt, so the name stays valid for the
+ *   life of the process.
+ * - One reading endpoint per peer (fabric_peer_add), each with its own
+ *   completion queue and address vector holding that one peer. Reads to
+ *   the peer are posted there. On tcp;ofi_rxm one bad key fails the read
+ *   FI_ECANCELED and then every read to that peer FI_ENOTCONN until rxm
+ *   reconnects (0.2 s here, about 2.6 s under load; re-inserting the
+ *   address does not help, measured): a failed or expired read therefore
+ *   closes and reopens that peer's endpoint and CQ (fabric_peer_rebuild),
+ *   which takes a few milliseconds, and the next read connects afresh.
+ *   Closing the endpoint is also what makes a read's destination safe: the
+ *   provider writes a destination only while it progresses that endpoint,
+ *   and a closed one is never progressed again, so a read whose parts were
+ *   in flight can be failed at once and its dst is never written after
+ *   its done() ran. Only the reads to that one peer are affected.
+ * - Memory: fabric_expose registers a region in chunks (1 GiB by default)
+ *   with FI_READ | FI_REMOTE_READ. We offer every FI_MR_* mode bit except
+ *   FI_MR_ENDPOINT (a registration bound to one endpoint could not serve
+ *   as the local descriptor of every peer's reading endpoint) and FI_MR_RAW
+ *   (its keys do not fit the uint64 key of the peer HELLO), and obey the
+ *   answer: FI_MR_LOCAL passes each chunk's descriptor, FI_MR_VIRT_ADDR
+ *   makes remote addresses virtual addresses (else offsets into the chunk),
+ *   FI_MR_PROV_KEY takes the provider's keys, else keys are random per
+ *   process start (getrandom), so that a restarted owner's new bytes can
+ *   never be read under a key a peer cached from its previous life (the
+ *   sockets provider returns them otherwise).
+ * - A read (struct fabric_op) is cut into parts at the provider's maximum
+ *   message size and at the local chunk boundaries (one descriptor per
+ *   part); each part carries its own fi_context2. Parts that the provider
+ *   refuses with -FI_EAGAIN (a connection still being set up, a full
+ *   queue) wait on the peer's pending list and are posted again on the
+ *   next progress.
+ * - done() runs on the loop (fabric_finish_cb), right after the progress
+ *   that finished the read (so that the reads it posts go out at once;
+ *   measured 0.80x -> 0.91x of raw at 36 KiB on loopback) or from a zero
+ *   timer, never from inside fabric_read or fabric_peer_remove, exactly
+ *   once per read that fabric_read accepted.
+ *
+ * Progress model: the loop thread, through each CQ's wait fd. tcp;ofi_rxm
+ * makes data progress manual: the owner of the memory must call into its
+ * CQ or a peer's read of it stalls. Each CQ is opened with FI_WAIT_FD;
+ * its fd (FI_GETWAIT) is a libevent read event; the callback reads the CQ
+ * (which runs the provider's progress), posts what waits, and calls
+ * fi_trywait before the loop may sleep: when that says there is more, a
+ * zero timer runs the callback again on the next loop turn. A backstop
+ * timer (FABRIC_BACKSTOP_MS) progresses every CQ in case a provider
+ * signals less than it should. We chose this over a progress thread
+ * because everything stays on the loop thread (daemon.h's rule: no locks
+ * in our code, completions need no hand-off), and because it measured as
+ * well as a spinning server here: two processes on loopback, tcp;ofi_rxm,
+ * 8 reads in flight, the serving side either spinning on fi_cq_read or
+ * sleeping in poll() on the wait fd after fi_trywait: 1.66 / 2.05 / 2.50
+ * against 1.35 / 1.95 / 1.63 GB/s at 36 KiB / 256 KiB / 2.25 MiB in one
+ * run, and in three alternated runs at 2.25 MiB 2.11, 0.93, 0.65 (spin)
+ * against 1.04, 1.42, 1.16 (wait fd): on a 2-core machine a spinning
+ * server takes the core the reader needs. A provider without a wait fd
+ * falls back to a polling timer (FABRIC_POLL_MS).
+ */
+#include <sys/random.h>
+#include <sys/socket.h>
+
+#include <assert.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/event.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include "daemon.h"
+
+#define FABRIC_VERSION		FI_VERSION(1, 17)
+#define FABRIC_CHUNK_DEFAULT	(1ULL << 30)
+#define FABRIC_CQ_BATCH		64	/* completions per fi_cq_read */
+#define FABRIC_CQ_ROUNDS	8	/* fi_cq_read calls per wakeup, then yield */
+#define FABRIC_CQ_SIZE		4096
+#define FABRIC_BACKSTOP_MS	100	/* every CQ, even when its fd said nothing */
+#define FABRIC_POLL_MS		1	/* a CQ without a wait fd, while reads are out */
+#define FABRIC_FINISH_BATCH	256	/* done() calls per loop turn */
+/*
+ * How long a peer may refuse every post (-FI_EAGAIN with nothing on the
+ * wire: rxm is still connecting, or retrying an owner that is gone) before
+ * its reads fail -ENOTCONN. First contact took up to 5.4 s under load.
+ */
+#define FABRIC_CONNECT_MS	10000
+
+/* Every mode bit we can honour (fi_getinfo(3)); see the top comment for the two left out. */
+#define FABRIC_MR_OFFER		(FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | \
+				 FI_MR_PROV_KEY | FI_MR_MMU_NOTIFY | FI_MR_RMA_EVENT | \
+				 FI_MR_HMEM | FI_MR_COLLECTIVE)
+/* Modes that only constrain what we do not do (receives, messages) or what we always do. */
+#define FABRIC_MODE_OFFER	(FI_CONTEXT | FI_CONTEXT2 | FI_ASYNC_IOV | FI_RX_CQ_DATA | \
+				 FI_MSG_PREFIX | FI_BUFFERED_RECV)
+
+struct fabric_chunk {
+	uint8_t		*base;
+	size_t		 len;
+	struct fid_mr	*mr;
+	void		*desc;		/* fi_mr_desc: passed only under FI_MR_LOCAL */
+	uint64_t	 key;
+};
+
+/* One fabric_expose call: chunks of `chunk` bytes from base. */
+struct fabric_region {
+	uint8_t			*base;
+	size_t			 len;
+	size_t			 chunk;
+	size_t			 nchunks;
+	struct fabric_chunk	*chunks;
+};
+
+struct fabric_op;
+
+/* One posted piece of a read; its context is the first member (FI_CONTEXT2). */
+struct fabric_part {
+	struct fi_context2	 ctx;
+	struct fabric_op	*op;
+	uint8_t			*dst;
+	size_t			 len;
+	uint64_t		 raddr;
+	void			*desc;
+	uint8_t			 posted;	/* on an endpoint, completion owed */
+};
+
+struct fabric_peer;
+
+/*
+ * One fabric_read. Lives from fabric_read until its done() ran; on its
+ * peer's `ops` list while any part is unposted or owed, on the fabric's
+ * `finished` list after that.
+ */
+struct fabric_op {
+	TAILQ_ENTRY(fabric_op)	 entry;
+	struct fabric		*f;
+	struct fabric_peer	*peer;		/* NULL once finished */
+	fabric_done_fn		 done;
+	void			*arg;
+	size_t			 len;
+	uint64_t		 rkey;
+	int			 err;		/* the first error: 0 or -errno */
+	size_t			 nparts;
+	size_t			 next;		/* first part not yet posted */
+	size_t			 owed;		/* posted, completion not seen */
+	struct event		*deadline;	/* NULL: none */
+	struct fabric_part	 parts[];
+};
+TAILQ_HEAD(fabric_ops, fabric_op);
+
+/* An endpoint with its CQ (and, for a peer, AV) and the loop's events on them. */
+struct fabric_ep {
+	struct fabric		*f;
+	struct fabric_peer	*peer;		/* NULL: the serving endpoint */
+	struct fid_ep		*ep;
+	struct fid_cq		*cq;
+	struct fid_av		*av;
+	struct event		*ev;		/* the CQ's wait fd; NULL without one */
+	struct event		*again;		/* zero timer: progress again next turn */
+	size_t			 posted;	/* parts on this endpoint */
+};
+
+struct fabric_peer {
+	TAILQ_ENTRY(fabric_peer) entry;
+	uint64_t		 id;
+	uint8_t			 name[FABRIC_ADDR_MAX];
+	size_t			 namelen;
+	fi_addr_t		 addr;
+	struct fabric_ep	 rd;		/* rd.ep NULL: broken, rebuilt at the next read */
+	struct fabric_ops	 ops;		/* in posting order */
+	int			 rebuild;	/* set while progressing: rebuild after */
+	int			 busy;		/* inside fabric_ep_progress */
+	int64_t			 stalled;	/* ms of the first refused post; 0: none */
+};
+TAILQ_HEAD(fabric_peers, fabric_peer);
+
+struct fabric {
+	struct event_base	*base;
+	struct fi_info		*info;
+	struct fid_fabric	*fabric;
+	struct fid_domain	*domain;
+	struct fabric_ep	 srv;
+	char			 prov[64];
+	uint64_t		 mr_mode;
+	size_t			 max_msg;	/* split size */
+	size_t			 tx_size;	/* parts in flight per endpoint */
+	uint64_t		 key_next;	/* our keys: random base, + 1 per chunk */
+	uint64_t		 key_mask;
+	struct fabric_region	*regions;
+	size_t			 nregions;
+	struct fabric_peers	 peers;
+	uint64_t		 peer_next;
+	struct fabric_ops	 finished;
+	struct event		*finish_ev;	/* zero timer: run done() of `finished` */
+	struct event		*backstop;
+	int			 dispatching;	/* inside fabric_finish_cb */
+	int			 closing;	/* fabric_close called from a done() */
+	struct fabric_stats	 stats;
+};
+
+static void	fabric_ep_progress(struct fabric_ep *);
+static void	fabric_peer_rebuild(struct fabric_peer *);
+
+static const struct timeval fabric_now_tv = { 0, 0 };
+
+static int64_t
+fabric_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A provider's error (a positive FI_E* / errno) as this API's -errno. */
+static int
+fabric_errno(int err)
+{
+	if (err < 0)
+		err = -err;
+	switch (err) {
+	case FI_ECANCELED:
+		return -ECANCELED;
+	case FI_ENOTCONN:
+	case FI_ECONNRESET:
+	case FI_ECONNREFUSED:
+	case FI_ECONNABORTED:
+	case FI_EHOSTUNREACH:
+	case FI_ENETUNREACH:
+	case FI_ENETDOWN:
+	case EPIPE:
+	case ESHUTDOWN:
+		return -ENOTCONN;
+	case FI_ETIMEDOUT:
+		return -ETIMEDOUT;
+	default:
+		return -EIO;
+	}
+}
+
+static void
+fabric_count_failure(struct fabric *f, int err)
+{
+	f->stats.failed++;
+	if (err == -ECANCELED)
+		f->stats.ecanceled++;
+	else if (err == -ENOTCONN)
+		f->stats.enotconn++;
+	else if (err == -ETIMEDOUT)
+		f->stats.timedout++;
+}
+
+/* An op with nothing owed and nothing more to post: to the finished list. */
+static void
+fabric_op_finish(struct fabric_op *op)
+{
+	struct fabric	*f = op->f;
+
+	assert(op->owed == 0);
+	if (op->peer != NULL) {
+		TAILQ_REMOVE(&op->peer->ops, op, entry);
+		op->peer = NULL;
+	}
+	if (op->deadline != NULL) {
+		event_free(op->deadline);
+		op->deadline = NULL;
+	}
+	if (op->err == 0) {
+		f->stats.done++;
+		f->stats.bytes += op->len;
+	} else
+		fabric_count_failure(f, op->err);
+	TAILQ_INSERT_TAIL(&f->finished, op, entry);
+	if (!f->dispatching)
+		evtimer_add(f->finish_ev, &fabric_now_tv);
+}
+
+/* Records an op's first error; it stops posting and finishes once nothing is owed. */
+static void
+fabric_op_fail(struct fabric_op *op, int err)
+{
+	if (op->err == 0)
+		op->err = err;
+	op->nparts = op->next;		/* the parts not posted never will be */
+	if (op->owed == 0 && op->peer != NULL)
+		fabric_op_finish(op);
+}
+
+static void
+fabric_finish_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct fabric		*f = arg;
+	struct fabric_op	*op;
+	unsigned		 n = 0;
+
+	(void)fd;
+	(void)ev;
+	f->dispatching = 1;
+	while ((op = TAILQ_FIRST(&f->finished)) != NULL && !f->closing) {
+		if (n++ == FABRIC_FINISH_BATCH) {
+			evtimer_add(f->finish_ev, &fabric_now_tv);
+			break;
+		}
+		TAILQ_REMOVE(&f->finished, op, entry);
+		op->done(op->arg, op->err);
+		free(op);
+	}
+	f->dispatching = 0;
+	if (f->closing)
+		fabric_close(f);
+}
+
+
+/* Arms the endpoint's zero timer (or a delay): its progress runs on a later loop turn. */
+static void
+fabric_ep_again(struct fabric_ep *e, int ms)
+{
+	struct timeval	tv = { ms / 1000, (ms % 1000) * 1000 };
+
+	if (e->again != NULL && !evtimer_pending(e->again, NULL))
+		evtimer_add(e->again, &tv);
+}
+
+/* A part's completion (err 0) or failure (-errno). */
+static void
+fabric_part_done(struct fabric_ep *e, struct fabric_part *pt, int err)
+{
+	struct fabric_op	*op = pt->op;
+
+	if (!pt->posted)
+		return;		/* a completion for a part already written off */
+	pt->posted = 0;
+	e->posted--;
+	op->owed--;
+	if (err != 0) {
+		fabric_op_fail(op, err);
+		if (e->peer != NULL)
+			e->peer->rebuild = 1;
+		return;
+	}
+	if (op->owed == 0 && op->next == op->nparts)
+		fabric_op_finish(op);
+}
+
+/* Posts what the peer's ops have unposted, in order, while the endpoint takes them. */
+static void
+fabric_peer_post(struct fabric_peer *p)
+{
+	struct fabric_ep	*e = &p->rd;
+	struct fabric_op	*op, *next;
+	struct fabric_part	*pt;
+	ssize_t			 rc;
+
+	if (e->ep == NULL)
+		return;
+	for (op = TAILQ_FIRST(&p->ops); op != NULL; op = next) {
+		next = TAILQ_NEXT(op, entry);
+		while (op->next < op->nparts) {
+			if (e->posted >= e->f->tx_size)
+				return;
+			pt = &op->parts[op->next];
+			rc = fi_read(e->ep, pt->dst, pt->len, pt->desc, p->addr, pt->raddr, op->rkey,
+			    &pt->ctx);
+			if (rc == -FI_EAGAIN) {
+				/* Connecting, or the queue is full: a completion or the retry posts it. */
+				if (e->posted > 0) {
+					fabric_ep_again(e, 0);
+					return;
+				}
+				if (p->stalled == 0)
+					p->stalled = fabric_ms();
+				if (fabric_ms() - p->stalled < FABRIC_CONNECT_MS) {
+					fabric_ep_again(e, FABRIC_POLL_MS);
+					return;
+				}
+				log_warn("fabric", "peer %llu: no connection after %d ms",
+				    (unsigned long long)p->id, FABRIC_CONNECT_MS);
+				p->stalled = 0;
+				fabric_op_fail(op, -ENOTCONN);
+				p->rebuild = 1;
+				return;
+			}
+			p->stalled = 0;
+			if (rc != 0) {
+				log_warn("fabric", "fi_read to peer %llu: %s", (unsigned long long)p->id,
+				    fi_strerror((int)-rc));
+				fabric_op_fail(op, fabric_errno((int)rc));
+				p->rebuild = 1;		/* nothing more goes on this endpoint */
+				return;
+			}
+			pt->posted = 1;
+			op->next++;
+			op->owed++;
+			e->posted++;
+		}
+	}
+}
+
+/*
+ * Reads the CQ a bounded number of times (each read runs the provider's
+ * progress), posts what waits, then either re-arms the wait fd through
+ * fi_trywait or, when that says there is more, runs again next turn.
+ */
+static void
+fabric_ep_progress(struct fabric_ep *e)
+{
+	struct fi_cq_entry	 c[FABRIC_CQ_BATCH];
+	struct fi_cq_err_entry	 ee;
+	struct fabric_peer	*p = e->peer;
+	struct fid		*fid;
+	ssize_t			 n, i;
+	unsigned		 round;
+	int			 more = 0, rc;
+	char			 buf[128];
+
+	if (e->cq == NULL)
+		return;
+	if (p != NULL)
+		p->busy = 1;
+	for (round = 0; round < FABRIC_CQ_ROUNDS; round++) {
+		n = fi_cq_read(e->cq, c, FABRIC_CQ_BATCH);
+		if (n > 0) {
+			for (i = 0; i < n; i++)
+				if (c[i].op_context != NULL && p != NULL)
+					fabric_part_done(e, c[i].op_context, 0);
+			more = n == FABRIC_CQ_BATCH;
+			if (!more)
+				break;
+			continue;
+		}
+		if (n == -FI_EAGAIN)
+			break;
+		if (n != -FI_EAVAIL) {
+			log_warn("fabric", "fi_cq_read: %s", fi_strerror((int)-n));
+			if (p != NULL)
+				p->rebuild = 1;
+			break;
+		}
+		memset(&ee, 0, sizeof(ee));
+		if (fi_cq_readerr(e->cq, &ee, 0) != 1)
+			break;
+		log_info("fabric", "read from peer %llu failed: %s (%s)",
+		    p != NULL ? (unsigned long long)p->id : 0ULL, fi_strerror(ee.err),
+		    fi_cq_strerror(e->cq, ee.prov_errno, ee.err_data, buf, sizeof(buf)));
+		if (p == NULL)
+			continue;
+		if (ee.op_context != NULL)
+			fabric_part_done(e, ee.op_context, fabric_errno(ee.err));
+		p->rebuild = 1;
+		more = 1;
+	}
+	if (p != NULL) {
+		p->busy = 0;
+		if (p->rebuild) {
+			fabric_peer_rebuild(p);
+			return;
+		}
+		fabric_peer_post(p);
+		if (p->rebuild) {
+			fabric_peer_rebuild(p);
+			return;
+		}
+	}
+	if (more) {
+		fabric_ep_again(e, 0);
+		return;
+	}
+	if (e->ev != NULL) {
+		fid = &e->cq->fid;
+		if ((rc = fi_trywait(e->f->fabric, &fid, 1)) == 0)
+			return;		/* the wait fd will say when */
+		if (rc == -FI_EAGAIN) {
+			fabric_ep_again(e, 0);
+			return;
+		}
+	}
+	/* No usable wait fd: poll while there is work (manual progress: always for the server). */
+	if (e->posted > 0 || (p == NULL && e->f->info->domain_attr->data_progress ==
+	    FI_PROGRESS_MANUAL))
+		fabric_ep_again(e, FABRIC_POLL_MS);
+}
+
+static void
+fabric_ep_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct fabric_ep	*e = arg;
+	struct fabric		*f = e->f;
+
+	(void)fd;
+	(void)ev;
+	fabric_ep_progress(e);
+	/*
+	 * The reads this progress finished get their done() now, not a loop
+	 * turn later: the reposts they make go out at once. Neither e nor f
+	 * is touched after (a done() may remove the peer or close f).
+	 */
+	if (!f->dispatching && !TAILQ_EMPTY(&f->finished))
+		fabric_finish_cb(-1, 0, f);
+}
+
+/* Closes an endpoint and its CQ (its AV stays: the peer's address is kept). Idempotent. */
+static void
+fabric_ep_close(struct fabric_ep *e)
+{
+	if (e->ev != NULL)
+		event_free(e->ev);
+	e->ev = NULL;
+	if (e->again != NULL)
+		event_free(e->again);
+	e->again = NULL;
+	if (e->ep != NULL)
+		fi_close(&e->ep->fid);
+	e->ep = NULL;
+	if (e->cq != NULL)
+		fi_close(&e->cq->fid);
+	e->cq = NULL;
+	e->posted = 0;
+}
+
+/* An endpoint with a new CQ on f's domain, bound to e->av (opened here if NULL). */
+static int
+fabric_ep_open(struct fabric *f, struct fabric_ep *e, char *err, size_t errlen)
+{
+	struct fi_cq_attr	 ca;
+	struct fi_av_attr	 aa;
+	int			 rc, fd = -1;
+
+	e->f = f;
+	memset(&ca, 0, sizeof(ca));
+	ca.format = FI_CQ_FORMAT_CONTEXT;
+	ca.size = FABRIC_CQ_SIZE;
+	ca.wait_obj = FI_WAIT_FD;
+	if ((rc = fi_cq_open(f->domain, &ca, &e->cq, NULL)) != 0) {
+		ca.wait_obj = FI_WAIT_NONE;
+		if ((rc = fi_cq_open(f->domain, &ca, &e->cq, NULL)) != 0) {
+			snprintf(err, errlen, "fi_cq_open: %s", fi_strerror(-rc));
+			goto fail;
+		}
+	}
+	if (e->av == NULL) {
+		memset(&aa, 0, sizeof(aa));
+		aa.type = FI_AV_TABLE;
+		aa.count = 1;
+		if ((rc = fi_av_open(f->domain, &aa, &e->av, NULL)) != 0) {
+			snprintf(err, errlen, "fi_av_open: %s", fi_strerror(-rc));
+			goto fail;
+		}
+	}
+	if ((rc = fi_endpoint(f->domain, f->info, &e->ep, NULL)) != 0) {
+		snprintf(err, errlen, "fi_endpoint: %s", fi_strerror(-rc));
+		goto fail;
+	}
+	if ((rc = fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV)) != 0 ||
+	    (rc = fi_ep_bind(e->ep, &e->av->fid, 0)) != 0 || (rc = fi_enable(e->ep)) != 0) {
+		snprintf(err, errlen, "endpoint setup: %s", fi_strerror(-rc));
+		goto fail;
+	}
+	if (ca.wait_obj == FI_WAIT_FD && fi_control(&e->cq->fid, FI_GETWAIT, &fd) == 0 && fd >= 0) {
+		e->ev = event_new(f->base, fd, EV_READ | EV_PERSIST, fabric_ep_cb, e);
+		if (e->ev == NULL || event_add(e->ev, NULL) != 0) {
+			rc = -ENOMEM;
+			snprintf(err, errlen, "out of memory for an endpoint's event");
+			goto fail;
+		}
+	}
+	if ((e->again = evtimer_new(f->base, fabric_ep_cb, e)) == NULL) {
+		rc = -ENOMEM;
+		snprintf(err, errlen, "out of memory for an endpoint's timer");
+		goto fail;
+	}
+	fabric_ep_again(e, 0);		/* the first progress arms the wait fd */
+	return 0;
+fail:
+	fabric_ep_close(e);
+	return rc < 0 ? rc : -EIO;
+}
+
+/*
+ * Closes the peer's endpoint (the parts in flight can then never land:
+ * their ops fail, with their own error or -ECANCELED) and opens a fresh
+ * one on the same address; the unposted parts go there. If that fails the
+ * peer stays broken: its reads fail -ENOTCONN and the next fabric_read
+ * tries again.
+ */
+static void
+fabric_peer_rebuild(struct fabric_peer *p)
+{
+	struct fabric_op	*op, *next;
+	struct fabric		*f = p->rd.f;
+	char			 err[256];
+	size_t			 i;
+	int			 rc;
+
+	p->rebuild = 0;
+	fabric_ep_close(&p->rd);
+	for (op = TAILQ_FIRST(&p->ops); op != NULL; op = next) {
+		next = TAILQ_NEXT(op, entry);
+		if (op->owed == 0)
+			continue;
+		for (i = 0; i < op->next; i++)
+			op->parts[i].posted = 0;
+		op->owed = 0;
+		fabric_op_fail(op, op->err != 0 ? op->err : -ECANCELED);
+	}
+	if ((rc = fabric_ep_open(f, &p->rd, err, sizeof(err))) != 0) {
+		log_warn("fabric", "peer %llu: rebuilding its endpoint: %s", (unsigned long long)p->id,
+		    err);
+		while ((op = TAILQ_FIRST(&p->ops)) != NULL)
+			fabric_op_fail(op, -ENOTCONN);
+		return;
+	}
+	log_debug("fabric", "peer %llu: endpoint rebuilt", (unsigned long long)p->id);
+	fabric_peer_post(p);
+}
+
+static struct fabric_peer *
+fabric_peer_find(const struct fabric *f, uint64_t id)
+{
+	struct fabric_peer	*p;
+
+	TAILQ_FOREACH(p, &f->peers, entry)
+		if (p->id == id)
+			return p;
+	return NULL;
+}
+
+static void
+fabric_deadline_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct fabric_op	*op = arg;
+	struct fabric_peer	*p = op->peer;
+
+	(void)fd;
+	(void)ev;
+	if (p == NULL)
+		return;
+	if (op->err == 0)
+		op->err = -ETIMEDOUT;
+	op->nparts = op->next;
+	if (op->owed == 0) {
+		fabric_op_finish(op);
+		return;
+	}
+	/* Parts on the wire: only closing the endpoint guarantees they never land. */
+	log_info("fabric", "peer %llu: a read of %zu bytes passed its deadline",
+	    (unsigned long long)p->id, op->len);
+	fabric_peer_rebuild(p);
+}
+
+static void
+fabric_backstop_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct fabric		*f = arg;
+	struct fabric_peer	*p;
+
+	(void)fd;
+	(void)ev;
+	fabric_ep_again(&f->srv, 0);
+	TAILQ_FOREACH(p, &f->peers, entry)
+		fabric_ep_again(&p->rd, 0);
+}
+
+/* The region and chunk holding [p, p + len), or NULL. */
+static const struct fabric_chunk *
+fabric_chunk_find(const struct fabric *f, const void *p, size_t len)
+{
+	const struct fabric_region	*r;
+	const struct fabric_chunk	*c;
+	uintptr_t			 a = (uintptr_t)p;
+	size_t				 i;
+
+	for (i = 0; i < f->nregions; i++) {
+		r = &f->regions[i];
+		if (a < (uintptr_t)r->base || a - (uintptr_t)r->base >= r->len)
+			continue;
+		c = &r->chunks[(a - (uintptr_t)r->base) / r->chunk];
+		if (len > c->len - (size_t)(a - (uintptr_t)c->base))
+			return NULL;
+		return c;
+	}
+	return NULL;
+}
+
+/* Whether [p, p + len) lies inside the exposed regions (it may cross chunks). */
+static int
+fabric_local_ok(const struct fabric *f, const void *p, size_t len)
+{
+	const struct fabric_region	*r;
+	uintptr_t			 a = (uintptr_t)p;
+	size_t				 i;
+
+	for (i = 0; i < f->nregions; i++) {
+		r = &f->regions[i];
+		if (a >= (uintptr_t)r->base && a - (uintptr_t)r->base < r->len)
+			return len <= r->len - (size_t)(a - (uintptr_t)r->base);
+	}
+	return 0;
+}
+
+/*
+ * Opens provider prov on node (NULL: the provider's choice) on base's
+ * loop. The caller owns *fp (fabric_close). 0 or -errno with err filled.
+ */
+int
+fabric_open(struct event_base *base, const char *prov, const char *node, struct fabric **fp,
+    char *err, size_t errlen)
+{
+	struct fi_info	*hints;
+	struct fabric	*f;
+	struct timeval	 tv = { FABRIC_BACKSTOP_MS / 1000, (FABRIC_BACKSTOP_MS % 1000) * 1000 };
+	size_t		 ks;
+	int		 rc;
+
+	*fp = NULL;
+	if (prov == NULL || *prov == '\0') {
+		snprintf(err, errlen, "fabric: no provider named");
+		return -EINVAL;
+	}
+	if ((f = calloc(1, sizeof(*f))) == NULL || (hints = fi_allocinfo()) == NULL) {
+		free(f);
+		snprintf(err, errlen, "fabric: out of memory");
+		return -ENOMEM;
+	}
+	f->base = base;
+	TAILQ_INIT(&f->peers);
+	TAILQ_INIT(&f->finished);
+	hints->caps = FI_RMA | FI_READ | FI_REMOTE_READ;
+	hints->mode = FABRIC_MODE_OFFER;
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->domain_attr->mr_mode = FABRIC_MR_OFFER;
+	hints->domain_attr->threading = FI_THREAD_SAFE;
+	hints->fabric_attr->prov_name = strdup(prov);
+	if (hints->fabric_attr->prov_name == NULL) {
+		rc = -ENOMEM;
+		snprintf(err, errlen, "fabric: out of memory");
+		fi_freeinfo(hints);
+		goto fail;
+	}
+	rc = fi_getinfo(FABRIC_VERSION, node, NULL, node != NULL ? FI_SOURCE : 0, hints, &f->info);
+	fi_freeinfo(hints);
+	if (rc != 0) {
+		snprintf(err, errlen, "fabric: provider %s%s%s: %s", prov, node != NULL ? " on " : "",
+		    node != NULL ? node : "", fi_strerror(-rc));
+		rc = rc == -FI_ENODATA ? -ENODEV : fabric_errno(rc);
+		goto fail;
+	}
+	if ((f->info->domain_attr->mr_mode & ~(uint64_t)FABRIC_MR_OFFER) != 0 ||
+	    (f->info->mode & ~(uint64_t)FABRIC_MODE_OFFER) != 0) {
+		snprintf(err, errlen, "fabric: %s asks for modes we did not offer (mr_mode %#x, mode %#llx)",
+		    f->info->fabric_attr->prov_name, (unsigned)f->info->domain_attr->mr_mode,
+		    (unsigned long long)f->info->mode);
+		rc = -ENOTSUP;
+		goto fail;
+	}
+	snprintf(f->prov, sizeof(f->prov), "%s", f->info->fabric_attr->prov_name);
+	f->mr_mode = (uint64_t)f->info->domain_attr->mr_mode;
+	f->max_msg = f->info->ep_attr->max_msg_size > SIZE_MAX ? SIZE_MAX :
+	    (size_t)f->info->ep_attr->max_msg_size;
+	if (f->max_msg == 0)
+		f->max_msg = 1;
+	f->tx_size = f->info->tx_attr->size;
+	if (f->tx_size == 0 || f->tx_size > FABRIC_CQ_SIZE)
+		f->tx_size = FABRIC_CQ_SIZE;
+	ks = f->info->domain_attr->mr_key_size;
+	f->key_mask = ks == 0 || ks >= sizeof(uint64_t) ? UINT64_MAX : (1ULL << (8 * ks)) - 1;
+	if (getrandom(&f->key_next, sizeof(f->key_next), 0) != sizeof(f->key_next)) {
+		rc = -errno;
+		snprintf(err, errlen, "fabric: getrandom: %s", strerror(errno));
+		goto fail;
+	}
+	if ((rc = fi_fabric(f->info->fabric_attr, &f->fabric, NULL)) != 0) {
+		snprintf(err, errlen, "fabric: fi_fabric: %s", fi_strerror(-rc));
+		goto fail;
+	}
+	if ((rc = fi_domain(f->fabric, f->info, &f->domain, NULL)) != 0) {
+		snprintf(err, errlen, "fabric: fi_domain: %s", fi_strerror(-rc));
+		goto fail;
+	}
+	if ((rc = fabric_ep_open(f, &f->srv, err, errlen)) != 0)
+		goto fail;
+	f->finish_ev = evtimer_new(base, fabric_finish_cb, f);
+	f->backstop = event_new(base, -1, EV_PERSIST, fabric_backstop_cb, f);
+	if (f->finish_ev == NULL || f->backstop == NULL || event_add(f->backstop, &tv) != 0) {
+		rc = -ENOMEM;
+		snprintf(err, errlen, "fabric: out of memory for its events");
+		goto fail;
+	}
+	log_info("fabric", "%s: mr_mode %#llx, max message %zu, %zu reads in flight per peer",
+	    f->prov, (unsigned long long)f->mr_mode, f->max_msg, f->tx_size);
+	*fp = f;
+	return 0;
+fail:
+	fabric_close(f);
+	return rc < 0 ? rc : -EIO;
+}
+
+/*
+ * Fails every read still in flight (-ECANCELED) and runs every done()
+ * still owed, here, then frees everything in reverse order. From inside a
+ * done() it takes effect when that callback returns. Idempotent on NULL.
+ */
+void
+fabric_close(struct fabric *f)
+{
+	struct fabric_op	*op;
+	size_t			 i, j;
+
+	if (f == NULL)
+		return;
+	if (f->dispatching) {
+		f->closing = 1;
+		return;
+	}
+	if (f->closing == 2)
+		return;
+	f->closing = 2;
+	while (!TAILQ_EMPTY(&f->peers))
+		fabric_peer_remove(f, TAILQ_FIRST(&f->peers)->id);
+	while ((op = TAILQ_FIRST(&f->finished)) != NULL) {
+		TAILQ_REMOVE(&f->finished, op, entry);
+		op->done(op->arg, op->err);
+		free(op);
+	}
+	if (f->finish_ev != NULL)
+		event_free(f->finish_ev);
+	if (f->backstop != NULL)
+		event_free(f->backstop);
+	fabric_ep_close(&f->srv);
+	if (f->srv.av != NULL)
+		fi_close(&f->srv.av->fid);
+	for (i = 0; i < f->nregions; i++) {
+		for (j = 0; j < f->regions[i].nchunks; j++)
+			if (f->regions[i].chunks[j].mr != NULL)
+				fi_close(&f->regions[i].chunks[j].mr->fid);
+		free(f->regions[i].chunks);
+	}
+	free(f->regions);
+	if (f->domain != NULL)
+		fi_close(&f->domain->fid);
+	if (f->fabric != NULL)
+		fi_close(&f->fabric->fid);
+	if (f->info != NULL)
+		fi_freeinfo(f->info);
+	free(f);
+}
+
+const char *
+fabric_provider(const struct fabric *f)
+{
+	return f->prov;
+}
+
+/* The serving endpoint's name; *len: the buffer's size in, the name's length out. */
+int
+fabric_name(const struct fabric *f, uint8_t *buf, size_t *len)
+{
+	int	rc;
+
+	if ((rc = fi_getname(&f->srv.ep->fid, buf, len)) != 0)
+		return rc == -FI_ETOOSMALL ? -ENOBUFS : fabric_errno(rc);
+	return 0;
+}
+
+/* Lowers the size reads are split at (tests, tuning); never above the provider's maximum. */
+void
+fabric_set_max_msg(struct fabric *f, size_t n)
+{
+	size_t	max = f->info->ep_attr->max_msg_size > SIZE_MAX ? SIZE_MAX :
+		    (size_t)f->info->ep_attr->max_msg_size;
+
+	f->max_msg = n == 0 || n > max ? max : n;
+}
+
+/*
+ * Registers [base, base + len) in chunks of at most `chunk` bytes (0: 1 GiB)
+ * for FI_READ | FI_REMOTE_READ. -EEXIST when it overlaps a region already
+ * exposed; the registrations live until fabric_close.
+ */
+int
+fabric_expose(struct fabric *f, void *base, size_t len, size_t chunk)
+{
+	struct fabric_region	*r, *nr;
+	struct fabric_chunk	*c;
+	uint8_t			*b = base;
+	uint64_t		 key;
+	size_t			 i;
+	int			 rc;
+
+	if (base == NULL || len == 0)
+		return -EINVAL;
+	if (chunk == 0)
+		chunk = FABRIC_CHUNK_DEFAULT;
+	if ((uintptr_t)b + len < (uintptr_t)b)
+		return -EINVAL;
+	for (i = 0; i < f->nregions; i++)
+		if ((uintptr_t)b < (uintptr_t)f->regions[i].base + f->regions[i].len &&
+		    (uintptr_t)f->regions[i].base < (uintptr_t)b + len)
+			return -EEXIST;
+	if ((nr = reallocarray(f->regions, f->nregions + 1, sizeof(*nr))) == NULL)
+		return -ENOMEM;
+	f->regions = nr;
+	r = &f->regions[f->nregions];
+	memset(r, 0, sizeof(*r));
+	r->base = b;
+	r->len = len;
+	r->chunk = chunk;
+	r->nchunks = (len + chunk - 1) / chunk;
+	if ((r->chunks = calloc(r->nchunks, sizeof(*r->chunks))) == NULL)
+		return -ENOMEM;
+	for (i = 0; i < r->nchunks; i++) {
+		c = &r->chunks[i];
+		c->base = b + i * chunk;
+		c->len = i + 1 < r->nchunks ? chunk : len - i * chunk;
+		do
+			key = f->key_next++ & f->key_mask;
+		while (key == 0 || key == (FI_KEY_NOTAVAIL & f->key_mask));
+		rc = fi_mr_reg(f->domain, c->base, c->len, FI_READ | FI_REMOTE_READ, 0,
+		    (f->mr_mode & FI_MR_PROV_KEY) != 0 ? 0 : key, 0, &c->mr, NULL);
+		if (rc != 0) {
+			log_error("fabric", "fi_mr_reg of %zu bytes: %s", c->len, fi_strerror(-rc));
+			goto fail;
+		}
+		c->key = fi_mr_key(c->mr);
+		if (c->key == FI_KEY_NOTAVAIL) {
+			log_error("fabric", "%s gives raw keys, which a peer HELLO cannot carry", f->prov);
+			rc = -ENOTSUP;
+			goto fail;
+		}
+		c->desc = (f->mr_mode & FI_MR_LOCAL) != 0 ? fi_mr_desc(c->mr) : NULL;
+	}
+	f->nregions++;
+	return 0;
+fail:
+	for (i = 0; i < r->nchunks; i++)
+		if (r->chunks[i].mr != NULL)
+			fi_close(&r->chunks[i].mr->fid);
+	free(r->chunks);
+	return rc < 0 ? fabric_errno(rc) : -EIO;
+}
+
+int
+fabric_rkey(const struct fabric *f, const void *p, size_t len, uint64_t *raddr, uint64_t *rkey)
+{
+	const struct fabric_chunk	*c;
+
+	if ((c = fabric_chunk_find(f, p, len)) == NULL)
+		return -ERANGE;
+	*raddr = (f->mr_mode & FI_MR_VIRT_ADDR) != 0 ? (uint64_t)(uintptr_t)p :
+	    (uint64_t)((const uint8_t *)p - c->base);
+	*rkey = c->key;
+	return 0;
+}
+
+/*
+ * A peer by the name it sent (untrusted: its length must be this
+ * provider's and its address family a socket address's). *peer is the
+ * handle for fabric_read and fabric_peer_remove.
+ */
+int
+fabric_peer_add(struct fabric *f, const uint8_t *name, size_t len, uint64_t *peer)
+{
+	struct fabric_peer	*p;
+	uint8_t			 own[FABRIC_ADDR_MAX];
+	size_t			 ownlen = sizeof(own);
+	char			 err[256];
+	uint16_t		 family;
+	int			 rc;
+
+	if (fabric_name(f, own, &ownlen) != 0 || len != ownlen || len > FABRIC_ADDR_MAX)
+		return -EINVAL;
+	if (f->info->addr_format == FI_SOCKADDR_IN || f->info->addr_format == FI_SOCKADDR_IN6 ||
+	    f->info->addr_format == FI_SOCKADDR) {
+		memcpy(&family, name, sizeof(family));
+		if (family != AF_INET && family != AF_INET6)
+			return -EINVAL;
+	}
+	if ((p = calloc(1, sizeof(*p))) == NULL)
+		return -ENOMEM;
+	TAILQ_INIT(&p->ops);
+	memcpy(p->name, name, len);
+	p->namelen = len;
+	p->id = ++f->peer_next;
+	p->rd.peer = p;
+	p->rd.f = f;
+	if ((rc = fabric_ep_open(f, &p->rd, err, sizeof(err))) != 0) {
+		log_warn("fabric", "a peer's endpoint: %s", err);
+		goto fail;
+	}
+	if (fi_av_insert(p->rd.av, p->name, 1, &p->addr, 0, NULL) != 1) {
+		rc = -EINVAL;
+		goto fail;
+	}
+	TAILQ_INSERT_TAIL(&f->peers, p, entry);
+	*peer = p->id;
+	return 0;
+fail:
+	fabric_ep_close(&p->rd);
+	if (p->rd.av != NULL)
+		fi_close(&p->rd.av->fid);
+	free(p);
+	return rc;
+}
+
+/* Fails the peer's reads (-ECANCELED; their done() runs later on the loop) and forgets it. */
+void
+fabric_peer_remove(struct fabric *f, uint64_t id)
+{
+	struct fabric_peer	*p;
+	struct fabric_op	*op;
+	size_t			 i;
+
+	if ((p = fabric_peer_find(f, id)) == NULL)
+		return;
+	fabric_ep_close(&p->rd);
+	while ((op = TAILQ_FIRST(&p->ops)) != NULL) {
+		for (i = 0; i < op->next; i++)
+			op->parts[i].posted = 0;
+		op->owed = 0;
+		fabric_op_fail(op, -ECANCELED);
+	}
+	if (p->rd.av != NULL)
+		fi_close(&p->rd.av->fid);
+	TAILQ_REMOVE(&f->peers, p, entry);
+	free(p);
+}
+
+/*
+ * Reads len bytes at the peer's (raddr, rkey) into dst, which must lie in
+ * the exposed regions. 0: accepted, done(arg, err) will run exactly once,
+ * on the loop, never from inside this call. Otherwise -errno and done()
+ * never runs: -EINVAL, -ENOENT (no such peer), -ERANGE (dst not exposed),
+ * -ENOMEM, -ENOTCONN (the peer's endpoint cannot be reopened).
+ */
+int
+fabric_read(struct fabric *f, uint64_t peer, void *dst, size_t len, uint64_t raddr,
+    uint64_t rkey, uint32_t deadline_ms, fabric_done_fn done, void *arg)
+{
+	const struct fabric_chunk	*c;
+	struct fabric_peer		*p;
+	struct fabric_op		*op;
+	struct fabric_part		*pt;
+	struct timeval			 tv;
+	uint8_t				*d = dst;
+	size_t				 n, off, np;
+	char				 err[256];
+
+	if (len == 0 || done == NULL || f->closing || raddr + len < raddr)
+		return -EINVAL;
+	if ((p = fabric_peer_find(f, peer)) == NULL)
+		return -ENOENT;
+	if (!fabric_local_ok(f, dst, len))
+		return -ERANGE;
+	if (p->rd.ep == NULL && fabric_ep_open(f, &p->rd, err, sizeof(err)) != 0) {
+		log_warn("fabric", "peer %llu: %s", (unsigned long long)peer, err);
+		return -ENOTCONN;
+	}
+	for (np = 0, off = 0; off < len; off += n, np++) {
+		c = fabric_chunk_find(f, d + off, 1);
+		n = (size_t)(c->base + c->len - (d + off));
+		n = n < len - off ? n : len - off;
+		n = n < f->max_msg ? n : f->max_msg;
+	}
+	if ((op = calloc(1, sizeof(*op) + np * sizeof(op->parts[0]))) == NULL)
+		return -ENOMEM;
+	op->f = f;
+	op->peer = p;
+	op->done = done;
+	op->arg = arg;
+	op->len = len;
+	op->rkey = rkey;
+	op->nparts = np;
+	for (np = 0, off = 0; off < len; off += n, np++) {
+		c = fabric_chunk_find(f, d + off, 1);
+		n = (size_t)(c->base + c->len - (d + off));
+		n = n < len - off ? n : len - off;
+		n = n < f->max_msg ? n : f->max_msg;
+		pt = &op->parts[np];
+		pt->op = op;
+		pt->dst = d + off;
+		pt->len = n;
+		pt->raddr = raddr + off;
+		pt->desc = c->desc;
+	}
+	if (deadline_ms > 0) {
+		tv.tv_sec = deadline_ms / 1000;
+		tv.tv_usec = (deadline_ms % 1000) * 1000;
+		if ((op->deadline = evtimer_new(f->base, fabric_deadline_cb, op)) == NULL ||
+		    evtimer_add(op->deadline, &tv) != 0) {
+			if (op->deadline != NULL)
+				event_free(op->deadline);
+			free(op);
+			return -ENOMEM;
+		}
+	}
+	TAILQ_INSERT_TAIL(&p->ops, op, entry);
+	f->stats.reads++;
+	fabric_peer_post(p);
+	if (p->rebuild)
+		fabric_peer_rebuild(p);
+	else
+		fabric_ep_again(&p->rd, 0);
+	return 0;
+}
+
+void
+fabric_get_stats(const struct fabric *f, struct fabric_stats *st)
+{
+	*st = f->stats;
+}
