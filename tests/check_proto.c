@@ -940,7 +940,7 @@ START_TEST(test_status_tables_are_total)
 	unsigned	s, t;
 
 	for (s = 0; s < PROTO_S__MAX; s++) {
-		if (s >= 29 && s <= 39)
+		if (s >= 29 && s <= 39 && strcmp(proto_status_name(s), "unknown") == 0)
 			continue;	/* reserved for parallel work, not defined yet */
 		ck_assert_msg(strcmp(proto_status_name(s), "unknown") != 0, "status %u has no name", s);
 		ck_assert_msg(strcmp(proto_status_text(s), "unknown status") != 0,
