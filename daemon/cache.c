@@ -512,6 +512,16 @@ cache_debug(struct conn *c, struct proto_frame *f)
 		return;
 	}
 	memcpy(&d, f->payload, sizeof(d));
+	if (d.op == PROTO_DEBUG_KILL_ENGINE) {
+		if (cuda_kill_engine(c->server->cuda, sess->regions, sess->nregions) != 0) {
+			conn_reply_error(c, &f->hdr, PROTO_S_STATE,
+			    "DEBUG: this session has no GPU memory, so no copy engine");
+			return;
+		}
+		log_warn("debug", "session %u: killed its cuda copy engine on request", sess->id);
+		conn_reply(c, &f->hdr, PROTO_S_OK, NULL, 0);
+		return;
+	}
 	if (d.pool >= sess->ns->layout.npools) {
 		conn_reply_error(c, &f->hdr, PROTO_S_INVALID, "DEBUG: no pool %u", d.pool);
 		return;

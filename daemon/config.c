@@ -198,6 +198,8 @@ static const struct config_key config_keys[] = {
 	CONFIG_BOOL("testing.debug_ops", test_debug_ops, 0),
 	CONFIG_INT("testing.peer_pull_delay_ms", test_peer_pull_delay_ms, 0, 60000, 0),
 	CONFIG_BOOL("testing.peer_bad_key", test_peer_bad_key, 0),
+	/* Several cuda copy engines on each GPU, as if they were GPUs (cuda.c). */
+	CONFIG_INT("testing.cuda_engines_per_gpu", test_cuda_engines_per_gpu, 1, 8, 1),
 	/* The peer tier: off while peer.id is "" (config_check_peer checks the whole). */
 	CONFIG_STRING("peer.id", peer_id, 0, PEER_ID_LEN - 1, "", CONFIG_F_ASCII),
 	CONFIG_LISTEN("peer.listen", peer_listen, PEER_ADDR_LEN - 1, ""),
@@ -298,7 +300,8 @@ static const char config_default_text[] =
     "    \"read_delay_ms\": 0,\n"
     "    \"debug_ops\": false,\n"
     "    \"peer_pull_delay_ms\": 0,\n"
-    "    \"peer_bad_key\": false\n"
+    "    \"peer_bad_key\": false,\n"
+    "    \"cuda_engines_per_gpu\": 1\n"
     "  },\n"
     "  \"peer\": {\n"
     "    \"id\": \"\",\n"

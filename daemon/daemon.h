@@ -125,6 +125,7 @@ struct config {
 	uint32_t	peer_user_timeout_ms;	/* TCP_USER_TIMEOUT and the connect deadline */
 	struct peer_member peer_members[CONFIG_PEERS_MAX];
 	size_t		npeer_members;
+	uint32_t	test_cuda_engines_per_gpu;	/* testing only: engines per GPU */
 };
 
 void	 config_default(struct config *);
@@ -612,6 +613,9 @@ struct region {
 	int			 dev_owner;	/* opened it; other regions may share it */
 	struct kernels_region	*kreg;
 	struct kernels_event	*kev;		/* PROTO_MEM_CUDA_EVENT: the opened event */
+	int			 gpu;		/* the GPU the memory is on */
+	unsigned		 gpu_engine;	/* its copy engine's index (the device claim) */
+	struct cuda_dev		*cdev;		/* that engine */
 };
 int	 region_map(struct region *, const struct proto_region *, int fd,
 	    char *err, size_t errlen);
@@ -673,6 +677,7 @@ struct copy_job {
 	void			(*done)(struct copy_job *);	/* on the loop thread */
 	void			*arg;
 	struct cuda_job		*cuda;		/* cuda.c's, while on the GPU */
+	struct cuda_dev		*cuda_dev;	/* cuda.c: the copy engine it went to */
 	struct copy_times	 t;		/* RESTORE: its timeline */
 	/* The host engine's, while on its workers (copy.c). */
 	uint32_t		 npieces;	/* pages split into this many runs */
@@ -711,12 +716,30 @@ void	 copy_csum_avx2_store(uint8_t *dst, const uint8_t *src, size_t n);
  * completions reported to the loop through the engine's notify eventfd.
  */
 struct cuda_engine;
+struct cuda_dev;
 struct cuda_job;
-int	 cuda_engine_new(struct event_base *, struct dram *, struct cuda_engine **,
+int	 cuda_engine_new(struct event_base *, struct dram *, int ngpus, unsigned per_gpu,
+	    struct cuda_engine **,
 	    char *err, size_t errlen);
 void	 cuda_engine_free(struct cuda_engine *);
 unsigned cuda_inflight(const struct cuda_engine *);
 unsigned cuda_waiting_on_events(const struct cuda_engine *);
+/* One copy engine's counters, for STATS "copy"."devices" (started: 0 until its first region). */
+struct cuda_dev_stats {
+	unsigned		 device;	/* the engine's index: what a region claims */
+	int			 gpu;		/* the CUDA device it runs on */
+	int			 started;
+	unsigned		 jobs_inflight;
+	unsigned		 regions;
+	uint64_t		 jobs, restores, publishes, failed, bytes;
+	unsigned		 staging_slots, staging_in_use;
+	uint64_t		 staging_bytes;	/* one slot's */
+	unsigned		 waiting_on_events;
+	struct copy_times	 last_restore;
+};
+unsigned cuda_devices(const struct cuda_engine *);
+int	 cuda_kill_engine(struct cuda_engine *, const struct region *, unsigned nregions);
+void	 cuda_dev_stats(const struct cuda_engine *, unsigned i, struct cuda_dev_stats *);
 void	 cuda_submit(struct cuda_engine *, struct copy_job *);
 void	 cuda_cancel(struct copy_job *);
 int	 cuda_region_open(struct cuda_engine *, const char *none_why, struct region *regions,

@@ -300,6 +300,35 @@ metrics_times(const struct copy_times *t)
 	    "notify", I(t->notify), "done", I(t->done), "reply", I(t->reply));
 }
 
+/*
+ * The cuda copy engines, one object per device (engine) the daemon may
+ * start: its GPU, whether it started (at its first region), its jobs and
+ * bytes, its staging ring in use, its last RESTORE's timeline. [] without
+ * a GPU.
+ */
+static json_t *
+metrics_devices(struct server *s)
+{
+	struct cuda_dev_stats	 st;
+	json_t			*a = json_array();
+	unsigned		 i, n = cuda_devices(s->cuda);
+
+	for (i = 0; i < n && a != NULL; i++) {
+		cuda_dev_stats(s->cuda, i, &st);
+		json_array_append_new(a, json_pack("{s:I, s:I, s:b, s:I, s:I, s:I, s:I, s:I, s:I, "
+		    "s:I, s:I, s:I, s:I, s:I, s:o}",
+		    "device", I(st.device), "gpu", I(st.gpu), "started", st.started,
+		    "regions", I(st.regions), "jobs_inflight", I(st.jobs_inflight),
+		    "jobs", I(st.jobs), "restores", I(st.restores), "publishes", I(st.publishes),
+		    "failed", I(st.failed), "bytes", I(st.bytes),
+		    "staging_slots", I(st.staging_slots), "staging_in_use", I(st.staging_in_use),
+		    "staging_slot_bytes", I(st.staging_bytes),
+		    "waiting_on_events", I(st.waiting_on_events),
+		    "last_restore", metrics_times(&st.last_restore)));
+	}
+	return a;
+}
+
 char *
 metrics_stats_json(struct server *s)
 {
@@ -334,11 +363,12 @@ metrics_stats_json(struct server *s)
 	/* Where metrics.listen serves (the address bound), "" when off. */
 	json_object_set_new(json_object_get(j, "daemon"), "metrics_listen",
 	    json_string(httpd_address(s->httpd)));
-	json_object_set_new(j, "copy", json_pack("{s:I, s:I, s:o}",
+	json_object_set_new(j, "copy", json_pack("{s:I, s:I, s:o, s:o}",
 	    "jobs_inflight", I((s->copy != NULL ? copy_inflight(s->copy) : 0) +
 	    cuda_inflight(s->cuda)),
 	    "waiting_on_events", I(cuda_waiting_on_events(s->cuda)),
-	    "last_restore", metrics_times(&metrics.last_restore)));
+	    "last_restore", metrics_times(&metrics.last_restore),
+	    "devices", metrics_devices(s)));
 	json_object_set_new(j, "cache", metrics_cache());
 	json_object_set_new(j, "dram", metrics_dram(s));
 	json_object_set_new(j, "file", metrics_file(s));

@@ -598,7 +598,8 @@ server_init(struct server *s, struct config *cfg, int ngpu, char *err, size_t er
 		return rc;
 	s->cuda_none = cfg->copy_engine == CONFIG_COPY_HOST ? "copy_engine is host" : "no GPU";
 	if (ngpu > 0 && cfg->copy_engine != CONFIG_COPY_HOST) {
-		rc = cuda_engine_new(s->base, s->dram, &s->cuda, err, errlen);
+		rc = cuda_engine_new(s->base, s->dram, ngpu, cfg->test_cuda_engines_per_gpu,
+		    &s->cuda, err, errlen);
 		if (rc != 0 && cfg->copy_engine == CONFIG_COPY_CUDA)
 			return rc;
 		if (rc != 0) {

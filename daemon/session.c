@@ -246,6 +246,8 @@ session_status(int rc)
 {
 	if (rc == -EUSERS)
 		return PROTO_S_LIMIT;	/* limits.max_namespaces */
+	if (rc == -EXDEV)
+		return PROTO_S_WRONG_DEVICE;	/* GPU memory not on the device claimed */
 	return rc == -ENOMEM ? PROTO_S_NO_MEMORY : PROTO_S_BAD_REGION;
 }
 

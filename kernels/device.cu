@@ -225,6 +225,34 @@ kernels_ipc_open(const void *handle, void **dptr, size_t *size, char *err, size_
 }
 
 extern "C" int
+kernels_mem_device(const void *dptr, int *device)
+{
+	cudaPointerAttributes	a;
+
+	memset(&a, 0, sizeof(a));
+	if (cudaPointerGetAttributes(&a, dptr) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return -EFAULT;
+	}
+	if (a.type != cudaMemoryTypeDevice || a.device < 0)
+		return -EFAULT;
+	*device = a.device;
+	return 0;
+}
+
+extern "C" int
+kernels_current_device(void)
+{
+	int	d = -1;
+
+	if (cudaGetDevice(&d) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return -1;
+	}
+	return d;
+}
+
+extern "C" int
 kernels_ipc_close(void *dptr, char *err, size_t len)
 {
 	KERNELS_TRY(cudaIpcCloseMemHandle(dptr), "cudaIpcCloseMemHandle");

@@ -1177,6 +1177,7 @@ kernels_region_new(struct kernels_engine *e, const struct kernels_geom *g,
 		    g->num_pages, g->page_tokens, g->layers, g->token_bytes);
 		return -EINVAL;
 	}
+	(void)cudaSetDevice(e->device);	/* the per-layer table lives on the engine's GPU */
 	obj = engine_mad(engine_mad(g->page_tokens, g->layers, 0), g->token_bytes, 0);
 	/* the last byte of the last page, relative to its layer's base */
 	span = engine_mad(g->num_pages - 1, g->page_stride,
@@ -1904,6 +1905,29 @@ extern "C" unsigned
 kernels_engine_gated(const struct kernels_engine *e)
 {
 	return e->ngated;
+}
+
+extern "C" void
+kernels_engine_staging(const struct kernels_engine *e, unsigned *slots, unsigned *busy)
+{
+	unsigned	i, n = 0;
+
+	for (i = 0; i < e->conf.slots; i++)
+		n += e->slots[i].op != NULL;
+	*slots = e->conf.slots;
+	*busy = n;
+}
+
+extern "C" int
+kernels_engine_device(const struct kernels_engine *e)
+{
+	return e->device;
+}
+
+extern "C" void
+kernels_engine_kill(struct kernels_engine *e, const char *why)
+{
+	engine_break(e, why);
 }
 
 extern "C" int

@@ -113,6 +113,15 @@ int	kernels_ipc_close(void *dptr, char *err, size_t len);
 int	kernels_dev_range(const void *p, uintptr_t *base, size_t *size);
 
 /*
+ * The device whose memory dptr is (an IPC-opened or cuMem-mapped range
+ * reports the GPU the exporter allocated it on): 0 and *device, or
+ * -EFAULT where dptr is not device memory. kernels_current_device(): the
+ * calling thread's current device, or -1.
+ */
+int	kernels_mem_device(const void *dptr, int *device);
+int	kernels_current_device(void);
+
+/*
  * cuMem allocations exported as POSIX fds: maps `size` bytes (the
  * exporter's size, a multiple of the allocation granularity) of the
  * allocation behind `fd` read-write on the current device. The fd stays
@@ -183,6 +192,15 @@ unsigned kernels_engine_gated(const struct kernels_engine *);
  * wake-up hidden behind the kernels.
  */
 int	kernels_engine_tail(struct kernels_engine *);
+/* Staging slots, and those holding a chunk now. */
+void	kernels_engine_staging(const struct kernels_engine *, unsigned *slots, unsigned *busy);
+/* The device the engine was created on (the current one at kernels_engine_new). */
+int	kernels_engine_device(const struct kernels_engine *);
+/*
+ * Marks the engine broken, as a sticky CUDA error does: every op in flight
+ * or submitted later fails (-EIO, why). For tests of a dead engine.
+ */
+void	kernels_engine_kill(struct kernels_engine *, const char *why);
 
 /*
  * A destination in device memory, with proto_region's geometry: byte

@@ -386,3 +386,39 @@ kernels_bench_chunked(void *dst, const void *src, size_t len, size_t chunk, unsi
 	(void)streams;
 	return stub_nosys(err, errlen);
 }
+
+int
+kernels_mem_device(const void *dptr, int *device)
+{
+	(void)dptr;
+	(void)device;
+	return -ENOSYS;
+}
+
+int
+kernels_current_device(void)
+{
+	return -1;
+}
+
+void
+kernels_engine_staging(const struct kernels_engine *e, unsigned *slots, unsigned *busy)
+{
+	(void)e;
+	*slots = 0;
+	*busy = 0;
+}
+
+int
+kernels_engine_device(const struct kernels_engine *e)
+{
+	(void)e;
+	return -1;
+}
+
+void
+kernels_engine_kill(struct kernels_engine *e, const char *why)
+{
+	(void)e;
+	(void)why;
+}

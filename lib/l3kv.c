@@ -153,6 +153,7 @@ struct l3kv {
 	int			 emptied;	/* this drain of completions emptied the socket */
 	int			 timeout_ms;
 	unsigned		 spin_us;	/* l3kv_set_spin */
+	int			 device;	/* l3kv_set_device: ATTACH's claim, or -1 */
 	uint16_t		 kv_pool;	/* PROBE's pool: the first kv pool at ATTACH */
 	uint64_t		 next_seq;
 	struct l3kv_server_info	 info;
@@ -1031,6 +1032,9 @@ l3kv_encode_region(struct l3kv *k, const struct l3kv_region *g, unsigned i,
 	} else if (g->kind == L3KV_MEM_CUDA_IPC || g->kind == L3KV_MEM_CUDA_EVENT) {
 		memcpy(w->handle, g->handle, sizeof(w->handle));
 	}
+	/* GPU memory's device claim, l3kv_set_device's: 0 on the wire is none. */
+	if ((g->kind == L3KV_MEM_CUDA_IPC || g->kind == L3KV_MEM_CUMEM_FD) && k->device >= 0)
+		w->device = (uint16_t)(k->device + 1);
 	w->offset = g->offset;
 	w->size = g->size;
 	w->num_pages = g->num_pages;
@@ -1235,6 +1239,7 @@ l3kv_connect(const char *socket_path, int timeout_ms, struct l3kv **out)
 	TAILQ_INIT(&k->done);
 	TAILQ_INIT(&k->sendq);
 	k->epfd = k->evfd = -1;
+	k->device = L3KV_DEVICE_ANY;
 	k->next_seq = 1;
 	k->timeout_ms = timeout_ms == L3KV_TIMEOUT_DEFAULT ? L3KV_DEFAULT_TIMEOUT_MS : timeout_ms;
 	deadline = l3kv_deadline(k, timeout_ms);
@@ -1311,6 +1316,15 @@ l3kv_set_spin(struct l3kv *k, unsigned spin_us)
 	if (k == NULL || spin_us > 1000000)
 		return -EINVAL;
 	k->spin_us = spin_us;
+	return 0;
+}
+
+int
+l3kv_set_device(struct l3kv *k, int device)
+{
+	if (k == NULL || device < L3KV_DEVICE_ANY || device > 65534)
+		return -EINVAL;
+	k->device = device;
 	return 0;
 }
 

@@ -103,6 +103,15 @@ L3KV_API const char *l3kv_version(void);
 /* Sets the connection's default timeout for blocking calls. */
 L3KV_API int	 l3kv_set_timeout(struct l3kv *, int timeout_ms);
 /*
+ * The device the next ATTACH's GPU memory claims to be on: the daemon's
+ * CUDA device ordinal (its copy engine; as the daemon numbers them), or
+ * L3KV_DEVICE_ANY (the default) to let the daemon take the device the
+ * memory is on. A claim the memory contradicts is refused at ATTACH
+ * (-ENXIO, status wrong_device). 0..65534.
+ */
+#define L3KV_DEVICE_ANY		(-1)
+L3KV_API int	 l3kv_set_device(struct l3kv *, int device);
+/*
  * Blocking calls poll the socket without sleeping for up to spin_us
  * microseconds before they sleep in poll(2) (default 0: they sleep at
  * once). Waking a sleeping thread costs tens of microseconds on some
@@ -577,6 +586,7 @@ L3KV_API int	 l3kv_publish_result(const struct l3kv_completion *,
  */
 #define L3KV_DEBUG_DROP		1
 #define L3KV_DEBUG_CORRUPT	2
+#define L3KV_DEBUG_KILL_ENGINE	3	/* the session's cuda copy engine dies: its copies fail */
 L3KV_API int	 l3kv_debug(struct l3kv *, unsigned op, unsigned pool, const uint8_t *hash);
 
 /* Errors. */

@@ -53,6 +53,8 @@ static const struct proto_status_info proto_statuses[PROTO_S__MAX] = {
 	[PROTO_S_PEER_AUTH] = { "peer_auth", "peer authentication failed", EKEYREJECTED },
 	[PROTO_S_PEER_ROLE] = { "peer_role", "peer of another role, or this daemon itself", EPROTOTYPE },
 	[PROTO_S_PEER_STALE] = { "peer_stale", "owner lease of another incarnation", ESTALE },
+	[PROTO_S_WRONG_DEVICE] = { "wrong_device", "GPU memory is not on the device claimed",
+	    ENXIO },
 };
 
 const char *
@@ -617,6 +619,9 @@ proto_region_check(const struct proto_region *r, unsigned i, uint8_t npools,
 	}
 	if (r->pool >= npools)
 		ATTACH_ERR("regions[%u].pool: %u is not a declared pool", i, r->pool);
+	if (r->kind == PROTO_MEM_MEMFD && r->device != 0)
+		ATTACH_ERR("regions[%u].device: %u, but only GPU memory is on a device", i,
+		    r->device);
 	if (r->layout < PROTO_LAYOUT_PAGE_FIRST || r->layout > PROTO_LAYOUT_SLOTS)
 		ATTACH_ERR("regions[%u].layout: %u is not a layout", i, r->layout);
 	if (r->fd_index >= PROTO_FDS_MAX)

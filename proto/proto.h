@@ -118,6 +118,8 @@ enum proto_status {
 	PROTO_S_PEER_AUTH	= 33,	/* the shared-secret proof is wrong */
 	PROTO_S_PEER_ROLE	= 34,	/* another role, or this daemon's own id */
 	PROTO_S_PEER_STALE	= 35,	/* an owner lease of another incarnation or session */
+	/* 29-31 and 36-39 are not assigned. */
+	PROTO_S_WRONG_DEVICE	= 40,	/* GPU memory is not on the device claimed */
 	PROTO_S__MAX
 };
 
@@ -246,7 +248,7 @@ struct proto_region {
 	uint8_t		kind;		/* proto_mem_kind */
 	uint8_t		layout;		/* proto_host_layout */
 	uint16_t	fd_index;	/* which SCM_RIGHTS fd (memfd, cumem) */
-	uint16_t	pad;
+	uint16_t	device;		/* GPU memory: 0 any, n claims device n - 1 */
 	uint64_t	offset;		/* into the allocation */
 	uint64_t	size;		/* bytes usable from offset */
 	uint32_t	num_pages;
@@ -444,6 +446,7 @@ struct proto_debug {
 _Static_assert(sizeof(struct proto_debug) == 40, "proto_debug");
 #define PROTO_DEBUG_DROP	1	/* remove the object, as if lost */
 #define PROTO_DEBUG_CORRUPT	2	/* flip a byte of the object's data */
+#define PROTO_DEBUG_KILL_ENGINE	3	/* break this session's cuda copy engine (pool, hash unused) */
 
 #define PROTO_PAGES_MAX		65536	/* pages in one request */
 

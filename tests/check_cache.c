@@ -408,6 +408,15 @@ START_TEST(test_cancel_during_slow_copy_is_answered_after_the_copy)
 	/* STATS shows the copy running (and no RESTORE waits for an engine event here) */
 	ck_assert_int_eq(test_td_stat("copy", "jobs_inflight"), 1);
 	ck_assert_int_eq(test_td_stat("copy", "waiting_on_events"), 0);
+	/* The host engine ran it: no cuda copy engine (no GPU here), so no device. */
+	{
+		json_t	*st = test_td_stats();
+
+		ck_assert(json_is_array(json_object_get(json_object_get(st, "copy"), "devices")));
+		ck_assert_int_eq(json_array_size(json_object_get(json_object_get(st, "copy"),
+		    "devices")), 0);
+		json_decref(st);
+	}
 	ck_assert_int_eq(l3kv_cancel(r.k, a.lease, &landed), 0);
 	ck_assert_uint_gt(landed, 0);
 	ck_assert_uint_lt(landed, 10);

@@ -185,6 +185,7 @@ read_text(const char *path)
 	X(INT, test_debug_ops,		0,			1)			\
 	X(INT, test_peer_pull_delay_ms,	0,			0)			\
 	X(INT, test_peer_bad_key,	0,			0)			\
+	X(INT, test_cuda_engines_per_gpu, 1,			2)			\
 	X(STR, peer_id,			"",			"node-b")		\
 	X(STR, peer_listen,		"",			"10.0.0.2:7400")	\
 	X(STR, peer_provider,		"tcp",			"sockets")		\

@@ -2357,6 +2357,452 @@ START_TEST(test_gpu_daemon_survives_an_engine_killed_while_its_event_is_pending)
 }
 END_TEST
 
+/*
+ * Several copy engines (issue 17). One GPU is lent here, so the daemon
+ * runs with testing.cuda_engines_per_gpu 2: engines 0 and 1, both on GPU
+ * 0, are two devices of the code path (each its own kernels_engine:
+ * streams, staging ring, waiter thread), and a rank names its engine by
+ * its device claim (l3kv_set_device). A group is MLA TP 2 / DCP 2: each
+ * rank publishes its own shard (its own namespace) and restores it into
+ * its own device memory; the group is READY when both engines are done.
+ */
+#define GM_RANKS	2
+
+enum gm_mode {
+	GM_PARALLEL = 1,	/* both ranks restore; every byte checked */
+	GM_CANCEL,		/* rank 0 cancels its restore at once */
+	GM_KILL,		/* rank 1's copy engine dies (DEBUG) behind its RESTORE */
+};
+
+struct gm_share {
+	char		err[GM_RANKS][512];
+	int		restore_rc[GM_RANKS];	/* the RESTORE's status */
+	uint32_t	landed;			/* GM_CANCEL: CANCEL's pages_landed */
+};
+
+#define GM_FAIL(code, ...) do {						\
+	snprintf(sh->err[rank], sizeof(sh->err[rank]), __VA_ARGS__);	\
+	return (code);							\
+} while (0)
+
+/* Waits (bounded) for the completion of ticket; its status, or 1 when none came. */
+static int
+gm_wait_ticket(struct l3kv *k, uint64_t ticket)
+{
+	struct l3kv_completion	c;
+	struct pollfd		pfd = { .fd = l3kv_fd(k), .events = POLLIN };
+	int			rc, tries, st;
+
+	for (tries = 0; (rc = l3kv_poll_completion(k, &c)) == -EAGAIN && tries < 3000; tries++)
+		poll(&pfd, 1, 20);
+	if (rc != 0 || c.ticket != ticket)
+		return 1;
+	st = c.status;
+	l3kv_completion_release(&c);
+	return st;
+}
+
+/* One rank of the group: n pages published from its device memory, then restored. */
+static int
+gm_rank(const char *sock, struct gm_share *sh, int mode, unsigned rank, uint32_t n,
+    uint32_t prefix)
+{
+	struct l3kv_publish_result	 pr;
+	struct l3kv_admit_result	 ar;
+	struct l3kv_admit_args		 aa;
+	struct l3kv_attach_args		 args;
+	struct l3kv_publish_page	*pg;
+	struct l3kv_region		 reg;
+	struct l3kv_pool		 pool;
+	struct l3kv			*k = NULL;
+	uint8_t				*before, *after, *hashes, zero[L3KV_HASH_LEN] = { 0 };
+	uint32_t			*dst, pages = 2 * n, i, landed = n;
+	uint64_t			 ticket;
+	size_t				 bytes = (size_t)pages * GD_OBJ;
+	void				*d = NULL;
+	char				 err[256] = "";
+	int				 rc;
+
+	before = malloc(bytes);
+	after = malloc(bytes);
+	pg = calloc(n, sizeof(*pg));
+	hashes = malloc((size_t)n * L3KV_HASH_LEN);
+	dst = calloc(n, sizeof(*dst));
+	if (before == NULL || after == NULL || pg == NULL || hashes == NULL || dst == NULL)
+		GM_FAIL(2, "rank %u: out of memory", rank);
+	if ((rc = kernels_init(0, err, sizeof(err))) != 0)
+		GM_FAIL(3, "rank %u: kernels_init: %d %s", rank, rc, err);
+	if ((rc = kernels_dev_alloc(bytes, &d, err, sizeof(err))) != 0)
+		GM_FAIL(4, "rank %u: allocating %zu bytes: %d %s", rank, bytes, rc, err);
+	gpu_rnd_fill(before, bytes);
+	if ((rc = kernels_copy(d, before, bytes, err, sizeof(err))) != 0)
+		GM_FAIL(5, "rank %u: kernels_copy to the device: %d %s", rank, rc, err);
+	pool = (struct l3kv_pool){ "kv", L3KV_POOL_KV, L3KV_HIT_ALL_PAGES, 0, GD_LAYERS, GD_OBJ,
+	    "latent:1024:fp8_e4m3" };
+	memset(&reg, 0, sizeof(reg));
+	reg = (struct l3kv_region){ .pool = 0, .kind = L3KV_MEM_CUDA_IPC,
+	    .layout = L3KV_LAYOUT_LAYER_FIRST, .fd = -1, .size = bytes, .num_pages = pages,
+	    .page_tokens = GD_TOKENS, .layers = GD_LAYERS, .token_bytes = GD_TOKEN_BYTES,
+	    .page_stride = GD_BLOCK, .layer_stride = (uint64_t)pages * GD_BLOCK,
+	    .token_stride = GD_TOKEN_BYTES };
+	if ((rc = kernels_ipc_export(d, reg.handle, err, sizeof(err))) != 0)
+		GM_FAIL(6, "rank %u: kernels_ipc_export: %d %s", rank, rc, err);
+	memset(&args, 0, sizeof(args));
+	args.layout = (struct l3kv_layout){ .model = "gpu-multi-test", .kv_dtype = "fp8_e4m3",
+	    .hash_scheme = "sha256", .hash_len = 32, .tp_size = GM_RANKS, .dcp_size = GM_RANKS,
+	    .dcp_rank = rank, .pp_size = 1, .cp_size = 1, .host_layout = L3KV_LAYOUT_PAGE_FIRST,
+	    .attention = L3KV_ATTN_MLA, .page_tokens = GD_TOKENS,
+	    .logical_page_tokens = GD_TOKENS * GM_RANKS };
+	args.pools = &pool;
+	args.npools = 1;
+	args.regions = &reg;
+	args.nregions = 1;
+	args.group = "gpu-multi";
+	args.group_size = GM_RANKS;
+	args.group_rank = rank;
+	args.tp_rank = rank;
+	args.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
+	args.write = L3KV_WRITE_THROUGH;
+	if ((rc = l3kv_connect(sock, 10000, &k)) != 0)
+		GM_FAIL(7, "rank %u: connect: %d", rank, rc);
+	l3kv_set_timeout(k, 60000);
+	/* This rank's copy engine: device `rank` (two engines on GPU 0). */
+	if ((rc = l3kv_set_device(k, (int)rank)) != 0 || (rc = l3kv_attach(k, &args, NULL)) != 0)
+		GM_FAIL(8, "rank %u: ATTACH claiming device %u: %d %s", rank, rank, rc,
+		    l3kv_last_error(k));
+	for (i = 0; i < n; i++) {
+		test_page_hash(prefix, i, pg[i].hash);
+		memcpy(hashes + (size_t)i * L3KV_HASH_LEN, pg[i].hash, L3KV_HASH_LEN);
+		pg[i].src_page = i;
+		dst[i] = pages - 1 - i;
+	}
+	if ((rc = l3kv_publish(k, 0, pg, n, &pr)) != 0 || pr.stored != n)
+		GM_FAIL(9, "rank %u: PUBLISH of its shard: %d %s, stored %u", rank, rc,
+		    l3kv_last_error(k), pr.stored);
+	memset(&aa, 0, sizeof(aa));
+	aa.request_id = prefix;
+	aa.hashes = hashes;
+	aa.npages = n;
+	aa.reserved_pages = n;
+	aa.state_slot = L3KV_SLOT_NONE;
+	/* The group barrier: both ranks admit the request. */
+	if ((rc = l3kv_admit(k, &aa, &ar)) != 0 || ar.admitted_pages != n)
+		GM_FAIL(11, "rank %u: ADMIT: %d %s, %u of %u pages (decline %d)", rank, rc,
+		    l3kv_last_error(k), ar.admitted_pages, n, ar.decline);
+	if ((rc = l3kv_submit_restore(k, ar.lease, 0, dst, n, &ticket)) != 0)
+		GM_FAIL(14, "rank %u: submitting RESTORE: %d", rank, rc);
+	if (mode == GM_CANCEL && rank == 0) {
+		if ((rc = l3kv_cancel(k, ar.lease, &landed)) != 0)
+			GM_FAIL(16, "rank %u: CANCEL: %d %s", rank, rc, l3kv_last_error(k));
+		sh->landed = landed;
+	}
+	if (mode == GM_KILL && rank == 1 &&
+	    (rc = l3kv_debug(k, L3KV_DEBUG_KILL_ENGINE, 0, zero)) != 0)
+		GM_FAIL(26, "rank %u: DEBUG kill_engine: %d %s", rank, rc, l3kv_last_error(k));
+	sh->restore_rc[rank] = gm_wait_ticket(k, ticket);
+	if (sh->restore_rc[rank] == 1)
+		GM_FAIL(19, "rank %u: no RESTORE completion", rank);
+	if (mode == GM_PARALLEL && sh->restore_rc[rank] != 0)
+		GM_FAIL(12, "rank %u: RESTORE: %d", rank, sh->restore_rc[rank]);
+	if ((rc = kernels_copy(after, d, bytes, err, sizeof(err))) != 0)
+		GM_FAIL(17, "rank %u: kernels_copy back: %d %s", rank, rc, err);
+	for (i = 0; i < n; i++) {
+		if (!gd_page_is(after, i, before, i, pages))
+			GM_FAIL(21, "rank %u: source page %u changed", rank, i);
+		if (mode == GM_PARALLEL && !gd_page_is(after, dst[i], before, i, pages))
+			GM_FAIL(22, "rank %u: restored page %u (region page %u) differs from the "
+			    "published one", rank, i, dst[i]);
+	}
+	if (sh->restore_rc[rank] == 0 && (rc = l3kv_release(k, ar.lease)) != 0)
+		GM_FAIL(24, "rank %u: RELEASE: %d %s", rank, rc, l3kv_last_error(k));
+	l3kv_close(k);
+	kernels_dev_free(d);
+	free(before);
+	free(after);
+	free(pg);
+	free(hashes);
+	free(dst);
+	return 0;
+}
+
+/* A counter of STATS copy.devices[dev]. */
+static long long
+gm_dev_stat(const char *sock, unsigned dev, const char *key)
+{
+	struct l3kv	*k = NULL;
+	json_error_t	 jerr;
+	json_t		*j, *v;
+	char		*text = NULL;
+	long long	 n;
+
+	CHECK(l3kv_connect(sock, 5000, &k) == 0, "connect for STATS");
+	CHECK(l3kv_stats(k, &text) == 0, "STATS");
+	j = json_loads(text, 0, &jerr);
+	CHECK(j != NULL, "STATS is not JSON: %s", jerr.text);
+	v = json_array_get(json_object_get(json_object_get(j, "copy"), "devices"), dev);
+	if (strchr(key, '.') != NULL)
+		v = json_object_get(json_object_get(v, "last_restore"), strchr(key, '.') + 1);
+	else
+		v = json_object_get(v, key);
+	CHECK(json_is_integer(v) || json_is_boolean(v), "STATS copy.devices[%u].%s missing",
+	    dev, key);
+	n = json_is_boolean(v) ? json_is_true(v) : json_integer_value(v);
+	json_decref(j);
+	l3kv_free(text);
+	l3kv_close(k);
+	return n;
+}
+
+static void
+gm_start(struct test_daemon *td, unsigned per_gpu)
+{
+	char	cfg[320], bin[PATH_MAX];
+	int	rc;
+
+	gpu_rnd_init();
+	snprintf(cfg, sizeof(cfg), "{\"copy_engine\": \"cuda\", \"testing\": {\"debug_ops\": "
+	    "true, \"cuda_engines_per_gpu\": %u}, \"admit\": {\"timeout_ms\": 30000}, "
+	    "\"tiers\": {\"dram\": {\"size\": \"1 GiB\"}}}", per_gpu);
+	rc = test_daemon_start(td, cfg);
+	CHECK(rc == 0, "starting %s with copy_engine cuda: %d; log ends: %s",
+	    test_path("l3kvd", bin, sizeof(bin)), rc, gd_log_tail(td));
+	CHECK(test_daemon_log_has(td, "cuda copy engine on GPU 0"), "l3kvd did not start the "
+	    "cuda copy engine; log ends: %s", gd_log_tail(td));
+}
+
+/* Runs both ranks of a group at once; their exit statuses must be 0. */
+static void
+gm_group(struct test_daemon *td, struct gm_share *sh, int mode, uint32_t n, uint32_t prefix)
+{
+	pid_t		pid[GM_RANKS];
+	unsigned	r;
+	int		st;
+
+	memset(sh, 0, sizeof(*sh));
+	for (r = 0; r < GM_RANKS; r++) {
+		pid[r] = fork();
+		CHECK(pid[r] >= 0, "fork: %s", strerror(errno));
+		if (pid[r] == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			_exit(gm_rank(td->sock, sh, mode, r, n, prefix));
+		}
+	}
+	for (r = 0; r < GM_RANKS; r++) {
+		st = 0;
+		CHECK(waitpid(pid[r], &st, 0) == pid[r], "waitpid: %s", strerror(errno));
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %u: status %#x: %s", r, st,
+		    sh->err[r]);
+	}
+}
+
+/* Every device's copies drained: nothing in flight on either engine. */
+static void
+gm_drained(const char *sock)
+{
+	unsigned	r;
+
+	EQ(gd_stat_wait(sock, "copy", "jobs_inflight", 0), 0);
+	for (r = 0; r < GM_RANKS; r++) {
+		EQ(gm_dev_stat(sock, r, "jobs_inflight"), 0);
+		EQ(gm_dev_stat(sock, r, "staging_in_use"), 0);
+	}
+}
+
+START_TEST(test_gpu_multi_group_restores_on_two_engines_in_parallel)
+{
+	struct test_daemon	 td;
+	struct gm_share		*sh;
+	long long		 s0, d0, s1, d1, b0, b1;
+	uint32_t		 n = 128;	/* 128 MiB a rank */
+	unsigned		 r;
+
+	gm_start(&td, 2);
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	CHECK(sh != MAP_FAILED, "mmap: %s", strerror(errno));
+	/* Before any region: two engines known, none started. */
+	EQ(gm_dev_stat(td.sock, 0, "started"), 0);
+	EQ(gm_dev_stat(td.sock, 1, "gpu"), 0);
+	gm_group(&td, sh, GM_PARALLEL, n, 11);
+	for (r = 0; r < GM_RANKS; r++) {
+		EQ(gm_dev_stat(td.sock, r, "started"), 1);
+		/* each engine did its own rank's publish and restore, and nothing else */
+		EQ(gm_dev_stat(td.sock, r, "restores"), 1);
+		EQ(gm_dev_stat(td.sock, r, "publishes"), 1);
+		EQ(gm_dev_stat(td.sock, r, "failed"), 0);
+		EQ(gm_dev_stat(td.sock, r, "bytes"), 2LL * n * (long long)GD_OBJ);
+	}
+	EQ(gd_stat(td.sock, "cache", "pages_restored"), 2 * n);
+	s0 = gm_dev_stat(td.sock, 0, "last_restore.submit");
+	d0 = gm_dev_stat(td.sock, 0, "last_restore.done");
+	s1 = gm_dev_stat(td.sock, 1, "last_restore.submit");
+	d1 = gm_dev_stat(td.sock, 1, "last_restore.done");
+	b0 = gm_dev_stat(td.sock, 0, "last_restore.first_issue");
+	b1 = gm_dev_stat(td.sock, 1, "last_restore.first_issue");
+	CHECK(s0 > 0 && d0 > s0 && s1 > 0 && d1 > s1 && b0 > 0 && b1 > 0,
+	    "per-device timelines: %lld..%lld, %lld..%lld", s0, d0, s1, d1);
+	fprintf(stderr, "gpu: a TP 2 / DCP 2 group on two engines of GPU 0, %u MiB a rank: "
+	    "engine 0 %.3f..%.3f ms, engine 1 %.3f..%.3f ms (from the first submit); the two "
+	    "copies %s\n", n, 0.0, (d0 - s0) / 1e6, (s1 - s0) / 1e6, (d1 - s0) / 1e6,
+	    s1 < d0 && s0 < d1 ? "overlapped" : "did not overlap");
+	gm_drained(td.sock);
+	gd_daemon_done(&td);
+	munmap(sh, sizeof(*sh));
+}
+END_TEST
+
+START_TEST(test_gpu_multi_cancel_on_one_engine_fails_the_group_after_both_drained)
+{
+	struct test_daemon	 td;
+	struct gm_share		*sh;
+
+	gm_start(&td, 2);
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	CHECK(sh != MAP_FAILED, "mmap: %s", strerror(errno));
+	gm_group(&td, sh, GM_CANCEL, 256, 12);
+	fprintf(stderr, "gpu: CANCEL on rank 0 of a two-engine group: %u pages landed; "
+	    "rank 0 %d, rank 1 %d\n", sh->landed, sh->restore_rc[0], sh->restore_rc[1]);
+	/* The cancel fails the group: the other engine's rank is not answered READY. */
+	CHECK(sh->restore_rc[0] == -ECANCELED, "rank 0's RESTORE after its CANCEL: %d",
+	    sh->restore_rc[0]);
+	CHECK(sh->restore_rc[1] != 0, "rank 1 was answered READY though rank 0 cancelled");
+	EQ(gd_stat(td.sock, "cache", "pages_restored"), 0);
+	gm_drained(td.sock);
+	gd_daemon_done(&td);
+	munmap(sh, sizeof(*sh));
+}
+END_TEST
+
+START_TEST(test_gpu_multi_dead_engine_fails_the_group_after_both_drained)
+{
+	struct test_daemon	 td;
+	struct gm_share		*sh;
+
+	gm_start(&td, 2);
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	CHECK(sh != MAP_FAILED, "mmap: %s", strerror(errno));
+	gm_group(&td, sh, GM_KILL, 256, 13);
+	fprintf(stderr, "gpu: engine 1 killed behind rank 1's RESTORE: rank 0 %d, rank 1 %d\n",
+	    sh->restore_rc[0], sh->restore_rc[1]);
+	CHECK(sh->restore_rc[1] == -EIO, "rank 1's RESTORE on the dead engine: %d, want -EIO",
+	    sh->restore_rc[1]);
+	CHECK(sh->restore_rc[0] != 0, "rank 0 was answered READY though engine 1 died");
+	EQ(gm_dev_stat(td.sock, 1, "failed"), 1);
+	EQ(gd_stat(td.sock, "cache", "pages_restored"), 0);
+	gm_drained(td.sock);
+	gd_daemon_done(&td);
+	munmap(sh, sizeof(*sh));
+}
+END_TEST
+
+/* An engine process attaching with a device claim; the ATTACH's result. */
+static int
+gm_claim(const char *sock, int device, char *why, size_t len)
+{
+	struct l3kv_attach_args	 args;
+	struct l3kv_region	 reg;
+	struct l3kv_pool	 pool;
+	struct l3kv		*k = NULL;
+	size_t			 bytes = 4 * GD_OBJ;
+	void			*d = NULL;
+	char			 err[256] = "";
+	int			 rc;
+
+	if ((rc = kernels_init(0, err, sizeof(err))) != 0 ||
+	    (rc = kernels_dev_alloc(bytes, &d, err, sizeof(err))) != 0) {
+		snprintf(why, len, "CUDA: %d %s", rc, err);
+		return 1000;
+	}
+	pool = (struct l3kv_pool){ "kv", L3KV_POOL_KV, L3KV_HIT_ALL_PAGES, 0, GD_LAYERS, GD_OBJ,
+	    "latent:1024:fp8_e4m3" };
+	reg = (struct l3kv_region){ .pool = 0, .kind = L3KV_MEM_CUDA_IPC,
+	    .layout = L3KV_LAYOUT_LAYER_FIRST, .fd = -1, .size = bytes, .num_pages = 4,
+	    .page_tokens = GD_TOKENS, .layers = GD_LAYERS, .token_bytes = GD_TOKEN_BYTES,
+	    .page_stride = GD_BLOCK, .layer_stride = 4 * GD_BLOCK, .token_stride = GD_TOKEN_BYTES };
+	if ((rc = kernels_ipc_export(d, reg.handle, err, sizeof(err))) != 0) {
+		snprintf(why, len, "kernels_ipc_export: %d %s", rc, err);
+		return 1000;
+	}
+	memset(&args, 0, sizeof(args));
+	args.layout = (struct l3kv_layout){ .model = "gpu-claim-test", .kv_dtype = "fp8_e4m3",
+	    .hash_scheme = "sha256", .hash_len = 32, .tp_size = 1, .dcp_size = 1, .pp_size = 1,
+	    .cp_size = 1, .host_layout = L3KV_LAYOUT_PAGE_FIRST, .attention = L3KV_ATTN_MLA,
+	    .page_tokens = GD_TOKENS, .logical_page_tokens = GD_TOKENS };
+	args.pools = &pool;
+	args.npools = 1;
+	args.regions = &reg;
+	args.nregions = 1;
+	args.group = "gpu-claim";
+	args.group_size = 1;
+	args.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
+	args.write = L3KV_WRITE_THROUGH;
+	if ((rc = l3kv_connect(sock, 10000, &k)) != 0) {
+		snprintf(why, len, "connect: %d", rc);
+		return 1000;
+	}
+	l3kv_set_device(k, device);
+	rc = l3kv_attach(k, &args, NULL);
+	snprintf(why, len, "%s (status %d)", l3kv_last_error(k), l3kv_last_status(k));
+	if (rc == 0 || l3kv_last_status(k) == PROTO_S_WRONG_DEVICE)
+		rc = rc == 0 ? 0 : -ENXIO;
+	l3kv_close(k);
+	kernels_dev_free(d);
+	return rc;
+}
+
+/* Forks gm_claim (the test process keeps off CUDA); its result, -rc as the exit code. */
+static int
+gm_fork_claim(const char *sock, int device, struct gm_share *sh)
+{
+	pid_t	pid;
+	int	st = 0;
+
+	memset(sh, 0, sizeof(*sh));
+	pid = fork();
+	CHECK(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		_exit(-gm_claim(sock, device, sh->err[0], sizeof(sh->err[0])) & 0xff);
+	}
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st), "claim process: %#x", st);
+	return -WEXITSTATUS(st);
+}
+
+START_TEST(test_gpu_multi_attach_checks_the_device_claim)
+{
+	struct test_daemon	 td;
+	struct gm_share		*sh;
+	int			 rc;
+
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	CHECK(sh != MAP_FAILED, "mmap: %s", strerror(errno));
+	/* One engine per GPU: memory on GPU 0 claimed as device 1 is refused. */
+	gm_start(&td, 1);
+	rc = gm_fork_claim(td.sock, 1, sh);
+	CHECK(rc == -ENXIO, "claim 1 on a one-GPU daemon: %d, %s", rc, sh->err[0]);
+	CHECK(strstr(sh->err[0], "wrong_device") != NULL || strstr(sh->err[0], "device 1") != NULL,
+	    "the refusal says why: %s", sh->err[0]);
+	EQ(gd_stat(td.sock, "memory", "regions_mapped"), 0);
+	EQ(gm_dev_stat(td.sock, 0, "started"), 0);
+	/* No claim, and the right claim: both take engine 0. */
+	rc = gm_fork_claim(td.sock, L3KV_DEVICE_ANY, sh);
+	CHECK(rc == 0, "no claim: %d, %s", rc, sh->err[0]);
+	rc = gm_fork_claim(td.sock, 0, sh);
+	CHECK(rc == 0, "claim 0: %d, %s", rc, sh->err[0]);
+	EQ(gm_dev_stat(td.sock, 0, "started"), 1);
+	gd_daemon_done(&td);
+	/* Two engines on the GPU: device 1 is served by engine 1, device 2 does not exist. */
+	gm_start(&td, 2);
+	rc = gm_fork_claim(td.sock, 1, sh);
+	CHECK(rc == 0, "claim 1 with two engines: %d, %s", rc, sh->err[0]);
+	EQ(gm_dev_stat(td.sock, 1, "started"), 1);
+	EQ(gm_dev_stat(td.sock, 0, "started"), 0);
+	rc = gm_fork_claim(td.sock, 2, sh);
+	CHECK(rc == -ENXIO, "claim 2 with engines 0..1: %d, %s", rc, sh->err[0]);
+	gd_daemon_done(&td);
+	munmap(sh, sizeof(*sh));
+}
+END_TEST
+
 
 Suite *
 suite_gpu(void)
@@ -2388,6 +2834,10 @@ suite_gpu(void)
 	tcase_add_test(tc, test_gpu_daemon_cancel_is_answered_after_the_copies);
 	tcase_add_test(tc, test_gpu_daemon_survives_an_engine_killed_mid_restore);
 	tcase_add_test(tc, test_gpu_daemon_survives_an_engine_killed_while_its_event_is_pending);
+	tcase_add_test(tc, test_gpu_multi_attach_checks_the_device_claim);
+	tcase_add_test(tc, test_gpu_multi_group_restores_on_two_engines_in_parallel);
+	tcase_add_test(tc, test_gpu_multi_cancel_on_one_engine_fails_the_group_after_both_drained);
+	tcase_add_test(tc, test_gpu_multi_dead_engine_fails_the_group_after_both_drained);
 	suite_add_tcase(s, tc);
 	return s;
 }
