@@ -17,11 +17,17 @@
  * time is the sum over requests of ADMIT to READY; GB/s is the bytes
  * restored over it. Contiguous objects on A are pulled in reads of up to
  * 4 MiB (peer.c's PEER_RUN_MAX) whatever the size's label; STATS reads
- * and pulls are printed.
+ * and pulls are printed with -v.
  *
- *   bench_peer [-r ROUNDS] [-m MIB] [-S SCRIPT] [-v]
+ * Each size of each round gets fresh daemons (B restarted: nothing of a
+ * previous round in its DRAM) and a warm-up, see bp_up.
+ *
+ *   bench_peer [-B BUILD] [-D DRAM_MIB] [-W WARM_MIB] [-r ROUNDS] [-m MIB]
+ *              [-S SCRIPT] [-v]
  *     ROUNDS rounds (each every size once), one line per round and size
- *     ("peer ROUND LABEL GB/s"), then the medians. Needs root.
+ *     ("peer ROUND LABEL GB/s"), then the medians; -v adds ADMIT's share,
+ *     the same requests restored again from B's DRAM, reads and pulls.
+ *     Needs root (77 otherwise); tests/bench/peer.sh runs it.
  */
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -123,7 +129,8 @@ bp_start(unsigned i, const char *build)
 	FILE			*f;
 	int			 fd, t;
 
-	snprintf(d->dir, sizeof(d->dir), "/tmp/l3kv-bench-peer-XXXXXX");
+	snprintf(d->dir, sizeof(d->dir), "%s/l3kv-bench-peer-XXXXXX",
+	    getenv("TMPDIR") != NULL ? getenv("TMPDIR") : "/tmp");
 	if (mkdtemp(d->dir) == NULL)
 		bp_die("mkdtemp: %s", strerror(errno));
 	memcpy(d->sock, d->dir, sizeof(d->dir));
