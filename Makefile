@@ -181,6 +181,11 @@ $(BUILD)/bench_fabric: tests/bench/bench_fabric.c $(DAEMON_OBJS) $(PROTO_OBJS) $
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_DEPS) $(KERNEL_LIBS) -lm
 
+# The peer tier's restores through two daemons, against raw fi_read and Mooncake TE (tests/bench/peer.sh).
+$(BUILD)/bench_peer: tests/bench/bench_peer.c $(LIBA)
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-format-truncation -o $@ $^ $(shell pkg-config --libs jansson) -lm
+
 # The GPU data-path benchmark, through kernels.h (tests/bench/gpu.sh runs it on a GPU host).
 $(BUILD)/bench_gpu: $(BUILD)/tests/bench/bench_gpu.o $(DAEMON_OBJS) $(PROTO_OBJS) $(KERNEL_OBJS)
 	$(call msg,LD,$@)
@@ -195,13 +200,14 @@ $(BUILD)/bench_e2e: $(BUILD)/tests/bench/bench_e2e.o $(LIB_OBJS) $(PROTO_OBJS) $
 
 # Benchmarks: numbers, never pass/fail. Results go to tests/bench/RESULTS.md by hand.
 bench: all $(BUILD)/bench_control $(BUILD)/bench_file $(BUILD)/bench_e2e $(BUILD)/bench_dram \
-		$(BUILD)/bench_copy $(BUILD)/bench_fabric
+		$(BUILD)/bench_copy $(BUILD)/bench_fabric $(BUILD)/bench_peer
 	$(Q)$(BUILD)/bench_dram 200000
 	$(Q)$(BUILD)/bench_copy
 	$(Q)tests/bench/control.sh $(BUILD)
 	$(Q)tests/bench/file.sh $(BUILD)
 	$(Q)tests/bench/fabric.sh $(BUILD)
 	$(Q)tests/bench/mooncake.sh $(BUILD) || [ $$? -eq 77 ]
+	$(Q)tests/bench/peer.sh $(BUILD) || [ $$? -eq 77 ]
 	$(Q)tests/bench/sglang.sh $(BUILD) || [ $$? -eq 77 ]
 
 # Installs what is missing from Debian's archive, as root; otherwise says how.

@@ -1,0 +1,579 @@
+/*
+ * The peer tier's restore (issue 14): ADMIT to READY through libl3kv on
+ * daemon B (node 2 of tests/netns.sh) of objects published on daemon A
+ * (node 1), provider tcp;ofi_rxm, the landed bytes checked against A's
+ * checksums by B and compared byte for byte here after each restore.
+ *
+ * The role is A and B. A PUBLISH on A offers the stripes homed on B to B,
+ * which then holds them before any ADMIT; so each request (one stripe of
+ * NP pages) is published on A and kept only when B's offers_stored did
+ * not move (its home is A), and B pulls every page it restores. Keys are
+ * fresh in every round (a prefix never used before), so nothing is
+ * already in B's DRAM.
+ *
+ * Per size: requests of NP pages of that size, MIB MiB per measurement,
+ * one request at a time: l3kv_admit (B asks A for a lease, pulls) then
+ * l3kv_restore into the rank's pages (READY: the pages are there). The
+ * time is the sum over requests of ADMIT to READY; GB/s is the bytes
+ * restored over it. Contiguous objects on A are pulled in reads of up to
+ * 4 MiB (peer.c's PEER_RUN_MAX) whatever the size's label; STATS reads
+ * and pulls are printed with -v.
+ *
+ * Each size of each round gets fresh daemons (B restarted: nothing of a
+ * previous round in its DRAM) and a warm-up, see bp_up.
+ *
+ *   bench_peer [-B BUILD] [-D DRAM_MIB] [-W WARM_MIB] [-r ROUNDS] [-m MIB]
+ *              [-S SCRIPT] [-v]
+ *     ROUNDS rounds (each every size once), one line per round and size
+ *     ("peer ROUND LABEL GB/s"), then the medians; -v adds ADMIT's share,
+ *     the same requests restored again from B's DRAM, reads and pulls.
+ *     Needs root (77 otherwise); tests/bench/peer.sh runs it.
+ */
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "l3kv.h"
+
+#define BP_NP		16	/* pages of a request: one stripe (peer.stripe_pages) */
+#define BP_TOKENS	16
+#define BP_LAYERS	4
+
+static const struct {
+	const char	*label;
+	uint32_t	 token_bytes;	/* page = BP_TOKENS * BP_LAYERS * token_bytes */
+} bp_sizes[] = {
+	{ "36 KiB object", 576 },
+	{ "256 KiB object", 4096 },
+	{ "2.25 MiB object", 36864 },
+	{ "1 MiB coalesced", 1024 },	/* 16 x 64 KiB, contiguous */
+	{ "8 MiB coalesced", 8192 },	/* 16 x 512 KiB, contiguous */
+};
+#define BP_NSIZES	(sizeof(bp_sizes) / sizeof(bp_sizes[0]))
+
+struct bp_daemon {
+	char	dir[256];
+	char	sock[300];
+	pid_t	pid;
+};
+
+struct bp_rank {
+	struct l3kv		*k;
+	struct l3kv_pool	 pool;
+	struct l3kv_region	 region;
+	struct l3kv_attach_args	 args;
+	uint8_t			*mem;
+	size_t			 page;
+	int			 fd;
+};
+
+static char		bp_ns[64];
+static struct bp_daemon	bp_d[2];
+static const char	*bp_script = "tests/netns.sh";
+static int		bp_verbose;
+static unsigned		bp_dram_mib = 256;	/* each daemon's tiers.dram.size */
+static unsigned		bp_warm_mib = 192;	/* published on each before measuring */
+static double		bp_admit_s;	/* of a measurement: ADMIT's share */
+static struct bp_rank	*bp_owner;	/* -v: A's rank of the size measured */
+static uint64_t		bp_req;		/* ADMIT's request ids */
+static double		bp_local_s;	/* -v: the same restores from B's DRAM */
+
+static double
+bp_now(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void
+bp_die(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "bench_peer: ");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\n");
+	exit(1);
+}
+
+static void
+bp_script_run(const char *args)
+{
+	char	cmd[512];
+
+	snprintf(cmd, sizeof(cmd), "%s %s", bp_script, args);
+	if (system(cmd) != 0)
+		bp_die("%s failed", cmd);
+}
+
+/* Daemon i in node i + 1: A (n0) or B (n1) of a two-member role. */
+static void
+bp_start(unsigned i, const char *build)
+{
+	struct bp_daemon	*d = &bp_d[i];
+	char			 cfg[2048], path[512], bin[512];
+	FILE			*f;
+	int			 fd, t;
+
+	snprintf(d->dir, sizeof(d->dir), "%s/l3kv-bench-peer-XXXXXX",
+	    getenv("TMPDIR") != NULL ? getenv("TMPDIR") : "/tmp");
+	if (mkdtemp(d->dir) == NULL)
+		bp_die("mkdtemp: %s", strerror(errno));
+	memcpy(d->sock, d->dir, sizeof(d->dir));
+	strcat(d->sock, "/l3kvd.sock");
+	snprintf(cfg, sizeof(cfg), "{\"socket\": {\"path\": \"%s\", \"mode\": \"0600\"}, "
+	    "\"log\": {\"level\": \"info\"}, \"tiers\": {\"dram\": {\"size\": \"%u MiB\"}}, "
+	    "\"peer\": {\"id\": \"n%u\", \"listen\": \"10.77.0.%u:7400\", \"fabric_addr\": "
+	    "\"10.77.0.%u\", \"provider\": \"tcp\", \"members\": [{\"id\": \"n0\", \"addr\": "
+	    "\"10.77.0.1:7400\"}, {\"id\": \"n1\", \"addr\": \"10.77.0.2:7400\"}]}}\n", d->sock, bp_dram_mib, i,
+	    i + 1, i + 1);
+	snprintf(path, sizeof(path), "%s/l3kvd.json", d->dir);
+	if ((f = fopen(path, "w")) == NULL || fputs(cfg, f) < 0 || fclose(f) != 0)
+		bp_die("cannot write %s", path);
+	snprintf(bin, sizeof(bin), "%s/l3kvd", build);
+	if ((d->pid = fork()) < 0)
+		bp_die("fork: %s", strerror(errno));
+	if (d->pid == 0) {
+		char	ns[128], log[512];
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		snprintf(ns, sizeof(ns), "/run/netns/%s-%u", bp_ns, i + 1);
+		if ((fd = open(ns, O_RDONLY | O_CLOEXEC)) < 0 || setns(fd, CLONE_NEWNET) != 0)
+			_exit(126);
+		snprintf(log, sizeof(log), "%s/l3kvd.log", d->dir);
+		if ((fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600)) >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+			close(fd);
+		}
+		execl(bin, "l3kvd", "-f", path, (char *)NULL);
+		_exit(127);
+	}
+	for (t = 0; t < 300; t++) {
+		struct stat	st;
+
+		if (stat(d->sock, &st) == 0)
+			return;
+		if (waitpid(d->pid, NULL, WNOHANG) == d->pid)
+			bp_die("l3kvd exited; see %s/l3kvd.log", d->dir);
+		usleep(100000);
+	}
+	bp_die("l3kvd did not start; see %s/l3kvd.log", d->dir);
+}
+
+static void
+bp_stop(unsigned i)
+{
+	char	cmd[300];
+
+	if (bp_d[i].pid <= 0)
+		return;
+	kill(bp_d[i].pid, SIGTERM);
+	waitpid(bp_d[i].pid, NULL, 0);
+	bp_d[i].pid = 0;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", bp_d[i].dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "bench_peer: could not remove %s\n", bp_d[i].dir);
+}
+
+static json_t *
+bp_stats(struct l3kv *k)
+{
+	char	*s;
+	json_t	*j;
+
+	if (l3kv_stats(k, &s) != 0)
+		bp_die("STATS: %s", l3kv_last_error(k));
+	j = json_loads(s, 0, NULL);
+	free(s);
+	if (j == NULL)
+		bp_die("%s", "STATS is not JSON");
+	return j;
+}
+
+static long long
+bp_stat(struct l3kv *k, const char *sect, const char *key)
+{
+	json_t		*j = bp_stats(k);
+	long long	 v = json_integer_value(json_object_get(json_object_get(j, sect), key));
+
+	json_decref(j);
+	return v;
+}
+
+/* Sum of key over daemon k's peers (STATS peers.peers[]). */
+static long long
+bp_peer_sum(struct l3kv *k, const char *key)
+{
+	json_t		*j = bp_stats(k), *e;
+	long long	 v = 0;
+	size_t		 i;
+
+	json_array_foreach(json_object_get(json_object_get(j, "peers"), "peers"), i, e)
+		v += json_integer_value(json_object_get(e, key));
+	json_decref(j);
+	return v;
+}
+
+static int
+bp_peer_up(struct l3kv *k)
+{
+	json_t		*j = bp_stats(k), *e;
+	size_t		 i;
+	int		 up = 0;
+
+	json_array_foreach(json_object_get(json_object_get(j, "peers"), "peers"), i, e)
+		up += strcmp(json_string_value(json_object_get(e, "state")), "up") == 0;
+	json_decref(j);
+	return up;
+}
+
+static void
+bp_rank(struct bp_rank *r, unsigned d, unsigned size)
+{
+	static char	models[BP_NSIZES][32];
+	uint32_t	tb = bp_sizes[size].token_bytes;
+	int		t;
+
+	memset(r, 0, sizeof(*r));
+	r->page = (size_t)BP_TOKENS * BP_LAYERS * tb;
+	r->fd = memfd_create("bench-peer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (r->fd < 0 || ftruncate(r->fd, (off_t)(r->page * BP_NP)) != 0)
+		bp_die("memfd: %s", strerror(errno));
+	r->mem = mmap(NULL, r->page * BP_NP, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+	if (r->mem == MAP_FAILED)
+		bp_die("mmap: %s", strerror(errno));
+	r->region = (struct l3kv_region){ .pool = 0, .kind = L3KV_MEM_MEMFD,
+	    .layout = L3KV_LAYOUT_PAGE_FIRST, .fd = r->fd, .size = r->page * BP_NP,
+	    .num_pages = BP_NP, .page_tokens = BP_TOKENS, .layers = BP_LAYERS, .token_bytes = tb,
+	    .page_stride = r->page, .layer_stride = tb, .token_stride = (uint64_t)BP_LAYERS * tb };
+	r->pool = (struct l3kv_pool){ "kv", L3KV_POOL_KV, L3KV_HIT_ALL_PAGES, 0, BP_LAYERS,
+	    r->page, "latent:bench:fp8_e4m3" };
+	snprintf(models[size], sizeof(models[size]), "bench-peer-%u", size);
+	r->args.layout = (struct l3kv_layout){ .model = models[size], .kv_dtype = "fp8_e4m3",
+	    .hash_scheme = "sha256", .hash_len = 32, .tp_size = 1, .dcp_size = 1, .pp_size = 1,
+	    .cp_size = 1, .host_layout = L3KV_LAYOUT_PAGE_FIRST, .attention = L3KV_ATTN_MLA,
+	    .page_tokens = BP_TOKENS, .logical_page_tokens = BP_TOKENS };
+	r->args.pools = &r->pool;
+	r->args.npools = 1;
+	r->args.regions = &r->region;
+	r->args.nregions = 1;
+	r->args.group = models[size];
+	r->args.group_size = 1;
+	r->args.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
+	r->args.write = L3KV_WRITE_THROUGH;
+	for (t = 0; l3kv_connect(bp_d[d].sock, 5000, &r->k) != 0; t++) {
+		if (t == 100)
+			bp_die("cannot connect to %s", bp_d[d].sock);
+		usleep(100000);
+	}
+	if (l3kv_attach(r->k, &r->args, NULL) != 0)
+		bp_die("attach: %s", l3kv_last_error(r->k));
+}
+
+static void
+bp_hash(uint32_t prefix, uint32_t i, uint8_t *h)
+{
+	uint32_t	j, x = prefix * 2654435761U + i * 40503U + 1;
+
+	for (j = 0; j < L3KV_HASH_LEN; j++) {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		h[j] = (uint8_t)x;
+	}
+}
+
+static void
+bp_content(uint8_t *p, size_t len, uint32_t prefix, uint32_t i)
+{
+	uint64_t	x = ((uint64_t)prefix << 32 | i) * 0x9e3779b97f4a7c15ULL + 1;
+	size_t		o;
+
+	for (o = 0; o + 8 <= len; o += 8) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		memcpy(p + o, &x, 8);
+	}
+}
+
+/*
+ * Publishes request `prefix` (BP_NP pages) on A; 1 when its home is A
+ * (B's offers_stored did not move once A's offer pins are gone).
+ */
+static int
+bp_publish(struct bp_rank *a, struct bp_rank *b, uint32_t prefix)
+{
+	struct l3kv_publish_page	pg[BP_NP];
+	struct l3kv_publish_result	res;
+	long long			before = bp_stat(b->k, "peers", "offers_stored");
+	uint32_t			i;
+	int				t;
+
+	for (i = 0; i < BP_NP; i++) {
+		bp_content(a->mem + i * a->page, a->page, prefix, i);
+		bp_hash(prefix, i, pg[i].hash);
+		pg[i].src_page = i;
+	}
+	if (l3kv_publish(a->k, 0, pg, BP_NP, &res) != 0)
+		bp_die("publish: %s", l3kv_last_error(a->k));
+	if (res.stored != BP_NP)
+		bp_die("%s", "publish stored fewer pages than asked (fresh keys)");
+	for (t = 0; bp_stat(a->k, "dram", "pins") != 0; t++) {
+		if (t == 1000)
+			bp_die("%s", "A's offer pins never went");
+		usleep(2000);
+	}
+	return bp_stat(b->k, "peers", "offers_stored") == before;
+}
+
+/* ADMIT to READY of request prefix on B; the seconds it took. */
+static double
+bp_restore(struct bp_rank *b, uint32_t prefix)
+{
+	struct l3kv_restore_result	rr;
+	struct l3kv_admit_result	ar;
+	struct l3kv_admit_args		aa;
+	uint8_t				h[BP_NP * L3KV_HASH_LEN], *want;
+	uint32_t			dst[BP_NP], i;
+	double				t0, t;
+
+	for (i = 0; i < BP_NP; i++) {
+		bp_hash(prefix, i, h + i * L3KV_HASH_LEN);
+		dst[i] = i;
+	}
+	memset(b->mem, 0xee, b->page * BP_NP);
+	aa = (struct l3kv_admit_args){ .request_id = ++bp_req, .hashes = h, .npages = BP_NP,
+	    .reserved_pages = BP_NP, .state_slot = L3KV_SLOT_NONE };
+	t0 = bp_now();
+	if (l3kv_admit(b->k, &aa, &ar) != 0)
+		bp_die("admit: %s", l3kv_last_error(b->k));
+	bp_admit_s += bp_now() - t0;
+	if (ar.admitted_pages != BP_NP) {
+		/* A evicted part of it meanwhile, or B had no room: not a measurement. */
+		if (bp_verbose) {
+			uint32_t	hit = 0;
+			json_t		*j = bp_stats(b->k);
+			char		*d = json_dumps(json_object_get(j, "dram"), JSON_COMPACT);
+
+			(void)l3kv_probe(bp_owner->k, h, BP_NP, &hit);
+			fprintf(stderr, "bench_peer: ADMIT of %u pages admitted %u; A holds %u; B's "
+			    "dram %s\n", BP_NP, ar.admitted_pages, hit, d);
+			free(d);
+			json_decref(j);
+		}
+		if (ar.admitted_pages > 0 && l3kv_release(b->k, ar.lease) != 0)
+			bp_die("release: %s", l3kv_last_error(b->k));
+		return -1;
+	}
+	if (l3kv_restore(b->k, ar.lease, 0, dst, BP_NP, 10000, &rr) != 0)
+		bp_die("restore: %s", l3kv_last_error(b->k));
+	t = bp_now() - t0;
+	if (rr.pages != BP_NP)
+		bp_die("%s", "restored fewer pages than admitted");
+	if ((want = malloc(b->page)) == NULL)
+		bp_die("%s", "out of memory");
+	for (i = 0; i < BP_NP; i++) {
+		bp_content(want, b->page, prefix, i);
+		if (memcmp(want, b->mem + i * b->page, b->page) != 0)
+			bp_die("%s", "a restored page differs from what A published");
+	}
+	free(want);
+	return t;
+}
+
+/*
+ * A and B started afresh for one size: ranks attached, each sees the other
+ * up, then the warm-up (not measured): WARM MiB of that size published on
+ * each, so that the arena pages the measurement uses were touched once
+ * (a cold arena's first touch, zeroing huge pages in the fault, cost more
+ * than the pull itself: half of both cores in `perf` on a cold run) and
+ * DRAM's slabs belong to that size's class (after a warm-up of another
+ * size, the new objects evicted each other before B could pull them).
+ */
+static void
+bp_up(struct bp_rank *a, struct bp_rank *b, unsigned size, const char *build)
+{
+	struct l3kv_publish_page	pg[BP_NP];
+	struct l3kv_publish_result	res;
+	struct bp_rank			*w;
+	size_t				i, j, nreq;
+	int				c, t;
+
+	bp_start(0, build);
+	bp_start(1, build);
+	bp_rank(a, 0, size);
+	bp_rank(b, 1, size);
+	for (t = 0; bp_peer_up(a->k) < 1 || bp_peer_up(b->k) < 1; t++) {
+		if (t == 1000)
+			bp_die("%s", "A and B never saw each other up");
+		usleep(10000);
+	}
+	for (c = 0; c < 2; c++) {
+		w = c == 0 ? a : b;
+		nreq = ((size_t)bp_warm_mib << 20) / (w->page * BP_NP);
+		for (i = 0; i < nreq; i++) {
+			for (j = 0; j < BP_NP; j++) {
+				memset(w->mem + j * w->page, (int)(i + j), w->page);
+				bp_hash(0xf0000000U + (uint32_t)c * 0x1000000U + (uint32_t)i,
+				    (uint32_t)j, pg[j].hash);
+				pg[j].src_page = (uint32_t)j;
+			}
+			if (l3kv_publish(w->k, 0, pg, BP_NP, &res) != 0)
+				bp_die("publish: %s", l3kv_last_error(w->k));
+			for (t = 0; bp_stat(w->k, "dram", "pins") != 0 && t < 1000; t++)
+				usleep(2000);
+		}
+	}
+}
+
+static void
+bp_down(struct bp_rank *a, struct bp_rank *b)
+{
+	struct bp_rank	*r[2] = { a, b };
+	unsigned	 i;
+
+	for (i = 0; i < 2; i++) {
+		l3kv_close(r[i]->k);
+		munmap(r[i]->mem, r[i]->page * BP_NP);
+		close(r[i]->fd);
+	}
+	bp_stop(1);
+	bp_stop(0);
+}
+
+/* On a failure: no daemon, directory or namespace left behind. */
+static void
+bp_cleanup(void)
+{
+	char	args[128];
+
+	bp_stop(1);
+	bp_stop(0);
+	if (bp_ns[0] != '\0') {
+		snprintf(args, sizeof(args), "%s down %s", bp_script, bp_ns);
+		if (system(args) != 0)
+			fprintf(stderr, "bench_peer: %s failed\n", args);
+	}
+}
+
+int
+main(int argc, char **argv)
+{
+	struct bp_rank	a[BP_NSIZES], b[BP_NSIZES];
+	double		gbs[BP_NSIZES][64];
+	const char	*build = "build";
+	char		args[128];
+	unsigned	mib = 64, s, r, rounds = 5;
+	uint32_t	prefix = (uint32_t)getpid() << 12;
+	int		c;
+
+	while ((c = getopt(argc, argv, "B:D:m:r:S:vW:")) != -1) {
+		switch (c) {
+		case 'D': bp_dram_mib = (unsigned)atoi(optarg); break;
+		case 'W': bp_warm_mib = (unsigned)atoi(optarg); break;
+		case 'B': build = optarg; break;
+		case 'm': mib = (unsigned)atoi(optarg); break;
+		case 'r': rounds = (unsigned)atoi(optarg); break;
+		case 'S': bp_script = optarg; break;
+		case 'v': bp_verbose = 1; break;
+		default:
+			fprintf(stderr, "usage: bench_peer [-B BUILD] [-D DRAM_MIB] [-W WARM_MIB] [-r ROUNDS] [-m MIB] [-S SCRIPT] "
+			    "[-v]\n");
+			return 2;
+		}
+	}
+	if (rounds < 1 || rounds > 64 || mib < 1 || bp_dram_mib < 2 * mib + bp_warm_mib / 2)
+		bp_die("%s", "bad -r or -m");
+	if (geteuid() != 0) {
+		printf("SKIPPED bench_peer: network namespaces need root\n");
+		return 77;
+	}
+	snprintf(args, sizeof(args), "up l3kvt%ldxpeer 2", (long)getpid());
+	bp_script_run(args);
+	snprintf(bp_ns, sizeof(bp_ns), "l3kvt%ldxpeer", (long)getpid());
+	atexit(bp_cleanup);
+	printf("bench_peer: A in node 1, B in node 2 (tcp;ofi_rxm), requests of %u pages, %u MiB "
+	    "per measurement, %u rounds, fresh daemons with %u MiB of DRAM each, %u MiB "
+	    "published on each first\n", BP_NP, mib, rounds, bp_dram_mib, bp_warm_mib);
+	for (r = 0; r < rounds; r++) {
+		for (s = 0; s < BP_NSIZES; s++) {
+			size_t		 req;
+			unsigned	 n, k, skipped = 0,
+					 short_;
+			uint32_t	*keep;
+			long long	 reads0, pulls0;
+			double		 admit;
+			double		 sum = 0;
+
+			bp_up(&a[s], &b[s], s, build);
+			req = a[s].page * BP_NP;
+			n = (unsigned)(((size_t)mib << 20) / req);
+			if (n < 2)
+				n = 2;
+			if ((keep = calloc(n, sizeof(*keep))) == NULL)
+				bp_die("%s", "out of memory");
+			/* Publish first (not timed): requests homed on A only. */
+			for (k = 0; k < n; prefix++) {
+				if (bp_publish(&a[s], &b[s], prefix))
+					keep[k++] = prefix;
+				else
+					skipped++;
+			}
+			bp_owner = &a[s];
+			reads0 = bp_peer_sum(b[s].k, "reads");
+			pulls0 = bp_peer_sum(b[s].k, "pulls");
+			bp_admit_s = 0;
+			for (k = 0, short_ = 0; k < n; k++) {
+				double	t1 = bp_restore(&b[s], keep[k]);
+
+				if (t1 < 0)
+					short_++;
+				else
+					sum += t1;
+			}
+			if (short_ * 2 > n)
+				bp_die("%s", "most ADMITs came short (A evicted them?)");
+			/* -v: the same requests again, from B's own DRAM now (no pull). */
+			bp_local_s = 0;
+			admit = bp_admit_s;
+			for (k = 0; bp_verbose && k < n; k++)
+				bp_local_s += fmax(bp_restore(&b[s], keep[k]), 0);
+			gbs[s][r] = (double)req * (n - short_) / sum / 1e9;
+			printf("peer %u %s %.4f", r, bp_sizes[s].label, gbs[s][r]);
+			if (short_ > 0)
+				printf(" (%u of %u ADMITs short, left out)", short_, n);
+			if (bp_verbose)
+				printf(" (%u requests, %.0f us each, ADMIT %.0f us of it, again from "
+				    "B's DRAM %.0f us, %lld reads for %lld pulls, %u homed on B)", n,
+				    sum / n * 1e6, admit / n * 1e6, bp_local_s / n * 1e6, bp_peer_sum(b[s].k, "reads") -
+				    reads0, bp_peer_sum(b[s].k, "pulls") - pulls0, skipped);
+			printf("\n");
+			fflush(stdout);
+			free(keep);
+			bp_down(&a[s], &b[s]);
+		}
+	}
+	printf("%-18s %12s\n", "size", "peer GB/s");
+	for (s = 0; s < BP_NSIZES; s++)
+		printf("%-18s %12.2f\n", bp_sizes[s].label, bench_median(gbs[s], (int)rounds));
+	snprintf(args, sizeof(args), "down %s", bp_ns);
+	bp_ns[0] = '\0';
+	bp_script_run(args);
+	return 0;
+}

@@ -1,0 +1,76 @@
+#!/bin/bash
+# The peer tier's restore (issue 14) against raw fi_read and Mooncake TE,
+# all three between two network namespaces of tests/netns.sh, in one run:
+# each round runs one bench_peer round (ADMIT to READY on B of objects
+# published on A, fresh daemons per size) and one bench_mooncake.py round
+# (a TE pass and a bench_fabric -n round: raw fi_read), their order
+# alternating; the table gives the medians of the rounds and the medians
+# of the per-round ratios peer/raw and peer/TE.
+#   tests/bench/peer.sh [BUILD_DIR]        (make bench runs it; 77: skipped)
+# ROUNDS (5), MIB (per measurement, 64), DEPTH (raw and TE reads in
+# flight, 16), DRAM (each daemon's MiB, 256), WARM (MiB published on each
+# daemon before measuring, 256) tune it.
+set -euo pipefail
+BUILD=${1:-build}
+cd "$(dirname "$0")/../.."
+if [ "$(id -u)" != 0 ]; then
+	echo "SKIPPED bench_peer: network namespaces need root"
+	exit 77
+fi
+if ! why=$(tests/netns.sh check); then
+	echo "SKIPPED bench_peer: $why"
+	exit 77
+fi
+rounds=${ROUNDS:-5}
+mib=${MIB:-64}
+out=$(mktemp -d "${TMPDIR:-/tmp}/l3kv-peer-bench.XXXXXX")
+trap 'rm -rf "$out"' EXIT
+peer_round() {
+	"$BUILD/bench_peer" -B "$BUILD" -r 1 -m "$mib" -D "${DRAM:-256}" -W "${WARM:-256}" \
+	    -S tests/netns.sh -v | sed -n "s/^peer 0 /peer $1 /p" >>"$out/peer"
+}
+te_round() {
+	ROUNDS=1 MIB=$mib DEPTH=${DEPTH:-16} tests/bench/mooncake.sh "$BUILD" >"$out/te.$1" || {
+		rc=$?
+		cat "$out/te.$1"
+		exit $rc
+	}
+}
+echo "cpus: $(nproc), kernel $(uname -r), load: $(cut -d' ' -f1-3 /proc/loadavg)"
+for ((r = 0; r < rounds; r++)); do
+	if ((r % 2 == 0)); then
+		peer_round "$r"
+		te_round "$r"
+	else
+		te_round "$r"
+		peer_round "$r"
+	fi
+	echo "round $r done, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+done
+echo "per round (bench_peer -v):"
+cat "$out/peer"
+python3 - "$out" "$rounds" <<'PY'
+import os, re, statistics, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+labels = ["36 KiB object", "256 KiB object", "2.25 MiB object", "1 MiB coalesced", "8 MiB coalesced"]
+peer = {}
+for line in open(os.path.join(out, "peer")):
+    m = re.match(r"peer (\d+) (.+?) ([0-9.]+)", line)
+    peer[(int(m.group(1)), m.group(2))] = float(m.group(3))
+te, raw = {}, {}
+for r in range(rounds):
+    for line in open(os.path.join(out, "te.%d" % r)):
+        for l in labels:
+            if line.startswith(l + " "):
+                f = line[len(l):].split()
+                te[(r, l)], raw[(r, l)] = float(f[0]), float(f[1])
+med = statistics.median
+print("%-18s %10s %9s %8s %9s %8s" % ("size", "peer GB/s", "raw GB/s", "TE GB/s", "peer/raw",
+                                       "peer/TE"))
+for l in labels:
+    rs = range(rounds)
+    print("%-18s %10.2f %9.2f %8.2f %8.2fx %7.2fx" % (
+        l, med([peer[(r, l)] for r in rs]), med([raw[(r, l)] for r in rs]),
+        med([te[(r, l)] for r in rs]), med([peer[(r, l)] / raw[(r, l)] for r in rs]),
+        med([peer[(r, l)] / te[(r, l)] for r in rs])))
+PY
