@@ -125,6 +125,9 @@ struct config {
 	uint32_t	peer_user_timeout_ms;	/* TCP_USER_TIMEOUT and the connect deadline */
 	struct peer_member peer_members[CONFIG_PEERS_MAX];
 	size_t		npeer_members;
+	char		peer_etcd_endpoint[128];	/* "": no etcd; http://HOST:PORT */
+	char		peer_etcd_prefix[201];	/* "": /l3kv/ROLE/ */
+	uint32_t	peer_etcd_ttl_s;	/* our key's lease */
 };
 
 void	 config_default(struct config *);
