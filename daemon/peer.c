@@ -1474,7 +1474,9 @@ peer_init(struct server *s, char *err, size_t errlen)
 		return rc;
 	log_info("peer", "member %s, control channel on %s, incarnation %016llx", t->self.id,
 	    s->cfg->peer_listen, (unsigned long long)t->incarnation);
-	peer_members_set(s, s->cfg->peer_members, s->cfg->npeer_members);
+	/* With etcd and no static list, the view is etcd's first one. */
+	if (s->cfg->npeer_members > 0 || s->cfg->peer_etcd_endpoint[0] == '\0')
+		peer_members_set(s, s->cfg->peer_members, s->cfg->npeer_members);
 	return peer_etcd_open(t, err, errlen);
 }
 
