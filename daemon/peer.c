@@ -4,7 +4,9 @@
  * (peer_view.c), under the same contract as the local tiers.
  *
  * Members come from a list (peer.members at start and on SIGHUP, or
- * etcd's view later), all through peer_members_set(). To each other
+ * etcd's views with peer.etcd.endpoint: etcd.c registers this daemon and
+ * watches the role's prefix), all through peer_members_set(); losing etcd
+ * keeps the last view. To each other
  * member this daemon dials one TCP control connection (TCP_NODELAY,
  * keepalive, TCP_USER_TIMEOUT) and sends its requests there; the
  * connections the others dialled are answered by peer_serve.c. Both run
