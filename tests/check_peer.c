@@ -43,6 +43,7 @@ static const char		*pt_provider = "tcp";	/* peer.provider of the daemons */
 static char			pt_ns[TEST_NETNS_PREFIX_MAX];	/* "": all on loopback here */
 static struct test_etcd		pt_etcd;	/* the etcd tcase's */
 static int			pt_use_etcd;	/* members from pt_etcd, no static list */
+static int			pt_etcd_static;	/* with pt_use_etcd: the static list too */
 
 static const struct test_rank_kv	pt_kv = { "peer-model", "latent:128:fp8_e4m3", L3KV_ATTN_MLA,
     PT_PAGES, PT_TOKENS, PT_LAYERS, PT_TB };
@@ -240,7 +241,8 @@ pt_config(unsigned i, unsigned n, const char *extra_peer, const char *extra_test
 		    pt_port_of(i));
 	/* With etcd, no static list: each daemon registers itself and learns the others. */
 	if (pt_use_etcd) {
-		members[0] = '\0';
+		if (!pt_etcd_static)
+			members[0] = '\0';
 		snprintf(etcd, sizeof(etcd), ", \"etcd\": {\"endpoint\": \"%s\", "
 		    "\"prefix\": \"/l3kv/check-peer/\", \"ttl_s\": 2}", pt_etcd.endpoint);
 	}
@@ -1133,7 +1135,7 @@ pt_teardown_etcd(void)
 {
 	pt_teardown();
 	test_etcd_fini(&pt_etcd);
-	pt_use_etcd = 0;
+	pt_use_etcd = pt_etcd_static = 0;
 }
 
 static const char *
@@ -1241,6 +1243,49 @@ START_TEST(test_etcd_member_gone_after_ttl)
 	ck_assert_uint_lt(after, before);
 	ck_assert_int_eq(test_stat(pt_d[1].sock, "cache", "objects_lost"), 0);
 	test_rank_fini(&r);
+}
+END_TEST
+
+/*
+ * peer.members with etcd: the view while etcd has not answered (it is
+ * down when the daemons start); once etcd is back, its view replaces it,
+ * and a reloaded static list no longer does.
+ */
+START_TEST(test_etcd_static_list_until_etcd_answers)
+{
+	char		buf[64], why[256], *cfg;
+	unsigned	i;
+	FILE		*f;
+
+	pt_etcd_static = 1;
+	test_etcd_stop(&pt_etcd);
+	pt_role(PT_N, NULL, NULL);
+	for (i = 0; i < PT_N; i++) {
+		ck_assert_int_eq(test_stat(pt_d[i].sock, "peers", "members"), PT_N);
+		ck_assert_str_eq(pt_membership(i, buf, sizeof(buf)), "static, etcd not answered yet");
+	}
+	pt_publish_restore_everywhere(64);
+	/* etcd back (same data): every daemon registers again and takes etcd's view. */
+	ck_assert_msg(test_etcd_start(&pt_etcd, 0, why, sizeof(why)) == 0, "etcd: %s", why);
+	for (i = 0; i < PT_N; i++) {
+		for (int t = 0; t < 1000 && strcmp(pt_membership(i, buf, sizeof(buf)), "etcd") != 0;
+		    t++)
+			usleep(10000);
+		ck_assert_str_eq(pt_membership(i, buf, sizeof(buf)), "etcd");
+		ck_assert_int_eq(test_stat(pt_d[i].sock, "peers", "members"), PT_N);
+	}
+	/* n1's static list shrinks to n0 and n1 and is reloaded: etcd's view (all three) stands. */
+	cfg = pt_config(1, 2, NULL, NULL);
+	ck_assert_ptr_nonnull(f = fopen(pt_d[1].config, "w"));
+	fputs(cfg, f);
+	fclose(f);
+	free(cfg);
+	ck_assert_int_eq(kill(pt_d[1].pid, SIGHUP), 0);
+	for (int t = 0; t < 500 && !test_daemon_log_has(&pt_d[1], "etcd's view stands"); t++)
+		usleep(10000);
+	ck_assert(test_daemon_log_has(&pt_d[1], "etcd's view stands"));
+	ck_assert_int_eq(test_stat(pt_d[1].sock, "peers", "members"), PT_N);
+	ck_assert_str_eq(pt_state(1, 2, buf, sizeof(buf)), "up");
 }
 END_TEST
 
@@ -1418,6 +1463,7 @@ suite_peer(void)
 			tcase_add_test(tc, test_etcd_daemons_find_each_other);
 			tcase_add_test(tc, test_etcd_stopped_keeps_the_view);
 			tcase_add_test(tc, test_etcd_member_gone_after_ttl);
+			tcase_add_test(tc, test_etcd_static_list_until_etcd_answers);
 		}
 	}
 	if ((why = test_netns_reason()) != NULL) {
