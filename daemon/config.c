@@ -215,6 +215,10 @@ static const struct config_key config_keys[] = {
 	CONFIG_INT("peer.lease_max_ms", peer_lease_max_ms, 10, 3600000, 30000),
 	CONFIG_INT("peer.ping_ms", peer_ping_ms, 10, 600000, 1000),
 	CONFIG_INT("peer.user_timeout_ms", peer_user_timeout_ms, 10, 600000, 5000),
+	/* Membership from etcd (etcd.c): read at start only. */
+	CONFIG_STRING("peer.etcd.endpoint", peer_etcd_endpoint, 0, 127, "", CONFIG_F_ASCII),
+	CONFIG_STRING("peer.etcd.prefix", peer_etcd_prefix, 0, 200, "", CONFIG_F_ASCII),
+	CONFIG_INT("peer.etcd.ttl_s", peer_etcd_ttl_s, 2, 3600, 10),
 };
 #define CONFIG_NKEYS	(sizeof(config_keys) / sizeof(config_keys[0]))
 
@@ -1107,6 +1111,41 @@ config_syntax_error(struct config_ctx *ctx, const char *text, size_t len,
 }
 
 /*
+ * peer.etcd.endpoint: "" or http://HOST:PORT (etcd's v3 JSON gateway);
+ * peer.etcd.prefix: "" (/l3kv/ROLE/) or a key prefix starting with '/'.
+ */
+static int
+config_check_etcd(struct config_ctx *ctx, const struct config *cfg)
+{
+	const char	*e = cfg->peer_etcd_endpoint, *h, *colon;
+	char		*end;
+	unsigned long	 port;
+
+	if (e[0] != '\0') {
+		h = e + 7;
+		if (strncmp(e, "http://", 7) != 0 || (colon = strrchr(h, ':')) == NULL ||
+		    colon == h || strchr(h, '/') != NULL || strchr(h, ' ') != NULL) {
+			config_error(ctx, "peer.etcd.endpoint: \"%s\" is not http://HOST:PORT", e);
+			return -EINVAL;
+		}
+		errno = 0;
+		port = strtoul(colon + 1, &end, 10);
+		if (errno != 0 || colon[1] < '0' || colon[1] > '9' || *end != '\0' || port == 0 ||
+		    port > 65535) {
+			config_error(ctx, "peer.etcd.endpoint: \"%s\" has no port in 1..65535", e);
+			return -EINVAL;
+		}
+	}
+	if (cfg->peer_etcd_prefix[0] != '\0' && (cfg->peer_etcd_prefix[0] != '/' ||
+	    strchr(cfg->peer_etcd_prefix, ' ') != NULL)) {
+		config_error(ctx, "peer.etcd.prefix: \"%s\" does not start with / (or has a space)",
+		    cfg->peer_etcd_prefix);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/*
  * The peer keys together: with peer.id set, the daemon listens
  * (peer.listen) and is itself in peer.members under that id and address;
  * without it, no other peer key may ask for the tier.
@@ -1116,10 +1155,13 @@ config_check_peer(struct config_ctx *ctx, const struct config *cfg)
 {
 	size_t	i;
 
+	if (config_check_etcd(ctx, cfg) != 0)
+		return -EINVAL;
 	if (cfg->peer_id[0] == '\0') {
-		if (cfg->npeer_members > 0 || cfg->peer_listen[0] != '\0') {
-			config_error(ctx, "peer.id: the peer tier needs this daemon's id (peer.members "
-			    "or peer.listen is set)");
+		if (cfg->npeer_members > 0 || cfg->peer_listen[0] != '\0' ||
+		    cfg->peer_etcd_endpoint[0] != '\0') {
+			config_error(ctx, "peer.id: the peer tier needs this daemon's id (peer.members, "
+			    "peer.listen or peer.etcd.endpoint is set)");
 			return -EINVAL;
 		}
 		return 0;
@@ -1138,6 +1180,9 @@ config_check_peer(struct config_ctx *ctx, const struct config *cfg)
 		    cfg->peer_id);
 		return -EINVAL;
 	}
+	/* With etcd, the static list is optional (the view until etcd answers). */
+	if (cfg->npeer_members == 0 && cfg->peer_etcd_endpoint[0] != '\0')
+		return 0;
 	for (i = 0; i < cfg->npeer_members; i++)
 		if (strcmp(cfg->peer_members[i].id, cfg->peer_id) == 0)
 			break;

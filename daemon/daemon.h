@@ -126,6 +126,9 @@ struct config {
 	struct peer_member peer_members[CONFIG_PEERS_MAX];
 	size_t		npeer_members;
 	uint32_t	test_cuda_engines_per_gpu;	/* testing only: engines per GPU */
+	char		peer_etcd_endpoint[128];	/* "": no etcd; http://HOST:PORT */
+	char		peer_etcd_prefix[201];	/* "": /l3kv/ROLE/ */
+	uint32_t	peer_etcd_ttl_s;	/* our key's lease */
 };
 
 void	 config_default(struct config *);

@@ -4,7 +4,9 @@
  * (peer_view.c), under the same contract as the local tiers.
  *
  * Members come from a list (peer.members at start and on SIGHUP, or
- * etcd's view later), all through peer_members_set(). To each other
+ * etcd's views with peer.etcd.endpoint: etcd.c registers this daemon and
+ * watches the role's prefix), all through peer_members_set(); losing etcd
+ * keeps the last view. To each other
  * member this daemon dials one TCP control connection (TCP_NODELAY,
  * keepalive, TCP_USER_TIMEOUT) and sends its requests there; the
  * connections the others dialled are answered by peer_serve.c. Both run
@@ -1386,7 +1388,8 @@ peer_fabric_open(struct peer_tier *t)
 
 /*
  * reload.c's hook for the peer.* keys: a reload changed peer.members (the
- * one live peer key), and the new list applies. Without the tier, nothing.
+ * one live peer key), and the new list applies, unless etcd gave a view
+ * already (then etcd's stands). Without the tier, nothing.
  */
 int
 peer_reload(struct server *s, const struct config *prev, char *err, size_t errlen)
@@ -1396,7 +1399,49 @@ peer_reload(struct server *s, const struct config *prev, char *err, size_t errle
 	(void)errlen;
 	if (s->peer == NULL)
 		return 0;
+	if (s->peer->etcd_answered) {
+		log_info("peer", "peer.members reloaded, but etcd's view stands");
+		return 0;
+	}
 	peer_members_set(s, s->cfg->peer_members, s->cfg->npeer_members);
+	return 0;
+}
+
+/* etcd.c's callback: a new view of the role's members (this daemon among them). */
+static void
+peer_etcd_view(void *arg, const struct peer_member *m, size_t n)
+{
+	struct peer_tier	*t = arg;
+
+	t->etcd_answered = 1;
+	t->etcd_views++;
+	log_info("peer", "etcd: a view of %zu members", n);
+	peer_members_set(t->s, m, n);
+}
+
+/*
+ * Membership from etcd (peer.etcd.endpoint): this daemon registered under
+ * the prefix, each view to peer_members_set. etcd.c retries on its own;
+ * only bad arguments fail here.
+ */
+static int
+peer_etcd_open(struct peer_tier *t, char *err, size_t errlen)
+{
+	const struct config	*cfg = t->s->cfg;
+	char			 prefix[256];
+	int			 rc;
+
+	if (cfg->peer_etcd_endpoint[0] == '\0')
+		return 0;
+	if (cfg->peer_etcd_prefix[0] != '\0')
+		snprintf(prefix, sizeof(prefix), "%s", cfg->peer_etcd_prefix);
+	else
+		snprintf(prefix, sizeof(prefix), "/l3kv/%s/", cfg->role);
+	if ((rc = etcd_open(t->s->base, cfg->peer_etcd_endpoint, prefix, &t->self,
+	    cfg->peer_etcd_ttl_s, peer_etcd_view, t, &t->etcd, err, errlen)) != 0)
+		return rc;
+	log_info("peer", "membership from etcd %s under %s (lease %u s)", cfg->peer_etcd_endpoint,
+	    prefix, cfg->peer_etcd_ttl_s);
 	return 0;
 }
 
@@ -1431,8 +1476,10 @@ peer_init(struct server *s, char *err, size_t errlen)
 		return rc;
 	log_info("peer", "member %s, control channel on %s, incarnation %016llx", t->self.id,
 	    s->cfg->peer_listen, (unsigned long long)t->incarnation);
-	peer_members_set(s, s->cfg->peer_members, s->cfg->npeer_members);
-	return 0;
+	/* With etcd and no static list, the view is etcd's first one. */
+	if (s->cfg->npeer_members > 0 || s->cfg->peer_etcd_endpoint[0] == '\0')
+		peer_members_set(s, s->cfg->peer_members, s->cfg->npeer_members);
+	return peer_etcd_open(t, err, errlen);
 }
 
 /* SIGTERM: no new peer connections, the ones there close; pulls in flight finish. */
@@ -1445,6 +1492,11 @@ peer_stop(struct server *s)
 
 	if (t == NULL)
 		return;
+	/* Our key goes now (the lease revoked), not at its TTL. */
+	if (t->etcd != NULL) {
+		etcd_close(t->etcd);
+		t->etcd = NULL;
+	}
 	if (t->ev_listen != NULL)
 		event_del(t->ev_listen);
 	for (i = 0; i < t->npeers; i++) {
@@ -1485,6 +1537,8 @@ peer_free(struct server *s)
 		}
 		peer_destroy(p);
 	}
+	if (t->etcd != NULL)
+		etcd_close(t->etcd);
 	if (t->fab != NULL)
 		fabric_close(t->fab);
 	if (t->ev_flush != NULL)
@@ -1546,6 +1600,9 @@ peer_stats_json(struct server *s)
 	    (json_int_t)t->objects_leased, "leases_expired", (json_int_t)t->leases_expired,
 	    "offers_served", (json_int_t)t->offers_served, "offers_stored",
 	    (json_int_t)t->offers_stored, "pins", (json_int_t)t->pins);
+	json_object_set_new(o, "membership", json_string(t->etcd == NULL ? "static" :
+	    t->etcd_answered ? "etcd" : "static, etcd not answered yet"));
+	json_object_set_new(o, "etcd_views", json_integer((json_int_t)t->etcd_views));
 	json_object_set_new(o, "peers", a);
 	return o;
 }

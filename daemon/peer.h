@@ -101,6 +101,9 @@ struct peer_tier {
 	uint64_t		 next_offer;
 	struct peer_pull_list	 queued;	/* pulls to post when the loop comes back */
 	struct event		*ev_flush;
+	struct etcd		*etcd;		/* NULL: the static list alone */
+	int			 etcd_answered;	/* etcd gave a view: a reload's list waits */
+	uint64_t		 etcd_views;	/* STATS: views etcd gave */
 	/* STATS. */
 	uint64_t		 refused;	/* connections refused at HELLO or AUTH */
 	uint64_t		 probes_served;

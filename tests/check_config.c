@@ -198,6 +198,9 @@ read_text(const char *path)
 	X(INT, peer_lease_max_ms,	30000,			10000)			\
 	X(INT, peer_ping_ms,		1000,			500)			\
 	X(INT, peer_user_timeout_ms,	5000,			3000)			\
+	X(STR, peer_etcd_endpoint,	"",			"http://10.0.0.9:2379")	\
+	X(STR, peer_etcd_prefix,	"",			"/l3kv/test/")		\
+	X(INT, peer_etcd_ttl_s,		10,			5)			\
 	X(INT, npeer_members,		0,			2)			\
 	X(STR, peer_members[0].id,	"",			"node-a")		\
 	X(STR, peer_members[0].addr,	"",			"10.0.0.1:7400")	\
@@ -826,6 +829,55 @@ START_TEST(test_peer_keys_are_checked_together)
 }
 END_TEST
 
+#define ETCD_OK(extra)	"{\"peer\": {\"id\": \"a\", \"listen\": \"h:1\", \"etcd\": " \
+	"{\"endpoint\": \"http://127.0.0.1:2379\"" extra "}}}"
+
+START_TEST(test_peer_etcd_keys)
+{
+	static const struct bad_value	bad_endpoint[] = {
+		{ "\"127.0.0.1:2379\"", ": peer.etcd.endpoint: \"127.0.0.1:2379\" is not http://" },
+		{ "\"https://h:1\"", ": peer.etcd.endpoint: \"https://h:1\" is not http://" },
+		{ "\"http://h\"", ": peer.etcd.endpoint: \"http://h\" is not http://" },
+		{ "\"http://:1\"", ": peer.etcd.endpoint: \"http://:1\" is not http://" },
+		{ "\"http://h:1/v3\"", ": peer.etcd.endpoint: \"http://h:1/v3\" is not http://" },
+		{ "\"http://h:0\"", ": peer.etcd.endpoint: \"http://h:0\" has no port" },
+		{ "\"http://h:70000\"", ": peer.etcd.endpoint: \"http://h:70000\" has no port" },
+		{ "\"http://h:x\"", ": peer.etcd.endpoint: \"http://h:x\" has no port" },
+		{ "3", ": peer.etcd.endpoint: expected a string" },
+	};
+	static const struct bad_value	bad_prefix[] = {
+		{ "\"l3kv/\"", ": peer.etcd.prefix: \"l3kv/\" does not start with /" },
+		{ "\"/a b/\"", ": peer.etcd.prefix: \"/a b/\" does not start with /" },
+	};
+	static const struct bad_value	bad_ttl[] = {
+		{ "1", ": peer.etcd.ttl_s: 1 is out of range [2, 3600]" },
+		{ "3601", ": peer.etcd.ttl_s: 3601 is out of range [2, 3600]" },
+	};
+	struct config	cfg;
+
+	/* With etcd, peer.members may be empty: etcd's view is the list. */
+	load_ok(&cfg, ETCD_OK(""));
+	ck_assert_str_eq(cfg.peer_etcd_endpoint, "http://127.0.0.1:2379");
+	ck_assert_str_eq(cfg.peer_etcd_prefix, "");
+	ck_assert_uint_eq(cfg.peer_etcd_ttl_s, 10);
+	ck_assert_uint_eq(cfg.npeer_members, 0);
+	load_ok(&cfg, ETCD_OK(", \"prefix\": \"/x/decode\", \"ttl_s\": 2"));
+	ck_assert_str_eq(cfg.peer_etcd_prefix, "/x/decode");
+	ck_assert_uint_eq(cfg.peer_etcd_ttl_s, 2);
+	/* A static list given with etcd must still name this daemon. */
+	load_bad("{\"peer\": {\"id\": \"a\", \"listen\": \"h:1\", \"members\": [{\"id\": \"b\", "
+	    "\"addr\": \"h:1\"}], \"etcd\": {\"endpoint\": \"http://h:1\"}}}",
+	    ": peer.members: this daemon's peer.id \"a\" is not in the list");
+	/* etcd without an id: the tier is off, so it is refused. */
+	load_bad("{\"peer\": {\"etcd\": {\"endpoint\": \"http://h:1\"}}}",
+	    ": peer.id: the peer tier needs this daemon's id");
+	load_bad_values("peer.etcd.endpoint", bad_endpoint,
+	    sizeof(bad_endpoint) / sizeof(bad_endpoint[0]));
+	load_bad_values("peer.etcd.prefix", bad_prefix, sizeof(bad_prefix) / sizeof(bad_prefix[0]));
+	load_bad_values("peer.etcd.ttl_s", bad_ttl, sizeof(bad_ttl) / sizeof(bad_ttl[0]));
+}
+END_TEST
+
 START_TEST(test_id_lists_fill_the_arrays)
 {
 	struct config	cfg;
@@ -1234,6 +1286,7 @@ suite_config(void)
 	tcase_add_test(tc, test_booleans_are_only_true_or_false);
 	tcase_add_test(tc, test_id_lists_fill_the_arrays);
 	tcase_add_test(tc, test_peer_keys_are_checked_together);
+	tcase_add_test(tc, test_peer_etcd_keys);
 	tcase_add_test(tc, test_metrics_listen_takes_host_and_port);
 
 	tc = test_tcase(s, "env_and_errors", 0, NULL, NULL);

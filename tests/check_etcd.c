@@ -33,22 +33,13 @@
 #define ET_TTL		2
 #define ET_PREFIX	"/l3kv/test/decode"
 
-struct et_server {
-	pid_t		pid;
-	char		dir[PATH_MAX];		/* mkdtemp: data dirs and the log */
-	char		data[PATH_MAX + 16];
-	unsigned	cport, pport;
-	char		endpoint[64];
-	unsigned	gen;			/* data directories made */
-};
-
 struct et_view {
 	int			calls;
 	size_t			n;
 	struct peer_member	m[16];
 };
 
-static struct et_server	 et_srv;
+static struct test_etcd	 et_srv;
 static struct event_base *et_base;
 
 static long long
@@ -93,159 +84,13 @@ et_spin(int ms)
 	et_wait_n(&never, 0, 0, ms);
 }
 
-static int
-et_port_free(unsigned port)
-{
-	struct sockaddr_in	sa;
-	int			fd, ok;
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sin_family = AF_INET;
-	sa.sin_port = htons((uint16_t)port);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if ((fd = socket(AF_INET, SOCK_STREAM, 0)) < 0)
-		return 0;
-	ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-	close(fd);
-	return ok;
-}
-
-/* One blocking HTTP POST to the server; the status, or -1. The answer's body goes to out. */
-static int
-et_http(const char *path, const char *body, char *out, size_t outlen)
-{
-	struct sockaddr_in	sa;
-	char			req[2048], ans[8192];
-	size_t			got = 0;
-	ssize_t			n;
-	int			fd, code = -1;
-	char			*b;
-	struct timeval		tv = { 2, 0 };
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sin_family = AF_INET;
-	sa.sin_port = htons((uint16_t)et_srv.cport);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if ((fd = socket(AF_INET, SOCK_STREAM, 0)) < 0)
-		return -1;
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
-		goto out;
-	n = snprintf(req, sizeof(req), "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %zu\r\n"
-	    "Connection: close\r\n\r\n%s", path, strlen(body), body);
-	if (write(fd, req, (size_t)n) != n)
-		goto out;
-	while (got < sizeof(ans) - 1 && (n = read(fd, ans + got, sizeof(ans) - 1 - got)) > 0)
-		got += (size_t)n;
-	ans[got] = '\0';
-	if (sscanf(ans, "HTTP/1.%*d %d", &code) != 1)
-		code = -1;
-	if (out != NULL && outlen > 0) {
-		b = strstr(ans, "\r\n\r\n");
-		snprintf(out, outlen, "%s", b != NULL ? b + 4 : "");
-	}
-out:
-	close(fd);
-	return code;
-}
-
-/* Starts etcd on et_srv's ports; fresh: a new, empty data directory. 0, or -1 with why. */
-static int
-et_start(int fresh, char *why, size_t whylen)
-{
-	char		curl[64], purl[64], cluster[80], log[PATH_MAX + 16], ans[256];
-	long long	end;
-	int		st, fd;
-
-	if (fresh)
-		snprintf(et_srv.data, sizeof(et_srv.data), "%s/data%u", et_srv.dir, ++et_srv.gen);
-	snprintf(curl, sizeof(curl), "http://127.0.0.1:%u", et_srv.cport);
-	snprintf(purl, sizeof(purl), "http://127.0.0.1:%u", et_srv.pport);
-	snprintf(cluster, sizeof(cluster), "t=%s", purl);
-	snprintf(et_srv.endpoint, sizeof(et_srv.endpoint), "%s", curl);
-	snprintf(log, sizeof(log), "%s/etcd.log", et_srv.dir);
-	if ((et_srv.pid = fork()) < 0) {
-		snprintf(why, whylen, "fork: %s", strerror(errno));
-		return -1;
-	}
-	if (et_srv.pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if ((fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600)) >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		execlp("etcd", "etcd", "--name", "t", "--data-dir", et_srv.data,
-		    "--listen-client-urls", curl, "--advertise-client-urls", curl,
-		    "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
-		    "--initial-cluster", cluster, (char *)NULL);
-		fprintf(stderr, "exec etcd: %s\n", strerror(errno));
-		_exit(127);
-	}
-	for (end = et_ms() + 20000; et_ms() < end; usleep(50000)) {
-		if (waitpid(et_srv.pid, &st, WNOHANG) == et_srv.pid) {
-			et_srv.pid = 0;
-			snprintf(why, whylen, "etcd exited (status %#x; is etcd-server installed?), "
-			    "see its log", st);
-			return -1;
-		}
-		if (et_http("/v3/kv/range", "{\"key\":\"AA==\"}", ans, sizeof(ans)) == 200)
-			return 0;
-	}
-	kill(et_srv.pid, SIGKILL);
-	waitpid(et_srv.pid, &st, 0);
-	et_srv.pid = 0;
-	snprintf(why, whylen, "etcd did not answer within 20 s");
-	return -1;
-}
-
-static void
-et_stop(void)
-{
-	int	st;
-
-	if (et_srv.pid > 0) {
-		kill(et_srv.pid, SIGKILL);
-		waitpid(et_srv.pid, &st, 0);
-	}
-	et_srv.pid = 0;
-}
-
-static int
-et_init(char *why, size_t whylen)
-{
-	unsigned	r;
-	int		tries;
-
-	memset(&et_srv, 0, sizeof(et_srv));
-	if (test_mkdtemp(et_srv.dir, sizeof(et_srv.dir)) == NULL) {
-		snprintf(why, whylen, "mkdtemp: %s", strerror(errno));
-		return -1;
-	}
-	srand((unsigned)getpid() ^ (unsigned)et_ms());
-	for (tries = 0; tries < 50; tries++) {
-		r = 20000 + (unsigned)rand() % 30000;
-		if (et_port_free(r) && et_port_free(r + 1))
-			break;
-	}
-	et_srv.cport = r;
-	et_srv.pport = r + 1;
-	return et_start(1, why, whylen);
-}
-
-static void
-et_fini(void)
-{
-	et_stop();
-	test_rmtree(et_srv.dir);
-}
-
 static void
 et_setup(void)
 {
 	char	why[256];
 
 	log_init(LOG_LEVEL_ERROR);
-	ck_assert_msg(et_init(why, sizeof(why)) == 0, "etcd: %s", why);
+	ck_assert_msg(test_etcd_init(&et_srv, why, sizeof(why)) == 0, "etcd: %s", why);
 	ck_assert_ptr_nonnull(et_base = event_base_new());
 }
 
@@ -254,7 +99,7 @@ et_teardown(void)
 {
 	event_base_free(et_base);
 	et_base = NULL;
-	et_fini();
+	test_etcd_fini(&et_srv);
 }
 
 static struct etcd *
@@ -323,7 +168,7 @@ et_put(const char *key, const char *value)
 	et_b64(key, k);
 	et_b64(value, v);
 	snprintf(body, sizeof(body), "{\"key\":\"%s\",\"value\":\"%s\"}", k, v);
-	ck_assert_int_eq(et_http("/v3/kv/put", body, NULL, 0), 200);
+	ck_assert_int_eq(test_etcd_http(&et_srv, "/v3/kv/put", body, NULL, 0), 200);
 }
 
 static void
@@ -333,7 +178,7 @@ et_del(const char *key)
 
 	et_b64(key, k);
 	snprintf(body, sizeof(body), "{\"key\":\"%s\"}", k);
-	ck_assert_int_eq(et_http("/v3/kv/deleterange", body, NULL, 0), 200);
+	ck_assert_int_eq(test_etcd_http(&et_srv, "/v3/kv/deleterange", body, NULL, 0), 200);
 }
 
 START_TEST(test_etcd_members_see_each_other)
@@ -435,14 +280,14 @@ START_TEST(test_etcd_stopped_keeps_view_restarted_reregisters)
 	ck_assert(et_wait_n(&vb, 2, 1, 10000));
 	ca = va.calls;
 	cb = vb.calls;
-	et_stop();
+	test_etcd_stop(&et_srv);
 	et_spin(ET_TTL * 3 * 1000);
 	ck_assert_int_eq(va.calls, ca);
 	ck_assert_int_eq(vb.calls, cb);
 	ck_assert_uint_eq(va.n, 2);
 	ck_assert(et_has(&va, "node-b", "127.0.0.1:7002"));
 	/* A fresh etcd knows nobody: each member must register again to be seen. */
-	ck_assert_msg(et_start(1, why, sizeof(why)) == 0, "etcd restart: %s", why);
+	ck_assert_msg(test_etcd_start(&et_srv, 1, why, sizeof(why)) == 0, "etcd restart: %s", why);
 	ck_assert(et_wait_n(&va, 2, ca + 1, 20000));
 	ck_assert(et_wait_n(&vb, 2, cb + 1, 20000));
 	ck_assert(et_has(&va, "node-b", "127.0.0.1:7002") && et_has(&vb, "node-a", "127.0.0.1:7001"));
@@ -487,27 +332,8 @@ suite_etcd(void)
 	Suite	*s = suite_create("etcd");
 	TCase	*tc;
 	char	 why[256];
-	pid_t	 pid = -1;
-	int	 p[2], st = 0;
-	ssize_t	 n;
 
-	/* Can etcd start here? Asked in a child, which starts and stops one. */
-	why[0] = '\0';
-	if (pipe(p) == 0 && (pid = fork()) == 0) {
-		close(p[0]);
-		if (et_init(why, sizeof(why)) != 0 && write(p[1], why, strlen(why)) < 0)
-			_exit(1);
-		et_fini();
-		_exit(0);
-	} else if (pid > 0) {
-		close(p[1]);
-		n = read(p[0], why, sizeof(why) - 1);
-		why[n > 0 ? n : 0] = '\0';
-		close(p[0]);
-		waitpid(pid, &st, 0);
-	} else
-		snprintf(why, sizeof(why), "fork failed");
-	if (why[0] != '\0') {
+	if (test_etcd_reason(why, sizeof(why)) != 0) {
 		printf("SKIPPED tcase etcd/etcd: %s\n", why);
 		test_skipped++;
 		return s;

@@ -41,6 +41,9 @@ static int			pt_up[PT_N + 1];
 static unsigned			pt_port;	/* the first control port of this run */
 static const char		*pt_provider = "tcp";	/* peer.provider of the daemons */
 static char			pt_ns[TEST_NETNS_PREFIX_MAX];	/* "": all on loopback here */
+static struct test_etcd		pt_etcd;	/* the etcd tcase's */
+static int			pt_use_etcd;	/* members from pt_etcd, no static list */
+static int			pt_etcd_static;	/* with pt_use_etcd: the static list too */
 
 static const struct test_rank_kv	pt_kv = { "peer-model", "latent:128:fp8_e4m3", L3KV_ATTN_MLA,
     PT_PAGES, PT_TOKENS, PT_LAYERS, PT_TB };
@@ -222,7 +225,7 @@ pt_port_of(unsigned i)
 static char *
 pt_config(unsigned i, unsigned n, const char *extra_peer, const char *extra_test)
 {
-	char	members[1024] = "", *out;
+	char	members[1024] = "", etcd[160] = "", *out;
 	size_t	off = 0;
 	unsigned j;
 
@@ -236,11 +239,18 @@ pt_config(unsigned i, unsigned n, const char *extra_peer, const char *extra_test
 		off += (size_t)snprintf(members + off, sizeof(members) - off,
 		    ", {\"id\": \"n%u\", \"addr\": \"%s:%u\"}", i, pt_host(i, host, sizeof(host)),
 		    pt_port_of(i));
+	/* With etcd, no static list: each daemon registers itself and learns the others. */
+	if (pt_use_etcd) {
+		if (!pt_etcd_static)
+			members[0] = '\0';
+		snprintf(etcd, sizeof(etcd), ", \"etcd\": {\"endpoint\": \"%s\", "
+		    "\"prefix\": \"/l3kv/check-peer/\", \"ttl_s\": 2}", pt_etcd.endpoint);
+	}
 	pt_host(i, host, sizeof(host));
 	ck_assert(asprintf(&out, "{\"peer\": {\"id\": \"n%u\", \"listen\": \"%s:%u\", "
-	    "\"fabric_addr\": \"%s\", \"provider\": \"%s\", \"members\": [%s], \"ping_ms\": 100, "
+	    "\"fabric_addr\": \"%s\", \"provider\": \"%s\", \"members\": [%s]%s, \"ping_ms\": 100, "
 	    "\"timeout_ms\": 3000%s%s}, \"testing\": {\"debug_ops\": true%s%s}}", i, host,
-	    pt_port_of(i), host, pt_provider, members, extra_peer != NULL ? ", " : "",
+	    pt_port_of(i), host, pt_provider, members, etcd, extra_peer != NULL ? ", " : "",
 	    extra_peer != NULL ? extra_peer : "", extra_test != NULL ? ", " : "",
 	    extra_test != NULL ? extra_test : "") > 0);
 	return out;
@@ -1109,6 +1119,177 @@ START_TEST(test_two_replicas_survive_a_member)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ etcd */
+
+static void
+pt_setup_etcd(void)
+{
+	char	why[256];
+
+	ck_assert_msg(test_etcd_init(&pt_etcd, why, sizeof(why)) == 0, "etcd: %s", why);
+	pt_use_etcd = 1;
+}
+
+static void
+pt_teardown_etcd(void)
+{
+	pt_teardown();
+	test_etcd_fini(&pt_etcd);
+	pt_use_etcd = pt_etcd_static = 0;
+}
+
+static const char *
+pt_membership(unsigned i, char *buf, size_t len)
+{
+	json_t	*j = test_stats(pt_d[i].sock);
+
+	ck_assert_ptr_nonnull(j);
+	snprintf(buf, len, "%s", json_string_value(json_object_get(json_object_get(j, "peers"),
+	    "membership")));
+	json_decref(j);
+	return buf;
+}
+
+/*
+ * n0 publishes 48 pages; n1 and n2 restore every one byte for byte
+ * (pulled, or offered to them as homes).
+ */
+static void
+pt_publish_restore_everywhere(uint32_t prefix)
+{
+	struct test_rank	pub, r;
+	unsigned		i;
+	long long		pulled = 0;
+
+	pt_rank(&pub, 0);
+	test_rank_publish_kv(&pub, prefix, 0, 48, 0, NULL);
+	ck_assert_int_eq(test_stat_wait(pt_d[0].sock, "dram", "pins", 0), 0);
+	for (i = 1; i < PT_N; i++) {
+		pt_rank(&r, i);
+		ck_assert_uint_eq(pt_honest(&r, 1, prefix, 48), 48);
+		ck_assert_int_eq(test_stat(pt_d[i].sock, "cache", "objects_lost"), 0);
+		pulled += pt_hits_peer(i);
+		test_rank_fini(&r);
+	}
+	ck_assert_int_gt(pulled, 0);
+	test_rank_fini(&pub);
+}
+
+/* No static list: three daemons find each other through etcd and restore across nodes. */
+START_TEST(test_etcd_daemons_find_each_other)
+{
+	char		buf[64];
+	unsigned	i;
+
+	pt_role(PT_N, NULL, NULL);
+	for (i = 0; i < PT_N; i++) {
+		ck_assert_int_eq(test_stat(pt_d[i].sock, "peers", "members"), PT_N);
+		ck_assert_str_eq(pt_membership(i, buf, sizeof(buf)), "etcd");
+		ck_assert_int_gt(test_stat(pt_d[i].sock, "peers", "etcd_views"), 0);
+	}
+	pt_publish_restore_everywhere(61);
+}
+END_TEST
+
+/* etcd SIGKILLed: the last view stands (past the leases' TTL) and restores go on. */
+START_TEST(test_etcd_stopped_keeps_the_view)
+{
+	char		buf[32];
+	unsigned	i, j;
+
+	pt_role(PT_N, NULL, NULL);
+	test_etcd_stop(&pt_etcd);
+	/* Twice the TTL: had the view followed etcd's leases, it would be empty by now. */
+	usleep(4500 * 1000);
+	for (i = 0; i < PT_N; i++) {
+		ck_assert_int_eq(test_stat(pt_d[i].sock, "peers", "members"), PT_N);
+		for (j = 0; j < PT_N; j++)
+			if (i != j)
+				ck_assert_str_eq(pt_state(i, j, buf, sizeof(buf)), "up");
+	}
+	pt_publish_restore_everywhere(62);
+}
+END_TEST
+
+/*
+ * A member SIGKILLed (its lease not revoked) leaves the others' view
+ * after its TTL, which a static list never does; the stripes it was home
+ * of become honest misses, never wrong bytes.
+ */
+START_TEST(test_etcd_member_gone_after_ttl)
+{
+	struct test_rank	pub, r;
+	char			buf[32];
+	uint32_t		before, after;
+	int			status, t;
+
+	pt_role(PT_N, NULL, NULL);
+	pt_rank_big(&pub, 2);
+	test_rank_publish_kv(&pub, 63, 0, PT_BIG, 0, NULL);
+	ck_assert_int_eq(test_stat_wait(pt_d[2].sock, "dram", "pins", 0), 0);
+	test_rank_fini(&pub);
+	pt_rank_big(&r, 1);
+	before = test_rank_probe(&r, 63, PT_BIG, NULL, NULL);
+	ck_assert_uint_eq(before, PT_BIG);
+	pt_up[2] = 0;
+	(void)test_daemon_stop(&pt_d[2], SIGKILL, &status);
+	/* The TTL is 2 s; etcd expires leases a little late. */
+	for (t = 0; t < 1500 && strcmp(pt_state(1, 2, buf, sizeof(buf)), "absent") != 0; t++)
+		usleep(10000);
+	ck_assert_str_eq(pt_state(1, 2, buf, sizeof(buf)), "absent");
+	ck_assert_str_eq(pt_state(0, 2, buf, sizeof(buf)), "absent");
+	ck_assert_int_eq(test_stat(pt_d[1].sock, "peers", "members"), 2);
+	after = pt_honest(&r, 2, 63, PT_BIG);
+	ck_assert_uint_lt(after, before);
+	ck_assert_int_eq(test_stat(pt_d[1].sock, "cache", "objects_lost"), 0);
+	test_rank_fini(&r);
+}
+END_TEST
+
+/*
+ * peer.members with etcd: the view while etcd has not answered (it is
+ * down when the daemons start); once etcd is back, its view replaces it,
+ * and a reloaded static list no longer does.
+ */
+START_TEST(test_etcd_static_list_until_etcd_answers)
+{
+	char		buf[64], why[256], *cfg;
+	unsigned	i;
+	FILE		*f;
+
+	pt_etcd_static = 1;
+	test_etcd_stop(&pt_etcd);
+	pt_role(PT_N, NULL, NULL);
+	for (i = 0; i < PT_N; i++) {
+		ck_assert_int_eq(test_stat(pt_d[i].sock, "peers", "members"), PT_N);
+		ck_assert_str_eq(pt_membership(i, buf, sizeof(buf)), "static, etcd not answered yet");
+	}
+	pt_publish_restore_everywhere(64);
+	/* etcd back (same data): every daemon registers again and takes etcd's view. */
+	ck_assert_msg(test_etcd_start(&pt_etcd, 0, why, sizeof(why)) == 0, "etcd: %s", why);
+	for (i = 0; i < PT_N; i++) {
+		/* its first view may come before every member registered again */
+		for (int t = 0; t < 1000 && (strcmp(pt_membership(i, buf, sizeof(buf)), "etcd") != 0 ||
+		    test_stat(pt_d[i].sock, "peers", "members") != PT_N); t++)
+			usleep(10000);
+		ck_assert_str_eq(pt_membership(i, buf, sizeof(buf)), "etcd");
+		ck_assert_int_eq(test_stat(pt_d[i].sock, "peers", "members"), PT_N);
+	}
+	/* n1's static list shrinks to n0 and n1 and is reloaded: etcd's view (all three) stands. */
+	cfg = pt_config(1, 2, NULL, NULL);
+	ck_assert_ptr_nonnull(f = fopen(pt_d[1].config, "w"));
+	fputs(cfg, f);
+	fclose(f);
+	free(cfg);
+	ck_assert_int_eq(kill(pt_d[1].pid, SIGHUP), 0);
+	for (int t = 0; t < 500 && !test_daemon_log_has(&pt_d[1], "etcd's view stands"); t++)
+		usleep(10000);
+	ck_assert(test_daemon_log_has(&pt_d[1], "etcd's view stands"));
+	ck_assert_int_eq(test_stat(pt_d[1].sock, "peers", "members"), PT_N);
+	ck_assert_str_eq(pt_state(1, 2, buf, sizeof(buf)), "up");
+}
+END_TEST
+
 /* ------------------------------------------------------------------ netns, sockets */
 
 static void
@@ -1268,6 +1449,23 @@ suite_peer(void)
 		tcase_add_test(tc, test_owner_restarted_mid_pull);
 		tcase_add_test(tc, test_bad_key_is_refused_before_any_read);
 		tcase_add_test(tc, test_owner_lease_expiry_is_caught);
+	}
+	{
+		char	ewhy[256];
+
+		if ((why = pt_provider_reason("tcp")) == NULL && test_etcd_reason(ewhy,
+		    sizeof(ewhy)) != 0)
+			why = ewhy;
+		if (why != NULL) {
+			printf("SKIPPED tcase peer/etcd: %s\n", why);
+			test_skipped++;
+		} else {
+			tc = test_tcase(s, "etcd", 90, pt_setup_etcd, pt_teardown_etcd);
+			tcase_add_test(tc, test_etcd_daemons_find_each_other);
+			tcase_add_test(tc, test_etcd_stopped_keeps_the_view);
+			tcase_add_test(tc, test_etcd_member_gone_after_ttl);
+			tcase_add_test(tc, test_etcd_static_list_until_etcd_answers);
+		}
 	}
 	if ((why = test_netns_reason()) != NULL) {
 		printf("SKIPPED tcase peer/netns: %s\n", why);

@@ -198,4 +198,26 @@ int	 test_rank_restore(struct test_rank *, uint64_t lease, uint32_t first, uint3
 	    struct l3kv_restore_result *);
 void	 test_rank_wait_completion(struct test_rank *, struct l3kv_completion *);
 
+/*
+ * A real etcd (Debian's etcd-server) on loopback: a data directory from
+ * mkdtemp, random client and peer ports (test_etcd_init), SIGKILLed by
+ * test_etcd_stop and started again (fresh: an empty data directory) by
+ * test_etcd_start. test_etcd_reason says why etcd cannot start here.
+ */
+struct test_etcd {
+	pid_t		pid;
+	char		dir[PATH_MAX];		/* mkdtemp: data dirs and the log */
+	char		data[PATH_MAX + 16];
+	unsigned	cport, pport;
+	char		endpoint[64];		/* http://127.0.0.1:PORT */
+	unsigned	gen;			/* data directories made */
+};
+int	 test_etcd_init(struct test_etcd *, char *why, size_t whylen);
+int	 test_etcd_start(struct test_etcd *, int fresh, char *why, size_t whylen);
+void	 test_etcd_stop(struct test_etcd *);
+void	 test_etcd_fini(struct test_etcd *);
+int	 test_etcd_http(struct test_etcd *, const char *path, const char *body, char *out,
+	    size_t outlen);
+int	 test_etcd_reason(char *why, size_t whylen);
+
 #endif

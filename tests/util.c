@@ -19,6 +19,10 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 
+#include <netinet/in.h>
+
+#include <arpa/inet.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -878,4 +882,191 @@ test_rank_wait_completion(struct test_rank *r, struct l3kv_completion *c)
 		poll(&pfd, 1, 20);
 	}
 	ck_abort_msg("no completion");
+}
+
+/* ------------------------------------------------------------------ a real etcd */
+
+static long long
+test_etcd_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int
+test_etcd_port_free(unsigned port)
+{
+	struct sockaddr_in	sa;
+	int			fd, ok;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((uint16_t)port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if ((fd = socket(AF_INET, SOCK_STREAM, 0)) < 0)
+		return 0;
+	ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	close(fd);
+	return ok;
+}
+
+/* One blocking HTTP POST to the server; the status, or -1. The answer's body goes to out. */
+int
+test_etcd_http(struct test_etcd *et, const char *path, const char *body, char *out, size_t outlen)
+{
+	struct sockaddr_in	sa;
+	char			req[2048], ans[8192];
+	size_t			got = 0;
+	ssize_t			n;
+	int			fd, code = -1;
+	char			*b;
+	struct timeval		tv = { 2, 0 };
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((uint16_t)et->cport);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if ((fd = socket(AF_INET, SOCK_STREAM, 0)) < 0)
+		return -1;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+		goto out;
+	n = snprintf(req, sizeof(req), "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %zu\r\n"
+	    "Connection: close\r\n\r\n%s", path, strlen(body), body);
+	if (write(fd, req, (size_t)n) != n)
+		goto out;
+	while (got < sizeof(ans) - 1 && (n = read(fd, ans + got, sizeof(ans) - 1 - got)) > 0)
+		got += (size_t)n;
+	ans[got] = '\0';
+	if (sscanf(ans, "HTTP/1.%*d %d", &code) != 1)
+		code = -1;
+	if (out != NULL && outlen > 0) {
+		b = strstr(ans, "\r\n\r\n");
+		snprintf(out, outlen, "%s", b != NULL ? b + 4 : "");
+	}
+out:
+	close(fd);
+	return code;
+}
+
+/* Starts etcd on et's ports; fresh: a new, empty data directory. 0, or -1 with why. */
+int
+test_etcd_start(struct test_etcd *et, int fresh, char *why, size_t whylen)
+{
+	char		curl[64], purl[64], cluster[80], log[PATH_MAX + 16], ans[256];
+	long long	end;
+	int		st, fd;
+
+	if (fresh)
+		snprintf(et->data, sizeof(et->data), "%s/data%u", et->dir, ++et->gen);
+	snprintf(curl, sizeof(curl), "http://127.0.0.1:%u", et->cport);
+	snprintf(purl, sizeof(purl), "http://127.0.0.1:%u", et->pport);
+	snprintf(cluster, sizeof(cluster), "t=%s", purl);
+	snprintf(et->endpoint, sizeof(et->endpoint), "%s", curl);
+	snprintf(log, sizeof(log), "%s/etcd.log", et->dir);
+	if ((et->pid = fork()) < 0) {
+		snprintf(why, whylen, "fork: %s", strerror(errno));
+		return -1;
+	}
+	if (et->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if ((fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600)) >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		execlp("etcd", "etcd", "--name", "t", "--data-dir", et->data,
+		    "--listen-client-urls", curl, "--advertise-client-urls", curl,
+		    "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
+		    "--initial-cluster", cluster, (char *)NULL);
+		fprintf(stderr, "exec etcd: %s\n", strerror(errno));
+		_exit(127);
+	}
+	for (end = test_etcd_ms() + 20000; test_etcd_ms() < end; usleep(50000)) {
+		if (waitpid(et->pid, &st, WNOHANG) == et->pid) {
+			et->pid = 0;
+			snprintf(why, whylen, "etcd exited (status %#x; is etcd-server installed?), "
+			    "see its log", st);
+			return -1;
+		}
+		if (test_etcd_http(et, "/v3/kv/range", "{\"key\":\"AA==\"}", ans, sizeof(ans)) == 200)
+			return 0;
+	}
+	kill(et->pid, SIGKILL);
+	waitpid(et->pid, &st, 0);
+	et->pid = 0;
+	snprintf(why, whylen, "etcd did not answer within 20 s");
+	return -1;
+}
+
+void
+test_etcd_stop(struct test_etcd *et)
+{
+	int	st;
+
+	if (et->pid > 0) {
+		kill(et->pid, SIGKILL);
+		waitpid(et->pid, &st, 0);
+	}
+	et->pid = 0;
+}
+
+int
+test_etcd_init(struct test_etcd *et, char *why, size_t whylen)
+{
+	unsigned	r;
+	int		tries;
+
+	memset(et, 0, sizeof(*et));
+	if (test_mkdtemp(et->dir, sizeof(et->dir)) == NULL) {
+		snprintf(why, whylen, "mkdtemp: %s", strerror(errno));
+		return -1;
+	}
+	srand((unsigned)getpid() ^ (unsigned)test_etcd_ms());
+	for (tries = 0; tries < 50; tries++) {
+		r = 20000 + (unsigned)rand() % 30000;
+		if (test_etcd_port_free(r) && test_etcd_port_free(r + 1))
+			break;
+	}
+	et->cport = r;
+	et->pport = r + 1;
+	return test_etcd_start(et, 1, why, whylen);
+}
+
+void
+test_etcd_fini(struct test_etcd *et)
+{
+	test_etcd_stop(et);
+	test_rmtree(et->dir);
+}
+
+/*
+ * Whether etcd can start here: asked in a child, which starts and stops
+ * one. 0, or -1 with why (for the SKIPPED line).
+ */
+int
+test_etcd_reason(char *why, size_t whylen)
+{
+	struct test_etcd	et;
+	pid_t			pid = -1;
+	int			p[2], st = 0;
+	ssize_t			n;
+
+	why[0] = '\0';
+	if (pipe(p) == 0 && (pid = fork()) == 0) {
+		close(p[0]);
+		if (test_etcd_init(&et, why, whylen) != 0 && write(p[1], why, strlen(why)) < 0)
+			_exit(1);
+		test_etcd_fini(&et);
+		_exit(0);
+	} else if (pid > 0) {
+		close(p[1]);
+		n = read(p[0], why, whylen - 1);
+		why[n > 0 ? n : 0] = '\0';
+		close(p[0]);
+		waitpid(pid, &st, 0);
+	} else
+		snprintf(why, whylen, "fork failed");
+	return why[0] != '\0' ? -1 : 0;
 }
