@@ -587,7 +587,7 @@ START_TEST(test_fabric_deadline_expires)
 	struct fx_rd	r = { 0, 0 }, ok = { 0, 1 };
 	uint64_t	peer, seed = fx_seed ^ 77;
 	long long	t0;
-	int		i;
+	int		i, st;
 
 	fx_owner_start(&o, NULL, 0, fx_node, seed);
 	ck_assert_int_eq(fabric_peer_add(fx_a, o.name, o.namelen, &peer), 0);
@@ -596,6 +596,9 @@ START_TEST(test_fabric_deadline_expires)
 	ck_assert(fx_wait(&ok.calls, 1, 30000));
 	ck_assert_int_eq(ok.err, 0);
 	ck_assert_int_eq(kill(o.pid, SIGSTOP), 0);
+	/* kill() returns before the owner stops: wait until it has (else it may still serve). */
+	ck_assert_int_eq(waitpid(o.pid, &st, WUNTRACED), o.pid);
+	ck_assert(WIFSTOPPED(st));
 	t0 = fx_ms();
 	ck_assert_int_eq(fabric_read(fx_a, peer, fx_abuf, 8 * MiB, o.raddr, o.rkey, 500, fx_done,
 	    &r), 0);
