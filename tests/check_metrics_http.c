@@ -450,7 +450,10 @@ START_TEST(test_ready_503_while_the_file_tier_is_down)
 	free(b);
 	ck_assert_int_eq(unlink(root), 0);
 	test_rank_publish_kv(&r, 3, 0, 2, 8, &pub);
-	ck_assert_int_eq(test_td_stat_wait("file", "writes", 4), 4);
+	/* Both new pages written; a page of the failed batch may be written too, from the backlog. */
+	for (i = 0; i < 500 && test_td_stat("file", "writes") < 4; i++)
+		usleep(10000);
+	ck_assert_int_ge(test_td_stat("file", "writes"), 4);
 	b = get("/ready", &code);
 	ck_assert_int_eq(code, 200);
 	free(b);
