@@ -343,19 +343,33 @@ pt_peer_stat(unsigned i, unsigned of, const char *key)
 	return v;
 }
 
-/* Waits (10 s at most) until daemon i sees member `of` in state want. */
+/* Waits (15 s at most: an etcd lease expires a little late) until daemon i sees `of` in state want. */
 static int
 pt_wait_state(unsigned i, unsigned of, const char *want)
 {
 	char	buf[32];
 	int	t;
 
-	for (t = 0; t < 1000; t++) {
+	for (t = 0; t < 1500; t++) {
 		if (strcmp(pt_state(i, of, buf, sizeof(buf)), want) == 0)
 			return 1;
 		usleep(10000);
 	}
 	return 0;
+}
+
+/* Daemon i's config file rewritten with a list of its first n members, and SIGHUP. */
+static void
+pt_reload(unsigned i, unsigned n)
+{
+	char	*cfg = pt_config(i, n, NULL, NULL);
+	FILE	*f;
+
+	ck_assert_ptr_nonnull(f = fopen(pt_d[i].config, "w"));
+	fputs(cfg, f);
+	fclose(f);
+	free(cfg);
+	ck_assert_int_eq(kill(pt_d[i].pid, SIGHUP), 0);
 }
 
 /* Every daemon of n sees every other up. */
@@ -1078,8 +1092,6 @@ END_TEST
 START_TEST(test_membership_change_remaps_to_misses)
 {
 	struct test_rank	pub, r;
-	char			*cfg, buf[32];
-	FILE			*f;
 	uint32_t		before, after;
 
 	pt_role(PT_N, NULL, NULL);
@@ -1092,15 +1104,8 @@ START_TEST(test_membership_change_remaps_to_misses)
 	before = test_rank_probe(&r, 46, PT_BIG, NULL, NULL);
 	ck_assert_uint_eq(before, PT_BIG);
 	/* n1 forgets n2, the publisher: what was homed there, or stays there, is gone for n1. */
-	cfg = pt_config(1, 2, NULL, NULL);
-	ck_assert_ptr_nonnull(f = fopen(pt_d[1].config, "w"));
-	fputs(cfg, f);
-	fclose(f);
-	free(cfg);
-	ck_assert_int_eq(kill(pt_d[1].pid, SIGHUP), 0);
-	for (int t = 0; t < 500 && strcmp(pt_state(1, 2, buf, sizeof(buf)), "absent") != 0; t++)
-		usleep(10000);
-	ck_assert_str_eq(pt_state(1, 2, buf, sizeof(buf)), "absent");
+	pt_reload(1, 2);
+	ck_assert(pt_wait_state(1, 2, "absent"));
 	ck_assert_int_eq(test_stat(pt_d[1].sock, "peers", "members"), 2);
 	/* Stripes n2 was home of (8 stripes of 3 members: some) are now homed where nobody has them. */
 	after = pt_honest(&r, 2, 46, PT_BIG);
@@ -1231,7 +1236,7 @@ START_TEST(test_etcd_member_gone_after_ttl)
 	struct test_rank	pub, r;
 	char			buf[32];
 	uint32_t		before, after;
-	int			status, t;
+	int			status;
 
 	pt_role(PT_N, NULL, NULL);
 	pt_rank_big(&pub, 2);
@@ -1244,9 +1249,7 @@ START_TEST(test_etcd_member_gone_after_ttl)
 	pt_up[2] = 0;
 	(void)test_daemon_stop(&pt_d[2], SIGKILL, &status);
 	/* The TTL is 2 s; etcd expires leases a little late. */
-	for (t = 0; t < 1500 && strcmp(pt_state(1, 2, buf, sizeof(buf)), "absent") != 0; t++)
-		usleep(10000);
-	ck_assert_str_eq(pt_state(1, 2, buf, sizeof(buf)), "absent");
+	ck_assert(pt_wait_state(1, 2, "absent"));
 	ck_assert_str_eq(pt_state(0, 2, buf, sizeof(buf)), "absent");
 	ck_assert_int_eq(test_stat(pt_d[1].sock, "peers", "members"), 2);
 	after = pt_honest(&r, 2, 63, PT_BIG);
@@ -1263,9 +1266,8 @@ END_TEST
  */
 START_TEST(test_etcd_static_list_until_etcd_answers)
 {
-	char		buf[64], why[256], *cfg;
+	char		buf[64], why[256];
 	unsigned	i;
-	FILE		*f;
 
 	pt_etcd_static = 1;
 	test_etcd_stop(&pt_etcd);
@@ -1286,12 +1288,7 @@ START_TEST(test_etcd_static_list_until_etcd_answers)
 		ck_assert_int_eq(test_stat(pt_d[i].sock, "peers", "members"), PT_N);
 	}
 	/* n1's static list shrinks to n0 and n1 and is reloaded: etcd's view (all three) stands. */
-	cfg = pt_config(1, 2, NULL, NULL);
-	ck_assert_ptr_nonnull(f = fopen(pt_d[1].config, "w"));
-	fputs(cfg, f);
-	fclose(f);
-	free(cfg);
-	ck_assert_int_eq(kill(pt_d[1].pid, SIGHUP), 0);
+	pt_reload(1, 2);
 	for (int t = 0; t < 500 && !test_daemon_log_has(&pt_d[1], "etcd's view stands"); t++)
 		usleep(10000);
 	ck_assert(test_daemon_log_has(&pt_d[1], "etcd's view stands"));
