@@ -219,6 +219,12 @@ int	 workq_fd(const struct workq *);
 struct fabric;
 typedef void (*fabric_done_fn)(void *arg, int err);	/* on the loop; err 0 or -errno */
 
+/*
+ * Before any thread and any libfabric call (main does it first): the
+ * rxm buffer sizes a reads-only user needs, where the environment does
+ * not name them already (87 MiB of RSS per endpoint down to 6, measured).
+ */
+void	 fabric_init_env(void);
 int	 fabric_open(struct event_base *base, const char *prov, const char *node,
 	    struct fabric **fp, char *err, size_t errlen);
 void	 fabric_close(struct fabric *);
@@ -237,12 +243,14 @@ void	 fabric_peer_remove(struct fabric *, uint64_t peer);
  * One-sided read into dst (inside the exposed region); done runs once, on
  * the loop, after every posted part completed or could no longer land.
  * -ECANCELED / -ENOTCONN / -EIO from the provider, -ETIMEDOUT past
- * deadline_ms (0: none).
+ * deadline_ms (0: none); a read failed with parts on the wire answers
+ * once they drained, at most 250 ms later (fabric.c's top comment).
  */
 int	 fabric_read(struct fabric *, uint64_t peer, void *dst, size_t len, uint64_t raddr,
 	    uint64_t rkey, uint32_t deadline_ms, fabric_done_fn done, void *arg);
 /* Counters for STATS: reads posted, completed, failed by reason, bytes. */
-struct fabric_stats { uint64_t reads, done, failed, bytes, ecanceled, enotconn, timedout; };
+/* abandoned: retired endpoints left open, parts still on their wire (fabric.c). */
+struct fabric_stats { uint64_t reads, done, failed, bytes, ecanceled, enotconn, timedout, abandoned; };
 void	 fabric_get_stats(const struct fabric *, struct fabric_stats *);
 /* Lowers the size reads are split at (tests, tuning); 0 restores the provider's. */
 void	 fabric_set_max_msg(struct fabric *, size_t);

@@ -17,11 +17,23 @@
  *   address does not help, measured): a failed or expired read therefore
  *   closes and reopens that peer's endpoint and CQ (fabric_peer_rebuild),
  *   which takes a few milliseconds, and the next read connects afresh.
- *   Closing the endpoint is also what makes a read's destination safe: the
- *   provider writes a destination only while it progresses that endpoint,
- *   and a closed one is never progressed again, so a read whose parts were
- *   in flight can be failed at once and its dst is never written after
- *   its done() ran. Only the reads to that one peer are affected.
+ *   Only the reads to that one peer are affected.
+ * - Retiring an endpoint (a rebuild, fabric_peer_remove, fabric_close)
+ *   never closes it with parts on the wire: libfabric 1.17's tcp provider
+ *   (Debian 12's) completes a read whose response is half received twice
+ *   when its endpoint is closed, and rxm then dereferences the second,
+ *   NULL-context completion (segfault in rxm_handle_comp_error; fixed in
+ *   1.18 by a74ea0fcd, "RX entry is freed twice"). A retired endpoint with
+ *   parts owed becomes a drain (struct fabric_drain): the peer gets a
+ *   fresh endpoint at once, the drain's CQ is progressed until every part
+ *   on it completed (then nothing is half received, and it is closed), for
+ *   at most FABRIC_DRAIN_MS. A read's done() runs once its own parts
+ *   completed, so its dst is never written after done(). A drain that does
+ *   not empty in time (an owner stopped with our reads on the wire) is
+ *   closed where the provider can close it safely, and otherwise left open
+ *   and never progressed again (stats.abandoned; nothing writes its dsts
+ *   since only our progress would): a leak of one endpoint bought against
+ *   a crash, at most FABRIC_ABANDON_MAX of them, then closed regardless.
  * - Memory: fabric_expose registers a region in chunks (1 GiB by default)
  *   with FI_READ | FI_REMOTE_READ. We offer every FI_MR_* mode bit except
  *   FI_MR_ENDPOINT (a registration bound to one endpoint could not serve
@@ -93,6 +105,8 @@
 #define FABRIC_BACKSTOP_MS	100	/* every CQ, even when its fd said nothing */
 #define FABRIC_POLL_MS		1	/* a CQ without a wait fd, while reads are out */
 #define FABRIC_FINISH_BATCH	256	/* done() calls per loop turn */
+#define FABRIC_DRAIN_MS		250	/* a retired endpoint's parts may land this long */
+#define FABRIC_ABANDON_MAX	32	/* endpoints left open (8.5 MiB each), then closed regardless */
 /*
  * How long a peer may refuse every post (-FI_EAGAIN with nothing on the
  * wire: rxm is still connecting, or retrying an owner that is gone) before
@@ -148,7 +162,8 @@ struct fabric_peer;
 struct fabric_op {
 	TAILQ_ENTRY(fabric_op)	 entry;
 	struct fabric		*f;
-	struct fabric_peer	*peer;		/* NULL once finished */
+	struct fabric_ops	*list;		/* its peer's ops or a drain's; NULL: finished */
+	struct fabric_peer	*peer;		/* while on its peer's ops */
 	fabric_done_fn		 done;
 	void			*arg;
 	size_t			 len;
@@ -163,9 +178,11 @@ struct fabric_op {
 TAILQ_HEAD(fabric_ops, fabric_op);
 
 /* An endpoint with its CQ (and, for a peer, AV) and the loop's events on them. */
+struct fabric_drain;
 struct fabric_ep {
 	struct fabric		*f;
-	struct fabric_peer	*peer;		/* NULL: the serving endpoint */
+	struct fabric_peer	*peer;		/* a peer's reading endpoint */
+	struct fabric_drain	*drain;		/* a retired one (peer NULL); both NULL: serving */
 	struct fid_ep		*ep;
 	struct fid_cq		*cq;
 	struct fid_av		*av;
@@ -188,6 +205,16 @@ struct fabric_peer {
 };
 TAILQ_HEAD(fabric_peers, fabric_peer);
 
+/* A retired reading endpoint with parts still owed, and the reads they belong to. */
+struct fabric_drain {
+	TAILQ_ENTRY(fabric_drain) entry;
+	struct fabric_ep	 e;		/* its own AV: the peer has a new one */
+	struct fabric_ops	 ops;
+	uint64_t		 peer_id;	/* for the log */
+	struct event		*limit;		/* FABRIC_DRAIN_MS */
+};
+TAILQ_HEAD(fabric_drains, fabric_drain);
+
 struct fabric {
 	struct event_base	*base;
 	struct fi_info		*info;
@@ -204,6 +231,8 @@ struct fabric {
 	size_t			 nregions;
 	struct fabric_peers	 peers;
 	uint64_t		 peer_next;
+	struct fabric_drains	 drains;
+	int			 close_unsafe;	/* closing mid-response crashes (see the top) */
 	struct fabric_ops	 finished;
 	struct event		*finish_ev;	/* zero timer: run done() of `finished` */
 	struct event		*backstop;
@@ -214,6 +243,7 @@ struct fabric {
 
 static void	fabric_ep_progress(struct fabric_ep *);
 static void	fabric_peer_rebuild(struct fabric_peer *);
+static void	fabric_drain_end(struct fabric_drain *);
 
 static const struct timeval fabric_now_tv = { 0, 0 };
 
@@ -271,8 +301,9 @@ fabric_op_finish(struct fabric_op *op)
 	struct fabric	*f = op->f;
 
 	assert(op->owed == 0);
-	if (op->peer != NULL) {
-		TAILQ_REMOVE(&op->peer->ops, op, entry);
+	if (op->list != NULL) {
+		TAILQ_REMOVE(op->list, op, entry);
+		op->list = NULL;
 		op->peer = NULL;
 	}
 	if (op->deadline != NULL) {
@@ -296,7 +327,7 @@ fabric_op_fail(struct fabric_op *op, int err)
 	if (op->err == 0)
 		op->err = err;
 	op->nparts = op->next;		/* the parts not posted never will be */
-	if (op->owed == 0 && op->peer != NULL)
+	if (op->owed == 0 && op->list != NULL)
 		fabric_op_finish(op);
 }
 
@@ -424,7 +455,7 @@ fabric_ep_progress(struct fabric_ep *e)
 	struct fid		*fid;
 	ssize_t			 n, i;
 	unsigned		 round;
-	int			 more = 0, rc;
+	int			 more = 0, rc, reading = p != NULL || e->drain != NULL;
 	char			 buf[128];
 
 	if (e->cq == NULL)
@@ -435,7 +466,7 @@ fabric_ep_progress(struct fabric_ep *e)
 		n = fi_cq_read(e->cq, c, FABRIC_CQ_BATCH);
 		if (n > 0) {
 			for (i = 0; i < n; i++)
-				if (c[i].op_context != NULL && p != NULL)
+				if (c[i].op_context != NULL && reading)
 					fabric_part_done(e, c[i].op_context, 0);
 			more = n == FABRIC_CQ_BATCH;
 			if (!more)
@@ -456,12 +487,17 @@ fabric_ep_progress(struct fabric_ep *e)
 		log_info("fabric", "read from peer %llu failed: %s (%s)",
 		    p != NULL ? (unsigned long long)p->id : 0ULL, fi_strerror(ee.err),
 		    fi_cq_strerror(e->cq, ee.prov_errno, ee.err_data, buf, sizeof(buf)));
-		if (p == NULL)
+		if (!reading)
 			continue;
 		if (ee.op_context != NULL)
 			fabric_part_done(e, ee.op_context, fabric_errno(ee.err));
-		p->rebuild = 1;
+		if (p != NULL)
+			p->rebuild = 1;
 		more = 1;
+	}
+	if (e->drain != NULL && e->posted == 0) {
+		fabric_drain_end(e->drain);	/* nothing on its wire: closed */
+		return;
 	}
 	if (p != NULL) {
 		p->busy = 0;
@@ -589,34 +625,178 @@ fail:
 	return rc < 0 ? rc : -EIO;
 }
 
+/* Frees the loop's events of an endpoint left open, and forgets it: it is never progressed again. */
+static void
+fabric_ep_forget(struct fabric_ep *e)
+{
+	if (e->ev != NULL)
+		event_free(e->ev);
+	if (e->again != NULL)
+		event_free(e->again);
+	e->ev = e->again = NULL;
+	e->ep = NULL;
+	e->cq = NULL;
+	e->av = NULL;
+	e->posted = 0;
+}
+
 /*
- * Closes the peer's endpoint (the parts in flight can then never land:
- * their ops fail, with their own error or -ECANCELED) and opens a fresh
- * one on the same address; the unposted parts go there. If that fails the
- * peer stays broken: its reads fail -ENOTCONN and the next fabric_read
- * tries again.
+ * A drain is over: every part on it completed (then it is closed), or its
+ * time ran out (closed where that is safe, else left open: see the top).
+ * The reads still on it fail, with their own error or -ECANCELED.
  */
 static void
-fabric_peer_rebuild(struct fabric_peer *p)
+fabric_drain_end(struct fabric_drain *d)
 {
-	struct fabric_op	*op, *next;
-	struct fabric		*f = p->rd.f;
-	char			 err[256];
+	struct fabric		*f = d->e.f;
+	struct fabric_op	*op;
 	size_t			 i;
-	int			 rc;
 
-	p->rebuild = 0;
-	fabric_ep_close(&p->rd);
-	for (op = TAILQ_FIRST(&p->ops); op != NULL; op = next) {
-		next = TAILQ_NEXT(op, entry);
-		if (op->owed == 0)
-			continue;
+	if (d->e.posted > 0 && f->close_unsafe && f->stats.abandoned < FABRIC_ABANDON_MAX) {
+		log_warn("fabric", "peer %llu: %zu reads still on the wire %d ms after their "
+		    "endpoint was retired: it is left open (closing it could crash %s)",
+		    (unsigned long long)d->peer_id, d->e.posted, FABRIC_DRAIN_MS, f->prov);
+		f->stats.abandoned++;
+		fabric_ep_forget(&d->e);
+	} else {
+		if (d->e.posted > 0)
+			log_warn("fabric", "peer %llu: closing an endpoint with %zu reads on the wire",
+			    (unsigned long long)d->peer_id, d->e.posted);
+		fabric_ep_close(&d->e);
+		if (d->e.av != NULL)
+			fi_close(&d->e.av->fid);
+		d->e.av = NULL;
+	}
+	while ((op = TAILQ_FIRST(&d->ops)) != NULL) {
 		for (i = 0; i < op->next; i++)
 			op->parts[i].posted = 0;
 		op->owed = 0;
 		fabric_op_fail(op, op->err != 0 ? op->err : -ECANCELED);
 	}
-	if ((rc = fabric_ep_open(f, &p->rd, err, sizeof(err))) != 0) {
+	if (d->limit != NULL)
+		event_free(d->limit);
+	TAILQ_REMOVE(&f->drains, d, entry);
+	free(d);
+}
+
+static void
+fabric_drain_limit_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	(void)fd;
+	(void)ev;
+	fabric_drain_end(arg);
+}
+
+/*
+ * Takes the peer's endpoint out of service; the peer is left without one
+ * (rd.ep NULL). With nothing on its wire it is closed here (its AV stays
+ * with the peer). Otherwise it becomes a drain, with its AV and the reads
+ * that have parts on it: those fail (err, their own error, or -ECANCELED
+ * when parts of them were never posted) unless their parts all land.
+ */
+static void
+fabric_ep_retire(struct fabric_peer *p, int err)
+{
+	struct fabric		*f = p->rd.f;
+	struct fabric_drain	*d;
+	struct fabric_op	*op, *next;
+	size_t			 i;
+	struct timeval		 tv = { FABRIC_DRAIN_MS / 1000, (FABRIC_DRAIN_MS % 1000) * 1000 };
+	evutil_socket_t		 fd = p->rd.ev != NULL ? event_get_fd(p->rd.ev) : -1;
+
+	if (p->rd.posted == 0) {
+		fabric_ep_close(&p->rd);
+		return;
+	}
+	if ((d = calloc(1, sizeof(*d))) == NULL) {
+		/* No drain without memory: never progressed again, nothing lands. */
+		log_warn("fabric", "peer %llu: out of memory: an endpoint is left open",
+		    (unsigned long long)p->id);
+		f->stats.abandoned++;
+		fabric_ep_forget(&p->rd);
+		d = NULL;
+	} else {
+		TAILQ_INIT(&d->ops);
+		d->peer_id = p->id;
+		d->e = p->rd;
+		d->e.peer = NULL;
+		d->e.drain = d;
+		d->e.ev = d->e.again = NULL;
+		if (fd >= 0)
+			d->e.ev = event_new(f->base, fd, EV_READ | EV_PERSIST, fabric_ep_cb, &d->e);
+		d->e.again = evtimer_new(f->base, fabric_ep_cb, &d->e);
+		d->limit = evtimer_new(f->base, fabric_drain_limit_cb, d);
+		if ((fd >= 0 && d->e.ev == NULL) || d->e.again == NULL || d->limit == NULL ||
+		    (d->e.ev != NULL && event_add(d->e.ev, NULL) != 0) ||
+		    evtimer_add(d->limit, &tv) != 0) {
+			/* Its first progress, and every later one, comes from the backstop. */
+			log_warn("fabric", "peer %llu: out of memory for a drain's events",
+			    (unsigned long long)p->id);
+		}
+		TAILQ_INSERT_TAIL(&f->drains, d, entry);
+		fabric_ep_forget(&p->rd);	/* frees the old events: the drain has its own */
+	}
+	for (op = TAILQ_FIRST(&p->ops); op != NULL; op = next) {
+		next = TAILQ_NEXT(op, entry);
+		if (op->owed == 0)
+			continue;
+		if (op->err == 0)
+			op->err = err != 0 ? err : op->next < op->nparts ? -ECANCELED : 0;
+		op->nparts = op->next;
+		if (op->deadline != NULL) {
+			event_free(op->deadline);
+			op->deadline = NULL;
+		}
+		if (d == NULL) {
+			/* Left open: its parts never complete; the op fails now. */
+			for (i = 0; i < op->next; i++)
+				op->parts[i].posted = 0;
+			op->owed = 0;
+			fabric_op_fail(op, op->err != 0 ? op->err : -ECANCELED);
+			continue;
+		}
+		TAILQ_REMOVE(&p->ops, op, entry);
+		op->peer = NULL;
+		op->list = &d->ops;
+		TAILQ_INSERT_TAIL(&d->ops, op, entry);
+	}
+	if (d != NULL)
+		fabric_ep_again(&d->e, 0);
+}
+
+/* Opens the peer's endpoint (and its AV, with the peer's address in it, when it has none). */
+static int
+fabric_peer_open(struct fabric_peer *p, char *err, size_t errlen)
+{
+	int	fresh = p->rd.av == NULL, rc;
+
+	if ((rc = fabric_ep_open(p->rd.f, &p->rd, err, errlen)) != 0)
+		return rc;
+	if (fresh && fi_av_insert(p->rd.av, p->name, 1, &p->addr, 0, NULL) != 1) {
+		snprintf(err, errlen, "fi_av_insert: the peer's address was refused");
+		fabric_ep_close(&p->rd);
+		fi_close(&p->rd.av->fid);
+		p->rd.av = NULL;
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/*
+ * Retires the peer's endpoint (fabric_ep_retire: the reads with parts on
+ * it drain there) and opens a fresh one on the same address; the unposted
+ * parts go there. If that fails the peer stays broken: its reads fail
+ * -ENOTCONN and the next fabric_read tries again.
+ */
+static void
+fabric_peer_rebuild(struct fabric_peer *p)
+{
+	struct fabric_op	*op;
+	char			 err[256];
+
+	p->rebuild = 0;
+	fabric_ep_retire(p, 0);
+	if (fabric_peer_open(p, err, sizeof(err)) != 0) {
 		log_warn("fabric", "peer %llu: rebuilding its endpoint: %s", (unsigned long long)p->id,
 		    err);
 		while ((op = TAILQ_FIRST(&p->ops)) != NULL)
@@ -666,12 +846,15 @@ fabric_backstop_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct fabric		*f = arg;
 	struct fabric_peer	*p;
+	struct fabric_drain	*d;
 
 	(void)fd;
 	(void)ev;
 	fabric_ep_again(&f->srv, 0);
 	TAILQ_FOREACH(p, &f->peers, entry)
 		fabric_ep_again(&p->rd, 0);
+	TAILQ_FOREACH(d, &f->drains, entry)
+		fabric_ep_again(&d->e, 0);
 }
 
 /* The region and chunk holding [p, p + len), or NULL. */
@@ -712,6 +895,23 @@ fabric_local_ok(const struct fabric *f, const void *p, size_t len)
 }
 
 /*
+ * rxm gives every connection receive buffers of FI_OFI_RXM_BUFFER_SIZE
+ * (16 KiB), FI_OFI_RXM_MSG_RX_SIZE (128) of them and more pools sized by
+ * it: with tcp;ofi_rxm a reading endpoint, connected, cost 87 MiB of RSS
+ * here (ten endpoints, 1.17.0). We send no messages and post no receives
+ * (reads are RMA straight on the message endpoint; only rxm's own
+ * connection handshake uses these), so 2 KiB buffers, 16 of them: 6 MiB.
+ * Providers read their variables once, at their first use; an operator's
+ * own setting wins.
+ */
+void
+fabric_init_env(void)
+{
+	setenv("FI_OFI_RXM_BUFFER_SIZE", "2048", 0);
+	setenv("FI_OFI_RXM_MSG_RX_SIZE", "16", 0);
+}
+
+/*
  * Opens provider prov on node (NULL: the provider's choice) on base's
  * loop. The caller owns *fp (fabric_close). 0 or -errno with err filled.
  */
@@ -737,6 +937,7 @@ fabric_open(struct event_base *base, const char *prov, const char *node, struct 
 	}
 	f->base = base;
 	TAILQ_INIT(&f->peers);
+	TAILQ_INIT(&f->drains);
 	TAILQ_INIT(&f->finished);
 	hints->caps = FI_RMA | FI_READ | FI_REMOTE_READ;
 	hints->mode = FABRIC_MODE_OFFER;
@@ -767,6 +968,8 @@ fabric_open(struct event_base *base, const char *prov, const char *node, struct 
 		goto fail;
 	}
 	snprintf(f->prov, sizeof(f->prov), "%s", f->info->fabric_attr->prov_name);
+	f->close_unsafe = strstr(f->prov, "tcp") != NULL &&
+	    FI_VERSION_LT(fi_version(), FI_VERSION(1, 18));
 	f->mr_mode = (uint64_t)f->info->domain_attr->mr_mode;
 	f->max_msg = f->info->ep_attr->max_msg_size > SIZE_MAX ? SIZE_MAX :
 	    (size_t)f->info->ep_attr->max_msg_size;
@@ -810,13 +1013,18 @@ fail:
 
 /*
  * Fails every read still in flight (-ECANCELED) and runs every done()
- * still owed, here, then frees everything in reverse order. From inside a
- * done() it takes effect when that callback returns. Idempotent on NULL.
+ * still owed, here, then frees everything in reverse order. Reads with
+ * parts on the wire drain first, here, for at most FABRIC_DRAIN_MS. From
+ * inside a done() it takes effect when that callback returns. Idempotent
+ * on NULL.
  */
 void
 fabric_close(struct fabric *f)
 {
 	struct fabric_op	*op;
+	struct fabric_drain	*d, *dn;
+	struct timespec		 nap = { 0, 200 * 1000 };
+	int64_t			 t0;
 	size_t			 i, j;
 
 	if (f == NULL)
@@ -830,6 +1038,15 @@ fabric_close(struct fabric *f)
 	f->closing = 2;
 	while (!TAILQ_EMPTY(&f->peers))
 		fabric_peer_remove(f, TAILQ_FIRST(&f->peers)->id);
+	for (t0 = fabric_ms(); !TAILQ_EMPTY(&f->drains) && fabric_ms() - t0 < FABRIC_DRAIN_MS;
+	    nanosleep(&nap, NULL)) {
+		for (d = TAILQ_FIRST(&f->drains); d != NULL; d = dn) {
+			dn = TAILQ_NEXT(d, entry);
+			fabric_ep_progress(&d->e);	/* may end d */
+		}
+	}
+	while ((d = TAILQ_FIRST(&f->drains)) != NULL)
+		fabric_drain_end(d);
 	while ((op = TAILQ_FIRST(&f->finished)) != NULL) {
 		TAILQ_REMOVE(&f->finished, op, entry);
 		op->done(op->arg, op->err);
@@ -996,42 +1213,31 @@ fabric_peer_add(struct fabric *f, const uint8_t *name, size_t len, uint64_t *pee
 	p->id = ++f->peer_next;
 	p->rd.peer = p;
 	p->rd.f = f;
-	if ((rc = fabric_ep_open(f, &p->rd, err, sizeof(err))) != 0) {
+	if ((rc = fabric_peer_open(p, err, sizeof(err))) != 0) {
 		log_warn("fabric", "a peer's endpoint: %s", err);
-		goto fail;
-	}
-	if (fi_av_insert(p->rd.av, p->name, 1, &p->addr, 0, NULL) != 1) {
-		rc = -EINVAL;
-		goto fail;
+		free(p);
+		return rc;
 	}
 	TAILQ_INSERT_TAIL(&f->peers, p, entry);
 	*peer = p->id;
 	return 0;
-fail:
-	fabric_ep_close(&p->rd);
-	if (p->rd.av != NULL)
-		fi_close(&p->rd.av->fid);
-	free(p);
-	return rc;
 }
 
-/* Fails the peer's reads (-ECANCELED; their done() runs later on the loop) and forgets it. */
+/*
+ * Fails the peer's reads (-ECANCELED; their done() runs later on the loop,
+ * once the parts on the wire drained) and forgets it.
+ */
 void
 fabric_peer_remove(struct fabric *f, uint64_t id)
 {
 	struct fabric_peer	*p;
 	struct fabric_op	*op;
-	size_t			 i;
 
 	if ((p = fabric_peer_find(f, id)) == NULL)
 		return;
-	fabric_ep_close(&p->rd);
-	while ((op = TAILQ_FIRST(&p->ops)) != NULL) {
-		for (i = 0; i < op->next; i++)
-			op->parts[i].posted = 0;
-		op->owed = 0;
+	fabric_ep_retire(p, -ECANCELED);
+	while ((op = TAILQ_FIRST(&p->ops)) != NULL)
 		fabric_op_fail(op, -ECANCELED);
-	}
 	if (p->rd.av != NULL)
 		fi_close(&p->rd.av->fid);
 	TAILQ_REMOVE(&f->peers, p, entry);
@@ -1064,7 +1270,7 @@ fabric_read(struct fabric *f, uint64_t peer, void *dst, size_t len, uint64_t rad
 		return -ENOENT;
 	if (!fabric_local_ok(f, dst, len))
 		return -ERANGE;
-	if (p->rd.ep == NULL && fabric_ep_open(f, &p->rd, err, sizeof(err)) != 0) {
+	if (p->rd.ep == NULL && fabric_peer_open(p, err, sizeof(err)) != 0) {
 		log_warn("fabric", "peer %llu: %s", (unsigned long long)peer, err);
 		return -ENOTCONN;
 	}
@@ -1077,6 +1283,7 @@ fabric_read(struct fabric *f, uint64_t peer, void *dst, size_t len, uint64_t rad
 	if ((op = calloc(1, sizeof(*op) + np * sizeof(op->parts[0]))) == NULL)
 		return -ENOMEM;
 	op->f = f;
+	op->list = &p->ops;
 	op->peer = p;
 	op->done = done;
 	op->arg = arg;

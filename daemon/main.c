@@ -36,6 +36,7 @@ main(int argc, char **argv)
 	char			 err[CONFIG_ERR_MAX], gpu[256];
 	int			 ch, check_only = 0, debug = 0, rc, ngpu;
 
+	fabric_init_env();
 	while ((ch = getopt(argc, argv, "df:hnV")) != -1) {
 		switch (ch) {
 		case 'd':
