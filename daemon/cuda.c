@@ -404,7 +404,7 @@ cuda_poll_cb(evutil_socket_t fd, short ev, void *arg)
  * benchmarks that compare engine variants with one build:
  * L3KV_CUDA_NOTIFY=callback|thread, L3KV_CUDA_TIMELINE=1 (GPU stamps in
  * STATS "copy"."last_restore"), L3KV_CUDA_BATCH=0|1 (runs >= 128 KiB by
- * cudaMemcpyBatchAsync), L3KV_CUDA_CSUM_ILP=0|1 (the checksum kernel's form).
+ * cudaMemcpyBatchAsync), L3KV_CUDA_CSUM=blocks|warp|ilp (the checksum kernel's form).
  */
 static void
 cuda_conf_env(struct kernels_conf *c)
@@ -423,8 +423,16 @@ cuda_conf_env(struct kernels_conf *c)
 		c->timeline = strcmp(v, "0") != 0;
 	if ((v = getenv("L3KV_CUDA_BATCH")) != NULL && *v)
 		c->batch_dma = strcmp(v, "0") != 0;
-	if ((v = getenv("L3KV_CUDA_CSUM_ILP")) != NULL && *v)
-		c->csum_ilp = strcmp(v, "0") != 0;
+	if ((v = getenv("L3KV_CUDA_CSUM")) != NULL && *v) {
+		if (strcmp(v, "blocks") == 0)
+			c->csum = KERNELS_CSUM_BLOCKS;
+		else if (strcmp(v, "warp") == 0)
+			c->csum = KERNELS_CSUM_WARP;
+		else if (strcmp(v, "ilp") == 0)
+			c->csum = KERNELS_CSUM_ILP;
+		else
+			log_warn("cuda", "L3KV_CUDA_CSUM=%s: not blocks, warp or ilp; ignored", v);
+	}
 }
 
 /*

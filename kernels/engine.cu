@@ -543,7 +543,7 @@ engine_warp_long(const uint8_t *p, uint32_t len, unsigned t)
 }
 
 /*
- * engine_warp_long with ENGINE_ILP blocks at a time (conf.csum_ilp): a
+ * engine_warp_long with ENGINE_ILP blocks at a time (KERNELS_CSUM_ILP): a
  * block's sum does not depend on the accumulators, only the scramble
  * after it does, so the loads, the partial sums and the warp reductions
  * of ENGINE_ILP blocks are independent and overlap; their scrambles then
@@ -610,27 +610,94 @@ engine_warp_long_ilp(const uint8_t *p, uint32_t len, unsigned t)
 	return t == 0 ? xxh3g_long_tail(all, p, len) : 0;
 }
 
-/* XXH3-64 of len bytes at p by a whole warp; lane 0 returns it. ILP: engine_warp_long_ilp. */
-template <bool ILP>
+/*
+ * XXH3-64 of len (> 240, at most XXH3G_CHUNK) bytes at p by a whole warp,
+ * block-parallel (KERNELS_CSUM_BLOCKS, the default): a block's sum does
+ * not depend on the accumulators, so lane t sums whole blocks itself,
+ * t and t + 32 (no shuffles), into the warp's sm (8 words a block); then
+ * lane j < 8 walks accumulator j's chain over the blocks in order, one
+ * add and one scramble a block. engine_warp_long's 64 warp reductions one
+ * after the other (16 shuffles each), the checksum tail of a restore's
+ * last 64 KiB, become one pass of loads in flight and a chain of 64
+ * short steps. The same arithmetic in another order.
+ */
+template <bool A16>
 static __device__ uint64_t
-engine_warp_hash(const uint8_t *p, uint32_t len, unsigned t)
+engine_warp_long_blocks(const uint8_t *p, uint32_t len, unsigned t, uint64_t *sm)
 {
+	uint64_t	s[8], k0[4], k1[4], d0[4], d1[4], acc = 0, ks, all[8];
+	uint32_t	nb = (len - 1) / XXH3G_BLOCK, b, npos, u;
+	uint32_t	ns = ((len - 1) - nb * XXH3G_BLOCK) / XXH3G_STRIPE;
+	unsigned	j;
+
+	for (b = t; b <= nb; b += 32) {
+		const uint8_t	*q = p + (uint64_t)b * XXH3G_BLOCK;
+
+		/* a whole block is 32 shares of 32 bytes; the last, partial one its first ns stripes */
+		npos = b < nb ? XXH3G_BLOCK / 32 : 2 * ns;
+#pragma unroll
+		for (j = 0; j < 8; j++)
+			s[j] = 0;
+#pragma unroll 4
+		for (u = 0; u < npos; u += 2) {
+			engine_load32<A16>(q + 32 * u, d0);
+			engine_load32<A16>(q + 32 * u + 32, d1);
+			xxh3g_part_keys(u, k0);		/* even shares: accumulators 0..3 */
+			xxh3g_part_keys(u + 1, k1);	/* odd shares: 4..7 */
+			xxh3g_part(s, d0, k0);
+			xxh3g_part(s + 4, d1, k1);
+		}
+#pragma unroll
+		for (j = 0; j < 8; j++)
+			sm[b * 8 + j] = s[j];
+	}
+	__syncwarp();
+	if (t < 8) {
+		acc = xxh3g_init_acc(t);
+		ks = xxh3g_scramble_key(t);
+		for (b = 0; b < nb; b++)
+			acc = xxh3g_scramble(acc + sm[b * 8 + t], ks);
+		acc += sm[nb * 8 + t];		/* the partial block: no scramble */
+	}
+#pragma unroll
+	for (j = 0; j < 8; j++)
+		all[j] = __shfl_sync(0xffffffffU, acc, j);
+	return t == 0 ? xxh3g_long_tail(all, p, len) : 0;
+}
+
+/* The block sums engine_warp_long_blocks keeps per warp: 8 words for each block of a unit. */
+#define ENGINE_BLOCK_SUMS	(XXH3G_CHUNK / XXH3G_BLOCK * 8)
+
+/*
+ * XXH3-64 of len bytes at p by a whole warp; lane 0 returns it. CSUM:
+ * the form (KERNELS_CSUM_*); sm: the warp's ENGINE_BLOCK_SUMS words
+ * (KERNELS_CSUM_BLOCKS only).
+ */
+template <int CSUM>
+static __device__ uint64_t
+engine_warp_hash(const uint8_t *p, uint32_t len, unsigned t, uint64_t *sm)
+{
+	int	a16 = ((uintptr_t)p & 15) == 0;
+
 	if (len <= XXH3G_MIDSIZE_MAX)
 		return t == 0 ? xxh3g_64(p, len) : 0;
-	if (ILP)
-		return ((uintptr_t)p & 15) == 0 ? engine_warp_long_ilp<true>(p, len, t) :
+	if (CSUM == KERNELS_CSUM_BLOCKS && len <= XXH3G_CHUNK)
+		return a16 ? engine_warp_long_blocks<true>(p, len, t, sm) :
+		    engine_warp_long_blocks<false>(p, len, t, sm);
+	if (CSUM == KERNELS_CSUM_ILP)
+		return a16 ? engine_warp_long_ilp<true>(p, len, t) :
 		    engine_warp_long_ilp<false>(p, len, t);
-	if (((uintptr_t)p & 15) == 0)
-		return engine_warp_long<true>(p, len, t);
-	return engine_warp_long<false>(p, len, t);
+	return a16 ? engine_warp_long<true>(p, len, t) : engine_warp_long<false>(p, len, t);
 }
 
 /* One warp per 64 KiB unit: its XXH3-64 into dig[unit.dig]. */
-template <bool ILP>
+template <int CSUM>
 static __global__ void
 engine_csum_kernel(const struct engine_unit *units, uint32_t nunits, const uint8_t *stage,
     uint64_t *dig)
 {
+	__shared__ uint64_t sums[CSUM == KERNELS_CSUM_BLOCKS ? ENGINE_THREADS / 32 : 1]
+	    [CSUM == KERNELS_CSUM_BLOCKS ? ENGINE_BLOCK_SUMS : 1];
 	unsigned	t = threadIdx.x & 31;
 	uint32_t	w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, len = 0, di = 0;
 	uint64_t	off = 0, h;
@@ -645,7 +712,8 @@ engine_csum_kernel(const struct engine_unit *units, uint32_t nunits, const uint8
 	off = __shfl_sync(0xffffffffU, off, 0);
 	len = __shfl_sync(0xffffffffU, len, 0);
 	di = __shfl_sync(0xffffffffU, di, 0);
-	h = engine_warp_hash<ILP>(stage + off, len, t);
+	h = engine_warp_hash<CSUM>(stage + off, len, t,
+	    sums[CSUM == KERNELS_CSUM_BLOCKS ? threadIdx.x >> 5 : 0]);
 	if (t == 0)
 		dig[di] = h;
 }
@@ -686,7 +754,7 @@ engine_finish_kernel(const struct engine_item *items, uint32_t nitems, uint64_t 
 	if (t == 0)
 		d[nunits] = bytes;	/* little-endian, as checksum_le64 writes it */
 	__syncwarp();
-	h = engine_warp_hash<false>((const uint8_t *)d, (nunits + 1) * 8, t);
+	h = engine_warp_hash<KERNELS_CSUM_WARP>((const uint8_t *)d, (nunits + 1) * 8, t, NULL);
 	if (t == 0) {
 		good = mode != ENGINE_FIN_VERIFY || h == expect;
 		res[w].csum = h;
@@ -1006,8 +1074,12 @@ kernels_engine_new(const struct kernels_conf *c, struct kernels_engine **out, ch
 	 */
 	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_desc_kernel), "loading the kernels");
 	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_copy_kernel), "loading the kernels");
-	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_csum_kernel<false>), "loading the kernels");
-	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_csum_kernel<true>), "loading the kernels");
+	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_csum_kernel<KERNELS_CSUM_WARP>),
+	    "loading the kernels");
+	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_csum_kernel<KERNELS_CSUM_ILP>),
+	    "loading the kernels");
+	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_csum_kernel<KERNELS_CSUM_BLOCKS>),
+	    "loading the kernels");
 	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_finish_kernel), "loading the kernels");
 	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_scatter_kernel), "loading the kernels");
 	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_stamp_kernel), "loading the kernels");
@@ -1390,16 +1462,19 @@ engine_track(struct kernels_engine *e, struct engine_slot *sl, cudaStream_t fin)
 	}
 }
 
-/* The checksum kernel of the slot's nu units on s, in the form conf.csum_ilp picks. */
+/* The checksum kernel of the slot's nu units on s, in the form conf.csum picks. */
 static void
 engine_csum(const struct kernels_engine *e, struct engine_slot *sl, uint32_t nu, cudaStream_t s)
 {
-	if (e->conf.csum_ilp)
-		ENGINE_KERNEL(engine_csum_kernel<true>, engine_warps(nu), ENGINE_THREADS, s)(
-		    sl->dunits, nu, sl->stage, sl->dig);
+	if (e->conf.csum == KERNELS_CSUM_ILP)
+		ENGINE_KERNEL(engine_csum_kernel<KERNELS_CSUM_ILP>, engine_warps(nu), ENGINE_THREADS,
+		    s)(sl->dunits, nu, sl->stage, sl->dig);
+	else if (e->conf.csum == KERNELS_CSUM_WARP)
+		ENGINE_KERNEL(engine_csum_kernel<KERNELS_CSUM_WARP>, engine_warps(nu), ENGINE_THREADS,
+		    s)(sl->dunits, nu, sl->stage, sl->dig);
 	else
-		ENGINE_KERNEL(engine_csum_kernel<false>, engine_warps(nu), ENGINE_THREADS, s)(
-		    sl->dunits, nu, sl->stage, sl->dig);
+		ENGINE_KERNEL(engine_csum_kernel<KERNELS_CSUM_BLOCKS>, engine_warps(nu),
+		    ENGINE_THREADS, s)(sl->dunits, nu, sl->stage, sl->dig);
 }
 
 /* A timeline stamp of the GPU's clock into the slot's word k, on s. */
@@ -2241,8 +2316,8 @@ kernels_checksum_device(const void *dptr, size_t len, uint64_t *out, char *err, 
 		goto out;
 	what = "the checksum kernel";
 	if (nu > 0) {
-		ENGINE_KERNEL(engine_csum_kernel<false>, engine_warps(nu), ENGINE_THREADS, 0)(du, nu,
-		    (const uint8_t *)dptr, dig);
+		ENGINE_KERNEL(engine_csum_kernel<KERNELS_CSUM_BLOCKS>, engine_warps(nu),
+		    ENGINE_THREADS, 0)(du, nu, (const uint8_t *)dptr, dig);
 		if ((ce = cudaGetLastError()) != cudaSuccess)
 			goto out;
 	}

@@ -157,8 +157,18 @@ struct kernels_conf {
 					   cudaMemcpyBatchAsync, shorter by the kernel */
 	size_t		batch_min_bytes;
 	unsigned	copy_streams;	/* 1 or 2 per direction: chunks' DMA in flight at once */
-	int		csum_ilp;	/* the checksum kernel reduces 4 blocks at a time */
+	int		csum;		/* the checksum kernel's form: KERNELS_CSUM_* */
 };
+/*
+ * The checksum kernel (XXH3-64 of each 64 KiB unit, a warp per unit), in
+ * three orders of the same arithmetic: WARP reduces each 1 KiB block
+ * across the warp and scrambles, block after block; ILP overlaps four
+ * blocks' loads and reductions (152 registers); BLOCKS, the default, has
+ * each lane sum whole blocks and eight lanes run the scramble chains.
+ */
+#define KERNELS_CSUM_BLOCKS	0
+#define KERNELS_CSUM_WARP	1
+#define KERNELS_CSUM_ILP	2
 /*
  * KERNELS_NOTIFY_CALLBACK: a CUDA host function (cudaLaunchHostFunc) after
  * each chunk writes the fd. KERNELS_NOTIFY_THREAD: a thread of the engine

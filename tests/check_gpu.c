@@ -1043,9 +1043,9 @@ END_TEST
 /*
  * Issue 16: host runs by one cudaMemcpyBatchAsync a chunk (the default
  * for runs of 128 KiB and more), every run batched, short runs mixed
- * between the batch and the gather kernel, two copy streams (with the
- * checksum kernel that reduces 4 blocks at a time: each restore verifies
- * by it, each publish's checksums come from it); restores and publishes
+ * between the batch and the gather kernel, two copy streams (with each
+ * form of the checksum kernel, KERNELS_CSUM_*: each restore verifies by
+ * it, each publish's checksums come from it); restores and publishes
  * byte for byte, objects of 36 KiB, 256 KiB and 2.25 MB, contiguous,
  * scattered and misaligned in the arena.
  */
@@ -1060,11 +1060,12 @@ START_TEST(test_gpu_batched_dma_restores_and_publishes)
 	int			 rc;
 
 	gpu_init();
-	for (cs = 1; cs <= 2; cs++) {
+	for (cs = 0; cs < 3; cs++) {
 		kernels_conf_default(&c);
 		c.slot_bytes = 5 * GPU_MIB;
-		c.copy_streams = cs;
-		c.csum_ilp = cs == 2;	/* the other checksum kernel: every restore verifies by it */
+		c.copy_streams = cs == 0 ? 1 : 2;
+		/* every form of the checksum kernel: each restore verifies by it */
+		c.csum = cs == 0 ? KERNELS_CSUM_BLOCKS : cs == 1 ? KERNELS_CSUM_WARP : KERNELS_CSUM_ILP;
 		e = NULL;
 		rc = kernels_engine_new(&c, &e, err, sizeof(err));
 		CHECK(rc == 0, "kernels_engine_new: %d %s", rc, err);
