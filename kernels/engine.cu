@@ -612,7 +612,7 @@ engine_warp_long_ilp(const uint8_t *p, uint32_t len, unsigned t)
 
 /*
  * XXH3-64 of len (> 240, at most XXH3G_CHUNK) bytes at p by a whole warp,
- * block-parallel (KERNELS_CSUM_BLOCKS, the default): a block's sum does
+ * block-parallel (KERNELS_CSUM_BLOCKS): a block's sum does
  * not depend on the accumulators, so lane t sums whole blocks itself,
  * t and t + 32 (no shuffles), into the warp's sm (8 words a block); then
  * lane j < 8 walks accumulator j's chain over the blocks in order, one
@@ -1418,7 +1418,14 @@ engine_scatter(struct engine_slot *sl, cudaStream_t s)
 {
 	ENGINE_KERNEL(engine_scatter_kernel, dim3(engine_bx(sl->maxb, 128), sl->n),
 	    ENGINE_THREADS, s)(sl->ditems, sl->stage, sl->op->dregs, sl->ok, 1);
-	sl->op->scattered = sl->first + sl->n;
+	/*
+	 * Held chunks are released in slot order, not page order (the ring
+	 * wraps): every page before the furthest one scattered may have been
+	 * written. Once it was first + n of the last release, which a wrapped
+	 * ring left at 4 of 8 when all had landed (the gated test, H200).
+	 */
+	if (sl->first + sl->n > sl->op->scattered)
+		sl->op->scattered = sl->first + sl->n;
 	return cudaGetLastError();
 }
 
@@ -2316,7 +2323,7 @@ kernels_checksum_device(const void *dptr, size_t len, uint64_t *out, char *err, 
 		goto out;
 	what = "the checksum kernel";
 	if (nu > 0) {
-		ENGINE_KERNEL(engine_csum_kernel<KERNELS_CSUM_BLOCKS>, engine_warps(nu),
+		ENGINE_KERNEL(engine_csum_kernel<KERNELS_CSUM_WARP>, engine_warps(nu),
 		    ENGINE_THREADS, 0)(du, nu, (const uint8_t *)dptr, dig);
 		if ((ce = cudaGetLastError()) != cudaSuccess)
 			goto out;

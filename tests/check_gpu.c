@@ -1065,7 +1065,7 @@ START_TEST(test_gpu_batched_dma_restores_and_publishes)
 		c.slot_bytes = 5 * GPU_MIB;
 		c.copy_streams = cs == 0 ? 1 : 2;
 		/* every form of the checksum kernel: each restore verifies by it */
-		c.csum = cs == 0 ? KERNELS_CSUM_BLOCKS : cs == 1 ? KERNELS_CSUM_WARP : KERNELS_CSUM_ILP;
+		c.csum = cs == 0 ? KERNELS_CSUM_WARP : cs == 1 ? KERNELS_CSUM_BLOCKS : KERNELS_CSUM_ILP;
 		e = NULL;
 		rc = kernels_engine_new(&c, &e, err, sizeof(err));
 		CHECK(rc == 0, "kernels_engine_new: %d %s", rc, err);

@@ -54,12 +54,12 @@ echo "== bench_gpu"
 timeout 240 tests/bench/gpu.sh "$BIN" ${BENCH_ARGS:--r 5} >"$OUT/bench_gpu.md" \
 	2>"$OUT/bench_gpu.log" || { status=1; tail -20 "$OUT/bench_gpu.log"; }
 # shellcheck disable=SC2086
-# a leading word names the checksum kernel's form (L3KV_CUDA_CSUM; blocks is the default)
-for v in "" "-S 5000" "-T" "warp -T" "warp" "ilp -S 5000" "warp -S 5000"; do
+# a leading word names the checksum kernel's form (L3KV_CUDA_CSUM; warp is the default)
+for v in "" "-S 5000" "-T" "blocks -T" "ilp -S 5000" "blocks -S 5000"; do
 	echo "== bench_e2e $v"
 	echo "### bench_e2e ${v:-(defaults)}" >>"$OUT/bench_e2e.md"
-	csum=blocks
-	case $v in warp*|ilp*) csum=${v%% *}; v=${v#"$csum"} ;; esac
+	csum=warp
+	case $v in blocks*|ilp*) csum=${v%% *}; v=${v#"$csum"} ;; esac
 	L3KV_CUDA_CSUM=$csum timeout 90 "$BIN/bench_e2e" $v ${E2E_ARGS:--n 20} \
 		>>"$OUT/bench_e2e.md" 2>>"$OUT/bench_gpu.log" || { status=1; tail -5 "$OUT/bench_gpu.log"; }
 done
