@@ -130,6 +130,8 @@ cuda_job_times(struct copy_job *job)
 	job->t.last_issue = t.last_issue;
 	job->t.gpu_dma_start = t.gpu_dma_start;
 	job->t.gpu_dma_end = t.gpu_dma_end;
+	job->t.gpu_csum_start = t.gpu_csum_start;
+	job->t.gpu_csum_end = t.gpu_csum_end;
 	job->t.gpu_verified = t.gpu_verified;
 	job->t.gpu_end = t.gpu_end;
 	job->t.notify = t.notify;
@@ -404,7 +406,8 @@ cuda_poll_cb(evutil_socket_t fd, short ev, void *arg)
  * benchmarks that compare engine variants with one build:
  * L3KV_CUDA_NOTIFY=callback|thread, L3KV_CUDA_TIMELINE=1 (GPU stamps in
  * STATS "copy"."last_restore"), L3KV_CUDA_BATCH=0|1 (runs >= 128 KiB by
- * cudaMemcpyBatchAsync), L3KV_CUDA_CSUM=blocks|warp|ilp (the checksum kernel's form).
+ * cudaMemcpyBatchAsync), L3KV_CUDA_CSUM=blocks|warp|ilp (the checksum kernel's form),
+ * L3KV_CUDA_TAIL_ON_COPY=0|1 (a restore's last chunk's kernels behind its DMA).
  */
 static void
 cuda_conf_env(struct kernels_conf *c)
@@ -423,6 +426,8 @@ cuda_conf_env(struct kernels_conf *c)
 		c->timeline = strcmp(v, "0") != 0;
 	if ((v = getenv("L3KV_CUDA_BATCH")) != NULL && *v)
 		c->batch_dma = strcmp(v, "0") != 0;
+	if ((v = getenv("L3KV_CUDA_TAIL_ON_COPY")) != NULL && *v)
+		c->tail_on_copy = strcmp(v, "0") != 0;
 	if ((v = getenv("L3KV_CUDA_CSUM")) != NULL && *v) {
 		if (strcmp(v, "blocks") == 0)
 			c->csum = KERNELS_CSUM_BLOCKS;

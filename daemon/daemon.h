@@ -661,13 +661,14 @@ TAILQ_HEAD(copy_job_list, copy_job);
  * Where one RESTORE's time went, CLOCK_MONOTONIC ns (0: not known): the
  * read callback that took its frame, restore_request(), the submit to the
  * copy engine, its first and last chunk issued, the GPU's stamps (with
- * the cuda engine's timeline on: first DMA start, last DMA end, last
- * chunk verified, last chunk written), the last notification, done (the
+ * the cuda engine's timeline on: first DMA start, last DMA end, the last
+ * chunk's kernels start and checksum end, last chunk verified, last
+ * chunk written), the last notification, done (the
  * loop saw it), its reply written. STATS "copy"."last_restore".
  */
 struct copy_times {
 	uint64_t	arrive, handled, submit, first_issue, last_issue;
-	uint64_t	gpu_dma_start, gpu_dma_end, gpu_verified, gpu_end;
+	uint64_t	gpu_dma_start, gpu_dma_end, gpu_csum_start, gpu_csum_end, gpu_verified, gpu_end;
 	uint64_t	notify, done, reply;
 };
 

@@ -292,10 +292,11 @@ metrics_file(struct server *s)
 static json_t *
 metrics_times(const struct copy_times *t)
 {
-	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
 	    "arrive", I(t->arrive), "handled", I(t->handled), "submit", I(t->submit),
 	    "first_issue", I(t->first_issue), "last_issue", I(t->last_issue),
 	    "gpu_dma_start", I(t->gpu_dma_start), "gpu_dma_end", I(t->gpu_dma_end),
+	    "gpu_csum_start", I(t->gpu_csum_start), "gpu_csum_end", I(t->gpu_csum_end),
 	    "gpu_verified", I(t->gpu_verified), "gpu_end", I(t->gpu_end),
 	    "notify", I(t->notify), "done", I(t->done), "reply", I(t->reply));
 }

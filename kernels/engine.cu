@@ -64,7 +64,8 @@
 #define ENGINE_FIN_VERIFY	0	/* checksum, compare, set ok */
 #define ENGINE_FIN_SKIP		1	/* no checksum: ok */
 #define ENGINE_FIN_COMPUTE	2	/* checksum only (publish) */
-#define ENGINE_STAMPS		4	/* per slot: DMA start, DMA end, verified, end */
+#define ENGINE_STAMPS		6	/* per slot: DMA start, DMA end, verified, end, kernels
+					   start, checksum end */
 #define ENGINE_WAITQ		64	/* the notify thread's queue of chunk events */
 
 /* A launch; a host build of this file (an emulation harness) may define its own. */
@@ -137,8 +138,10 @@ struct engine_slot {
 						   its DMA only kernels are left (kernels_engine_tail) */
 	cudaEvent_t		 done;
 	cudaEvent_t		 staged;	/* hands the chunk between copy and kernel streams */
+	cudaEvent_t		 descd;		/* conf.tail_on_copy: its descriptors are on the device */
 	int			 have_done;
 	int			 have_staged;
+	int			 have_descd;
 	uint8_t			*stage;		/* device */
 	uint64_t		*dig;
 	uint32_t		*ok;
@@ -1006,6 +1009,8 @@ kernels_engine_free(struct kernels_engine *e)
 				(void)cudaEventDestroy(e->slots[i].done);
 			if (e->slots[i].have_staged)
 				(void)cudaEventDestroy(e->slots[i].staged);
+			if (e->slots[i].have_descd)
+				(void)cudaEventDestroy(e->slots[i].descd);
 			free(e->slots[i].runs);
 			free(e->slots[i].bdst);
 			free(e->slots[i].bsrc);
@@ -1169,6 +1174,9 @@ kernels_engine_new(const struct kernels_conf *c, struct kernels_engine **out, ch
 		ENGINE_FAIL(cudaEventCreateWithFlags(&sl->staged, cudaEventDisableTiming),
 		    "cudaEventCreate");
 		sl->have_staged = 1;
+		ENGINE_FAIL(cudaEventCreateWithFlags(&sl->descd, cudaEventDisableTiming),
+		    "cudaEventCreate");
+		sl->have_descd = 1;
 	}
 #undef ENGINE_FAIL
 	if (c->timeline)
@@ -1733,6 +1741,20 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 	ENGINE_LAUNCH("the descriptor kernel", ENGINE_KERNEL(engine_desc_kernel,
 	    ENGINE_DESC_BLOCKS, ENGINE_THREADS, s)(dsp));
 	if (!op->publish) {
+		/*
+		 * conf.tail_on_copy: a restore's last chunk runs its kernels
+		 * on the copy stream right behind its DMA, without the event
+		 * hop to a kernel stream; the copy stream first waits for the
+		 * descriptors (long uploaded by then). Nothing follows on that
+		 * stream until the next op's DMA, which waits behind them.
+		 */
+		if (sl->tail && c->tail_on_copy) {
+			ENGINE_CALL("cudaEventRecord (descriptors)", cudaEventRecord(sl->descd, s));
+			ENGINE_CALL("cudaStreamWaitEvent (descriptors)",
+			    cudaStreamWaitEvent(cs, sl->descd, 0));
+			if (ce == cudaSuccess)
+				s = fin = cs;
+		}
 		/* the zero-copy gather needs no DMA; the rest waits for it */
 		if (first && ndma == 0)
 			ENGINE_CALL("the stamp kernel", engine_stamp(e, sl, 0, s));
@@ -1741,11 +1763,13 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 			    dim3(engine_bx(maxs, 256), ns), ENGINE_THREADS, s)(sl->dsegs));
 		if (ndma == 0)
 			ENGINE_CALL("the stamp kernel", engine_stamp(e, sl, 1, s));
-		if (ndma > 0)
+		if (ndma > 0 && s != cs)
 			ENGINE_CALL("cudaStreamWaitEvent (staged)",
 			    cudaStreamWaitEvent(s, sl->staged, 0));
+		ENGINE_CALL("the stamp kernel", engine_stamp(e, sl, 4, s));
 		if (verify && nu > 0)
 			ENGINE_LAUNCH("the checksum kernel", engine_csum(e, sl, nu, s));
+		ENGINE_CALL("the stamp kernel", engine_stamp(e, sl, 5, s));
 		ENGINE_LAUNCH("the verify kernel", ENGINE_KERNEL(engine_finish_kernel,
 		    engine_warps(ni), ENGINE_THREADS, s)(sl->ditems, ni, sl->dig, sl->dres, sl->ok,
 		    verify ? ENGINE_FIN_VERIFY : ENGINE_FIN_SKIP));
@@ -1841,6 +1865,8 @@ engine_reap(struct kernels_engine *e, struct engine_slot *sl, cudaError_t q)
 				op->t.gpu_dma_start = engine_host_time(e, sl->stamps[0]);
 			if (sl->first + sl->n == op->n) {
 				op->t.gpu_dma_end = engine_host_time(e, sl->stamps[1]);
+				op->t.gpu_csum_start = engine_host_time(e, sl->stamps[4]);
+				op->t.gpu_csum_end = engine_host_time(e, sl->stamps[5]);
 				op->t.gpu_verified = engine_host_time(e, sl->stamps[2]);
 				op->t.gpu_end = engine_host_time(e, sl->stamps[3]);
 			}

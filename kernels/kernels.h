@@ -158,6 +158,7 @@ struct kernels_conf {
 	size_t		batch_min_bytes;
 	unsigned	copy_streams;	/* 1 or 2 per direction: chunks' DMA in flight at once */
 	int		csum;		/* the checksum kernel's form: KERNELS_CSUM_* */
+	int		tail_on_copy;	/* a restore's last chunk: kernels on the copy stream */
 };
 /*
  * The checksum kernel (XXH3-64 of each 64 KiB unit, a warp per unit), in
@@ -319,7 +320,9 @@ void	kernels_op_free(struct kernels_op *);
  * the waiter thread), done (seen by a progress). GPU side, with
  * conf.timeline only (GPU clock stamps, mapped onto the host clock at
  * engine start, about 1-2 us apart): its first DMA started, its last DMA
- * ended, its last chunk verified (checksums), its last chunk written
+ * ended, its last chunk's kernels began (their stream past the DMA's
+ * event) and its checksum kernel ended, its last chunk verified (the
+ * per-object verify kernel), its last chunk written
  * (scatter). For benchmarks and the daemon's STATS.
  */
 struct kernels_op_times {
@@ -328,6 +331,8 @@ struct kernels_op_times {
 	uint64_t	last_issue;
 	uint64_t	gpu_dma_start;
 	uint64_t	gpu_dma_end;
+	uint64_t	gpu_csum_start;	/* the last chunk's kernels stream past the DMA's event */
+	uint64_t	gpu_csum_end;	/* its checksum kernel ended (the verify kernel next) */
 	uint64_t	gpu_verified;
 	uint64_t	gpu_end;
 	uint64_t	notify;

@@ -1066,6 +1066,7 @@ START_TEST(test_gpu_batched_dma_restores_and_publishes)
 		c.copy_streams = cs == 0 ? 1 : 2;
 		/* every form of the checksum kernel: each restore verifies by it */
 		c.csum = cs == 0 ? KERNELS_CSUM_WARP : cs == 1 ? KERNELS_CSUM_BLOCKS : KERNELS_CSUM_ILP;
+		c.tail_on_copy = cs == 1;	/* the last chunk's kernels behind its DMA */
 		e = NULL;
 		rc = kernels_engine_new(&c, &e, err, sizeof(err));
 		CHECK(rc == 0, "kernels_engine_new: %d %s", rc, err);

@@ -67,7 +67,8 @@ static unsigned	e2e_spin_us;	/* -S: l3kv_set_spin on the engine's connection */
 /* The stages of a RESTORE's timeline: STATS "copy"."last_restore" keys, then the client's. */
 static const char *const e2e_stage[] = {
 	"arrive", "handled", "submit", "first_issue", "gpu_dma_start", "last_issue",
-	"gpu_dma_end", "gpu_verified", "gpu_end", "notify", "done", "reply",
+	"gpu_dma_end", "gpu_csum_start", "gpu_csum_end", "gpu_verified", "gpu_end", "notify", "done",
+	"reply",
 };
 #define E2E_NSTAGES	(sizeof(e2e_stage) / sizeof(e2e_stage[0]))
 static const char *const e2e_stage_what[E2E_NSTAGES + 1] = {
@@ -78,6 +79,8 @@ static const char *const e2e_stage_what[E2E_NSTAGES + 1] = {
 	"GPU: the first DMA starts",
 	"the last chunk issued",
 	"GPU: the last DMA ends",
+	"GPU: the last chunk's kernels start (past the DMA's event)",
+	"GPU: its checksum kernel ended",
 	"GPU: the last chunk's checksums verified",
 	"GPU: the last chunk scattered into the region",
 	"the last chunk's notification (host callback / waiter thread)",
