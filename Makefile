@@ -120,7 +120,8 @@ endif
 # Tests build paths from mkdtemp names; truncation there fails the test, not the build.
 $(BUILD)/tests/%.o: CFLAGS += -Wno-format-truncation
 
-$(BUILD)/kernels/%.o: kernels/%.cu kernels/kernels.h kernels/xxh3.h kernels/cuda_err.h
+$(BUILD)/kernels/%.o: kernels/%.cu kernels/kernels.h kernels/kernels_uuid.h kernels/xxh3.h \
+		kernels/cuda_err.h
 	$(call msg,NVCC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@

@@ -47,6 +47,9 @@
 
 #include "daemon.h"
 #include "kernels.h"
+#include "kernels_uuid.h"
+
+_Static_assert(CUDA_UUID_LEN >= KERNELS_UUID_LEN, "cuda_dev_stats.uuid holds a GPU UUID");
 
 /*
  * cuMem mappings must cover whole granules, and the exporter's size is
@@ -58,7 +61,6 @@
 #define CUDA_POLL_MIN_US	20
 #define CUDA_POLL_MAX_US	500
 #define CUDA_TAIL_SPIN_US	150	/* the loop's poll of a restore's last kernels, at most */
-#define CUDA_ENGINES_MAX	16	/* copy engines: GPUs x testing.cuda_engines_per_gpu */
 
 /*
  * One copy engine: a kernels_engine on one GPU, with its own streams,
@@ -91,6 +93,8 @@ struct cuda_engine {
 	struct kernels_conf	 conf;		/* every engine's */
 	int			 ngpus;
 	unsigned		 per_gpu;
+	/* By GPU: its UUID, what an engine process with other ordinals names it by; "" unknown. */
+	char			 uuid[CUDA_ENGINES_MAX][KERNELS_UUID_LEN];
 	unsigned		 nengines;	/* ngpus * per_gpu, at most CUDA_ENGINES_MAX */
 	struct cuda_dev		*devs[CUDA_ENGINES_MAX];	/* made at their first region */
 	unsigned		 inflight;	/* all engines' */
@@ -441,6 +445,29 @@ cuda_conf_env(struct kernels_conf *c)
 }
 
 /*
+ * The UUIDs of the GPUs that have engines: HEALTH and STATS report them,
+ * so that a client whose CUDA numbers the GPUs otherwise can find the
+ * daemon's index of its own. A GPU whose UUID the driver does not give
+ * is still served; it is just not found by UUID.
+ */
+static void
+cuda_read_uuids(struct cuda_engine *ce)
+{
+	char		why[256] = "";
+	unsigned	g;
+
+	for (g = 0; g < (unsigned)ce->ngpus && g * ce->per_gpu < ce->nengines; g++) {
+		if (kernels_device_uuid((int)g, ce->uuid[g], sizeof(ce->uuid[g]), why,
+		    sizeof(why)) != 0) {
+			ce->uuid[g][0] = '\0';
+			log_warn("cuda", "GPU %u: no UUID: %s", g, why);
+			continue;
+		}
+		log_info("cuda", "GPU %u is %s", g, ce->uuid[g]);
+	}
+}
+
+/*
  * Starts the cuda side over the DRAM arena: a context on GPU 0, the arena
  * registered pinned and portable (every device's engines DMA from it and
  * map it), the notify queue. The copy engines come later, each at the
@@ -474,6 +501,7 @@ cuda_engine_new(struct event_base *base, struct dram *dram, int ngpus, unsigned 
 		snprintf(err, errlen, "cuda: %s", why);
 		goto fail;
 	}
+	cuda_read_uuids(ce);
 	arena = dram_arena(dram, &alen);
 	if ((rc = kernels_host_register(arena, alen, why, sizeof(why))) != 0) {
 		snprintf(err, errlen, "cuda: registering the %zu-byte DRAM arena: %s", alen, why);
@@ -508,6 +536,15 @@ fail:
 	return rc;
 }
 
+/* Engine i's GPU UUID for a message. */
+static const char *
+cuda_uuid_text(const struct cuda_engine *ce, unsigned i)
+{
+	const char	*u = cuda_device_uuid(ce, i);
+
+	return u[0] != '\0' ? u : "UUID unknown";
+}
+
 /*
  * Engine idx, made now if this is its first region: its GPU made current
  * (and its primary context created), then the kernels_engine there.
@@ -537,7 +574,8 @@ cuda_dev_get(struct cuda_engine *ce, unsigned idx, char *err, size_t errlen)
 		free(dev);
 		return NULL;
 	}
-	log_info("cuda", "copy engine %u started on GPU %d", idx, dev->gpu);
+	log_info("cuda", "copy engine %u started on GPU %d (%s)", idx, dev->gpu,
+	    cuda_uuid_text(ce, idx));
 	ce->devs[idx] = dev;
 	return dev;
 }
@@ -618,6 +656,15 @@ cuda_devices(const struct cuda_engine *ce)
 	return ce == NULL ? 0 : ce->nengines;
 }
 
+/* Engine i's GPU UUID ("GPU-..."), or "" where it is not known or there is no engine i. */
+const char *
+cuda_device_uuid(const struct cuda_engine *ce, unsigned i)
+{
+	if (ce == NULL || i >= ce->nengines)
+		return "";
+	return ce->uuid[i / ce->per_gpu];
+}
+
 void
 cuda_dev_stats(const struct cuda_engine *ce, unsigned i, struct cuda_dev_stats *st)
 {
@@ -626,6 +673,7 @@ cuda_dev_stats(const struct cuda_engine *ce, unsigned i, struct cuda_dev_stats *
 	memset(st, 0, sizeof(*st));
 	st->device = i;
 	st->gpu = (int)(i / ce->per_gpu);
+	snprintf(st->uuid, sizeof(st->uuid), "%s", cuda_device_uuid(ce, i));
 	st->staging_bytes = ce->slot_bytes;
 	if (dev == NULL)
 		return;
@@ -851,9 +899,11 @@ cuda_pick_engine(struct cuda_engine *ce, const struct region *regions, unsigned 
 			    "engines 0..%u", want, ce->nengines - 1);
 			return -EXDEV;
 		}
+		/* With the UUIDs: a claim by index is wrong where the engine numbers GPUs otherwise. */
 		if ((int)(want / ce->per_gpu) != gpu) {
-			snprintf(err, errlen, "the memory is on GPU %d, but the region claims "
-			    "device %u (GPU %u)", gpu, want, want / ce->per_gpu);
+			snprintf(err, errlen, "the memory is on GPU %d (%s), but the region claims "
+			    "device %u (GPU %u, %s)", gpu, cuda_uuid_text(ce, (unsigned)gpu * ce->per_gpu),
+			    want, want / ce->per_gpu, cuda_uuid_text(ce, want));
 			return -EXDEV;
 		}
 	}

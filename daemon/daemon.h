@@ -736,10 +736,14 @@ int	 cuda_engine_new(struct event_base *, struct dram *, int ngpus, unsigned per
 void	 cuda_engine_free(struct cuda_engine *);
 unsigned cuda_inflight(const struct cuda_engine *);
 unsigned cuda_waiting_on_events(const struct cuda_engine *);
+#define CUDA_ENGINES_MAX	16	/* copy engines: GPUs x testing.cuda_engines_per_gpu */
+#define CUDA_UUID_LEN		48	/* a GPU UUID's text, "GPU-" and 36, with room */
 /* One copy engine's counters, for STATS "copy"."devices" (started: 0 until its first region). */
 struct cuda_dev_stats {
 	unsigned		 device;	/* the engine's index: what a region claims */
 	int			 gpu;		/* the CUDA device it runs on */
+	char			 uuid[CUDA_UUID_LEN];	/* its GPU's, "GPU-..." as nvidia-smi
+							   prints it; "" where unknown */
 	int			 started;
 	unsigned		 jobs_inflight;
 	unsigned		 regions;
@@ -750,6 +754,7 @@ struct cuda_dev_stats {
 	struct copy_times	 last_restore;
 };
 unsigned cuda_devices(const struct cuda_engine *);
+const char *cuda_device_uuid(const struct cuda_engine *, unsigned i);
 int	 cuda_kill_engine(struct cuda_engine *, const struct region *, unsigned nregions);
 void	 cuda_dev_stats(const struct cuda_engine *, unsigned i, struct cuda_dev_stats *);
 void	 cuda_submit(struct cuda_engine *, struct copy_job *);

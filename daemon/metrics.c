@@ -303,9 +303,10 @@ metrics_times(const struct copy_times *t)
 
 /*
  * The cuda copy engines, one object per device (engine) the daemon may
- * start: its GPU, whether it started (at its first region), its jobs and
- * bytes, its staging ring in use, its last RESTORE's timeline. [] without
- * a GPU.
+ * start: its GPU and that GPU's UUID (absent where the driver did not
+ * say), whether it started (at its first region), its jobs and bytes,
+ * its staging ring in use, its last RESTORE's timeline. [] without a
+ * GPU.
  */
 static json_t *
 metrics_devices(struct server *s)
@@ -316,9 +317,10 @@ metrics_devices(struct server *s)
 
 	for (i = 0; i < n && a != NULL; i++) {
 		cuda_dev_stats(s->cuda, i, &st);
-		json_array_append_new(a, json_pack("{s:I, s:I, s:b, s:I, s:I, s:I, s:I, s:I, s:I, "
-		    "s:I, s:I, s:I, s:I, s:I, s:o}",
-		    "device", I(st.device), "gpu", I(st.gpu), "started", st.started,
+		json_array_append_new(a, json_pack("{s:I, s:I, s:s*, s:b, s:I, s:I, s:I, s:I, s:I, "
+		    "s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
+		    "device", I(st.device), "gpu", I(st.gpu),
+		    "uuid", st.uuid[0] != '\0' ? st.uuid : NULL, "started", st.started,
 		    "regions", I(st.regions), "jobs_inflight", I(st.jobs_inflight),
 		    "jobs", I(st.jobs), "restores", I(st.restores), "publishes", I(st.publishes),
 		    "failed", I(st.failed), "bytes", I(st.bytes),
@@ -326,6 +328,25 @@ metrics_devices(struct server *s)
 		    "staging_slot_bytes", I(st.staging_bytes),
 		    "waiting_on_events", I(st.waiting_on_events),
 		    "last_restore", metrics_times(&st.last_restore)));
+	}
+	return a;
+}
+
+/*
+ * HEALTH's device_uuids: entry i is device i's GPU UUID (null where not
+ * known), what a client matches its own GPU's UUID against to find the
+ * index to claim. [] without a GPU.
+ */
+static json_t *
+metrics_device_uuids(struct server *s)
+{
+	json_t		*a = json_array();
+	const char	*u;
+	unsigned	 i, n = cuda_devices(s->cuda);
+
+	for (i = 0; i < n && a != NULL; i++) {
+		u = cuda_device_uuid(s->cuda, i);
+		json_array_append_new(a, u[0] != '\0' ? json_string(u) : json_null());
 	}
 	return a;
 }
@@ -394,11 +415,12 @@ metrics_health_json(struct server *s)
 	json_t	*j;
 	char	*out;
 
-	j = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:s, s:b}",
+	j = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:s, s:b, s:o}",
 	    "status", s->stopping ? "stopping" : "ok", "version", L3KV_VERSION,
 	    "role", s->cfg->role, "uptime_ms", I(server_now_ms() - s->started_ms),
 	    "connections", I(s->nconns), "sessions", I(metrics_sessions(s)),
-	    "copy_engine", metrics_copy_engine(s), "gpu", s->gpu_present);
+	    "copy_engine", metrics_copy_engine(s), "gpu", s->gpu_present,
+	    "device_uuids", metrics_device_uuids(s));
 	if (j == NULL)
 		return NULL;
 	out = json_dumps(j, JSON_COMPACT);

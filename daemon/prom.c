@@ -4,9 +4,11 @@
  *
  * Everything STATS counts has a counterpart here, named the Prometheus
  * way: the l3kv_ prefix, _total on counters, base units (_bytes,
- * _seconds). Every series carries the daemon's role; the cache
- * operations carry their namespace, from metrics.c's slots, so the
- * number of series is bounded whatever engines attach: METRICS_NS_MAX
+ * _seconds). Every series carries the daemon's role; the cuda copy
+ * engines' series their device, GPU and GPU UUID (CUDA_ENGINES_MAX
+ * devices at most); the cache operations carry their namespace, from
+ * metrics.c's slots, so the number of series is bounded whatever
+ * engines attach: METRICS_NS_MAX
  * namespaces and "other", each with at most PROTO_POOLS_MAX pools, fixed
  * reason lists (declines, unfulfilled pages), and the statuses of
  * proto.h. The document is built from counters on the loop thread, never
@@ -540,6 +542,89 @@ prom_daemon(struct prom *p, struct server *s)
 	    metrics.http_conns_expired);
 }
 
+/* A family of every cuda copy engine: a field of struct cuda_dev_stats, 4 or 8 bytes. */
+struct prom_dev_family {
+	const char	*name;
+	const char	*type;
+	const char	*help;
+	size_t		 off;
+	size_t		 size;
+};
+
+#define PROM_DEVF(name, type, help, field)					\
+	{ name, type, help, offsetof(struct cuda_dev_stats, field),		\
+	    sizeof(((struct cuda_dev_stats *)0)->field) }
+
+/* Every field is a uint64_t or a 4-byte int or unsigned. */
+_Static_assert(sizeof(unsigned) == sizeof(uint32_t), "unsigned is 4 bytes");
+
+static const struct prom_dev_family prom_dev_families[] = {
+	PROM_DEVF("l3kv_copy_device_started", "gauge",
+	    "1 once the device's copy engine has started (at its first region).", started),
+	PROM_DEVF("l3kv_copy_device_regions", "gauge", "Engine memory regions open on the device.",
+	    regions),
+	PROM_DEVF("l3kv_copy_device_jobs_inflight", "gauge", "Copy jobs running on the device.",
+	    jobs_inflight),
+	PROM_DEVF("l3kv_copy_device_jobs_total", "counter",
+	    "Copy jobs the device's engine finished (restores and publishes).", jobs),
+	PROM_DEVF("l3kv_copy_device_restores_total", "counter", "RESTORE copies finished.",
+	    restores),
+	PROM_DEVF("l3kv_copy_device_publishes_total", "counter", "PUBLISH copies finished.",
+	    publishes),
+	PROM_DEVF("l3kv_copy_device_jobs_failed_total", "counter",
+	    "Copy jobs that did not end ok (failed, cancelled, refused).", failed),
+	PROM_DEVF("l3kv_copy_device_bytes_total", "counter", "Bytes moved by jobs that ended ok.",
+	    bytes),
+	PROM_DEVF("l3kv_copy_device_staging_slots", "gauge",
+	    "Staging slots of the device's engine (0 until it starts).", staging_slots),
+	PROM_DEVF("l3kv_copy_device_staging_slots_in_use", "gauge",
+	    "Staging slots holding a chunk now.", staging_in_use),
+	PROM_DEVF("l3kv_copy_device_waiting_on_events", "gauge",
+	    "Copies on the device waiting for an engine's event.", waiting_on_events),
+};
+
+/*
+ * The cuda copy engines, a series per device the daemon may start,
+ * labelled with its index (what a region claims), its GPU and that GPU's
+ * UUID (uuid="" where the driver did not say). Without a GPU there are
+ * no devices, and the families are left out rather than printed empty.
+ */
+static void
+prom_devices(struct prom *p, struct server *s)
+{
+	struct cuda_dev_stats	 st[CUDA_ENGINES_MAX];
+	char			 l[CUDA_ENGINES_MAX][CUDA_UUID_LEN * 2 + 64], uuid[CUDA_UUID_LEN * 2];
+	const char		*f;
+	uint64_t		 v64;
+	uint32_t		 v32;
+	unsigned		 i, n = cuda_devices(s->cuda);
+	size_t			 k;
+
+	if (n > sizeof(st) / sizeof(st[0]))
+		n = sizeof(st) / sizeof(st[0]);
+	for (i = 0; i < n; i++) {
+		cuda_dev_stats(s->cuda, i, &st[i]);
+		prom_escape(uuid, sizeof(uuid), st[i].uuid);
+		snprintf(l[i], sizeof(l[i]), "device=\"%u\",gpu=\"%d\",uuid=\"%s\"", st[i].device,
+		    st[i].gpu, uuid);
+	}
+	for (k = 0; n > 0 && k < sizeof(prom_dev_families) / sizeof(prom_dev_families[0]); k++) {
+		const struct prom_dev_family *fam = &prom_dev_families[k];
+
+		prom_family(p, fam->name, fam->type, fam->help);
+		for (i = 0; i < n; i++) {
+			f = (const char *)&st[i] + fam->off;
+			if (fam->size == sizeof(v64)) {
+				memcpy(&v64, f, sizeof(v64));
+			} else {
+				memcpy(&v32, f, sizeof(v32));
+				v64 = v32;
+			}
+			prom_sample(p, fam->name, l[i], v64);
+		}
+	}
+}
+
 /* The whole exposition, appended to b: 0, or -ENOMEM. */
 int
 prom_write(struct server *s, struct evbuffer *b)
@@ -552,6 +637,7 @@ prom_write(struct server *s, struct evbuffer *b)
 	prom_escape(role, sizeof(role), s->cfg->role);
 	snprintf(p.role, sizeof(p.role), "role=\"%s\"", role);
 	prom_daemon(&p, s);
+	prom_devices(&p, s);
 	prom_cache(&p);
 	prom_hist(&p, "l3kv_probe_duration_seconds", "PROBE, from the request to its answer.",
 	    METRICS_OP_PROBE, "ok", NULL);

@@ -19,7 +19,7 @@
 
 #include "cuda_err.h"
 #include "kernels.h"
-
+#include "kernels_uuid.h"
 
 extern "C" int
 kernels_built_with_cuda(void)
@@ -49,6 +49,29 @@ kernels_device_count(char *desc, size_t len)
 	else
 		snprintf(desc, len, "%d GPU(s)", n);
 	return n;
+}
+
+/*
+ * The device's UUID from its properties (cudaDeviceProp.uuid is what
+ * cuDeviceGetUuid answers, and what nvidia-smi and torch print), without
+ * making a context on it.
+ */
+extern "C" int
+kernels_device_uuid(int device, char *out, size_t outlen, char *err, size_t len)
+{
+	cudaDeviceProp		 prop;
+	const unsigned char	*u;
+
+	if (outlen < KERNELS_UUID_LEN) {
+		snprintf(err, len, "a GPU UUID needs %d bytes, not %zu", KERNELS_UUID_LEN, outlen);
+		return -ENOSPC;
+	}
+	KERNELS_TRY(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+	u = (const unsigned char *)prop.uuid.bytes;
+	snprintf(out, outlen, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+	    "%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8],
+	    u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+	return 0;
 }
 
 extern "C" int

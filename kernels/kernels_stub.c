@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "kernels_uuid.h"
 
 #define STUB_WHY	"built without CUDA (no nvcc at build time)"
 
@@ -31,6 +32,15 @@ kernels_device_count(char *desc, size_t len)
 {
 	snprintf(desc, len, "%s", STUB_WHY);
 	return 0;
+}
+
+int
+kernels_device_uuid(int device, char *out, size_t outlen, char *err, size_t len)
+{
+	(void)device;
+	if (out != NULL && outlen > 0)
+		out[0] = '\0';
+	return stub_nosys(err, len);
 }
 
 int

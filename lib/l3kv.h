@@ -104,10 +104,14 @@ L3KV_API const char *l3kv_version(void);
 L3KV_API int	 l3kv_set_timeout(struct l3kv *, int timeout_ms);
 /*
  * The device the next ATTACH's GPU memory claims to be on: the daemon's
- * CUDA device ordinal (its copy engine; as the daemon numbers them), or
- * L3KV_DEVICE_ANY (the default) to let the daemon take the device the
- * memory is on. A claim the memory contradicts is refused at ATTACH
- * (-ENXIO, status wrong_device). 0..65534.
+ * device index (its copy engine; as the daemon numbers them, not as this
+ * process's CUDA_VISIBLE_DEVICES does), or L3KV_DEVICE_ANY (the default)
+ * to let the daemon take the device the memory is on. Find the index by
+ * UUID: HEALTH's "device_uuids" lists each device's GPU UUID in order
+ * ("GPU-...", as nvidia-smi -L prints it); claim the first index whose
+ * UUID is that of the GPU the memory is on, or nothing where none is. A
+ * claim the memory contradicts is refused at ATTACH (-ENXIO, status
+ * wrong_device). 0..65534.
  */
 #define L3KV_DEVICE_ANY		(-1)
 L3KV_API int	 l3kv_set_device(struct l3kv *, int device);

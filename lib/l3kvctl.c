@@ -5,9 +5,9 @@
  *
  * Every command prints JSON with -j (scripts pipe it to jq) or a table
  * for people with -H. health, stats and version print JSON unless -H
- * (as they always did); namespaces, groups, leases, reload and config
- * check print a table unless -j. `stats --watch` prints the per-second
- * rates of the counters every interval.
+ * (as they always did); namespaces, groups, leases, devices, reload and
+ * config check print a table unless -j. `stats --watch` prints the
+ * per-second rates of the counters every interval.
  *
  * Exit status: 0 done, 1 the daemon could not be asked or refused (or
  * the file config check read is bad), 2 bad usage, 3 a reload refused
@@ -59,6 +59,7 @@ ctl_usage(FILE *f)
 	    "  namespaces         the namespaces attached: layout, sessions, objects per pool\n"
 	    "  groups             the engine groups: policies, ranks (session, pid), leases\n"
 	    "  leases             what is pinned, by whom (session, pid, group), age, TTL left\n"
+	    "  devices            the GPU copy engines: GPU, UUID, jobs, bytes, staging in use\n"
 	    "  reload             the daemon re-reads its config file: what it applied, refused\n"
 	    "  config check FILE  parse and check a config file as l3kvd would, offline\n"
 	    "  version            the client's and the daemon's versions (JSON)\n"
@@ -774,6 +775,55 @@ static const struct ctl_col ctl_lease_cols[] = {
 	{ NULL, NULL, NULL }
 };
 
+/* Bytes as people read them: 512 B, 1.5 KiB, 3.0 GiB. */
+static char *
+ctl_col_bytes(const json_t *e, const char *key)
+{
+	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB" };
+	const json_t	*v = json_object_get(e, key);
+	double		 b;
+	char		*s = NULL;
+	size_t		 u;
+
+	if (!json_is_integer(v))
+		return ctl_cell(v);
+	if (json_integer_value(v) < 1024)
+		return asprintf(&s, "%" JSON_INTEGER_FORMAT " B", json_integer_value(v)) < 0 ?
+		    NULL : s;
+	b = (double)json_integer_value(v) / 1024;
+	for (u = 0; b >= 1024 && u + 1 < sizeof(units) / sizeof(units[0]); u++)
+		b /= 1024;
+	return asprintf(&s, "%.1f %s", b, units[u]) < 0 ? NULL : s;
+}
+
+/* devices: the staging slots holding a chunk now, of the engine's slots; "-" before it started. */
+static char *
+ctl_col_staging(const json_t *e, const char *key)
+{
+	char	*s = NULL;
+
+	(void)key;
+	if (!json_is_true(json_object_get(e, "started")))
+		return strdup("-");
+	return asprintf(&s, "%" JSON_INTEGER_FORMAT "/%" JSON_INTEGER_FORMAT,
+	    json_integer_value(json_object_get(e, "staging_in_use")),
+	    json_integer_value(json_object_get(e, "staging_slots"))) < 0 ? NULL : s;
+}
+
+static const struct ctl_col ctl_dev_cols[] = {
+	{ "DEVICE", "device", ctl_col_plain },
+	{ "GPU", "gpu", ctl_col_plain },
+	{ "UUID", "uuid", ctl_col_plain },
+	{ "STARTED", "started", ctl_col_plain },
+	{ "REGIONS", "regions", ctl_col_plain },
+	{ "INFLIGHT", "jobs_inflight", ctl_col_plain },
+	{ "JOBS", "jobs", ctl_col_plain },
+	{ "FAILED", "failed", ctl_col_plain },
+	{ "BYTES", "bytes", ctl_col_bytes },
+	{ "STAGING(in use/slots)", "", ctl_col_staging },
+	{ NULL, NULL, NULL }
+};
+
 static void
 ctl_grid_free(struct ctl_grid *g)
 {
@@ -873,6 +923,51 @@ ctl_list(struct l3kv *k, const char *what, const struct ctl_opts *o)
 	json_decref(j);
 	if (rc != 0) {
 		fprintf(stderr, "l3kvctl: %s: %s\n", what, strerror(-rc));
+		return CTL_EXIT_FAIL;
+	}
+	return 0;
+}
+
+/*
+ * devices: STATS' copy.devices, one line per cuda copy engine, or a
+ * line saying there is none (no GPU: the host copy engine copies). -j:
+ * {"copy_engine", "devices": [...]} as STATS has them.
+ */
+static int
+ctl_devices(struct l3kv *k, const struct ctl_opts *o)
+{
+	json_t		*j, *devs, *out;
+	const char	*engine;
+	int		 rc;
+
+	if ((j = ctl_fetch(k, "stats")) == NULL)
+		return CTL_EXIT_FAIL;
+	devs = json_object_get(json_object_get(j, "copy"), "devices");
+	engine = ctl_str(json_object_get(j, "daemon"), "copy_engine");
+	if (!json_is_array(devs)) {
+		fprintf(stderr, "l3kvctl: devices: the daemon's STATS has no copy.devices list "
+		    "(a daemon older than this l3kvctl)\n");
+		json_decref(j);
+		return CTL_EXIT_FAIL;
+	}
+	/* O: a new reference to devs; the string is copied. */
+	if ((out = json_pack("{s:s, s:O}", "copy_engine", engine, "devices", devs)) == NULL) {
+		json_decref(j);
+		fprintf(stderr, "l3kvctl: devices: out of memory\n");
+		return CTL_EXIT_FAIL;
+	}
+	json_decref(j);	/* devs and engine were its: out has its own copies */
+	rc = 0;
+	if (o->format == CTL_FMT_JSON)
+		rc = ctl_print_json(out);
+	else if (json_array_size(json_object_get(out, "devices")) == 0)
+		printf("no GPU devices: the daemon copies with its %s copy engine\n",
+		    ctl_str(out, "copy_engine"));
+	else
+		rc = ctl_print_list(out, "devices", ctl_dev_cols);
+	json_decref(out);
+	if (rc != 0) {
+		fprintf(stderr, "l3kvctl: devices: %s\n", strerror(-rc));
 		return CTL_EXIT_FAIL;
 	}
 	return 0;
@@ -1024,6 +1119,7 @@ static const struct ctl_cmd {
 	{ "namespaces",	CTL_C_DAEMON | CTL_C_MAX | CTL_C_TABLE },
 	{ "groups",	CTL_C_DAEMON | CTL_C_MAX | CTL_C_TABLE },
 	{ "leases",	CTL_C_DAEMON | CTL_C_MAX | CTL_C_TABLE },
+	{ "devices",	CTL_C_DAEMON | CTL_C_TABLE },
 	{ "reload",	CTL_C_DAEMON | CTL_C_TABLE },
 	{ "config",	CTL_C_TABLE | CTL_C_ARG },
 	{ "version",	CTL_C_DAEMON },
@@ -1148,6 +1244,8 @@ ctl_daemon(const struct ctl_cmd *cmd, struct ctl_opts *o)
 		rc = ctl_watch(k, o);
 	else if (strcmp(cmd->name, "reload") == 0)
 		rc = ctl_reload(k, o);
+	else if (strcmp(cmd->name, "devices") == 0)
+		rc = ctl_devices(k, o);
 	else if (cmd->flags & CTL_C_MAX)
 		rc = ctl_list(k, cmd->name, o);
 	else

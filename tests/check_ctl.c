@@ -115,6 +115,10 @@ START_TEST(test_health_prints_the_daemons_document)
 	j = ctl_json(out);
 	ck_assert_str_eq(json_string_value(json_object_get(j, "status")), "ok");
 	ck_assert_str_eq(json_string_value(json_object_get(j, "role")), "decode");
+	/* A GPU UUID per device, what a client claims by; [] without a GPU. */
+	ck_assert(json_is_array(json_object_get(j, "device_uuids")));
+	if (!json_is_true(json_object_get(j, "gpu")))
+		ck_assert_uint_eq(json_array_size(json_object_get(j, "device_uuids")), 0);
 	ck_assert_str_eq(err, "");
 	json_decref(j);
 	free(out);
@@ -237,7 +241,8 @@ START_TEST(test_bad_usage_is_exit_2)
 				    "stats --watch 0", "stats --watch --count 0", "leases --max 0",
 				    "health --max 3", "leases extra", "config", "config check",
 				    "config frob x.json", "config check a.json b.json", "reload now",
-				    "--socket" };
+				    "--socket", "devices extra", "devices --max 3", "devices --watch",
+				    "devices --count 2", "devices -m 1" };
 	char			*out, *err;
 	size_t			 i;
 
@@ -258,7 +263,7 @@ END_TEST
 START_TEST(test_help_names_every_command_and_option)
 {
 	static const char	*want[] = { "health", "stats", "namespaces", "groups", "leases",
-				    "reload", "config check FILE", "version", "--help", "--socket",
+				    "devices", "reload", "config check FILE", "version", "--help", "--socket",
 				    "--timeout", "--json", "--human", "--watch", "--count", "--max",
 				    "exit status" };
 	char			*out, *err;
@@ -304,6 +309,77 @@ START_TEST(test_long_options_and_formats)
 	j = ctl_json(out);
 	ck_assert_int_eq(json_integer_value(json_object_get(j, "total")), 0);
 	json_decref(j);
+	free(out);
+	free(err);
+}
+END_TEST
+
+/*
+ * devices: one line per cuda copy engine of STATS' copy.devices, or the
+ * line that says there is none (this suite's daemon has no GPU unless the
+ * host has one: both are checked against STATS).
+ */
+START_TEST(test_devices_lists_each_device_or_says_there_is_none)
+{
+	char		*out, *err, *tab, *terr, *line, want[160], args[PATH_MAX + 64];
+	json_t		*j, *st, *devs, *d;
+	const char	*engine;
+	size_t		 i, n;
+
+	ck_assert_int_eq(ctl_run_here("stats", &out, &err), 0);
+	st = ctl_json(out);
+	free(out);
+	free(err);
+	n = json_array_size(json_object_get(json_object_get(st, "copy"), "devices"));
+	engine = json_string_value(json_object_get(json_object_get(st, "daemon"), "copy_engine"));
+	ck_assert_ptr_nonnull(engine);
+
+	ck_assert_int_eq(ctl_run_here("devices -j", &out, &err), 0);
+	ck_assert_str_eq(err, "");
+	j = ctl_json(out);
+	devs = json_object_get(j, "devices");
+	ck_assert(json_is_array(devs));
+	ck_assert_uint_eq(json_array_size(devs), n);
+	ck_assert_str_eq(json_string_value(json_object_get(j, "copy_engine")), engine);
+
+	ck_assert_int_eq(ctl_run_here("devices", &tab, &terr), 0);
+	ck_assert_str_eq(terr, "");
+	if (n == 0) {
+		snprintf(want, sizeof(want), "no GPU devices: the daemon copies with its %s copy "
+		    "engine\n", engine);
+		ck_assert_str_eq(tab, want);
+	} else {
+		ck_assert_msg(strncmp(tab, "DEVICE  GPU  UUID", 17) == 0 &&
+		    strstr(tab, "STAGING(in use/slots)\n") != NULL, "devices: %s", tab);
+		line = strchr(tab, '\n') + 1;
+		json_array_foreach(devs, i, d) {
+			snprintf(want, sizeof(want), "%zu ", i);
+			ck_assert_msg(strncmp(line, want, strlen(want)) == 0, "line %zu: %s", i, tab);
+			if (json_is_string(json_object_get(d, "uuid")))
+				ck_assert_msg(strstr(line, json_string_value(json_object_get(d, "uuid"))) !=
+				    NULL, "line %zu has no UUID: %s", i, tab);
+			ck_assert_ptr_nonnull(line = strchr(line, '\n'));
+			line++;
+		}
+		ck_assert_str_eq(line, "");
+	}
+	free(tab);
+	free(terr);
+	/* -H is the default; the table for people either way */
+	ck_assert_int_eq(ctl_run_here("devices -H", &tab, &terr), 0);
+	ck_assert(strstr(tab, n == 0 ? "no GPU devices" : "DEVICE") == tab);
+	free(tab);
+	free(terr);
+	json_decref(j);
+	json_decref(st);
+	free(out);
+	free(err);
+
+	/* no daemon: exit 1, said on stderr, nothing on stdout */
+	snprintf(args, sizeof(args), "-s %s/nobody.sock -t 200 devices", td.dir);
+	ck_assert_int_eq(ctl_run(args, &out, &err), 1);
+	ck_assert_msg(strncmp(err, "l3kvctl: connect ", 17) == 0, "stderr: %s", err);
+	ck_assert_str_eq(out, "");
 	free(out);
 	free(err);
 }
@@ -1197,6 +1273,7 @@ suite_ctl(void)
 	tcase_add_test(tc, test_help_names_every_command_and_option);
 	tcase_add_test(tc, test_long_options_and_formats);
 	tcase_add_test(tc, test_stats_watch_prints_rates);
+	tcase_add_test(tc, test_devices_lists_each_device_or_says_there_is_none);
 	tcase_add_test(tc, test_config_check_good_and_bad_files);
 	tcase_add_test(tc, test_lists_show_namespaces_groups_and_leases);
 	tcase_add_test(tc, test_list_of_an_unknown_kind_is_invalid);

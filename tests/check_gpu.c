@@ -32,6 +32,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -47,6 +48,7 @@
 
 #include "daemon.h"
 #include "kernels.h"
+#include "kernels_uuid.h"
 #include "l3kv.h"
 #include "tests.h"
 #include "xxh3.h"
@@ -2769,6 +2771,91 @@ gm_fork_claim(const char *sock, int device, struct gm_share *sh)
 	return -WEXITSTATUS(st);
 }
 
+/* "GPU-" and 8-4-4-4-12 lower-case hex digits, as nvidia-smi -L prints a GPU's UUID. */
+static int
+gpu_uuid_well_formed(const char *u)
+{
+	static const char	pat[] = "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
+	size_t			i;
+
+	if (u == NULL || strlen(u) != sizeof(pat) - 1)
+		return 0;
+	for (i = 0; pat[i] != '\0'; i++)
+		if (pat[i] == 'x' ? !isxdigit((unsigned char)u[i]) || isupper((unsigned char)u[i]) :
+		    u[i] != pat[i])
+			return 0;
+	return 1;
+}
+
+/* STATS (stats 1) or HEALTH of the daemon at sock, parsed. */
+static json_t *
+gm_document(const char *sock, int stats)
+{
+	struct l3kv	*k = NULL;
+	json_error_t	 jerr;
+	json_t		*j;
+	char		*text = NULL;
+
+	CHECK(l3kv_connect(sock, 5000, &k) == 0, "connect");
+	CHECK((stats ? l3kv_stats(k, &text) : l3kv_health(k, &text)) == 0, "STATS/HEALTH");
+	j = json_loads(text, 0, &jerr);
+	CHECK(j != NULL, "not JSON: %s", jerr.text);
+	l3kv_free(text);
+	l3kv_close(k);
+	return j;
+}
+
+/*
+ * Every device names its GPU by UUID, what the driver says of the GPU in
+ * another process (asked in a child: the test process keeps off CUDA),
+ * in STATS copy.devices[].uuid and in HEALTH device_uuids, in device
+ * order; two engines of one GPU share it.
+ */
+START_TEST(test_gpu_multi_devices_are_named_by_their_gpu_uuid)
+{
+	struct test_daemon	 td;
+	struct gm_share		*sh;
+	json_t			*st, *h, *devs;
+	const char		*u;
+	pid_t			 pid;
+	unsigned		 i;
+	int			 status = 0;
+
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	CHECK(sh != MAP_FAILED, "mmap: %s", strerror(errno));
+	memset(sh, 0, sizeof(*sh));
+	pid = fork();
+	CHECK(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		_exit(kernels_device_uuid(0, sh->err[0], sizeof(sh->err[0]), sh->err[1],
+		    sizeof(sh->err[1])) == 0 ? 0 : 1);
+	}
+	CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	    "kernels_device_uuid(0): %#x %s", status, sh->err[1]);
+	CHECK(gpu_uuid_well_formed(sh->err[0]), "kernels_device_uuid(0): \"%s\"", sh->err[0]);
+	gm_start(&td, 2);
+	st = gm_document(td.sock, 1);
+	h = gm_document(td.sock, 0);
+	devs = json_object_get(json_object_get(st, "copy"), "devices");
+	EQ(json_array_size(devs), 2);
+	EQ(json_array_size(json_object_get(h, "device_uuids")), 2);
+	for (i = 0; i < 2; i++) {
+		u = json_string_value(json_object_get(json_array_get(devs, i), "uuid"));
+		CHECK(u != NULL && strcmp(u, sh->err[0]) == 0, "copy.devices[%u].uuid %s, GPU 0 is %s",
+		    i, u != NULL ? u : "(absent)", sh->err[0]);
+		u = json_string_value(json_array_get(json_object_get(h, "device_uuids"), i));
+		CHECK(u != NULL && strcmp(u, sh->err[0]) == 0, "HEALTH device_uuids[%u] %s", i,
+		    u != NULL ? u : "(not a string)");
+	}
+	json_decref(st);
+	json_decref(h);
+	CHECK(test_daemon_log_has(&td, sh->err[0]), "the log does not name %s", sh->err[0]);
+	gd_daemon_done(&td);
+	munmap(sh, sizeof(*sh));
+}
+END_TEST
+
 START_TEST(test_gpu_multi_attach_checks_the_device_claim)
 {
 	struct test_daemon	 td;
@@ -2837,6 +2924,7 @@ suite_gpu(void)
 	tcase_add_test(tc, test_gpu_daemon_survives_an_engine_killed_mid_restore);
 	tcase_add_test(tc, test_gpu_daemon_survives_an_engine_killed_while_its_event_is_pending);
 	tcase_add_test(tc, test_gpu_multi_attach_checks_the_device_claim);
+	tcase_add_test(tc, test_gpu_multi_devices_are_named_by_their_gpu_uuid);
 	tcase_add_test(tc, test_gpu_multi_group_restores_on_two_engines_in_parallel);
 	tcase_add_test(tc, test_gpu_multi_cancel_on_one_engine_fails_the_group_after_both_drained);
 	tcase_add_test(tc, test_gpu_multi_dead_engine_fails_the_group_after_both_drained);
@@ -2918,6 +3006,41 @@ START_TEST(test_xxh3_checksum_equals_checksum_obj)
 }
 END_TEST
 
+/*
+ * kernels_device_uuid: the UUID as nvidia-smi prints it where there is a
+ * GPU; without one (or in the stub) an error that says why, and nothing
+ * that looks like a UUID. A buffer too short for one is refused first.
+ */
+START_TEST(test_kernels_device_uuid_fails_cleanly_without_a_gpu)
+{
+	char	desc[256] = "", err[256] = "", uuid[KERNELS_UUID_LEN], small[KERNELS_UUID_LEN - 1];
+	int	n, rc;
+
+	gpu_rnd_init();
+	n = kernels_device_count(desc, sizeof(desc));
+	CHECK(n >= 0, "kernels_device_count: %d %s", n, desc);
+	rc = kernels_device_uuid(0, small, sizeof(small), err, sizeof(err));
+	CHECK(rc == (kernels_built_with_cuda() ? -ENOSPC : -ENOSYS), "a %zu-byte buffer: %d %s",
+	    sizeof(small), rc, err);
+	memset(uuid, 'x', sizeof(uuid));
+	uuid[sizeof(uuid) - 1] = '\0';
+	err[0] = '\0';
+	rc = kernels_device_uuid(0, uuid, sizeof(uuid), err, sizeof(err));
+	if (n > 0) {
+		CHECK(rc == 0, "%s, but kernels_device_uuid(0): %d %s", desc, rc, err);
+		CHECK(gpu_uuid_well_formed(uuid), "GPU 0's UUID: \"%s\"", uuid);
+		rc = kernels_device_uuid(n, uuid, sizeof(uuid), err, sizeof(err));
+		CHECK(rc == -ENODEV && err[0] != '\0', "device %d of %d: %d %s", n, n, rc, err);
+		return;
+	}
+	CHECK(rc == -ENODEV || rc == -ENOSYS, "no GPU (%s), kernels_device_uuid: %d %s", desc, rc,
+	    err);
+	CHECK(err[0] != '\0', "kernels_device_uuid failed without saying why");
+	CHECK(kernels_built_with_cuda() || rc == -ENOSYS, "the stub answered %d", rc);
+	CHECK(!gpu_uuid_well_formed(uuid), "a UUID without a GPU: %s", uuid);
+}
+END_TEST
+
 START_TEST(test_kernels_init_fails_cleanly_without_a_gpu)
 {
 	char	desc[256] = "", err[256] = "";
@@ -2948,6 +3071,7 @@ suite_gpu_host(void)
 	tcase_add_test(tc, test_xxh3_equals_libxxhash_at_block_and_chunk_edges);
 	tcase_add_test(tc, test_xxh3_checksum_equals_checksum_obj);
 	tcase_add_test(tc, test_kernels_init_fails_cleanly_without_a_gpu);
+	tcase_add_test(tc, test_kernels_device_uuid_fails_cleanly_without_a_gpu);
 	suite_add_tcase(s, tc);
 	return s;
 }

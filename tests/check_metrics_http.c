@@ -350,6 +350,88 @@ START_TEST(test_metrics_count_what_moved)
 END_TEST
 
 /* A lease left to expire: counted as an expiry, and its pages as unfulfilled (expired). */
+/* How many times needle occurs in text. */
+static size_t
+count_of(const char *text, const char *needle)
+{
+	size_t	n = 0;
+
+	for (; (text = strstr(text, needle)) != NULL; text += strlen(needle))
+		n++;
+	return n;
+}
+
+static const char *const device_families[] = {
+	"l3kv_copy_device_started", "l3kv_copy_device_regions", "l3kv_copy_device_jobs_inflight",
+	"l3kv_copy_device_jobs_total", "l3kv_copy_device_restores_total",
+	"l3kv_copy_device_publishes_total", "l3kv_copy_device_jobs_failed_total",
+	"l3kv_copy_device_bytes_total", "l3kv_copy_device_staging_slots",
+	"l3kv_copy_device_staging_slots_in_use", "l3kv_copy_device_waiting_on_events",
+};
+
+/* The STATS member of a copy.devices entry each device family reports. */
+static const char *const device_keys[] = {
+	"started", "regions", "jobs_inflight", "jobs", "restores", "publishes", "failed", "bytes",
+	"staging_slots", "staging_in_use", "waiting_on_events",
+};
+
+/*
+ * A series per cuda copy engine, labelled device, gpu and uuid as STATS
+ * copy.devices and HEALTH device_uuids have them, each family declared
+ * once; without a GPU (this host, unless it has one) no device series and
+ * no device family at all, rather than families with no samples.
+ */
+START_TEST(test_device_series_follow_stats_copy_devices)
+{
+	struct l3kv	*k = NULL;
+	json_t		*st, *devs, *d, *h, *v;
+	char		*m, *text = NULL, labels[256], type[96];
+	const char	*uuid;
+	size_t		 i, f, n;
+
+	ck_assert_ptr_nonnull(st = test_td_stats());
+	devs = json_object_get(json_object_get(st, "copy"), "devices");
+	ck_assert(json_is_array(devs));
+	n = json_array_size(devs);
+	ck_assert_int_eq(l3kv_connect(test_td.sock, 5000, &k), 0);
+	ck_assert_int_eq(l3kv_health(k, &text), 0);
+	ck_assert_ptr_nonnull(h = json_loads(text, 0, NULL));
+	ck_assert(json_is_array(json_object_get(h, "device_uuids")));
+	ck_assert_uint_eq(json_array_size(json_object_get(h, "device_uuids")), n);
+	m = scrape();
+	if (n == 0) {
+		ck_assert_msg(strstr(m, "l3kv_copy_device_") == NULL, "no GPU, but device metrics:\n%s",
+		    strstr(m, "l3kv_copy_device_"));
+		ck_assert(!json_is_true(json_object_get(json_object_get(st, "daemon"), "gpu")));
+	}
+	for (f = 0; n > 0 && f < sizeof(device_families) / sizeof(device_families[0]); f++) {
+		snprintf(type, sizeof(type), "# TYPE %s ", device_families[f]);
+		ck_assert_uint_eq(count_of(m, type), 1);
+		snprintf(type, sizeof(type), "\n%s{", device_families[f]);
+		ck_assert_uint_eq(count_of(m, type), n);
+	}
+	json_array_foreach(devs, i, d) {
+		v = json_array_get(json_object_get(h, "device_uuids"), i);
+		uuid = json_string_value(json_object_get(d, "uuid"));
+		ck_assert(uuid != NULL ? json_is_string(v) && strcmp(json_string_value(v), uuid) == 0 :
+		    json_is_null(v));
+		snprintf(labels, sizeof(labels), "device=\"%zu\",gpu=\"%lld\",uuid=\"%s\"", i,
+		    (long long)json_integer_value(json_object_get(d, "gpu")), uuid != NULL ? uuid : "");
+		for (f = 0; f < sizeof(device_families) / sizeof(device_families[0]); f++) {
+			v = json_object_get(d, device_keys[f]);
+			ck_assert_msg(value(m, device_families[f], labels) ==
+			    (json_is_boolean(v) ? (double)json_is_true(v) : (double)json_integer_value(v)),
+			    "%s{%s}", device_families[f], labels);
+		}
+	}
+	free(m);
+	json_decref(h);
+	l3kv_free(text);
+	l3kv_close(k);
+	json_decref(st);
+}
+END_TEST
+
 START_TEST(test_an_expired_lease_counts_its_pages_unfulfilled)
 {
 	struct l3kv_publish_result	 pub;
@@ -796,6 +878,7 @@ suite_metrics_http(void)
 
 	tc = test_tcase(s, "counters", 30, setup, teardown);
 	tcase_add_test(tc, test_metrics_count_what_moved);
+	tcase_add_test(tc, test_device_series_follow_stats_copy_devices);
 	tcase_add_test(tc, test_health_and_ready);
 	tcase_add_test(tc, test_namespaces_past_the_cap_are_counted_as_other);
 	tc = test_tcase(s, "expiry", 30, setup_ttl, teardown);

@@ -23,8 +23,8 @@ import unittest
 from l3kvd_process import BUILD, Daemon  # first: it points sys.path and L3KV_LIB at the build
 
 import l3kv  # noqa: E402
-from l3kv import (Decline, HitPolicy, L3kvError, Layout, Pool, PoolKind, Prefetch,  # noqa: E402
-                  Region, StateDest, Status, Write)
+from l3kv import (Decline, HitPolicy, L3kvError, Layout, MemKind, Pool, PoolKind,  # noqa: E402
+                  Prefetch, Region, StateDest, Status, Write)
 
 PAGE_TOKENS = 4
 LAYERS = 2
@@ -329,6 +329,65 @@ class ClientTest(unittest.TestCase):
             e.client.release(adm.lease)
         self.assertEqual((cm.exception.errno, cm.exception.status),
                          (errno.ENOENT, Status.NOT_FOUND))
+
+    def test_device_claim_by_uuid(self):
+        # This daemon has no GPU: no devices, no UUIDs, so no claim.
+        c = self.admin()
+        self.assertEqual(c.health()["device_uuids"], [])
+        self.assertEqual(c.stats()["copy"]["devices"], [])
+        before = c.stats()["requests"]["health"]
+        self.assertEqual(c.device_uuids(), ())
+        self.assertEqual(c.device_uuids(), ())      # asked once per client
+        self.assertEqual(c.stats()["requests"]["health"], before + 1)
+        u0, u2 = "GPU-0a1b2c3d-0000-1111-2222-333344445555", \
+            "GPU-ffeeddcc-bbaa-9988-7766-554433221100"
+        self.assertIsNone(c.device_for(u0))
+
+        def gpu(uuid="", device=None):
+            return Region(pool=0, num_pages=1, page_tokens=1, layers=1, token_bytes=64,
+                          page_stride=64, layer_stride=64, token_stride=64, size=64,
+                          kind=MemKind.CUDA_IPC, layout=l3kv.HostLayout.LAYER_FIRST,
+                          handle=bytes(range(1, 65)), device=device, gpu_uuid=uuid)
+
+        host = Region.page_first(0, 0, 1, 1, 1, 64)
+        self.assertEqual(c._device_claim([gpu(u0)], None), None)     # not listed: no claim
+        # A daemon whose device 0 is u0, device 2 is u2 and device 1's UUID is unknown.
+        c._device_uuids = (u0, None, u2)
+        self.assertEqual(c.device_for(u2), 2)
+        self.assertEqual(c.device_for(u2[4:].upper()), 2)    # torch prints it bare
+        self.assertIsNone(c.device_for("GPU-00000000-0000-0000-0000-000000000000"))
+        self.assertIsNone(c.device_for(""))
+        self.assertEqual(c._device_claim([gpu(u2)], None), 2)
+        self.assertEqual(c._device_claim([gpu(u2), gpu(u2)], None), 2)
+        self.assertEqual(c._device_claim([gpu(), gpu(u2)], None), 2)
+        self.assertEqual(c._device_claim([gpu("GPU-dead")], None), None)
+        self.assertEqual(c._device_claim([gpu(u2, device=1)], None), 1)   # the region's own
+        self.assertEqual(c._device_claim([gpu(u2)], 0), 0)                 # attach(device=)
+        self.assertEqual(c._device_claim([host], 3), 3)
+        self.assertEqual(c._device_claim([host], None), None)
+        with self.assertRaisesRegex(ValueError, r"regions\[1\] is on GPU-ffeeddcc.*device 2, "
+                                    r"but regions\[0\] is on GPU-0a1b.*device 0: one "
+                                    r"session's GPU memory is on one device"):
+            c._device_claim([gpu(u0), gpu(u2)], None)
+        for bad in (-1, 65535, "1", 1.0, True):
+            with self.assertRaisesRegex(ValueError, r"^device: .* is not a device index"):
+                c._device_claim([gpu(u0)], bad)
+            with self.assertRaisesRegex(ValueError, r"^regions\[0\]\.device: "):
+                c._device_claim([gpu(u0, device=bad)], None)
+        # Without the cuda copy engine GPU memory is refused, whatever it claims; a bad
+        # claim is refused before anything is sent.
+        layout = Layout(model="py-device", kv_dtype="bf16", page_tokens=1)
+        pools = [Pool("kv", 64, layers=1)]
+        for kw in ({}, {"device": 5}):
+            with self.assertRaises(L3kvError) as cm:
+                c.attach(layout, pools, [gpu(u2)], group="py-device", **kw)
+            self.assertEqual(cm.exception.status, Status.BAD_REGION)
+        with self.assertRaises(ValueError):
+            c.attach(layout, pools, [gpu(u2)], group="py-device", device=-2)
+        # Host memory claims nothing (libl3kv sends the claim on GPU memory only).
+        e = self.engine(device=7)
+        self.assertIsNone(e.info.device)
+        self.assertEqual(Status(40), Status.WRONG_DEVICE)
 
     def test_error_mapping(self):
         e = self.engine()

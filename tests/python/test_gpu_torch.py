@@ -15,7 +15,11 @@ drives the daemon through l3kv.Client:
     the restored bytes must win (a first restore without the wait shows
     the late sentinel winning);
   - a large restore cancelled at once: the device memory does not change
-    after CANCEL is answered, and exactly the landed pages were written.
+    after CANCEL is answered, and exactly the landed pages were written;
+  - the device claim by UUID: STATS and HEALTH list the tensor's GPU by
+    its UUID, the registration l3kv.torch builds claims the daemon's index
+    of it and is served there, and a claim of a device the daemon does not
+    have (region device= or attach(device=)) is refused wrong_device.
 After every test no lease or DRAM pin is left; the daemon exits 0 on
 SIGTERM.
 
@@ -29,6 +33,7 @@ Run from the repository root:  python3 tests/python/test_gpu_torch.py
 import errno
 import hashlib
 import os
+import re
 import sys
 import time
 import unittest
@@ -39,7 +44,7 @@ from l3kvd_process import BUILD, Daemon  # first: it points sys.path and L3KV_LI
 
 import l3kv  # noqa: E402
 import l3kv.torch as lt  # noqa: E402
-from l3kv import Attention, Decline, L3kvError, Layout, Pool  # noqa: E402
+from l3kv import Attention, Decline, L3kvError, Layout, Pool, Status  # noqa: E402
 
 try:
     import torch
@@ -86,9 +91,10 @@ def page_hash(prefix, i):
 
 class Engine:
     """One rank: `pages` KV pages (region 0) in the middle of a larger
-    tensor, optionally a CUDA IPC event (region 1)."""
+    tensor, optionally a CUDA IPC event (region 1). device: the region's
+    device claim (None: l3kv finds it by UUID)."""
 
-    def __init__(self, sock, pages, gen, event=False):
+    def __init__(self, sock, pages, gen, event=False, device=None):
         self.pages = pages
         self.backing = torch.empty(LAYERS, PAD + pages + PAD, TOKENS, TOKEN_ELEMS,
                                    dtype=torch.bfloat16, device="cuda")
@@ -98,7 +104,7 @@ class Engine:
                                         device="cuda", generator=gen))
         self.kv = self.backing[:, PAD:PAD + pages]
         self.region = lt.cuda_ipc_region(self.kv, pool=0, layout="layer_first",
-                                         token_bytes=TOKEN_BYTES)
+                                         token_bytes=TOKEN_BYTES, device=device)
         regions = [self.region]
         self.event = None
         if event:
@@ -403,6 +409,59 @@ class GpuTorchTest(unittest.TestCase):
         with self.assertRaises(L3kvError) as cm:
             e.client.release(lease)
         self.assertEqual(cm.exception.errno, errno.ENOENT)
+
+
+    def test_5_device_claimed_by_uuid(self):
+        uuid = lt.device_uuid(torch.cuda.current_device())
+        self.assertRegex(uuid, r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-"
+                         r"[0-9a-f]{12}$", "torch's UUID of the current device")
+        st = self.stats_when(lambda s: True)
+        devs = st["copy"]["devices"]
+        uuids = [d.get("uuid") for d in devs]
+        note("this process's cuda:%d is %s; the daemon's devices: %s" % (
+            torch.cuda.current_device(), uuid, uuids))
+        for u in uuids:
+            self.assertRegex(u or "", r"^GPU-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$",
+                             "STATS copy.devices[].uuid as nvidia-smi prints it")
+        self.assertIn(uuid, uuids, "STATS copy.devices does not list the tensor's GPU")
+        want = uuids.index(uuid)
+        with l3kv.Client(self.sock, 5000) as c:
+            self.assertEqual(c.health()["device_uuids"], uuids)
+            self.assertEqual(c.device_uuids(), tuple(uuids))
+            self.assertEqual(c.device_for(uuid), want)
+
+        # The registration l3kv.torch builds names the GPU by UUID; attach claims its index.
+        e = self.engine(4)
+        self.assertEqual((e.region.gpu_uuid, e.region.device), (uuid, None))
+        self.assertEqual(e.info.device, want)
+        st = self.stats_when(lambda s: s["copy"]["devices"][want]["regions"] >= 1)
+        self.assertTrue(st["copy"]["devices"][want]["started"])
+        self.assertGreaterEqual(st["copy"]["devices"][want]["regions"], 1)
+        pub = st["copy"]["devices"][want]["publishes"]
+        self.publish(e, 5, [0, 1])
+        st = self.stats_when(lambda s: s["copy"]["devices"][want]["publishes"] > pub)
+        self.assertEqual(st["copy"]["devices"][want]["publishes"], pub + 1,
+                         "the publish ran on the claimed device's engine")
+
+        # A device the daemon does not have: refused, by the region's claim or attach's.
+        missing = len(devs)
+        with self.assertRaises(L3kvError) as cm:
+            self.engine(4, device=missing)
+        self.assertEqual((cm.exception.errno, cm.exception.status),
+                         (errno.ENXIO, Status.WRONG_DEVICE), cm.exception.message)
+        self.assertIn("device %d is claimed" % missing, cm.exception.message)
+        kv = torch.empty(LAYERS, 2, TOKENS, TOKEN_ELEMS, dtype=torch.bfloat16, device="cuda")
+        with l3kv.Client(self.sock, 10000) as c:
+            with self.assertRaises(L3kvError) as cm:
+                c.attach(Layout(model="py-gpu-torch", kv_dtype="bf16", page_tokens=TOKENS,
+                                attention=Attention.MLA),
+                         [Pool("kv", OBJ, layers=LAYERS, schema="latent:512:bf16")],
+                         [lt.cuda_ipc_region(kv, layout="layer_first", token_bytes=TOKEN_BYTES)],
+                         group="pygpu-claim", device=missing)
+            self.assertEqual(cm.exception.status, Status.WRONG_DEVICE, cm.exception.message)
+            self.assertTrue(re.search(r"regions\[0\]: device \d+ is claimed",
+                                      cm.exception.message), cm.exception.message)
+        del kv
 
 
 def main():

@@ -17,8 +17,10 @@ import collections
 import ctypes
 import errno
 import itertools
+import sys
 import threading
 import unittest
+from unittest import mock
 
 import l3kvd_process  # noqa: F401  (first: it points sys.path and L3KV_LIB at the build)
 import l3kv  # noqa: E402
@@ -357,6 +359,65 @@ class RegionTest(unittest.TestCase):
         cpu = FakeTensor(s, (8, 2, 8), device="cpu")
         with self.assertRaisesRegex(ValueError, r"kv\[1\]: a cpu tensor"):
             lt.cuda_ipc_region([layers[0], cpu])
+
+    def test_device_claim_and_uuid(self):
+        t = FakeTensor(storage(64), (1, 1, 1, 32))
+        self.assertIsNone(lt.cuda_ipc_region(t).device)
+        self.assertEqual(lt.cuda_ipc_region(t, device=3).device, 3)
+        for bad in (-1, 65535, "0", True, 1.5):
+            with self.assertRaisesRegex(ValueError, r"kv: device=.* is not a device index of "
+                                        r"the daemon"):
+                lt.cuda_ipc_region(t, device=bad)
+        # The UUID: torch's device properties (printed bare), as nvidia-smi prints it.
+        asked = []
+
+        class Props:
+            def __init__(self, i):
+                self.uuid = "0a1b2c3d-0000-1111-2222-33334444555%d" % i
+
+        class Cuda:
+            @staticmethod
+            def get_device_properties(i):
+                asked.append(i)
+                return Props(i)
+
+            @staticmethod
+            def current_device():
+                return 5
+
+        class Torch:
+            cuda = Cuda
+
+            @staticmethod
+            def device(name):
+                return FakeDevice("cuda", int(name.split(":")[1]))
+
+        with mock.patch.dict(sys.modules, {"torch": Torch}):
+            self.assertEqual(lt.device_uuid(FakeDevice("cuda", 1)),
+                             "GPU-0a1b2c3d-0000-1111-2222-333344445551")
+            self.assertEqual(lt.device_uuid("cuda:2")[-1], "2")
+            self.assertEqual(lt.device_uuid(None)[-1], "5")
+            t = FakeTensor(storage(64), (1, 1, 1, 32))
+            t.device = FakeDevice("cuda", 4)
+            self.assertEqual(lt.cuda_ipc_region(t).gpu_uuid,
+                             "GPU-0a1b2c3d-0000-1111-2222-333344445554")
+            self.assertEqual(asked, [1, 2, 5, 4])
+            Props.__init__ = lambda self, i: setattr(self, "uuid", "GPU-abc")
+            self.assertEqual(lt.device_uuid(0), "GPU-abc")     # prefixed already: as it is
+
+            class Uuid:                                         # torch's _CUuuid: its bytes
+                bytes = list(range(0xf0, 0x100))
+            Props.__init__ = lambda self, i: setattr(self, "uuid", Uuid())
+            self.assertEqual(lt.device_uuid(0), "GPU-f0f1f2f3-f4f5-f6f7-f8f9-fafbfcfdfeff")
+
+            def broken(i):
+                raise RuntimeError("no CUDA")
+            Cuda.get_device_properties = staticmethod(broken)
+            self.assertEqual(lt.device_uuid(0), "")
+        # torch not imported by the caller: no UUID (and torch is not imported here).
+        with mock.patch.dict(sys.modules, {"torch": None}):
+            self.assertEqual(lt.cuda_ipc_region(FakeTensor(storage(64), (1, 1, 1, 32))).gpu_uuid,
+                             "")
 
     def test_event_region(self):
         class Event:

@@ -275,6 +275,7 @@ _OPTIONAL = {
     "l3kv_restore_with": (ctypes.c_int, [_K, _P(_CRestoreArgs), ctypes.c_int,
                                          _P(_CRestoreResult)]),
     "l3kv_submit_restore_with": (ctypes.c_int, [_K, _P(_CRestoreArgs), _P(ctypes.c_uint64)]),
+    "l3kv_set_device": (ctypes.c_int, [_K, ctypes.c_int]),
 }
 
 _lib = None

@@ -16,8 +16,28 @@ from .clib import (_CAdmitArgs, _CAdmitResult, _CAttachArgs, _CAttachInfo, _CCom
                    _CLayout, _CPool, _CPublishResult, _CRegion, _CRestoreResult,
                    _CServerInfo, _CStateDest, _P, _address, _fileno, _hash32, _hashes, _load,
                    _pages, _probe_decode, _publish_pages, _restore_args, _state_dest, _text,
-                   _uint, default_socket, strerror)
+                   _uint, default_socket, library_path, strerror)
 from .values import *  # noqa: F401,F403
+
+def _uuid_key(uuid) -> str:
+    """A GPU UUID compared as its 32 hex digits: "GPU-"/"MIG-" prefix,
+    dashes and case aside (torch prints it bare, nvidia-smi with GPU-)."""
+    s = str(uuid).strip().lower()
+    for p in ("gpu-", "mig-"):
+        if s.startswith(p):
+            s = s[len(p):]
+    return s.replace("-", "")
+
+
+def _device_index(device, what: str) -> int:
+    """A daemon device index: an int 0..65534 (l3kv_set_device's range)."""
+    if isinstance(device, bool) or not isinstance(device, int):
+        raise ValueError("%s: %r is not a device index (an int; the daemon's numbering, "
+                         "HEALTH device_uuids)" % (what, device))
+    if not 0 <= device <= 65534:
+        raise ValueError("%s: %d is not a device index (0..65534)" % (what, device))
+    return device
+
 
 class Client:
     """One connection to l3kvd. Blocking calls wait at most the connection's
@@ -34,6 +54,7 @@ class Client:
         self._reading = False               # a wait() reads the socket (outside the lock)
         self._read_done = threading.Condition(self._lock)
         self._forgotten = set()             # tickets whose completions are dropped
+        self._device_uuids = None           # HEALTH's device_uuids, asked once
         self._k = None
         k = ctypes.c_void_p()
         path = None if socket is None else os.fsencode(socket)
@@ -109,16 +130,79 @@ class Client:
         return ServerInfo(i.protocol, Caps(i.caps), i.max_frame, i.lease_ttl_ms,
                           i.server.decode(errors="replace"), i.role.decode(errors="replace"))
 
+    # GPU devices: the daemon's numbering, found by UUID.
+
+    def device_uuids(self) -> Tuple[Optional[str], ...]:
+        """The GPU UUID of each of the daemon's devices ("GPU-...", as
+        nvidia-smi prints it; None where the daemon does not know it): entry
+        i is device i, what a region claims. () without a GPU, or from a
+        daemon that does not say. Asked (HEALTH) once per client."""
+        with self._lock:
+            if self._device_uuids is None:
+                got = self.health().get("device_uuids")
+                self._device_uuids = tuple(u if isinstance(u, str) else None
+                                           for u in got) if isinstance(got, list) else ()
+            return self._device_uuids
+
+    def device_for(self, uuid: str) -> Optional[int]:
+        """The daemon's index of the GPU whose UUID this is (with or without
+        its "GPU-" prefix, any case), or None where the daemon lists no such
+        GPU: the engine's device ordinals may differ from the daemon's
+        (another CUDA_VISIBLE_DEVICES), its UUIDs do not."""
+        want = _uuid_key(uuid)
+        if not want:
+            return None
+        for i, u in enumerate(self.device_uuids()):
+            if u is not None and _uuid_key(u) == want:
+                return i
+        return None
+
+    def _device_claim(self, regions: Sequence[Region], device: Optional[int]) -> Optional[int]:
+        """The device attach() claims for the GPU regions: device when given,
+        else the regions' own (Region.device, else their gpu_uuid found in
+        the daemon's list), else None (no claim). ValueError when two
+        regions name different devices: one session's memory is on one."""
+        gpu = [(i, r) for i, r in enumerate(regions)
+               if int(r.kind) in (MemKind.CUDA_IPC, MemKind.CUMEM_FD)]
+        if device is not None:
+            return _device_index(device, "device")
+        claim = None
+        for i, r in gpu:
+            if r.device is not None:
+                c, how = _device_index(r.device, "regions[%d].device" % i), "claims"
+            elif r.gpu_uuid:
+                c, how = self.device_for(r.gpu_uuid), "is on %s, the daemon's" % r.gpu_uuid
+            else:
+                continue
+            if c is None:
+                continue
+            if claim is not None and c != claim[0]:
+                raise ValueError("regions[%d] %s device %d, but regions[%d] %s device %d: one "
+                                 "session's GPU memory is on one device" % (
+                                     i, how, c, claim[1], claim[2], claim[0]))
+            if claim is None:
+                claim = (c, i, how)
+        return None if claim is None else claim[0]
+
     # ATTACH, DETACH, administration.
 
     def attach(self, layout: Layout, pools: Sequence[Pool], regions: Sequence[Region] = (),
                live_slots: Sequence[int] = (), group: str = "", group_size: int = 1,
                group_rank: int = 0, tp_rank: int = 0,
                prefetch: Prefetch = Prefetch.WAIT_COMPLETE, write: Write = Write.THROUGH,
-               prefetch_timeout_ms: int = 0, timeout_ms: int = TIMEOUT_DEFAULT) -> AttachInfo:
+               prefetch_timeout_ms: int = 0, timeout_ms: int = TIMEOUT_DEFAULT,
+               device: Optional[int] = None) -> AttachInfo:
         """Registers this rank: layout, pools, memory and policies. The
-        regions' fds are sent with the request and stay the caller's."""
+        regions' fds are sent with the request and stay the caller's.
+
+        GPU memory claims a device of the daemon (its index, as HEALTH's
+        device_uuids lists them): device when given, else each region's
+        Region.device, else the index of the GPU whose UUID is the region's
+        gpu_uuid (l3kv.torch fills it in), else none: the daemon then takes
+        the device the memory is on. A claim the memory contradicts is
+        refused (L3kvError ENXIO, status WRONG_DEVICE)."""
         keep = []
+        claim = self._device_claim(list(regions), device)
 
         def cstr(s, what):
             b = _text(s, what)
@@ -203,11 +287,20 @@ class Client:
         a.timeout_ms = int(timeout_ms)
 
         info = _CAttachInfo()
+        set_device = getattr(self._lib, "l3kv_set_device", None)
+        if claim is not None and set_device is None:
+            raise L3kvError(_errno.ENOSYS, 0, "a device claim: this libl3kv (%s) has no "
+                            "l3kv_set_device" % library_path())
         with self._lock:
+            # The claim is the connection's: set it (or clear an earlier one) each time.
+            if set_device is not None:
+                self._check(set_device(self._handle(), DEVICE_ANY if claim is None else claim))
             self._check(self._lib.l3kv_attach(self._handle(), ctypes.byref(a),
                                               ctypes.byref(info)))
+        gpu = any(int(r.kind) in (MemKind.CUDA_IPC, MemKind.CUMEM_FD) for r in regions)
         return AttachInfo(bytes(info.fingerprint), info.ns.decode(errors="replace"),
-                          info.session, info.lease_ttl_ms, info.group_members)
+                          info.session, info.lease_ttl_ms, info.group_members,
+                          claim if gpu else None)
 
     def detach(self):
         """Leaves; the daemon keeps the stored data."""

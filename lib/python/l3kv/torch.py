@@ -16,18 +16,25 @@ event into the region that RESTORE's wait_event names:
     ev.record(stream)                   # behind the work that must end before it writes
     c.restore(lease, 0, dst, wait_event=1)
 
+The region also names the GPU its memory is on by UUID (gpu_uuid, from
+torch.cuda.get_device_properties()), so that Client.attach() claims the
+daemon's index of that GPU whatever either process's CUDA_VISIBLE_DEVICES
+(device= claims an index of the daemon's explicitly).
+
 torch is imported only by ipc_event(); everything else works on what a
 tensor answers (shape, stride(), element_size(), storage_offset(),
-untyped_storage()), so kv_geometry() needs no torch at all.
+untyped_storage(), device) and on torch as the caller imported it (the
+UUID), so kv_geometry() needs no torch at all.
 """
 
 import dataclasses
+import sys
 from typing import Optional, Sequence, Tuple
 
 from . import HANDLE_LEN, HostLayout, MemKind, Region
 
-__all__ = ["Geometry", "cuda_ipc_region", "event_region", "ipc_event", "ipc_mem_handle",
-           "kv_geometry"]
+__all__ = ["Geometry", "cuda_ipc_region", "device_uuid", "event_region", "ipc_event",
+           "ipc_mem_handle", "kv_geometry"]
 
 _LAYOUTS = {
     "layer_first": HostLayout.LAYER_FIRST,
@@ -231,8 +238,37 @@ def _share(t, what: str) -> Tuple[bytes, int, int]:
     return ipc_mem_handle(info[1]), int(info[2]), int(info[3])
 
 
+def device_uuid(device) -> str:
+    """The UUID of a torch CUDA device (a torch.device, "cuda:N" or N), as
+    nvidia-smi prints it ("GPU-" and 8-4-4-4-12 hex digits), or "" where
+    torch is not imported or cannot say. A device ordinal is this process's
+    (CUDA_VISIBLE_DEVICES); the UUID is the same in every process."""
+    # A real CUDA tensor means torch is imported: never import it here.
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return ""
+    try:
+        if isinstance(device, str):
+            device = torch.device(device)
+        index = device if device is None or isinstance(device, int) else device.index
+        if index is None:
+            index = torch.cuda.current_device()
+        u = torch.cuda.get_device_properties(int(index)).uuid
+        raw = getattr(u, "bytes", None)
+        if raw is not None and len(raw) == 16:
+            # The 16 bytes, as cudaDeviceProp.uuid has them and nvidia-smi prints them.
+            h = bytes(raw).hex()
+            return "GPU-%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:])
+        u = str(u).strip()
+    except Exception:   # no CUDA, an old torch without .uuid: no UUID, no claim
+        return ""
+    if not u:
+        return ""
+    return u if u.lower().startswith(("gpu-", "mig-")) else "GPU-" + u
+
+
 def cuda_ipc_region(kv, pool: int = 0, layout="layer_first", page_tokens: Optional[int] = None,
-                    token_bytes: Optional[int] = None) -> Region:
+                    token_bytes: Optional[int] = None, device: Optional[int] = None) -> Region:
     """A MemKind.CUDA_IPC Region for GPU memory held by torch.
 
     kv is one CUDA tensor laid out as kv_geometry() describes (a view or
@@ -243,6 +279,9 @@ def cuda_ipc_region(kv, pool: int = 0, layout="layer_first", page_tokens: Option
 
     The region covers exactly the bytes the tensor spans. Keep the tensor
     alive while the connection is attached: the daemon writes into it.
+    Its gpu_uuid is the tensor's GPU's (device_uuid()), which
+    Client.attach() turns into the daemon's index of that GPU; device=,
+    an index of the daemon's (HEALTH device_uuids), claims that instead.
     Raises ValueError (TypeError for a non-tensor) with the reason.
     """
     if isinstance(kv, (list, tuple)):
@@ -257,12 +296,16 @@ def cuda_ipc_region(kv, pool: int = 0, layout="layer_first", page_tokens: Option
     if start + geom.span > storage_bytes:
         raise ValueError("kv: spans bytes %d..%d of a %d-byte storage" % (
             start, start + geom.span, storage_bytes))
+    if device is not None and (isinstance(device, bool) or not isinstance(device, int) or
+                               not 0 <= device <= 65534):
+        raise ValueError("kv: device=%r is not a device index of the daemon (0..65534)"
+                         % (device,))
     return Region(pool=pool, num_pages=geom.num_pages, page_tokens=geom.page_tokens,
                   layers=geom.layers, token_bytes=geom.token_bytes,
                   page_stride=geom.page_stride, layer_stride=geom.layer_stride,
                   token_stride=geom.token_stride, size=geom.span, fd=-1,
                   offset=storage_offset + start, kind=MemKind.CUDA_IPC, layout=geom.layout,
-                  handle=handle)
+                  handle=handle, device=device, gpu_uuid=device_uuid(base.device))
 
 
 def _layers_geometry(tensors, layout, page_tokens, token_bytes):

@@ -16,6 +16,7 @@ REGIONS_MAX = 64
 LIVE_MAX = 65536
 HANDLE_LEN = 64
 REGION_NONE = 0xFFFF    # no state region, no event region (l3kv_restore_args)
+DEVICE_ANY = -1         # l3kv_set_device: no device claim, the daemon takes the memory's
 RESTORE_RELEASE = 0x0001    # l3kv_restore_args.flags: the lease ends when RESTORE succeeds
 TIMEOUT_DEFAULT = 0
 TIMEOUT_INFINITE = -1
@@ -141,6 +142,7 @@ class Status(enum.IntEnum):
     TIMEOUT = 26
     GROUP_MISMATCH = 27
     SLOT = 28
+    WRONG_DEVICE = 40   # GPU memory is not on the device claimed
 
 
 class DebugOp(enum.IntEnum):
@@ -193,11 +195,15 @@ class ServerInfo:
 
 @dataclasses.dataclass(frozen=True)
 class AttachInfo:
+    """device: the daemon's device index the GPU memory claimed (None: no
+    claim, the daemon took the device the memory is on; always None for
+    host memory)."""
     fingerprint: bytes
     ns: str
     session: int
     lease_ttl_ms: int
     group_members: int
+    device: Optional[int] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,7 +311,13 @@ class Region:
 
     GPU memory of a torch tensor: l3kv.torch.cuda_ipc_region(). A CUDA IPC
     event that RESTORE can wait on: Region.cuda_event() (or
-    l3kv.torch.event_region()); it takes a region index like memory does."""
+    l3kv.torch.event_region()); it takes a region index like memory does.
+
+    GPU memory's device claim (Client.attach() sends it): device, the
+    daemon's device index, when set; else the daemon's index of the GPU
+    whose UUID is gpu_uuid (as HEALTH's device_uuids lists it; the UUID
+    is the same in every process, an index is not); else none, and the
+    daemon takes the device the memory is on."""
     pool: int
     num_pages: int
     page_tokens: int
@@ -320,6 +332,8 @@ class Region:
     kind: MemKind = MemKind.MEMFD
     layout: HostLayout = HostLayout.PAGE_FIRST
     handle: bytes = b""             # a cudaIpcMemHandle_t, MemKind.CUDA_IPC only
+    device: Optional[int] = None    # GPU memory: the daemon's device index it claims
+    gpu_uuid: str = ""              # GPU memory: its GPU's UUID ("GPU-..."), to find that index
 
     @classmethod
     def page_first(cls, pool: int, fd, num_pages: int, page_tokens: int, layers: int,
