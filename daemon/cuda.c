@@ -410,7 +410,7 @@ cuda_poll_cb(evutil_socket_t fd, short ev, void *arg)
  * benchmarks that compare engine variants with one build:
  * L3KV_CUDA_NOTIFY=callback|thread, L3KV_CUDA_TIMELINE=1 (GPU stamps in
  * STATS "copy"."last_restore"), L3KV_CUDA_BATCH=0|1 (runs >= 128 KiB by
- * cudaMemcpyBatchAsync), L3KV_CUDA_CSUM=blocks|warp|ilp (the checksum kernel's form),
+ * cudaMemcpyBatchAsync), L3KV_CUDA_CSUM=warp|blocks|ilp|cta (the checksum kernel's form),
  * L3KV_CUDA_TAIL_ON_COPY=0|1 (a restore's last chunk's kernels behind its DMA).
  */
 static void
@@ -439,8 +439,10 @@ cuda_conf_env(struct kernels_conf *c)
 			c->csum = KERNELS_CSUM_WARP;
 		else if (strcmp(v, "ilp") == 0)
 			c->csum = KERNELS_CSUM_ILP;
+		else if (strcmp(v, "cta") == 0)
+			c->csum = KERNELS_CSUM_CTA;
 		else
-			log_warn("cuda", "L3KV_CUDA_CSUM=%s: not blocks, warp or ilp; ignored", v);
+			log_warn("cuda", "L3KV_CUDA_CSUM=%s: not blocks, warp, ilp or cta; ignored", v);
 	}
 }
 

@@ -722,6 +722,89 @@ engine_csum_kernel(const struct engine_unit *units, uint32_t nunits, const uint8
 }
 
 /*
+ * KERNELS_CSUM_CTA: one CTA (ENGINE_THREADS, 8 warps) per unit. The
+ * tail of a restore is its last chunk's checksum, and that measured
+ * bound by the bytes each warp has in flight (a warp per 64 KiB unit,
+ * a block or two of loads at a time: about 38 us for 72 units, whatever
+ * the order of the arithmetic). Here warp w loads all 8 of its blocks
+ * (w * 8 ... w * 8 + 7) at once, reduces each across the warp into the
+ * CTA's block sums, and after the barrier lanes 0..7 of warp 0 run the
+ * eight scramble chains and the tail.
+ */
+#define ENGINE_CTA_BLOCKS	8	/* blocks per warp: 8 warps cover a 64 KiB unit */
+static __global__ void
+engine_csum_cta_kernel(const struct engine_unit *units, uint32_t nunits, const uint8_t *stage,
+    uint64_t *dig)
+{
+	__shared__ uint64_t	sums[XXH3G_CHUNK / XXH3G_BLOCK][8];
+	unsigned		t = threadIdx.x & 31, w = threadIdx.x >> 5, q, j;
+	uint64_t		k[4], d[ENGINE_CTA_BLOCKS][4], a[4], acc = 0, ks, all[8], h;
+	uint32_t		u = blockIdx.x, len, nb, ns, b;
+	const uint8_t		*p;
+
+	if (u >= nunits)
+		return;		/* the whole CTA: u is the same for every thread */
+	len = units[u].len;
+	p = stage + units[u].off;
+	if (len <= XXH3G_MIDSIZE_MAX || len > XXH3G_CHUNK) {
+		/* short (or, never from this engine, over-long) units: one warp, as before */
+		if (w == 0) {
+			h = engine_warp_hash<KERNELS_CSUM_WARP>(p, len, t, NULL);
+			if (t == 0)
+				dig[units[u].dig] = h;
+		}
+		return;
+	}
+	nb = (len - 1) / XXH3G_BLOCK;
+	ns = ((len - 1) - nb * XXH3G_BLOCK) / XXH3G_STRIPE;
+	xxh3g_part_keys(t, k);
+	/* every load of this warp's blocks first: they are all in flight together */
+#pragma unroll
+	for (q = 0; q < ENGINE_CTA_BLOCKS; q++) {
+		b = w * ENGINE_CTA_BLOCKS + q;
+		if ((b < nb || (b == nb && (t >> 1) < ns)) && ((uintptr_t)p & 15) == 0)
+			engine_load32<true>(p + (uint64_t)b * XXH3G_BLOCK + 32 * t, d[q]);
+		else if (b < nb || (b == nb && (t >> 1) < ns))
+			engine_load32<false>(p + (uint64_t)b * XXH3G_BLOCK + 32 * t, d[q]);
+		else
+			for (j = 0; j < 4; j++)
+				d[q][j] = 0;
+	}
+#pragma unroll
+	for (q = 0; q < ENGINE_CTA_BLOCKS; q++) {
+		b = w * ENGINE_CTA_BLOCKS + q;
+		if (b > nb)
+			break;		/* the same for the whole warp */
+#pragma unroll
+		for (j = 0; j < 4; j++)
+			a[j] = 0;
+		if (b < nb || (t >> 1) < ns)
+			xxh3g_part(a, d[q], k);
+#pragma unroll
+		for (j = 0; j < 4; j++)
+			a[j] = engine_warp_sum16(a[j]);
+		if (t < 2)
+			for (j = 0; j < 4; j++)
+				sums[b][t * 4 + j] = a[j];
+	}
+	__syncthreads();
+	if (w != 0)
+		return;
+	if (t < 8) {
+		acc = xxh3g_init_acc(t);
+		ks = xxh3g_scramble_key(t);
+		for (b = 0; b < nb; b++)
+			acc = xxh3g_scramble(acc + sums[b][t], ks);
+		acc += sums[nb][t];		/* the partial block: no scramble */
+	}
+#pragma unroll
+	for (j = 0; j < 8; j++)
+		all[j] = __shfl_sync(0xffffffffU, acc, j);
+	if (t == 0)
+		dig[units[u].dig] = xxh3g_long_tail(all, p, len);
+}
+
+/*
  * One warp per object: the length after its digests, the XXH3-64 of
  * those bytes (checksum_obj's final step), the comparison, the ok flag.
  */
@@ -1085,6 +1168,7 @@ kernels_engine_new(const struct kernels_conf *c, struct kernels_engine **out, ch
 	    "loading the kernels");
 	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_csum_kernel<KERNELS_CSUM_BLOCKS>),
 	    "loading the kernels");
+	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_csum_cta_kernel), "loading the kernels");
 	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_finish_kernel), "loading the kernels");
 	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_scatter_kernel), "loading the kernels");
 	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_stamp_kernel), "loading the kernels");
@@ -1481,7 +1565,10 @@ engine_track(struct kernels_engine *e, struct engine_slot *sl, cudaStream_t fin)
 static void
 engine_csum(const struct kernels_engine *e, struct engine_slot *sl, uint32_t nu, cudaStream_t s)
 {
-	if (e->conf.csum == KERNELS_CSUM_ILP)
+	if (e->conf.csum == KERNELS_CSUM_CTA)
+		ENGINE_KERNEL(engine_csum_cta_kernel, nu, ENGINE_THREADS, s)(sl->dunits, nu,
+		    sl->stage, sl->dig);
+	else if (e->conf.csum == KERNELS_CSUM_ILP)
 		ENGINE_KERNEL(engine_csum_kernel<KERNELS_CSUM_ILP>, engine_warps(nu), ENGINE_THREADS,
 		    s)(sl->dunits, nu, sl->stage, sl->dig);
 	else if (e->conf.csum == KERNELS_CSUM_WARP)

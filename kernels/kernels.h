@@ -173,6 +173,7 @@ struct kernels_conf {
 #define KERNELS_CSUM_WARP	0
 #define KERNELS_CSUM_BLOCKS	1
 #define KERNELS_CSUM_ILP	2
+#define KERNELS_CSUM_CTA	3	/* a CTA per unit, 8 warps, every block's loads at once */
 /*
  * KERNELS_NOTIFY_CALLBACK: a CUDA host function (cudaLaunchHostFunc) after
  * each chunk writes the fd. KERNELS_NOTIFY_THREAD: a thread of the engine

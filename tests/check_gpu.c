@@ -1062,12 +1062,13 @@ START_TEST(test_gpu_batched_dma_restores_and_publishes)
 	int			 rc;
 
 	gpu_init();
-	for (cs = 0; cs < 3; cs++) {
+	for (cs = 0; cs < 4; cs++) {
 		kernels_conf_default(&c);
 		c.slot_bytes = 5 * GPU_MIB;
 		c.copy_streams = cs == 0 ? 1 : 2;
 		/* every form of the checksum kernel: each restore verifies by it */
-		c.csum = cs == 0 ? KERNELS_CSUM_WARP : cs == 1 ? KERNELS_CSUM_BLOCKS : KERNELS_CSUM_ILP;
+		c.csum = cs == 0 ? KERNELS_CSUM_WARP : cs == 1 ? KERNELS_CSUM_BLOCKS :
+		    cs == 2 ? KERNELS_CSUM_ILP : KERNELS_CSUM_CTA;
 		c.tail_on_copy = cs == 1;	/* the last chunk's kernels behind its DMA */
 		e = NULL;
 		rc = kernels_engine_new(&c, &e, err, sizeof(err));
