@@ -166,9 +166,11 @@ struct kernels_conf {
  * across the warp and scrambles, block after block; ILP overlaps four
  * blocks' loads and reductions (152 registers); BLOCKS has each lane sum
  * whole blocks and eight lanes run the scramble chains (80 registers and
- * 32 KiB of shared memory a CTA). WARP is the default: on the H200 the
- * last chunk's checksum tail measured 44 us by WARP, 49 by BLOCKS in the
- * same call (RESULTS.md, issue 16), so the tail is not the reductions.
+ * 32 KiB of shared memory a CTA); CTA, the default, gives each unit a
+ * CTA of 8 warps whose loads are all in flight at once. On the H200 the
+ * last chunk's checksum kernel took 38 us by WARP, 42 by BLOCKS and 13 by
+ * CTA (RESULTS.md, issue 16): the tail is the bytes in flight per warp,
+ * not the order of the arithmetic.
  */
 #define KERNELS_CSUM_WARP	0
 #define KERNELS_CSUM_BLOCKS	1
