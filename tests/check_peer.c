@@ -285,6 +285,7 @@ pt_stop(unsigned i)
 	if (!pt_up[i])
 		return;
 	pt_up[i] = 0;
+	kill(pt_d[i].pid, SIGCONT);	/* a test that failed may have left it stopped */
 	ck_assert_int_eq(test_daemon_stop(&pt_d[i], SIGTERM, &status), 0);
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "daemon %s exited 0x%x",
 	    pt_d[i].dir, status);
@@ -716,6 +717,86 @@ START_TEST(test_probe_changes_nothing_anywhere)
 	    test_stat(pt_d[2].sock, "peers", "probes_served"), 0);
 	test_rank_fini(&r);
 	test_rank_fini(&pub);
+}
+END_TEST
+
+/* The next completion on r's connection within timeout_ms: 0, or -ETIMEDOUT. */
+static int
+pt_completion_within(struct test_rank *r, struct l3kv_completion *c, int timeout_ms)
+{
+	struct pollfd	pfd = { l3kv_fd(r->k), POLLIN, 0 };
+	struct timespec	t0, t;
+	int		rc, left;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		if ((rc = l3kv_poll_completion(r->k, c)) != -EAGAIN)
+			return rc;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		left = timeout_ms - (int)((t.tv_sec - t0.tv_sec) * 1000 +
+		    (t.tv_nsec - t0.tv_nsec) / 1000000);
+		if (left <= 0)
+			return -ETIMEDOUT;
+		poll(&pfd, 1, left);
+	}
+}
+
+/*
+ * A PROBE waiting for a home's answer when its session DETACHes on the
+ * same connection is answered `state`, before the DETACH's ok and long
+ * before peer.timeout_ms (3 s); a PROBE waiting when its connection
+ * closes is answered by nobody, and the daemon goes on.
+ */
+START_TEST(test_probe_waiting_for_peers_is_answered_at_detach)
+{
+	struct l3kv_completion	c;
+	struct test_rank	r;
+	uint8_t			*hs = test_page_hashes(16, 64);
+	uint64_t		t;
+	long long		sent;
+	uint32_t		hit;
+
+	pt_role(2, NULL, NULL);
+	pt_rank(&r, 1);
+	sent = pt_peer_stat(1, 0, "probes_sent");
+	/* n0 stopped: its answers can only time out, or go with its connection (pings). */
+	ck_assert_int_eq(kill(pt_d[0].pid, SIGSTOP), 0);
+	/* Corked: one write, so the DETACH is read before the loop could take any answer. */
+	ck_assert_int_eq(l3kv_cork(r.k), 0);
+	ck_assert_int_eq(l3kv_submit_probe(r.k, hs, 64, &t), 0);
+	ck_assert_int_eq(l3kv_detach(r.k), 0);
+	ck_assert_int_eq(l3kv_uncork(r.k), 0);
+	ck_assert_msg(pt_completion_within(&r, &c, 2000) == 0, "the PROBE was not answered");
+	ck_assert_uint_eq(c.ticket, t);
+	ck_assert_int_eq(c.op, L3KV_OP_PROBE);
+	ck_assert_int_eq(c.proto_status, PROTO_S_STATE);
+	ck_assert_ptr_nonnull(strstr(c.payload, "detached"));
+	l3kv_completion_release(&c);
+	ck_assert_int_eq(pt_peer_stat(1, 0, "probes_sent"), sent + 1);	/* it did wait for n0 */
+	/* The connection stays usable: a new ATTACH probes again (n0 is a miss, or down). */
+	ck_assert_int_eq(l3kv_attach(r.k, &r.args, NULL), 0);
+	ck_assert_int_eq(l3kv_probe(r.k, hs, 64, &hit), 0);
+	ck_assert_uint_eq(hit, 0);
+	test_rank_fini(&r);
+
+	/* Again, but the connection closes with the PROBE waiting: nobody to answer, nothing freed twice. */
+	ck_assert_int_eq(kill(pt_d[0].pid, SIGCONT), 0);
+	ck_assert(pt_wait_state(1, 0, "up"));
+	pt_rank(&r, 1);
+	sent = pt_peer_stat(1, 0, "probes_sent");
+	ck_assert_int_eq(kill(pt_d[0].pid, SIGSTOP), 0);
+	ck_assert_int_eq(l3kv_submit_probe(r.k, hs, 64, &t), 0);
+	for (int i = 0; i < 500 && pt_peer_stat(1, 0, "probes_sent") == sent; i++)
+		usleep(10000);
+	ck_assert_int_eq(pt_peer_stat(1, 0, "probes_sent"), sent + 1);
+	test_rank_fini(&r);
+	ck_assert_int_eq(kill(pt_d[0].pid, SIGCONT), 0);
+	ck_assert_int_eq(test_stat_wait(pt_d[1].sock, "attach", "sessions", 0), 0);
+	ck_assert(pt_wait_state(1, 0, "up"));
+	pt_rank(&r, 1);
+	ck_assert_uint_eq(test_rank_probe(&r, 16, 64, NULL, NULL), 0);
+	test_rank_fini(&r);
+	free(hs);
 }
 END_TEST
 
@@ -1435,6 +1516,7 @@ suite_peer(void)
 	tc = test_tcase(s, "restore", 60, NULL, pt_teardown);
 	tcase_add_test(tc, test_restore_objects_published_elsewhere);
 	tcase_add_test(tc, test_probe_changes_nothing_anywhere);
+	tcase_add_test(tc, test_probe_waiting_for_peers_is_answered_at_detach);
 	tcase_add_test(tc, test_hybrid_pools_restore_elsewhere);
 	tcase_add_test(tc, test_dcp_shards_restore_from_their_homes);
 	tc = test_tcase(s, "faults", 90, NULL, pt_teardown);
