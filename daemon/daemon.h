@@ -1429,7 +1429,7 @@ struct metrics_ns {
 	uint64_t	restores_ready;
 	uint64_t	restores_partial;
 	uint64_t	restores_failed[PROTO_S__MAX];
-	uint64_t	restored_pages[2];	/* by the tier that held them: dram, file */
+	uint64_t	restored_pages[3];	/* by the tier that held them: dram, file, peer */
 	uint64_t	restored_bytes;
 	uint64_t	prefetched_tokens;	/* restored kv pages x the layout's page_tokens */
 	uint64_t	publishes;

@@ -44,6 +44,7 @@ static char			pt_ns[TEST_NETNS_PREFIX_MAX];	/* "": all on loopback here */
 static struct test_etcd		pt_etcd;	/* the etcd tcase's */
 static int			pt_use_etcd;	/* members from pt_etcd, no static list */
 static int			pt_etcd_static;	/* with pt_use_etcd: the static list too */
+static int			pt_metrics;	/* metrics.listen on 127.0.0.1, port pt_port + 4 + i */
 
 static const struct test_rank_kv	pt_kv = { "peer-model", "latent:128:fp8_e4m3", L3KV_ATTN_MLA,
     PT_PAGES, PT_TOKENS, PT_LAYERS, PT_TB };
@@ -225,7 +226,7 @@ pt_port_of(unsigned i)
 static char *
 pt_config(unsigned i, unsigned n, const char *extra_peer, const char *extra_test)
 {
-	char	members[1024] = "", etcd[160] = "", *out;
+	char	members[1024] = "", etcd[160] = "", mlisten[96] = "", *out;
 	size_t	off = 0;
 	unsigned j;
 
@@ -246,10 +247,14 @@ pt_config(unsigned i, unsigned n, const char *extra_peer, const char *extra_test
 		snprintf(etcd, sizeof(etcd), ", \"etcd\": {\"endpoint\": \"%s\", "
 		    "\"prefix\": \"/l3kv/check-peer/\", \"ttl_s\": 2}", pt_etcd.endpoint);
 	}
+	/* The four ports after the daemons' control ports are this run's too. */
+	if (pt_metrics)
+		snprintf(mlisten, sizeof(mlisten), "\"metrics\": {\"listen\": \"127.0.0.1:%u\"}, ",
+		    pt_port + PT_N + 1 + i);
 	pt_host(i, host, sizeof(host));
-	ck_assert(asprintf(&out, "{\"peer\": {\"id\": \"n%u\", \"listen\": \"%s:%u\", "
+	ck_assert(asprintf(&out, "{%s\"peer\": {\"id\": \"n%u\", \"listen\": \"%s:%u\", "
 	    "\"fabric_addr\": \"%s\", \"provider\": \"%s\", \"members\": [%s]%s, \"ping_ms\": 100, "
-	    "\"timeout_ms\": 3000%s%s}, \"testing\": {\"debug_ops\": true%s%s}}", i, host,
+	    "\"timeout_ms\": 3000%s%s}, \"testing\": {\"debug_ops\": true%s%s}}", mlisten, i, host,
 	    pt_port_of(i), host, pt_provider, members, etcd, extra_peer != NULL ? ", " : "",
 	    extra_peer != NULL ? extra_peer : "", extra_test != NULL ? ", " : "",
 	    extra_test != NULL ? extra_test : "") > 0);
@@ -298,6 +303,7 @@ pt_teardown(void)
 
 	for (i = 0; i <= PT_N; i++)
 		pt_stop(i);
+	pt_metrics = 0;
 }
 
 /* The peers section's entry for member id in daemon i's STATS, or NULL (a new reference). */
@@ -618,6 +624,56 @@ pt_hits_peer(unsigned i)
 	return v;
 }
 
+/*
+ * The sum of daemon i's /metrics samples of l3kv_restored_pages_total
+ * with tier="tier" (with pt_metrics): -1 when there is none.
+ */
+static double
+pt_restored_by_tier(unsigned i, const char *tier)
+{
+	static const char	 req[] = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+	struct sockaddr_in	 sin;
+	struct pollfd		 pfd;
+	char			*buf = NULL, *grown, *line, *end, want[32];
+	size_t			 len = 0, cap = 0;
+	ssize_t			 n;
+	double			 sum = -1;
+	int			 fd;
+
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons((uint16_t)(pt_port + PT_N + 1 + i));
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_ge(fd = socket(AF_INET, SOCK_STREAM, 0), 0);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	ck_assert_int_eq(write(fd, req, sizeof(req) - 1), (ssize_t)sizeof(req) - 1);
+	pfd.fd = fd;
+	pfd.events = POLLIN;
+	for (;;) {
+		if (len + 4097 > cap) {
+			cap = cap * 2 + 8192;
+			ck_assert_ptr_nonnull(grown = realloc(buf, cap));
+			buf = grown;
+		}
+		ck_assert_msg(poll(&pfd, 1, 5000) == 1, "n%u: /metrics did not end within 5 s", i);
+		if ((n = read(fd, buf + len, 4096)) <= 0)
+			break;
+		len += (size_t)n;
+	}
+	close(fd);
+	buf[len] = '\0';
+	ck_assert_msg(strncmp(buf, "HTTP/1.", 7) == 0 && strstr(buf, " 200 ") != NULL,
+	    "n%u: /metrics: %.80s", i, buf);
+	snprintf(want, sizeof(want), ",tier=\"%s\"}", tier);
+	for (line = buf; (end = strchr(line, '\n')) != NULL; line = end + 1) {
+		*end = '\0';
+		if (strncmp(line, "l3kv_restored_pages_total{", 26) == 0 && strstr(line, want) != NULL)
+			sum = (sum < 0 ? 0 : sum) + strtod(strstr(line, want) + strlen(want), NULL);
+	}
+	free(buf);
+	return sum;
+}
+
 /* Objects published on one daemon are restored byte for byte on the others. */
 START_TEST(test_restore_objects_published_elsewhere)
 {
@@ -628,6 +684,7 @@ START_TEST(test_restore_objects_published_elsewhere)
 	uint32_t			p;
 	long long			pulled = 0;
 
+	pt_metrics = 1;
 	pt_role(PT_N, NULL, NULL);
 	pt_rank(&pub, 0);
 	test_rank_publish_kv(&pub, 11, 0, 48, 0, NULL);
@@ -649,6 +706,10 @@ START_TEST(test_restore_objects_published_elsewhere)
 		/* What its offers did not bring here was pulled, and nothing else. */
 		ck_assert_int_eq(pt_hits_peer(i) + test_stat(pt_d[i].sock, "peers",
 		    "offers_stored"), 48);
+		/* /metrics splits the hits as STATS does: pulled pages are the peer tier's, not DRAM's. */
+		ck_assert_double_eq(pt_restored_by_tier(i, "peer"), (double)pt_hits_peer(i));
+		ck_assert_double_eq(pt_restored_by_tier(i, "dram"), (double)(48 - pt_hits_peer(i)));
+		ck_assert_double_eq(pt_restored_by_tier(i, "file"), 0);
 		pulled += pt_hits_peer(i);
 	}
 	ck_assert_int_gt(pulled, 0);
