@@ -479,12 +479,13 @@ again:
 END_TEST
 
 /*
- * Sends len bytes to daemon i's peer port as a stranger would and returns
- * the status of the first frame back (-1: none; the connection closed
- * without one), then expects the daemon to close the connection.
+ * Sends len bytes to daemon i's peer port as a stranger would, from the
+ * loopback address src (127.0.0.1 when NULL), and returns the status of
+ * the first frame back (-1: none; the connection closed without one);
+ * unless that status is ok, expects the daemon to close the connection.
  */
 static int
-pt_raw(unsigned i, const void *buf, size_t len)
+pt_raw_from(unsigned i, const char *src, const void *buf, size_t len)
 {
 	struct sockaddr_in	sin;
 	struct proto_hdr	h;
@@ -494,11 +495,18 @@ pt_raw(unsigned i, const void *buf, size_t len)
 	size_t			got = 0;
 	int			fd, st = -1;
 
+	ck_assert_int_ge(fd = socket(AF_INET, SOCK_STREAM, 0), 0);
+	if (src != NULL) {
+		memset(&sin, 0, sizeof(sin));
+		sin.sin_family = AF_INET;
+		ck_assert_int_eq(inet_pton(AF_INET, src, &sin.sin_addr), 1);
+		ck_assert_msg(bind(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0, "bind %s: %s", src,
+		    strerror(errno));
+	}
 	memset(&sin, 0, sizeof(sin));
 	sin.sin_family = AF_INET;
 	sin.sin_port = htons((uint16_t)(pt_port + i));
 	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ck_assert_int_ge(fd = socket(AF_INET, SOCK_STREAM, 0), 0);
 	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
 	ck_assert_int_eq(write(fd, buf, len), (ssize_t)len);
 	pfd.fd = fd;
@@ -509,11 +517,19 @@ pt_raw(unsigned i, const void *buf, size_t len)
 	if (got == sizeof(h))
 		st = h.status;
 	/* Then the daemon closes it: EOF within 5 s. */
-	while (poll(&pfd, 1, 5000) == 1 && (n = read(fd, junk, sizeof(junk))) > 0)
+	while (st != PROTO_S_OK && poll(&pfd, 1, 5000) == 1 &&
+	    (n = read(fd, junk, sizeof(junk))) > 0)
 		;
-	ck_assert_int_eq(poll(&pfd, 1, 0), 1);
+	if (st != PROTO_S_OK)
+		ck_assert_int_eq(poll(&pfd, 1, 0), 1);
 	close(fd);
 	return st;
+}
+
+static int
+pt_raw(unsigned i, const void *buf, size_t len)
+{
+	return pt_raw_from(i, NULL, buf, len);
 }
 
 /* Hostile bytes on the peer port: each answered and closed; the role keeps working. */
@@ -588,6 +604,92 @@ START_TEST(test_stranger_is_refused)
 		ck_assert_str_eq(pt_state(i, PT_N, buf, sizeof(buf)), "absent");
 	}
 	ck_assert(test_daemon_log_has(&pt_d[0], "not in this daemon's member list"));
+}
+END_TEST
+
+/* Member `of`'s incarnation as daemon i's STATS has it (hex). */
+static const char *
+pt_incarnation(unsigned i, unsigned of, char *buf, size_t len)
+{
+	char	id[16];
+	json_t	*e;
+
+	snprintf(id, sizeof(id), "n%u", of);
+	ck_assert_ptr_nonnull(e = pt_peer(i, id));
+	snprintf(buf, len, "%s", json_string_value(json_object_get(e, "incarnation")));
+	json_decref(e);
+	return buf;
+}
+
+/* A PEER_HELLO of member id, role decode, no data path, from src to daemon i: the status. */
+static int
+pt_hello_from(unsigned i, const char *src, const char *id)
+{
+	struct {
+		struct proto_hdr	h;
+		struct proto_peer_hello	hello;
+	} f;
+
+	memset(&f, 0, sizeof(f));
+	proto_hdr_init(&f.h, PROTO_T_PEER_HELLO, sizeof(f.hello), 1);
+	f.hello.version_min = f.hello.version_max = 1;
+	snprintf(f.hello.id, sizeof(f.hello.id), "%s", id);
+	snprintf(f.hello.role, sizeof(f.hello.role), "decode");
+	f.hello.incarnation = 1;
+	return pt_raw_from(i, src, &f, sizeof(f));
+}
+
+/*
+ * A stranger that knows a member's id but connects from another address
+ * (127.0.0.2 for n1 of 127.0.0.1) is refused, logged with both, counted;
+ * the member itself stays up.
+ */
+START_TEST(test_member_id_from_another_address_is_refused)
+{
+	long long	refused;
+	char		buf[32], inc[32];
+
+	pt_role(2, NULL, NULL);
+	pt_incarnation(0, 1, inc, sizeof(inc));
+	refused = test_stat(pt_d[0].sock, "peers", "refused");
+	ck_assert_int_eq(pt_hello_from(0, "127.0.0.2", "n1"), PROTO_S_PEER_UNKNOWN);
+	ck_assert_int_eq(test_stat(pt_d[0].sock, "peers", "refused"), refused + 1);
+	ck_assert(test_daemon_log_has(&pt_d[0], "PEER_HELLO as \"n1\" from 127.0.0.2, but the "
+	    "member list has n1 at 127.0.0.1:"));
+	/* Nothing of n1 changed: its channel is up and its incarnation what it was. */
+	ck_assert_str_eq(pt_state(0, 1, buf, sizeof(buf)), "up");
+	ck_assert_str_eq(pt_state(1, 0, buf, sizeof(buf)), "up");
+	ck_assert_str_eq(pt_incarnation(0, 1, buf, sizeof(buf)), inc);
+	ck_assert_str_ne(inc, "0000000000000001");
+}
+END_TEST
+
+/*
+ * A member listed by a name is let in from what the name resolves to
+ * (localhost: 127.0.0.1), and one listed at a wildcard address (0.0.0.0)
+ * from anywhere.
+ */
+START_TEST(test_member_by_name_or_wildcard_is_checked_so)
+{
+	char	*cfg;
+	int	 rc;
+
+	pt_pick_port();
+	ck_assert(asprintf(&cfg, "{\"peer\": {\"id\": \"n0\", \"listen\": \"127.0.0.1:%u\", "
+	    "\"provider\": \"%s\", \"fabric_addr\": \"127.0.0.1\", \"members\": ["
+	    "{\"id\": \"n0\", \"addr\": \"127.0.0.1:%u\"}, "
+	    "{\"id\": \"named\", \"addr\": \"localhost:%u\"}, "
+	    "{\"id\": \"anywhere\", \"addr\": \"0.0.0.0:%u\"}]}}", pt_port, pt_provider,
+	    pt_port, pt_port + 1, pt_port + 2) > 0);
+	rc = test_daemon_start(&pt_d[0], cfg);
+	free(cfg);
+	ck_assert_msg(rc == 0, "daemon n0: %s", strerror(-rc));
+	pt_up[0] = 1;
+	ck_assert_int_eq(pt_hello_from(0, "127.0.0.1", "named"), PROTO_S_OK);
+	ck_assert_int_eq(pt_hello_from(0, "127.0.0.2", "named"), PROTO_S_PEER_UNKNOWN);
+	ck_assert_int_eq(pt_hello_from(0, "127.0.0.2", "anywhere"), PROTO_S_OK);
+	ck_assert_int_eq(pt_hello_from(0, "127.0.0.3", "anywhere"), PROTO_S_OK);
+	ck_assert_int_eq(test_stat(pt_d[0].sock, "peers", "refused"), 1);
 }
 END_TEST
 
@@ -1572,6 +1674,8 @@ suite_peer(void)
 	tcase_add_test(tc, test_three_daemons_connect);
 	tcase_add_test(tc, test_l3kvctl_shows_the_peers);
 	tcase_add_test(tc, test_stranger_is_refused);
+	tcase_add_test(tc, test_member_id_from_another_address_is_refused);
+	tcase_add_test(tc, test_member_by_name_or_wildcard_is_checked_so);
 	tcase_add_test(tc, test_secret_is_checked);
 	tcase_add_test(tc, test_hostile_peer_bytes_are_refused);
 	tc = test_tcase(s, "restore", 60, NULL, pt_teardown);
