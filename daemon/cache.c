@@ -390,29 +390,60 @@ cache_probe_answer(struct session *sess, const struct proto_hdr *hdr, const stru
 	cache_probe_stops(sess, hdr, p, hashes);
 }
 
-/* A PROBE waiting for the peer tier's homes: its request, copied. */
+/*
+ * A PROBE waiting for the peer tier's homes: its request, copied. It is
+ * on its session's list until the answers came (cache_probe_peers_done)
+ * or the session ended first (cache_probes_end).
+ */
 struct cache_probe_wait {
-	struct session		*sess;		/* a reference */
-	uint64_t		 t0;		/* when the PROBE came (metrics_now_ns) */
-	struct proto_hdr	 hdr;
-	struct proto_probe	 p;
-	uint8_t			 hashes[];
+	struct session			*sess;	/* a reference */
+	struct peer_ask			*ask;	/* borrowed: the peer tier frees it */
+	uint64_t			 t0;	/* when the PROBE came (metrics_now_ns) */
+	struct proto_hdr		 hdr;
+	struct proto_probe		 p;
+	TAILQ_ENTRY(cache_probe_wait)	 entry;	/* the session's probes */
+	uint8_t				 hashes[];
 };
 
+static void
+cache_probe_wait_free(struct cache_probe_wait *w)
+{
+	TAILQ_REMOVE(&w->sess->probes, w, entry);
+	session_unref(w->sess);
+	free(w);
+}
+
+/* The homes answered (or timed out): the session is still attached, or w is gone. */
 static void
 cache_probe_peers_done(struct server *s, void *arg, struct peer_view *v)
 {
 	struct cache_probe_wait	*w = arg;
 
-	/* An engine that left meanwhile is answered by nobody. */
-	if (w->sess->conn != NULL && w->sess->group != NULL) {
-		s->peer_view = v;
-		cache_probe_answer(w->sess, &w->hdr, &w->p, w->hashes);
-		s->peer_view = NULL;
-		metrics_observe(METRICS_OP_PROBE, 0, w->t0);
+	s->peer_view = v;
+	cache_probe_answer(w->sess, &w->hdr, &w->p, w->hashes);
+	s->peer_view = NULL;
+	metrics_observe(METRICS_OP_PROBE, 0, w->t0);
+	cache_probe_wait_free(w);
+}
+
+/*
+ * The session ends while PROBEs wait for the homes: their answers are not
+ * wanted (peer_ask_cancel: done never runs). At DETACH the connection
+ * stays open and the engine reads on, so each is answered `state` now,
+ * before the DETACH; once the connection closed, nobody is.
+ */
+void
+cache_probes_end(struct session *sess, int detach)
+{
+	struct cache_probe_wait	*w;
+
+	while ((w = TAILQ_FIRST(&sess->probes)) != NULL) {
+		peer_ask_cancel(w->ask);
+		if (detach)
+			session_reply_error(sess, &w->hdr, PROTO_S_STATE, "PROBE: the session "
+			    "detached before the peer tier's homes answered");
+		cache_probe_wait_free(w);
 	}
-	session_unref(w->sess);
-	free(w);
 }
 
 /*
@@ -425,7 +456,6 @@ cache_probe_peers(struct server *s, struct session *sess, const struct proto_hdr
     const struct proto_probe *p, const uint8_t *hashes, uint64_t t0)
 {
 	struct cache_probe_wait	*w;
-	struct peer_ask		*ask;
 	struct obj_key		*keys;
 	uint8_t			*heads;
 	size_t			 n;
@@ -446,14 +476,16 @@ cache_probe_peers(struct server *s, struct session *sess, const struct proto_hdr
 	w->hdr = *hdr;
 	w->p = *p;
 	memcpy(w->hashes, hashes, (size_t)p->npages * PROTO_HASH_LEN);
-	session_ref(sess);
-	rc = peer_ask(s, PEER_ASK_PROBE, keys, heads, n, cache_probe_peers_done, w, &ask);
+	rc = peer_ask(s, PEER_ASK_PROBE, keys, heads, n, cache_probe_peers_done, w, &w->ask);
 	free(keys);
 	free(heads);
 	if (rc == 0) {
-		session_unref(sess);
 		free(w);
+		return 0;
 	}
+	/* Answers come from the loop, never from inside peer_ask(). */
+	session_ref(sess);
+	TAILQ_INSERT_TAIL(&sess->probes, w, entry);
 	return rc;
 }
 

@@ -898,6 +898,8 @@ void	 group_list(struct server *, struct json_t *array, size_t max, size_t *tota
 struct conn;
 struct lease;
 TAILQ_HEAD(lease_list, lease);
+struct cache_probe_wait;
+TAILQ_HEAD(cache_probe_list, cache_probe_wait);
 /*
  * A session is reference counted: its connection holds one reference,
  * and every copy job that reads or writes its regions holds another, so
@@ -926,6 +928,7 @@ struct session {
 	uint8_t		*slot_held;	/* outstanding canonical slots (by a lease) */
 	unsigned	 jobs;		/* copy jobs in flight on its regions */
 	unsigned	 admits_waiting;	/* its ADMITs at an unanswered group barrier */
+	struct cache_probe_list probes;	/* its PROBEs waiting for the peer tier's homes */
 	int		 detach_waiting;	/* DETACH answered when jobs drain */
 	struct proto_hdr detach_req;
 };
@@ -1027,6 +1030,7 @@ int	 cache_peer_keys(struct server *, struct session *const *ranks, unsigned nra
 uint32_t cache_group_stops(struct server *, struct session *const *ranks, unsigned nranks,
 	    const uint8_t *hashes, uint32_t n, uint8_t *legal);
 void	 cache_probe(struct conn *, struct proto_frame *);
+void	 cache_probes_end(struct session *, int detach);
 void	 cache_debug(struct conn *, struct proto_frame *);
 
 /*
@@ -1425,7 +1429,7 @@ struct metrics_ns {
 	uint64_t	restores_ready;
 	uint64_t	restores_partial;
 	uint64_t	restores_failed[PROTO_S__MAX];
-	uint64_t	restored_pages[2];	/* by the tier that held them: dram, file */
+	uint64_t	restored_pages[3];	/* by the tier that held them: dram, file, peer */
 	uint64_t	restored_bytes;
 	uint64_t	prefetched_tokens;	/* restored kv pages x the layout's page_tokens */
 	uint64_t	publishes;

@@ -128,6 +128,8 @@ dispatch_detach(struct conn *c, struct proto_frame *f)
 	}
 	log_info("attach", "conn %llu: session %u detached", (unsigned long long)c->id,
 	    c->session->id);
+	/* The engine still reads this connection: PROBEs waiting for peers are answered first. */
+	cache_probes_end(c->session, 1);
 	if (c->session->jobs > 0) {
 		/* Copies into this engine's memory drain first; then the answer. */
 		c->session->detach_waiting = 1;

@@ -15,8 +15,9 @@
  * id, the role, an incarnation (random per start), a nonce, the
  * provider, the fabric endpoint name and the registered arena chunks
  * (address, key, length). A listener accepts only members of its list,
- * of its role, and with peer.secret set only a dialler whose PEER_AUTH
- * proves the secret (HMAC-SHA256 over the listener's nonce); the reply
+ * of its role, connecting from the address the list gives them, and with
+ * peer.secret set only a dialler whose PEER_AUTH proves the secret
+ * (HMAC-SHA256 over the listener's nonce); the reply
  * carries the listener's proof over the dialler's nonce. Pings measure
  * the RTT and find a peer that stopped answering.
  *
@@ -405,32 +406,138 @@ peer_sockopts(struct peer_tier *t, int fd)
 	(void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut));
 }
 
-/* HOST:PORT ([v6]:PORT) into an address; names resolve here, numeric ones at once. */
+/*
+ * The addresses of HOST:PORT ([v6]:PORT), as getaddrinfo() gives them
+ * (freeaddrinfo them); names resolve here, on the loop, numeric ones at
+ * once, or only those with AI_NUMERICHOST in flags. 0 or -errno.
+ */
 static int
-peer_resolve(const char *hostport, struct sockaddr_storage *ss, socklen_t *sslen)
+peer_getaddrinfo(const char *hostport, int flags, struct addrinfo **res)
 {
-	struct addrinfo	 hints, *res = NULL;
-	char		 host[PEER_ADDR_LEN], *colon;
-	int		 rc;
+	struct addrinfo	 hints;
+	char		 host[PEER_ADDR_LEN], *colon, *h = host;
+	size_t		 len;
 
+	*res = NULL;
 	snprintf(host, sizeof(host), "%s", hostport);
 	if ((colon = strrchr(host, ':')) == NULL)
 		return -EINVAL;
 	*colon = '\0';
+	if (host[0] == '[' && (len = strlen(host)) >= 2 && host[len - 1] == ']') {
+		host[len - 1] = '\0';
+		h = host + 1;
+	}
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_NUMERICSERV;
-	if (host[0] == '[') {
-		host[strlen(host) - 1] = '\0';
-		rc = getaddrinfo(host + 1, colon + 1, &hints, &res);
-	} else
-		rc = getaddrinfo(host, colon + 1, &hints, &res);
-	if (rc != 0 || res == NULL)
+	hints.ai_flags = AI_NUMERICSERV | flags;
+	if (getaddrinfo(h, colon + 1, &hints, res) != 0 || *res == NULL)
 		return -EHOSTUNREACH;
+	return 0;
+}
+
+/* HOST:PORT ([v6]:PORT) into its first address. */
+static int
+peer_resolve(const char *hostport, struct sockaddr_storage *ss, socklen_t *sslen)
+{
+	struct addrinfo	*res;
+	int		 rc;
+
+	if ((rc = peer_getaddrinfo(hostport, 0, &res)) != 0)
+		return rc;
 	memcpy(ss, res->ai_addr, res->ai_addrlen);
 	*sslen = res->ai_addrlen;
 	freeaddrinfo(res);
 	return 0;
+}
+
+/*
+ * An address's IP into ip (16 bytes; IPv4, and IPv4-mapped IPv6, as
+ * ::ffff:a.b.c.d), so that a dual-stack listener compares like with like.
+ * 0, or -EAFNOSUPPORT.
+ */
+static int
+peer_ip(const struct sockaddr *sa, uint8_t *ip)
+{
+	static const uint8_t	v4mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+	if (sa->sa_family == AF_INET) {
+		memcpy(ip, v4mapped, sizeof(v4mapped));
+		memcpy(ip + 12, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, 4);
+		return 0;
+	}
+	if (sa->sa_family == AF_INET6) {
+		memcpy(ip, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, 16);
+		return 0;
+	}
+	return -EAFNOSUPPORT;
+}
+
+/* Whether an IP (peer_ip's form) is 0.0.0.0 or ::, the wildcards. */
+static int
+peer_ip_is_any(const uint8_t *ip)
+{
+	static const uint8_t	any[16], any4[16] = { [10] = 0xff, [11] = 0xff };
+
+	return memcmp(ip, any, 16) == 0 || memcmp(ip, any4, 16) == 0;
+}
+
+/*
+ * Whether a control connection from `from` may be member p's: from's IP
+ * is one of those p's listed address gives (a numeric host is itself, a
+ * name is resolved now, as when p is dialled; one that does not resolve
+ * lets nobody in). A wildcard host (0.0.0.0, [::]) names no source: any
+ * is let in. The id, the role and peer.secret are checked all the same.
+ */
+int
+peer_source_ok(const struct peer *p, const struct sockaddr *from)
+{
+	struct addrinfo	*res, *ai;
+	uint8_t		 ip[16], want[16];
+	int		 ok = 0;
+
+	if (peer_ip(from, ip) != 0 || peer_getaddrinfo(p->m.addr, 0, &res) != 0)
+		return 0;
+	for (ai = res; ai != NULL && !ok; ai = ai->ai_next)
+		ok = peer_ip(ai->ai_addr, want) == 0 && (peer_ip_is_any(want) ||
+		    memcmp(ip, want, sizeof(ip)) == 0);
+	freeaddrinfo(res);
+	return ok;
+}
+
+/*
+ * A dialled control connection leaves from the host this daemon's own
+ * member entry names (peer.listen's with etcd), when that is an address
+ * of fd's family and not a wildcard: the listener checks that its source
+ * is the member's address (peer_source_ok), and on a host with several
+ * the kernel's route could pick another. Where it cannot bind (the entry
+ * is a name, or not local, as behind NAT) the kernel chooses.
+ */
+static void
+peer_bind_source(struct peer_tier *t, int fd, int family)
+{
+	struct addrinfo	*res;
+	const char	*addr = t->self.addr;
+	uint8_t		 ip[16];
+	size_t		 i;
+	int		 one = 1;
+
+	for (i = 0; i < t->nmembers; i++)
+		if (strcmp(t->members[i].id, t->self.id) == 0)
+			addr = t->members[i].addr;
+	if (peer_getaddrinfo(addr, AI_NUMERICHOST, &res) != 0)
+		return;
+	if (res->ai_family == family && peer_ip(res->ai_addr, ip) == 0 && !peer_ip_is_any(ip)) {
+		if (res->ai_family == AF_INET)
+			((struct sockaddr_in *)(void *)res->ai_addr)->sin_port = 0;
+		else
+			((struct sockaddr_in6 *)(void *)res->ai_addr)->sin6_port = 0;
+		/* The port is picked at connect(), per destination: no ephemeral port is held. */
+		(void)setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+		if (bind(fd, res->ai_addr, res->ai_addrlen) != 0)
+			log_debug("peer", "cannot bind the control connection to %s: %s", addr,
+			    strerror(errno));
+	}
+	freeaddrinfo(res);
 }
 
 static void
@@ -453,6 +560,7 @@ peer_connect(struct peer *p)
 		return;
 	}
 	peer_sockopts(t, fd);
+	peer_bind_source(t, fd, ss.ss_family);
 	if (connect(fd, (struct sockaddr *)&ss, sslen) != 0 && errno != EINPROGRESS) {
 		close(fd);
 		peer_down(p, "connect failed");
@@ -1296,16 +1404,23 @@ static void
 peer_accept_cb(evutil_socket_t lfd, short ev, void *arg)
 {
 	struct peer_tier	*t = arg;
+	struct sockaddr_storage	 from;
 	struct peer_in		*in;
+	socklen_t		 fromlen;
 	int			 fd;
 
 	(void)ev;
-	while ((fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+	for (;;) {
+		fromlen = sizeof(from);
+		if ((fd = accept4(lfd, (struct sockaddr *)&from, &fromlen,
+		    SOCK_NONBLOCK | SOCK_CLOEXEC)) < 0)
+			break;
 		if (t->s->stopping || (in = calloc(1, sizeof(*in))) == NULL) {
 			close(fd);
 			continue;
 		}
 		peer_sockopts(t, fd);
+		in->from = from;	/* its HELLO must name a member listed at this address */
 		in->tier = t;
 		TAILQ_INIT(&in->leases);
 		if ((in->c = conn_new(t->s, fd, 0, 0, 0, PROTO_CHAN_PEER, peer_in_frame,

@@ -7,6 +7,8 @@
 #ifndef L3KV_PEER_H
 #define L3KV_PEER_H
 
+#include <sys/socket.h>
+
 #include "daemon.h"
 
 enum peer_state {
@@ -72,6 +74,7 @@ struct peer_in {
 	struct conn		*c;
 	struct peer_tier	*tier;
 	struct peer		*p;		/* after its HELLO */
+	struct sockaddr_storage	 from;		/* where it connected from (accept) */
 	int			 authed;	/* PEER_AUTH checked (or no secret) */
 	uint8_t			 nonce[PROTO_PEER_NONCE];	/* ours, in the HELLO reply */
 	struct peer_slease_list	 leases;	/* what it pinned here */
@@ -125,6 +128,7 @@ int	 peer_send(struct peer *, unsigned type, const void *payload, uint32_t len,
 struct peer *peer_by_id(struct peer_tier *, const char *id);
 int	 peer_set_remote(struct peer *, const struct proto_peer_hello *);
 int	 peer_mr_ok(const struct peer *, uint64_t raddr, uint64_t rkey, uint64_t len);
+int	 peer_source_ok(const struct peer *, const struct sockaddr *from);
 int	 peer_pull_start(struct server *, const struct peer_grant *, void *dst,
 	    peer_pull_done_fn *, void *arg);
 void	 peer_ref(struct peer *);

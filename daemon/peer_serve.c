@@ -1,8 +1,9 @@
 /*
  * The peer tier's serving side: what another member asks on the control
  * connection it dialled. Its HELLO must name a member of this daemon's
- * list (not this daemon) of the same role; with peer.secret set, its
- * PEER_AUTH must prove the secret before anything else is answered.
+ * list (not this daemon) of the same role, and come from the address the
+ * list gives that member; with peer.secret set, its PEER_AUTH must prove
+ * the secret before anything else is answered.
  *
  * - PEER_PROBE: which of the keys DRAM holds now, through dram_lookup
  *   alone: nothing is pinned, touched or moved (PROBE is free of side
@@ -22,7 +23,11 @@
  * addresses and keys against the chunks the offerer's HELLO named.
  */
 #include <sys/random.h>
+#include <sys/socket.h>
 
+#include <netinet/in.h>
+
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,13 +133,27 @@ peer_refuse(struct peer_in *in, const struct proto_hdr *h, unsigned st, const ch
 	conn_close(in->c);
 }
 
+/* A connection's source IP as text, for the log. */
+static const char *
+peer_serve_addr(const struct sockaddr_storage *ss, char *buf, size_t len)
+{
+	const void	*a = ss->ss_family == AF_INET6 ?
+	    (const void *)&((const struct sockaddr_in6 *)(const void *)ss)->sin6_addr :
+	    (const void *)&((const struct sockaddr_in *)(const void *)ss)->sin_addr;
+
+	if ((ss->ss_family != AF_INET && ss->ss_family != AF_INET6) ||
+	    inet_ntop(ss->ss_family, a, buf, (socklen_t)len) == NULL)
+		snprintf(buf, len, "an address of family %d", ss->ss_family);
+	return buf;
+}
+
 static void
 peer_serve_hello(struct peer_in *in, struct proto_frame *f)
 {
 	struct peer_tier	*t = in->tier;
 	struct proto_peer_hello	 h, r;
 	struct peer		*p;
-	char			 why[256];
+	char			 why[420], from[INET6_ADDRSTRLEN];
 
 	if (in->p != NULL) {
 		conn_reply_error(in->c, &f->hdr, PROTO_S_STATE, "PEER_HELLO was already sent");
@@ -161,6 +180,14 @@ peer_serve_hello(struct peer_in *in, struct proto_frame *f)
 	if ((p = peer_by_id(t, h.id)) == NULL) {
 		snprintf(why, sizeof(why), "PEER_HELLO from \"%s\": not in this daemon's member "
 		    "list", h.id);
+		peer_refuse(in, &f->hdr, PROTO_S_PEER_UNKNOWN, why);
+		return;
+	}
+	/* Before anything of p changes: whoever knows an id must also be where p is. */
+	if (!peer_source_ok(p, (const struct sockaddr *)&in->from)) {
+		snprintf(why, sizeof(why), "PEER_HELLO as \"%s\" from %s, but the member list "
+		    "has %s at %s", h.id, peer_serve_addr(&in->from, from, sizeof(from)), h.id,
+		    p->m.addr);
 		peer_refuse(in, &f->hdr, PROTO_S_PEER_UNKNOWN, why);
 		return;
 	}

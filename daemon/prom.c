@@ -195,6 +195,8 @@ static const char *const prom_unfulfilled[METRICS_UNF__MAX] = {
 };
 
 static const char *const prom_tiers[2] = { "dram", "file" };
+/* Where a hit came from: the stores, and the peer tier (pulled from another daemon's DRAM). */
+static const char *const prom_hit_tiers[3] = { "dram", "file", "peer" };
 
 /* The cache operations, per namespace. */
 static void
@@ -233,8 +235,9 @@ prom_cache(struct prom *p)
 	    "RESTORE requests that failed, by status (only statuses that happened).", "reason",
 	    statuses, PROTO_S__MAX, offsetof(struct metrics_ns, restores_failed), 1);
 	prom_ns_counter_by(p, "l3kv_restored_pages_total",
-	    "KV pages restored, per rank, by the tier that held them at ADMIT (the hits).", "tier",
-	    prom_tiers, 2, offsetof(struct metrics_ns, restored_pages), 0);
+	    "KV pages restored, per rank, by the tier that held them at ADMIT (the hits; peer: "
+	    "pulled from another daemon).", "tier", prom_hit_tiers, 3,
+	    offsetof(struct metrics_ns, restored_pages), 0);
 	PROM_NS(p, "l3kv_restored_bytes_total", "KV bytes restored.", restored_bytes);
 	PROM_NS(p, "l3kv_prefetched_tokens_total",
 	    "Tokens of the KV pages restored, per rank (as sglang:prefetched_tokens_total).",

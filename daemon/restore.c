@@ -58,9 +58,10 @@ restore_count_hits(const struct lease *l, uint32_t pages)
 	metrics.hits_file += file;
 	metrics.hits_peer += peer;
 	metrics.hits_dram += pages - file - peer;
-	/* Per namespace by dram and file: a pulled page landed in DRAM and is counted there. */
+	/* Per namespace, the same split: a pulled page landed in DRAM but is a peer's hit. */
+	l->sess->m->restored_pages[0] += pages - file - peer;
 	l->sess->m->restored_pages[1] += file;
-	l->sess->m->restored_pages[0] += pages - file;
+	l->sess->m->restored_pages[2] += peer;
 }
 
 static void

@@ -290,6 +290,7 @@ session_attach(struct conn *c, const struct proto_frame *f, struct session **out
 	sess->server = s;
 	sess->conn = c;
 	TAILQ_INIT(&sess->leases);
+	TAILQ_INIT(&sess->probes);
 	sess->group_rank = v.fixed.group_rank;
 	sess->tp_rank = v.fixed.tp_rank;
 	sess->shard = v.fixed.layout.attention == PROTO_ATTN_MLA ? v.fixed.layout.dcp_rank :
@@ -358,9 +359,10 @@ session_unref(struct session *sess)
 
 /*
  * The engine is gone (disconnect) or leaving (DETACH): no more replies,
- * pending admissions decline, in-flight copies are cancelled (their
- * completions release them), held leases are released, and the rank
- * leaves its group and namespace. Drops the connection's reference.
+ * PROBEs waiting for the peer tier are dropped (DETACH answered them
+ * already), pending admissions decline, in-flight copies are cancelled
+ * (their completions release them), held leases are released, and the
+ * rank leaves its group and namespace. Drops the connection's reference.
  */
 void
 session_close(struct session *sess)
@@ -370,6 +372,7 @@ session_close(struct session *sess)
 	if (sess == NULL)
 		return;
 	s = sess->server;
+	cache_probes_end(sess, 0);
 	if (sess->group != NULL)
 		admit_session_closing(sess);
 	restore_session_closing(sess);

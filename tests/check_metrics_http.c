@@ -301,6 +301,7 @@ START_TEST(test_metrics_count_what_moved)
 	ck_assert_double_eq(value(m, "l3kv_restores_total", want), 1);
 	ck_assert_double_eq(value(m, "l3kv_restored_pages_total", "tier=\"dram\""), 5);
 	ck_assert_double_eq(value(m, "l3kv_restored_pages_total", "tier=\"file\""), 0);
+	ck_assert_double_eq(value(m, "l3kv_restored_pages_total", "tier=\"peer\""), 0);
 	ck_assert_double_eq(value(m, "l3kv_restored_bytes_total", want), 5 * PAGE_BYTES);
 	ck_assert_double_eq(value(m, "l3kv_prefetched_tokens_total", want), 5 * PAGE_TOKENS);
 	ck_assert_double_eq(value(m, "l3kv_leases_open", ""), 0);

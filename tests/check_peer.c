@@ -44,6 +44,7 @@ static char			pt_ns[TEST_NETNS_PREFIX_MAX];	/* "": all on loopback here */
 static struct test_etcd		pt_etcd;	/* the etcd tcase's */
 static int			pt_use_etcd;	/* members from pt_etcd, no static list */
 static int			pt_etcd_static;	/* with pt_use_etcd: the static list too */
+static int			pt_metrics;	/* metrics.listen on 127.0.0.1, port pt_port + 4 + i */
 
 static const struct test_rank_kv	pt_kv = { "peer-model", "latent:128:fp8_e4m3", L3KV_ATTN_MLA,
     PT_PAGES, PT_TOKENS, PT_LAYERS, PT_TB };
@@ -225,7 +226,7 @@ pt_port_of(unsigned i)
 static char *
 pt_config(unsigned i, unsigned n, const char *extra_peer, const char *extra_test)
 {
-	char	members[1024] = "", etcd[160] = "", *out;
+	char	members[1024] = "", etcd[160] = "", mlisten[96] = "", *out;
 	size_t	off = 0;
 	unsigned j;
 
@@ -246,10 +247,14 @@ pt_config(unsigned i, unsigned n, const char *extra_peer, const char *extra_test
 		snprintf(etcd, sizeof(etcd), ", \"etcd\": {\"endpoint\": \"%s\", "
 		    "\"prefix\": \"/l3kv/check-peer/\", \"ttl_s\": 2}", pt_etcd.endpoint);
 	}
+	/* The four ports after the daemons' control ports are this run's too. */
+	if (pt_metrics)
+		snprintf(mlisten, sizeof(mlisten), "\"metrics\": {\"listen\": \"127.0.0.1:%u\"}, ",
+		    pt_port + PT_N + 1 + i);
 	pt_host(i, host, sizeof(host));
-	ck_assert(asprintf(&out, "{\"peer\": {\"id\": \"n%u\", \"listen\": \"%s:%u\", "
+	ck_assert(asprintf(&out, "{%s\"peer\": {\"id\": \"n%u\", \"listen\": \"%s:%u\", "
 	    "\"fabric_addr\": \"%s\", \"provider\": \"%s\", \"members\": [%s]%s, \"ping_ms\": 100, "
-	    "\"timeout_ms\": 3000%s%s}, \"testing\": {\"debug_ops\": true%s%s}}", i, host,
+	    "\"timeout_ms\": 3000%s%s}, \"testing\": {\"debug_ops\": true%s%s}}", mlisten, i, host,
 	    pt_port_of(i), host, pt_provider, members, etcd, extra_peer != NULL ? ", " : "",
 	    extra_peer != NULL ? extra_peer : "", extra_test != NULL ? ", " : "",
 	    extra_test != NULL ? extra_test : "") > 0);
@@ -285,6 +290,7 @@ pt_stop(unsigned i)
 	if (!pt_up[i])
 		return;
 	pt_up[i] = 0;
+	kill(pt_d[i].pid, SIGCONT);	/* a test that failed may have left it stopped */
 	ck_assert_int_eq(test_daemon_stop(&pt_d[i], SIGTERM, &status), 0);
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "daemon %s exited 0x%x",
 	    pt_d[i].dir, status);
@@ -297,6 +303,7 @@ pt_teardown(void)
 
 	for (i = 0; i <= PT_N; i++)
 		pt_stop(i);
+	pt_metrics = 0;
 }
 
 /* The peers section's entry for member id in daemon i's STATS, or NULL (a new reference). */
@@ -472,12 +479,13 @@ again:
 END_TEST
 
 /*
- * Sends len bytes to daemon i's peer port as a stranger would and returns
- * the status of the first frame back (-1: none; the connection closed
- * without one), then expects the daemon to close the connection.
+ * Sends len bytes to daemon i's peer port as a stranger would, from the
+ * loopback address src (127.0.0.1 when NULL), and returns the status of
+ * the first frame back (-1: none; the connection closed without one);
+ * unless that status is ok, expects the daemon to close the connection.
  */
 static int
-pt_raw(unsigned i, const void *buf, size_t len)
+pt_raw_from(unsigned i, const char *src, const void *buf, size_t len)
 {
 	struct sockaddr_in	sin;
 	struct proto_hdr	h;
@@ -487,11 +495,18 @@ pt_raw(unsigned i, const void *buf, size_t len)
 	size_t			got = 0;
 	int			fd, st = -1;
 
+	ck_assert_int_ge(fd = socket(AF_INET, SOCK_STREAM, 0), 0);
+	if (src != NULL) {
+		memset(&sin, 0, sizeof(sin));
+		sin.sin_family = AF_INET;
+		ck_assert_int_eq(inet_pton(AF_INET, src, &sin.sin_addr), 1);
+		ck_assert_msg(bind(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0, "bind %s: %s", src,
+		    strerror(errno));
+	}
 	memset(&sin, 0, sizeof(sin));
 	sin.sin_family = AF_INET;
 	sin.sin_port = htons((uint16_t)(pt_port + i));
 	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ck_assert_int_ge(fd = socket(AF_INET, SOCK_STREAM, 0), 0);
 	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
 	ck_assert_int_eq(write(fd, buf, len), (ssize_t)len);
 	pfd.fd = fd;
@@ -502,11 +517,19 @@ pt_raw(unsigned i, const void *buf, size_t len)
 	if (got == sizeof(h))
 		st = h.status;
 	/* Then the daemon closes it: EOF within 5 s. */
-	while (poll(&pfd, 1, 5000) == 1 && (n = read(fd, junk, sizeof(junk))) > 0)
+	while (st != PROTO_S_OK && poll(&pfd, 1, 5000) == 1 &&
+	    (n = read(fd, junk, sizeof(junk))) > 0)
 		;
-	ck_assert_int_eq(poll(&pfd, 1, 0), 1);
+	if (st != PROTO_S_OK)
+		ck_assert_int_eq(poll(&pfd, 1, 0), 1);
 	close(fd);
 	return st;
+}
+
+static int
+pt_raw(unsigned i, const void *buf, size_t len)
+{
+	return pt_raw_from(i, NULL, buf, len);
 }
 
 /* Hostile bytes on the peer port: each answered and closed; the role keeps working. */
@@ -584,6 +607,92 @@ START_TEST(test_stranger_is_refused)
 }
 END_TEST
 
+/* Member `of`'s incarnation as daemon i's STATS has it (hex). */
+static const char *
+pt_incarnation(unsigned i, unsigned of, char *buf, size_t len)
+{
+	char	id[16];
+	json_t	*e;
+
+	snprintf(id, sizeof(id), "n%u", of);
+	ck_assert_ptr_nonnull(e = pt_peer(i, id));
+	snprintf(buf, len, "%s", json_string_value(json_object_get(e, "incarnation")));
+	json_decref(e);
+	return buf;
+}
+
+/* A PEER_HELLO of member id, role decode, no data path, from src to daemon i: the status. */
+static int
+pt_hello_from(unsigned i, const char *src, const char *id)
+{
+	struct {
+		struct proto_hdr	h;
+		struct proto_peer_hello	hello;
+	} f;
+
+	memset(&f, 0, sizeof(f));
+	proto_hdr_init(&f.h, PROTO_T_PEER_HELLO, sizeof(f.hello), 1);
+	f.hello.version_min = f.hello.version_max = 1;
+	snprintf(f.hello.id, sizeof(f.hello.id), "%s", id);
+	snprintf(f.hello.role, sizeof(f.hello.role), "decode");
+	f.hello.incarnation = 1;
+	return pt_raw_from(i, src, &f, sizeof(f));
+}
+
+/*
+ * A stranger that knows a member's id but connects from another address
+ * (127.0.0.2 for n1 of 127.0.0.1) is refused, logged with both, counted;
+ * the member itself stays up.
+ */
+START_TEST(test_member_id_from_another_address_is_refused)
+{
+	long long	refused;
+	char		buf[32], inc[32];
+
+	pt_role(2, NULL, NULL);
+	pt_incarnation(0, 1, inc, sizeof(inc));
+	refused = test_stat(pt_d[0].sock, "peers", "refused");
+	ck_assert_int_eq(pt_hello_from(0, "127.0.0.2", "n1"), PROTO_S_PEER_UNKNOWN);
+	ck_assert_int_eq(test_stat(pt_d[0].sock, "peers", "refused"), refused + 1);
+	ck_assert(test_daemon_log_has(&pt_d[0], "PEER_HELLO as \"n1\" from 127.0.0.2, but the "
+	    "member list has n1 at 127.0.0.1:"));
+	/* Nothing of n1 changed: its channel is up and its incarnation what it was. */
+	ck_assert_str_eq(pt_state(0, 1, buf, sizeof(buf)), "up");
+	ck_assert_str_eq(pt_state(1, 0, buf, sizeof(buf)), "up");
+	ck_assert_str_eq(pt_incarnation(0, 1, buf, sizeof(buf)), inc);
+	ck_assert_str_ne(inc, "0000000000000001");
+}
+END_TEST
+
+/*
+ * A member listed by a name is let in from what the name resolves to
+ * (localhost: 127.0.0.1), and one listed at a wildcard address (0.0.0.0)
+ * from anywhere.
+ */
+START_TEST(test_member_by_name_or_wildcard_is_checked_so)
+{
+	char	*cfg;
+	int	 rc;
+
+	pt_pick_port();
+	ck_assert(asprintf(&cfg, "{\"peer\": {\"id\": \"n0\", \"listen\": \"127.0.0.1:%u\", "
+	    "\"provider\": \"%s\", \"fabric_addr\": \"127.0.0.1\", \"members\": ["
+	    "{\"id\": \"n0\", \"addr\": \"127.0.0.1:%u\"}, "
+	    "{\"id\": \"named\", \"addr\": \"localhost:%u\"}, "
+	    "{\"id\": \"anywhere\", \"addr\": \"0.0.0.0:%u\"}]}}", pt_port, pt_provider,
+	    pt_port, pt_port + 1, pt_port + 2) > 0);
+	rc = test_daemon_start(&pt_d[0], cfg);
+	free(cfg);
+	ck_assert_msg(rc == 0, "daemon n0: %s", strerror(-rc));
+	pt_up[0] = 1;
+	ck_assert_int_eq(pt_hello_from(0, "127.0.0.1", "named"), PROTO_S_OK);
+	ck_assert_int_eq(pt_hello_from(0, "127.0.0.2", "named"), PROTO_S_PEER_UNKNOWN);
+	ck_assert_int_eq(pt_hello_from(0, "127.0.0.2", "anywhere"), PROTO_S_OK);
+	ck_assert_int_eq(pt_hello_from(0, "127.0.0.3", "anywhere"), PROTO_S_OK);
+	ck_assert_int_eq(test_stat(pt_d[0].sock, "peers", "refused"), 1);
+}
+END_TEST
+
 /* With peer.secret, a member with the wrong secret is refused; the right one is let in. */
 START_TEST(test_secret_is_checked)
 {
@@ -617,6 +726,56 @@ pt_hits_peer(unsigned i)
 	return v;
 }
 
+/*
+ * The sum of daemon i's /metrics samples of l3kv_restored_pages_total
+ * with tier="tier" (with pt_metrics): -1 when there is none.
+ */
+static double
+pt_restored_by_tier(unsigned i, const char *tier)
+{
+	static const char	 req[] = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+	struct sockaddr_in	 sin;
+	struct pollfd		 pfd;
+	char			*buf = NULL, *grown, *line, *end, want[32];
+	size_t			 len = 0, cap = 0;
+	ssize_t			 n;
+	double			 sum = -1;
+	int			 fd;
+
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons((uint16_t)(pt_port + PT_N + 1 + i));
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_ge(fd = socket(AF_INET, SOCK_STREAM, 0), 0);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	ck_assert_int_eq(write(fd, req, sizeof(req) - 1), (ssize_t)sizeof(req) - 1);
+	pfd.fd = fd;
+	pfd.events = POLLIN;
+	for (;;) {
+		if (len + 4097 > cap) {
+			cap = cap * 2 + 8192;
+			ck_assert_ptr_nonnull(grown = realloc(buf, cap));
+			buf = grown;
+		}
+		ck_assert_msg(poll(&pfd, 1, 5000) == 1, "n%u: /metrics did not end within 5 s", i);
+		if ((n = read(fd, buf + len, 4096)) <= 0)
+			break;
+		len += (size_t)n;
+	}
+	close(fd);
+	buf[len] = '\0';
+	ck_assert_msg(strncmp(buf, "HTTP/1.", 7) == 0 && strstr(buf, " 200 ") != NULL,
+	    "n%u: /metrics: %.80s", i, buf);
+	snprintf(want, sizeof(want), ",tier=\"%s\"}", tier);
+	for (line = buf; (end = strchr(line, '\n')) != NULL; line = end + 1) {
+		*end = '\0';
+		if (strncmp(line, "l3kv_restored_pages_total{", 26) == 0 && strstr(line, want) != NULL)
+			sum = (sum < 0 ? 0 : sum) + strtod(strstr(line, want) + strlen(want), NULL);
+	}
+	free(buf);
+	return sum;
+}
+
 /* Objects published on one daemon are restored byte for byte on the others. */
 START_TEST(test_restore_objects_published_elsewhere)
 {
@@ -627,6 +786,7 @@ START_TEST(test_restore_objects_published_elsewhere)
 	uint32_t			p;
 	long long			pulled = 0;
 
+	pt_metrics = 1;
 	pt_role(PT_N, NULL, NULL);
 	pt_rank(&pub, 0);
 	test_rank_publish_kv(&pub, 11, 0, 48, 0, NULL);
@@ -648,6 +808,10 @@ START_TEST(test_restore_objects_published_elsewhere)
 		/* What its offers did not bring here was pulled, and nothing else. */
 		ck_assert_int_eq(pt_hits_peer(i) + test_stat(pt_d[i].sock, "peers",
 		    "offers_stored"), 48);
+		/* /metrics splits the hits as STATS does: pulled pages are the peer tier's, not DRAM's. */
+		ck_assert_double_eq(pt_restored_by_tier(i, "peer"), (double)pt_hits_peer(i));
+		ck_assert_double_eq(pt_restored_by_tier(i, "dram"), (double)(48 - pt_hits_peer(i)));
+		ck_assert_double_eq(pt_restored_by_tier(i, "file"), 0);
 		pulled += pt_hits_peer(i);
 	}
 	ck_assert_int_gt(pulled, 0);
@@ -716,6 +880,86 @@ START_TEST(test_probe_changes_nothing_anywhere)
 	    test_stat(pt_d[2].sock, "peers", "probes_served"), 0);
 	test_rank_fini(&r);
 	test_rank_fini(&pub);
+}
+END_TEST
+
+/* The next completion on r's connection within timeout_ms: 0, or -ETIMEDOUT. */
+static int
+pt_completion_within(struct test_rank *r, struct l3kv_completion *c, int timeout_ms)
+{
+	struct pollfd	pfd = { l3kv_fd(r->k), POLLIN, 0 };
+	struct timespec	t0, t;
+	int		rc, left;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		if ((rc = l3kv_poll_completion(r->k, c)) != -EAGAIN)
+			return rc;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		left = timeout_ms - (int)((t.tv_sec - t0.tv_sec) * 1000 +
+		    (t.tv_nsec - t0.tv_nsec) / 1000000);
+		if (left <= 0)
+			return -ETIMEDOUT;
+		poll(&pfd, 1, left);
+	}
+}
+
+/*
+ * A PROBE waiting for a home's answer when its session DETACHes on the
+ * same connection is answered `state`, before the DETACH's ok and long
+ * before peer.timeout_ms (3 s); a PROBE waiting when its connection
+ * closes is answered by nobody, and the daemon goes on.
+ */
+START_TEST(test_probe_waiting_for_peers_is_answered_at_detach)
+{
+	struct l3kv_completion	c;
+	struct test_rank	r;
+	uint8_t			*hs = test_page_hashes(16, 64);
+	uint64_t		t;
+	long long		sent;
+	uint32_t		hit;
+
+	pt_role(2, NULL, NULL);
+	pt_rank(&r, 1);
+	sent = pt_peer_stat(1, 0, "probes_sent");
+	/* n0 stopped: its answers can only time out, or go with its connection (pings). */
+	ck_assert_int_eq(kill(pt_d[0].pid, SIGSTOP), 0);
+	/* Corked: one write, so the DETACH is read before the loop could take any answer. */
+	ck_assert_int_eq(l3kv_cork(r.k), 0);
+	ck_assert_int_eq(l3kv_submit_probe(r.k, hs, 64, &t), 0);
+	ck_assert_int_eq(l3kv_detach(r.k), 0);
+	ck_assert_int_eq(l3kv_uncork(r.k), 0);
+	ck_assert_msg(pt_completion_within(&r, &c, 2000) == 0, "the PROBE was not answered");
+	ck_assert_uint_eq(c.ticket, t);
+	ck_assert_int_eq(c.op, L3KV_OP_PROBE);
+	ck_assert_int_eq(c.proto_status, PROTO_S_STATE);
+	ck_assert_ptr_nonnull(strstr(c.payload, "detached"));
+	l3kv_completion_release(&c);
+	ck_assert_int_eq(pt_peer_stat(1, 0, "probes_sent"), sent + 1);	/* it did wait for n0 */
+	/* The connection stays usable: a new ATTACH probes again (n0 is a miss, or down). */
+	ck_assert_int_eq(l3kv_attach(r.k, &r.args, NULL), 0);
+	ck_assert_int_eq(l3kv_probe(r.k, hs, 64, &hit), 0);
+	ck_assert_uint_eq(hit, 0);
+	test_rank_fini(&r);
+
+	/* Again, but the connection closes with the PROBE waiting: nobody to answer, nothing freed twice. */
+	ck_assert_int_eq(kill(pt_d[0].pid, SIGCONT), 0);
+	ck_assert(pt_wait_state(1, 0, "up"));
+	pt_rank(&r, 1);
+	sent = pt_peer_stat(1, 0, "probes_sent");
+	ck_assert_int_eq(kill(pt_d[0].pid, SIGSTOP), 0);
+	ck_assert_int_eq(l3kv_submit_probe(r.k, hs, 64, &t), 0);
+	for (int i = 0; i < 500 && pt_peer_stat(1, 0, "probes_sent") == sent; i++)
+		usleep(10000);
+	ck_assert_int_eq(pt_peer_stat(1, 0, "probes_sent"), sent + 1);
+	test_rank_fini(&r);
+	ck_assert_int_eq(kill(pt_d[0].pid, SIGCONT), 0);
+	ck_assert_int_eq(test_stat_wait(pt_d[1].sock, "attach", "sessions", 0), 0);
+	ck_assert(pt_wait_state(1, 0, "up"));
+	pt_rank(&r, 1);
+	ck_assert_uint_eq(test_rank_probe(&r, 16, 64, NULL, NULL), 0);
+	test_rank_fini(&r);
+	free(hs);
 }
 END_TEST
 
@@ -1430,11 +1674,14 @@ suite_peer(void)
 	tcase_add_test(tc, test_three_daemons_connect);
 	tcase_add_test(tc, test_l3kvctl_shows_the_peers);
 	tcase_add_test(tc, test_stranger_is_refused);
+	tcase_add_test(tc, test_member_id_from_another_address_is_refused);
+	tcase_add_test(tc, test_member_by_name_or_wildcard_is_checked_so);
 	tcase_add_test(tc, test_secret_is_checked);
 	tcase_add_test(tc, test_hostile_peer_bytes_are_refused);
 	tc = test_tcase(s, "restore", 60, NULL, pt_teardown);
 	tcase_add_test(tc, test_restore_objects_published_elsewhere);
 	tcase_add_test(tc, test_probe_changes_nothing_anywhere);
+	tcase_add_test(tc, test_probe_waiting_for_peers_is_answered_at_detach);
 	tcase_add_test(tc, test_hybrid_pools_restore_elsewhere);
 	tcase_add_test(tc, test_dcp_shards_restore_from_their_homes);
 	tc = test_tcase(s, "faults", 90, NULL, pt_teardown);
