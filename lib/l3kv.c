@@ -129,6 +129,8 @@ struct l3kv_req {
 	int			 status;	/* 0 or -errno, once done */
 	char			*payload;	/* reply payload or error text, NUL-terminated */
 	uint32_t		 len;
+	int64_t			 t0_us;		/* submitted (CLOCK_MONOTONIC) */
+	uint32_t		 frame_len;	/* the request's frame: RESTORE's size proxy */
 	/* While on sendq: the unsent rest of the frame. */
 	uint8_t			*out;
 	size_t			 out_len;
@@ -152,7 +154,8 @@ struct l3kv {
 	int			 rshort;	/* l3kv_read() stopped at a short read */
 	int			 emptied;	/* this drain of completions emptied the socket */
 	int			 timeout_ms;
-	unsigned		 spin_us;	/* l3kv_set_spin */
+	unsigned		 spin_us;	/* l3kv_set_spin, or L3KV_SPIN_AUTO */
+	double			 restore_ns_per_byte;	/* auto spin: RESTOREs' wait per frame byte */
 	int			 device;	/* l3kv_set_device: ATTACH's claim, or -1 */
 	uint16_t		 kv_pool;	/* PROBE's pool: the first kv pool at ATTACH */
 	uint64_t		 next_seq;
@@ -203,6 +206,15 @@ l3kv_now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t
+l3kv_now_us(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* The deadline of a timeout, or -1 for none. */
@@ -775,6 +787,8 @@ l3kv_submit(struct l3kv *k, unsigned type, const struct iovec *payload, int npay
 	r->seq = k->next_seq++;
 	r->type = (uint16_t)type;
 	r->flags = flags;
+	r->t0_us = l3kv_now_us();
+	r->frame_len = (uint32_t)(len + sizeof(h));
 	proto_hdr_init(&h, type, (uint32_t)len, r->seq);
 	if (nfds > 0)
 		h.flags |= PROTO_F_FDS;
@@ -834,19 +848,35 @@ l3kv_wait(struct l3kv *k, struct l3kv_req *r, int64_t deadline)
 {
 	struct pollfd	pfd;
 	struct timespec	ts;
-	int64_t		spin_end = 0, now;
-	int		left, spin = k->spin_us > 0;
+	int64_t		now = l3kv_now_us(), sleep_end = 0, spin_end = 0, expect = 0, us;
+	int		left;
 
-	if (spin) {
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		spin_end = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000 + k->spin_us;
-	}
+	if (k->spin_us == L3KV_SPIN_AUTO) {
+		/*
+		 * Sleep until shortly before the reply is due, then spin
+		 * through it: a RESTORE is due after as long per frame byte as
+		 * the last ones took (a frame's length grows with its pages);
+		 * anything else, or the first RESTORE, is due at once.
+		 */
+		if (r->type == PROTO_T_RESTORE && k->restore_ns_per_byte > 0)
+			expect = (int64_t)(k->restore_ns_per_byte * r->frame_len / 1000);
+		sleep_end = r->t0_us + expect - L3KV_SPIN_AUTO_US;
+		spin_end = (sleep_end > now ? sleep_end : now) + 2 * L3KV_SPIN_AUTO_US;
+	} else if (k->spin_us > 0)
+		spin_end = now + k->spin_us;
 	for (;;) {
 		/* A broken connection completes every request: r is done then. */
 		if (l3kv_flush(k) == 0)
 			l3kv_read(k);
-		if (r->flags & L3KV_REQ_F_DONE)
+		if (r->flags & L3KV_REQ_F_DONE) {
+			if (r->type == PROTO_T_RESTORE && r->status == 0 && r->frame_len > 0) {
+				us = l3kv_now_us() - r->t0_us;
+				k->restore_ns_per_byte = k->restore_ns_per_byte <= 0 ?
+				    (double)us * 1000 / r->frame_len :
+				    0.75 * k->restore_ns_per_byte + 0.25 * us * 1000 / r->frame_len;
+			}
 			return 0;
+		}
 		if (k->sock < 0)
 			return -ENOTCONN;
 		if ((left = l3kv_remaining(deadline)) == 0) {
@@ -858,16 +888,20 @@ l3kv_wait(struct l3kv *k, struct l3kv_req *r, int64_t deadline)
 		pfd.fd = k->sock;
 		pfd.events = POLLIN | (TAILQ_EMPTY(&k->sendq) ? 0 : POLLOUT);
 		pfd.revents = 0;
-		if (spin) {
-			/* l3kv_set_spin: look again without sleeping, until spin_end */
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			now = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-			if (now < spin_end)
-				left = 0;
-			else
-				spin = 0;
+		now = l3kv_now_us();
+		us = -1;				/* sleep until the deadline */
+		if (now < sleep_end)
+			us = sleep_end - now;		/* until the spin starts */
+		else if (now < spin_end)
+			us = 0;				/* spin: look again at once */
+		if (us >= 0 && (left < 0 || us < (int64_t)left * 1000)) {
+			ts.tv_sec = us / 1000000;
+			ts.tv_nsec = (us % 1000000) * 1000;
+		} else {
+			ts.tv_sec = left / 1000;
+			ts.tv_nsec = (left % 1000) * 1000000L;
 		}
-		if (poll(&pfd, 1, left) < 0 && errno != EINTR) {
+		if (ppoll(&pfd, 1, us < 0 && left < 0 ? NULL : &ts, NULL) < 0 && errno != EINTR) {
 			left = -errno;
 			r->flags |= L3KV_REQ_F_ORPHAN;
 			l3kv_seterr(k, "libl3kv: poll: %s", strerror(-left));
@@ -1240,6 +1274,7 @@ l3kv_connect(const char *socket_path, int timeout_ms, struct l3kv **out)
 	TAILQ_INIT(&k->sendq);
 	k->epfd = k->evfd = -1;
 	k->device = L3KV_DEVICE_ANY;
+	k->spin_us = L3KV_SPIN_AUTO;
 	k->next_seq = 1;
 	k->timeout_ms = timeout_ms == L3KV_TIMEOUT_DEFAULT ? L3KV_DEFAULT_TIMEOUT_MS : timeout_ms;
 	deadline = l3kv_deadline(k, timeout_ms);
@@ -1313,7 +1348,7 @@ l3kv_close(struct l3kv *k)
 int
 l3kv_set_spin(struct l3kv *k, unsigned spin_us)
 {
-	if (k == NULL || spin_us > 1000000)
+	if (k == NULL || (spin_us > 1000000 && spin_us != L3KV_SPIN_AUTO))
 		return -EINVAL;
 	k->spin_us = spin_us;
 	return 0;

@@ -117,11 +117,17 @@ L3KV_API int	 l3kv_set_timeout(struct l3kv *, int timeout_ms);
 L3KV_API int	 l3kv_set_device(struct l3kv *, int device);
 /*
  * Blocking calls poll the socket without sleeping for up to spin_us
- * microseconds before they sleep in poll(2) (default 0: they sleep at
- * once). Waking a sleeping thread costs tens of microseconds on some
- * hosts (virtual machines most), which a GPU restore of a millisecond
- * notices; spinning costs this thread's core meanwhile. At most 1 s.
+ * microseconds before they sleep in poll(2). Waking a sleeping thread
+ * costs tens of microseconds on some hosts (virtual machines most), which
+ * a GPU restore of a millisecond notices; spinning costs this thread's
+ * core meanwhile. At most 1 s; 0: they sleep at once. L3KV_SPIN_AUTO,
+ * the default: a call sleeps until L3KV_SPIN_AUTO_US before its reply is
+ * due and spins for up to twice that: a RESTORE is due after as long,
+ * per byte of its request, as this connection's last RESTOREs took; any
+ * other call at once. At most 2 * L3KV_SPIN_AUTO_US of spinning a call.
  */
+#define L3KV_SPIN_AUTO		0xffffffffU
+#define L3KV_SPIN_AUTO_US	150
 L3KV_API int	 l3kv_set_spin(struct l3kv *, unsigned spin_us);
 
 #define L3KV_CAP_HOST_COPY	0x0001	/* memfd regions, host copy engine */

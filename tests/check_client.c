@@ -799,6 +799,65 @@ START_TEST(test_blocking_call_times_out)
 }
 END_TEST
 
+/* Two STATS, each answered 300 ms late. */
+static int
+script_slow(int fd)
+{
+	struct proto_hdr	h;
+	int			i;
+
+	for (i = 0; i < 2; i++) {
+		if (fake_expect(fd, PROTO_T_STATS, &h) != 0)
+			return 1;
+		poll(NULL, 0, 300);
+		if (fake_reply(fd, &h, 0, "{}", 2) != 0)
+			return 2;
+	}
+	return fake_drain(fd);
+}
+
+static int64_t
+ct_thread_cpu_us(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/*
+ * The default spin (L3KV_SPIN_AUTO) spins only around a reply's expected
+ * time: a reply 300 ms late costs the waiting thread little CPU, where a
+ * fixed spin of a second burns the whole wait.
+ */
+START_TEST(test_auto_spin_sleeps_through_a_slow_reply)
+{
+	struct ct_conn	 cn;
+	struct l3kv	*k;
+	char		*json = NULL;
+	int64_t		 c0, t0;
+
+	k = ct_open(&cn, script_slow);
+	ck_assert_int_eq(l3kv_set_spin(k, 1000001), -EINVAL);
+	ck_assert_int_eq(l3kv_set_spin(NULL, 0), -EINVAL);
+	c0 = ct_thread_cpu_us();
+	t0 = ct_now_ms();
+	ck_assert_int_eq(l3kv_stats(k, &json), 0);	/* the default: auto */
+	ct_assert_took(t0, 290, 5000);
+	ck_assert_msg(ct_thread_cpu_us() - c0 < 50000, "auto spin took %lld us of CPU over 300 ms",
+	    (long long)(ct_thread_cpu_us() - c0));
+	l3kv_free(json);
+	ck_assert_int_eq(l3kv_set_spin(k, 1000000), 0);
+	c0 = ct_thread_cpu_us();
+	ck_assert_int_eq(l3kv_stats(k, &json), 0);
+	ck_assert_msg(ct_thread_cpu_us() - c0 > 150000, "a 1 s spin took only %lld us of CPU",
+	    (long long)(ct_thread_cpu_us() - c0));
+	l3kv_free(json);
+	ck_assert_int_eq(l3kv_set_spin(k, L3KV_SPIN_AUTO), 0);
+	ct_close(&cn);
+}
+END_TEST
+
 /* The first STATS answered after the client gave up, the second at once. */
 static int
 script_late(int fd)
@@ -2123,6 +2182,7 @@ suite_client(void)
 	    (int)(sizeof(ct_bad_replies) / sizeof(ct_bad_replies[0])));
 	tcase_add_test(tc, test_close_mid_reply_fails_without_hanging);
 	tcase_add_test(tc, test_blocking_call_times_out);
+	tcase_add_test(tc, test_auto_spin_sleeps_through_a_slow_reply);
 	tcase_add_test(tc, test_late_reply_after_timeout_is_dropped);
 	tcase_add_test(tc, test_error_status_maps_to_errno_and_keeps_the_connection);
 	tcase_add_test(tc, test_error_frame_fails_every_request_in_flight);

@@ -62,7 +62,7 @@
 static uint64_t	e2e_rng = 0x9e3779b97f4a7c15ULL;
 static pid_t	e2e_daemon_pid;
 static int	e2e_timeline;	/* -T: the daemon's timeline of every timed RESTORE */
-static unsigned	e2e_spin_us;	/* -S: l3kv_set_spin on the engine's connection */
+static unsigned	e2e_spin_us = L3KV_SPIN_AUTO;	/* -S: l3kv_set_spin on the engine's connection */
 
 /* The stages of a RESTORE's timeline: STATS "copy"."last_restore" keys, then the client's. */
 static const char *const e2e_stage[] = {
@@ -653,7 +653,8 @@ e2e_usage(void)
 	fprintf(stderr, "usage: bench_e2e [-T] [-S SPIN_US] [-n RUNS] [-w WARMUPS] [-d DRAM_SIZE] "
 	    "[L3KVD]\n"
 	    "  -T: the daemon's timeline of each RESTORE (L3KV_CUDA_TIMELINE=1 for it)\n"
-	    "  -S: the engine's blocking calls spin that long before they sleep (l3kv_set_spin)\n"
+	    "  -S: the engine's blocking calls spin that long before they sleep, or auto (the\n"
+	    "      default, L3KV_SPIN_AUTO); 0 sleeps at once (l3kv_set_spin)\n"
 	    "  L3KVD defaults to $L3KV_BUILD/l3kvd, else l3kvd beside bench_e2e\n");
 	exit(2);
 }
@@ -666,7 +667,7 @@ main(int argc, char **argv)
 	struct e2e_engine	 e;
 	struct e2e_row		 rows[4];
 	const char		*dram = "4 GiB", *env;
-	char			 bin[PATH_MAX], self[PATH_MAX], desc[256] = "", err[256] = "";
+	char			 bin[PATH_MAX], self[PATH_MAX], desc[256] = "", err[256] = "", spin[96];
 	char			*slash;
 	long long		 leases, pins, restored;
 	ssize_t			 sl;
@@ -677,7 +678,8 @@ main(int argc, char **argv)
 	while ((c = getopt(argc, argv, "TS:n:w:d:h")) != -1) {
 		switch (c) {
 		case 'S':
-			e2e_spin_us = (unsigned)atoi(optarg);
+			e2e_spin_us = strcmp(optarg, "auto") == 0 ? L3KV_SPIN_AUTO :
+			    (unsigned)atoi(optarg);
 			break;
 		case 'T':
 			e2e_timeline = 1;
@@ -733,6 +735,11 @@ main(int argc, char **argv)
 		e2e_measure(&e, sizes[i % 2], i >= 2, warm, runs, &rows[i]);
 	}
 
+	if (e2e_spin_us == L3KV_SPIN_AUTO)
+		snprintf(spin, sizeof(spin), "by L3KV_SPIN_AUTO (%d us around a reply's expected time)",
+		    L3KV_SPIN_AUTO_US);
+	else
+		snprintf(spin, sizeof(spin), "%u us before they sleep", e2e_spin_us);
 	printf("## End-to-end MLA FP8 restore through l3kvd, %s\n\n", desc);
 	printf("Pages of %u tokens x %u layers x %u B (%.2f MB objects), published from device "
 	    "memory and restored into it (legacy CUDA IPC region, layer_first, random "
@@ -742,11 +749,11 @@ main(int argc, char **argv)
 	    "calls (one Unix-socket round trip each); RESTORE: that call alone; copy: one "
 	    "pinned cudaMemcpy H2D of the same bytes from this process; \"+ release flag\": "
 	    "ADMIT + RESTORE with L3KV_RESTORE_RELEASE, two round trips. The last run of each "
-	    "row was checked byte for byte. Engine: %s%s; the client's blocking calls spin %u us "
-	    "before they sleep (l3kv_set_spin).\n\n", E2E_TOKENS, E2E_LAYERS,
+	    "row was checked byte for byte. Engine: %s%s; the client's blocking calls spin %s "
+	    "(l3kv_set_spin).\n\n", E2E_TOKENS, E2E_LAYERS,
 	    E2E_TBYTES, (double)E2E_OBJ / 1e6, E2E_POOL - E2E_SRC, dram, runs, warm,
 	    getenv("L3KV_CUDA_NOTIFY") != NULL ? "notify by " : "default notify",
-	    getenv("L3KV_CUDA_NOTIFY") != NULL ? getenv("L3KV_CUDA_NOTIFY") : "", e2e_spin_us);
+	    getenv("L3KV_CUDA_NOTIFY") != NULL ? getenv("L3KV_CUDA_NOTIFY") : "", spin);
 	printf("| restore | MB | end-to-end ms (p50) | p90 | RESTORE ms (p50) | p90 | copy ms (p50) "
 	    "| p90 | end-to-end / copy | RESTORE / copy | end-to-end GB/s | RESTORE GB/s | "
 	    "copy GB/s |\n");

@@ -56,7 +56,8 @@ timeout 240 tests/bench/gpu.sh "$BIN" ${BENCH_ARGS:--r 5} >"$OUT/bench_gpu.md" \
 # shellcheck disable=SC2086
 # leading words: the checksum kernel's form (L3KV_CUDA_CSUM; cta is the default), "tail"
 # for L3KV_CUDA_TAIL_ON_COPY=1 (a restore's last chunk's kernels behind its DMA)
-for v in "" "-S 5000" "-T" "warp -T" "warp" "warp -S 5000" "tail -S 5000"; do
+# (bench_e2e's client spins by L3KV_SPIN_AUTO unless -S says otherwise)
+for v in "" "-S 0" "-S 5000" "-T" "warp -S 0" "" "-S 0"; do
 	echo "== bench_e2e $v"
 	echo "### bench_e2e ${v:-(defaults)}" >>"$OUT/bench_e2e.md"
 	csum=cta

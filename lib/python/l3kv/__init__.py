@@ -36,7 +36,7 @@ __all__ = [
     "ServerInfo", "StateDest", "Status", "Write", "default_socket", "has_restore_with",
     "library_path", "strerror", "version",
     "HASH_LEN", "SLOT_NONE", "PAGES_MAX", "REGION_NONE", "RESTORE_RELEASE", "TIMEOUT_DEFAULT",
-    "TIMEOUT_INFINITE", "DEVICE_ANY",
+    "TIMEOUT_INFINITE", "DEVICE_ANY", "SPIN_AUTO",
 ]
 
 from .values import *  # noqa: F401,F403

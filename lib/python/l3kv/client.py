@@ -118,7 +118,10 @@ class Client:
 
     def set_spin(self, spin_us: int):
         """Blocking calls poll without sleeping for up to spin_us microseconds
-        before they sleep (l3kv_set_spin; 0, the default: they sleep at once)."""
+        before they sleep (l3kv_set_spin; 0: they sleep at once). SPIN_AUTO,
+        the default: they sleep until shortly before a reply is due, then spin
+        (at most 300 us a call; a RESTORE is due as long after as the last ones
+        took)."""
         with self._lock:
             self._check(self._lib.l3kv_set_spin(self._handle(), _uint(spin_us, 32, "spin_us")))
 

@@ -17,6 +17,7 @@ LIVE_MAX = 65536
 HANDLE_LEN = 64
 REGION_NONE = 0xFFFF    # no state region, no event region (l3kv_restore_args)
 DEVICE_ANY = -1         # l3kv_set_device: no device claim, the daemon takes the memory's
+SPIN_AUTO = 0xFFFFFFFF   # l3kv_set_spin: spin only around a reply's expected time (default)
 RESTORE_RELEASE = 0x0001    # l3kv_restore_args.flags: the lease ends when RESTORE succeeds
 TIMEOUT_DEFAULT = 0
 TIMEOUT_INFINITE = -1
