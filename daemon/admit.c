@@ -570,9 +570,17 @@ admit_request(struct conn *c, struct proto_frame *f)
 		admit_ready(s, a);
 }
 
-/* A rank leaves: admissions still waiting for the group decline now. */
+/*
+ * A rank leaves: admissions still waiting for the group decline now,
+ * rank_left. At DETACH (detach != 0, from dispatch_detach before its
+ * reply) the connection stays open and the engine reads on, so the
+ * rank's own waiting ADMITs are declined with the others', before the
+ * DETACH is answered; once the connection closed, nobody is there to
+ * answer. Either way nothing of the rank waits on after this: a later
+ * session on the same connection never sees an answer of this one.
+ */
 void
-admit_session_closing(struct session *sess)
+admit_session_closing(struct session *sess, int detach)
 {
 	struct rank_group	*g = sess->group;
 	struct admission	*a, *next;
@@ -581,7 +589,7 @@ admit_session_closing(struct session *sess)
 		next = TAILQ_NEXT(a, entry);
 		if (a->answered)
 			continue;
-		if (a->ranks[sess->group_rank].asked) {
+		if (!detach && a->ranks[sess->group_rank].asked) {
 			a->ranks[sess->group_rank].asked = 0;	/* nobody to answer there */
 			sess->admits_waiting--;
 		}

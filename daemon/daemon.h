@@ -1179,7 +1179,7 @@ struct admission {
 	TAILQ_ENTRY(admission)	 entry;
 };
 void	 admit_request(struct conn *, struct proto_frame *);
-void	 admit_session_closing(struct session *);
+void	 admit_session_closing(struct session *, int detach);
 void	 admit_group_gone(struct server *, struct rank_group *);
 void	 admission_lease_gone(struct server *, struct admission *);
 

@@ -128,8 +128,14 @@ dispatch_detach(struct conn *c, struct proto_frame *f)
 	}
 	log_info("attach", "conn %llu: session %u detached", (unsigned long long)c->id,
 	    c->session->id);
-	/* The engine still reads this connection: PROBEs waiting for peers are answered first. */
+	/*
+	 * The engine still reads this connection: PROBEs waiting for peers,
+	 * and the group's ADMITs waiting at its barrier (this rank's among
+	 * them, rank_left), are answered first.
+	 */
 	cache_probes_end(c->session, 1);
+	if (c->session->group != NULL)
+		admit_session_closing(c->session, 1);
 	if (c->session->jobs > 0) {
 		/* Copies into this engine's memory drain first; then the answer. */
 		c->session->detach_waiting = 1;

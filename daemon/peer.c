@@ -309,10 +309,23 @@ peer_hello_fill(struct peer_tier *t, struct proto_peer_hello *h, const uint8_t *
 	memcpy(h->mr, t->mr, sizeof(h->mr));
 }
 
+/* 0 when a HELLO's counts are in range (peer_set_remote would take it), or -EINVAL. */
+int
+peer_hello_counts_ok(const struct proto_peer_hello *h)
+{
+	if (h->fabric_len > sizeof(h->fabric) || h->nmr > PROTO_PEER_KEYS_MAX ||
+	    h->incarnation == 0)
+		return -EINVAL;
+	return 0;
+}
+
 /*
  * What a peer's HELLO says about reading it: its endpoint, chunks and
  * incarnation. A new incarnation dooms every pull from the old one.
- * 0, or -EINVAL for a HELLO whose counts are out of range.
+ * Only a HELLO proved to come from p may come here: with peer.secret,
+ * one whose proof was checked (the reply to ours, or a HELLO once its
+ * PEER_AUTH passed). 0, or -EINVAL for a HELLO whose counts are out of
+ * range.
  */
 int
 peer_set_remote(struct peer *p, const struct proto_peer_hello *h)
@@ -320,8 +333,7 @@ peer_set_remote(struct peer *p, const struct proto_peer_hello *h)
 	struct peer_tier	*t = p->tier;
 	struct peer_pull	*pl;
 
-	if (h->fabric_len > sizeof(h->fabric) || h->nmr > PROTO_PEER_KEYS_MAX ||
-	    h->incarnation == 0)
+	if (peer_hello_counts_ok(h) != 0)
 		return -EINVAL;
 	if (p->incarnation == h->incarnation && p->fabric_len == h->fabric_len &&
 	    memcmp(p->fabric_name, h->fabric, h->fabric_len) == 0)

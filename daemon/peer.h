@@ -77,6 +77,7 @@ struct peer_in {
 	struct sockaddr_storage	 from;		/* where it connected from (accept) */
 	int			 authed;	/* PEER_AUTH checked (or no secret) */
 	uint8_t			 nonce[PROTO_PEER_NONCE];	/* ours, in the HELLO reply */
+	struct proto_peer_hello	 hello;		/* with a secret: its HELLO, until its AUTH */
 	struct peer_slease_list	 leases;	/* what it pinned here */
 	unsigned		 offers;	/* its offers being pulled */
 	TAILQ_ENTRY(peer_in)	 entry;
@@ -126,6 +127,7 @@ typedef void peer_reply_fn(void *arg, struct peer *, unsigned status, const uint
 int	 peer_send(struct peer *, unsigned type, const void *payload, uint32_t len,
 	    uint32_t timeout_ms, peer_reply_fn *, void *arg);
 struct peer *peer_by_id(struct peer_tier *, const char *id);
+int	 peer_hello_counts_ok(const struct proto_peer_hello *);
 int	 peer_set_remote(struct peer *, const struct proto_peer_hello *);
 int	 peer_mr_ok(const struct peer *, uint64_t raddr, uint64_t rkey, uint64_t len);
 int	 peer_source_ok(const struct peer *, const struct sockaddr *from);

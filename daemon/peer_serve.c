@@ -3,7 +3,8 @@
  * connection it dialled. Its HELLO must name a member of this daemon's
  * list (not this daemon) of the same role, and come from the address the
  * list gives that member; with peer.secret set, its PEER_AUTH must prove
- * the secret before anything else is answered.
+ * the secret before anything else is answered, and before anything its
+ * HELLO says of the member (incarnation, endpoint, keys) is taken.
  *
  * - PEER_PROBE: which of the keys DRAM holds now, through dram_lookup
  *   alone: nothing is pinned, touched or moved (PROBE is free of side
@@ -147,6 +148,20 @@ peer_serve_addr(const struct sockaddr_storage *ss, char *buf, size_t len)
 	return buf;
 }
 
+/*
+ * The member's HELLO is taken (at the HELLO without a secret, at a good
+ * PEER_AUTH with one): what it says of reading the member replaces what
+ * this daemon knew. Its counts were checked at the HELLO.
+ */
+static void
+peer_serve_remote(struct peer_in *in, const struct proto_peer_hello *h)
+{
+	if (peer_set_remote(in->p, h) != 0)
+		return;
+	log_info("peer", "%s connected (incarnation %016llx)", in->p->m.id,
+	    (unsigned long long)h->incarnation);
+}
+
 static void
 peer_serve_hello(struct peer_in *in, struct proto_frame *f)
 {
@@ -191,13 +206,22 @@ peer_serve_hello(struct peer_in *in, struct proto_frame *f)
 		peer_refuse(in, &f->hdr, PROTO_S_PEER_UNKNOWN, why);
 		return;
 	}
-	if (peer_set_remote(p, &h) != 0) {
+	if (peer_hello_counts_ok(&h) != 0) {
 		peer_refuse(in, &f->hdr, PROTO_S_INVALID, "PEER_HELLO: counts out of range");
 		return;
 	}
 	in->p = p;
 	peer_ref(p);
 	in->authed = t->s->cfg->peer_secret[0] == '\0';
+	/*
+	 * With a secret, anyone where p is can send p's HELLO: what it says
+	 * (a new incarnation dooms p's pulls, its endpoint and keys replace
+	 * p's) waits for its PEER_AUTH's proof, and goes with a failed one.
+	 */
+	if (in->authed)
+		peer_serve_remote(in, &h);
+	else
+		in->hello = h;
 	in->c->flags |= CONN_F_HELLO | CONN_F_ATTACHED;
 	memset(&r, 0, sizeof(r));
 	r.version_min = r.version_max = PROTO_VERSION;
@@ -214,8 +238,6 @@ peer_serve_hello(struct peer_in *in, struct proto_frame *f)
 	memcpy(r.mr, t->mr, sizeof(r.mr));
 	if (t->s->cfg->peer_secret[0] != '\0')
 		peer_proof(t, h.nonce, t->self.id, t->incarnation, r.proof);
-	log_info("peer", "%s connected (incarnation %016llx)", p->m.id,
-	    (unsigned long long)h.incarnation);
 	conn_reply(in->c, &f->hdr, PROTO_S_OK, &r, sizeof(r));
 }
 
@@ -228,12 +250,15 @@ peer_serve_auth(struct peer_in *in, struct proto_frame *f)
 
 	memcpy(&a, f->payload, sizeof(a));
 	if (t->s->cfg->peer_secret[0] != '\0') {
-		peer_proof(t, in->nonce, in->p->m.id, in->p->incarnation, want);
+		/* Over the incarnation its HELLO claimed: that HELLO is not applied yet. */
+		peer_proof(t, in->nonce, in->p->m.id, in->hello.incarnation, want);
 		if (memcmp(want, a.proof, sizeof(want)) != 0) {
 			peer_refuse(in, &f->hdr, PROTO_S_PEER_AUTH, "PEER_AUTH: the proof of the "
 			    "shared secret is wrong");
 			return;
 		}
+		if (!in->authed)
+			peer_serve_remote(in, &in->hello);
 	}
 	in->authed = 1;
 	conn_reply(in->c, &f->hdr, PROTO_S_OK, NULL, 0);

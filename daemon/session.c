@@ -359,10 +359,11 @@ session_unref(struct session *sess)
 
 /*
  * The engine is gone (disconnect) or leaving (DETACH): no more replies,
- * PROBEs waiting for the peer tier are dropped (DETACH answered them
- * already), pending admissions decline, in-flight copies are cancelled
- * (their completions release them), held leases are released, and the
- * rank leaves its group and namespace. Drops the connection's reference.
+ * PROBEs waiting for the peer tier are dropped and pending admissions
+ * decline (DETACH answered the rank's own of both already), in-flight
+ * copies are cancelled (their completions release them), held leases
+ * are released, and the rank leaves its group and namespace. Drops the
+ * connection's reference.
  */
 void
 session_close(struct session *sess)
@@ -374,7 +375,7 @@ session_close(struct session *sess)
 	s = sess->server;
 	cache_probes_end(sess, 0);
 	if (sess->group != NULL)
-		admit_session_closing(sess);
+		admit_session_closing(sess, 0);
 	restore_session_closing(sess);
 	sess->conn = NULL;
 	group_leave(s, sess);

@@ -698,6 +698,64 @@ START_TEST(test_admits_waiting_at_the_barrier_are_capped_per_rank)
 }
 END_TEST
 
+
+/*
+ * A rank whose ADMIT waits at its group's barrier and that DETACHes on the
+ * same connection gets its ADMIT declined rank_left before the DETACH's
+ * ok (the connection stays open: the engine reads on), and nothing of
+ * that session reaches the connection's next ATTACH, whose barriers work.
+ */
+START_TEST(test_admit_waiting_at_the_barrier_is_declined_at_detach)
+{
+	struct l3kv_admit_result	ar, res[2];
+	struct l3kv_completion		c;
+	struct l3kv_admit_args		args;
+	struct test_rank		r[2];
+	uint64_t			t;
+	uint32_t			g;
+	uint8_t				*h = test_page_hashes(44, 4);
+
+	test_td_restart("{\"admit\": {\"timeout_ms\": 60000}}");
+	for (g = 0; g < 2; g++) {
+		test_rank_init(&r[g], &kv, "tp2-left", 2, g);
+		r[g].args.layout.attention = L3KV_ATTN_MHA;
+		rank_attach(&r[g]);
+		publish_prefix(&r[g], 44, 4, 0, 4);
+	}
+	args = (struct l3kv_admit_args){ .request_id = 7, .hashes = h, .npages = 4,
+	    .reserved_pages = 4, .state_slot = L3KV_SLOT_NONE };
+	/* Rank 1 never asks: the ADMIT waits for it (60 s), then the DETACH comes. */
+	ck_assert_int_eq(l3kv_submit_admit(r[0].k, &args, &t), 0);
+	ck_assert_int_eq(l3kv_detach(r[0].k), 0);
+	/* The DETACH's reply was read: the ADMIT's answer came before it, or never. */
+	ck_assert_msg(l3kv_poll_completion(r[0].k, &c) == 0,
+	    "the waiting ADMIT was not answered before the DETACH's reply");
+	ck_assert_uint_eq(c.ticket, t);
+	ck_assert_int_eq(c.op, L3KV_OP_ADMIT);
+	ck_assert_int_eq(c.status, 0);
+	ck_assert_int_eq(l3kv_admit_result(&c, &ar), 0);
+	l3kv_completion_release(&c);
+	ck_assert_int_eq(ar.decline, L3KV_DECLINE_RANK_LEFT);
+	ck_assert_uint_eq(ar.admitted_pages, 0);
+	ck_assert_uint_eq(ar.lease, 0);
+	ck_assert_int_eq(test_td_stat("cache", "leases_open"), 0);
+
+	/* The connection attaches again; the group's barrier works, nothing stray arrives. */
+	ck_assert_int_eq(l3kv_attach(r[0].k, &r[0].args, NULL), 0);
+	ck_assert_int_eq(l3kv_poll_completion(r[0].k, &c), -EAGAIN);
+	args.request_id = 8;
+	test_rank_admit_group(r, 2, &args, res);
+	for (g = 0; g < 2; g++) {
+		ck_assert_int_eq(res[g].decline, L3KV_DECLINE_NONE);
+		ck_assert_uint_eq(res[g].admitted_pages, 4);
+		ck_assert_int_eq(l3kv_release(r[g].k, res[g].lease), 0);
+	}
+	ck_assert_int_eq(l3kv_poll_completion(r[0].k, &c), -EAGAIN);
+	free(h);
+	for (g = 0; g < 2; g++)
+		test_rank_fini(&r[g]);
+}
+END_TEST
 /*
  * Issue 11 item 11, through the daemon: 3 MiB of tiers.dram.size is a
  * 2 MiB arena (it was 4 MiB, over the budget), and the start says so.
@@ -1244,6 +1302,7 @@ suite_cache(void)
 	tcase_add_test(tc, test_group_of_four_gets_identical_answers);
 	tcase_add_test(tc, test_missing_rank_makes_admit_decline_for_all_at_the_deadline);
 	tcase_add_test(tc, test_admits_waiting_at_the_barrier_are_capped_per_rank);
+	tcase_add_test(tc, test_admit_waiting_at_the_barrier_is_declined_at_detach);
 	tcase_add_test(tc, test_dram_size_is_rounded_down_and_said_at_start);
 	tcase_add_test(tc, test_lease_expires_and_restore_says_expired);
 	tcase_add_test(tc, test_leases_expire_in_admission_order_each_after_its_ttl);

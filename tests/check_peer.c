@@ -717,6 +717,151 @@ START_TEST(test_secret_is_checked)
 }
 END_TEST
 
+/* The next frame's header on fd within 5 s, its payload skipped: 0, or -1 (none, or EOF). */
+static int
+pt_raw_read(int fd, struct proto_hdr *h)
+{
+	struct pollfd	pfd = { fd, POLLIN, 0 };
+	uint8_t		junk[4096];
+	size_t		got = 0, want;
+	ssize_t		n;
+
+	while (got < sizeof(*h) && poll(&pfd, 1, 5000) == 1 &&
+	    (n = read(fd, (uint8_t *)h + got, sizeof(*h) - got)) > 0)
+		got += (size_t)n;
+	if (got < sizeof(*h))
+		return -1;
+	for (want = h->length; want > 0 && poll(&pfd, 1, 5000) == 1 &&
+	    (n = read(fd, junk, want < sizeof(junk) ? want : sizeof(junk))) > 0; )
+		want -= (size_t)n;
+	return want == 0 ? 0 : -1;
+}
+
+/*
+ * A stranger where n1 is (127.0.0.1), without peer.secret, says n1's HELLO
+ * to daemon i: a new incarnation, no data path. Returns the connection,
+ * its HELLO answered ok.
+ */
+static int
+pt_stranger_hello(unsigned i)
+{
+	struct {
+		struct proto_hdr	h;
+		struct proto_peer_hello	hello;
+	} f;
+	struct sockaddr_in	sin;
+	struct proto_hdr	h;
+	int			fd;
+
+	memset(&f, 0, sizeof(f));
+	proto_hdr_init(&f.h, PROTO_T_PEER_HELLO, sizeof(f.hello), 1);
+	f.hello.version_min = f.hello.version_max = 1;
+	snprintf(f.hello.id, sizeof(f.hello.id), "n1");
+	snprintf(f.hello.role, sizeof(f.hello.role), "decode");
+	f.hello.incarnation = 1;
+	ck_assert_int_ge(fd = socket(AF_INET, SOCK_STREAM, 0), 0);
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons((uint16_t)(pt_port + i));
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	ck_assert_int_eq(write(fd, &f, sizeof(f)), (ssize_t)sizeof(f));
+	ck_assert_int_eq(pt_raw_read(fd, &h), 0);
+	ck_assert_uint_eq(h.seq, 1);
+	ck_assert_int_eq(h.status, PROTO_S_OK);
+	return fd;
+}
+
+/* What daemon i knows of n1 is what it was: incarnation, data path, up. */
+static void
+pt_n1_unchanged(unsigned i, const char *inc, const char *dp)
+{
+	char	buf[32];
+	json_t	*e;
+
+	ck_assert_ptr_nonnull(e = pt_peer(i, "n1"));
+	ck_assert_str_eq(json_string_value(json_object_get(e, "incarnation")), inc);
+	ck_assert_str_eq(json_string_value(json_object_get(e, "data_path")), dp);
+	json_decref(e);
+	ck_assert_str_eq(pt_state(i, 1, buf, sizeof(buf)), "up");
+	ck_assert(!test_daemon_log_has(&pt_d[i], "n1 restarted (incarnation 0000000000000001"));
+	ck_assert(!test_daemon_log_has(&pt_d[i], "n1 connected (incarnation 0000000000000001"));
+}
+
+/*
+ * With peer.secret, a HELLO claiming member n1 from n1's address (where a
+ * stranger may well be) changes nothing of n1 until its PEER_AUTH proves
+ * the secret: with a wrong proof it is refused and closed, without one
+ * it waits and a request is refused; n1's incarnation and data path on n0
+ * stay what they were, and n0 still pulls from n1.
+ */
+START_TEST(test_unproved_hello_changes_nothing_of_the_member)
+{
+	struct {
+		struct proto_hdr	h;
+		union {
+			struct proto_peer_auth	auth;
+			struct proto_peer_ping	ping;
+		} u;
+	} f;
+	struct l3kv_restore_result	res;
+	struct l3kv_admit_result	a;
+	struct proto_hdr		h;
+	struct test_rank		pub, r;
+	char				inc[32], dp[32];
+	long long			refused;
+	json_t				*e;
+	int				fd;
+
+	pt_role(2, "\"secret\": \"s3cret\"", NULL);
+	pt_incarnation(0, 1, inc, sizeof(inc));
+	ck_assert_ptr_nonnull(e = pt_peer(0, "n1"));
+	snprintf(dp, sizeof(dp), "%s", json_string_value(json_object_get(e, "data_path")));
+	json_decref(e);
+	refused = test_stat(pt_d[0].sock, "peers", "refused");
+
+	/* A wrong proof (zeros): refused peer_auth and closed; nothing of n1 changed. */
+	fd = pt_stranger_hello(0);
+	pt_n1_unchanged(0, inc, dp);
+	memset(&f, 0, sizeof(f));
+	proto_hdr_init(&f.h, PROTO_T_PEER_AUTH, sizeof(f.u.auth), 2);
+	ck_assert_int_eq(write(fd, &f, sizeof(f.h) + sizeof(f.u.auth)),
+	    (ssize_t)(sizeof(f.h) + sizeof(f.u.auth)));
+	ck_assert_int_eq(pt_raw_read(fd, &h), 0);
+	ck_assert_uint_eq(h.seq, 2);
+	ck_assert_int_eq(h.status, PROTO_S_PEER_AUTH);
+	ck_assert_int_eq(pt_raw_read(fd, &h), -1);	/* closed */
+	close(fd);
+	ck_assert_int_eq(test_stat(pt_d[0].sock, "peers", "refused"), refused + 1);
+	pt_n1_unchanged(0, inc, dp);
+
+	/* No proof at all: the HELLO waits, a request is refused; still nothing changed. */
+	fd = pt_stranger_hello(0);
+	pt_n1_unchanged(0, inc, dp);
+	proto_hdr_init(&f.h, PROTO_T_PEER_PING, sizeof(f.u.ping), 3);
+	ck_assert_int_eq(write(fd, &f, sizeof(f.h) + sizeof(f.u.ping)),
+	    (ssize_t)(sizeof(f.h) + sizeof(f.u.ping)));
+	ck_assert_int_eq(pt_raw_read(fd, &h), 0);
+	ck_assert_int_eq(h.status, PROTO_S_PEER_AUTH);
+	close(fd);
+	ck_assert_int_eq(test_stat(pt_d[0].sock, "peers", "refused"), refused + 2);
+	pt_n1_unchanged(0, inc, dp);
+
+	/* n1's pulls keep working: what n1 holds is restored on n0. */
+	pt_rank(&pub, 1);
+	test_rank_publish_kv(&pub, 15, 0, 32, 0, NULL);
+	ck_assert_int_eq(test_stat_wait(pt_d[1].sock, "dram", "pins", 0), 0);
+	pt_rank(&r, 0);
+	a = test_rank_admit(&r, 1, 15, 32, 32, PROTO_SLOT_NONE);
+	ck_assert_uint_eq(a.admitted_pages, 32);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 32, &res), 0);
+	ck_assert(test_rank_page_is(&r, TEST_RANK_KV, 31, 15, 31));
+	ck_assert_int_gt(pt_peer_stat(0, 1, "pulls"), 0);
+	test_rank_fini(&r);
+	test_rank_fini(&pub);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ restores */
 
 /* STATS cache.hits.peer of daemon i. */
@@ -1688,6 +1833,7 @@ suite_peer(void)
 	tcase_add_test(tc, test_member_id_from_another_address_is_refused);
 	tcase_add_test(tc, test_member_by_name_or_wildcard_is_checked_so);
 	tcase_add_test(tc, test_secret_is_checked);
+	tcase_add_test(tc, test_unproved_hello_changes_nothing_of_the_member);
 	tcase_add_test(tc, test_hostile_peer_bytes_are_refused);
 	tc = test_tcase(s, "restore", 60, NULL, pt_teardown);
 	tcase_add_test(tc, test_restore_objects_published_elsewhere);
