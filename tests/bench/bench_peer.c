@@ -545,7 +545,7 @@ bp_restore_all(struct bp_rank *b, const uint32_t *keep, unsigned n, unsigned *sh
  * been faulted in (as an engine's long-lived KV pool's would be): a first
  * write to each 4 KiB page of a fresh mapping costs a fault in the daemon,
  * and with every request in its own pages that took the figure to 0.4-0.7
- * of a warm mapping's at every size (3 alternated rounds on the 2-core VM).
+ * of a warm mapping's from 256 KiB up (3 alternated rounds, 2-core VM).
  */
 static void
 bp_up(struct bp_rank *a, struct bp_rank *b, unsigned size, uint32_t b_pages, const char *build)
