@@ -12,24 +12,35 @@
  * already in B's DRAM.
  *
  * Per size: requests of NP pages of that size, MIB MiB per measurement,
- * one request at a time: l3kv_admit (B asks A for a lease, pulls) then
- * l3kv_restore into the rank's pages (READY: the pages are there). The
- * time is the sum over requests of ADMIT to READY; GB/s is the bytes
- * restored over it. Contiguous objects on A are pulled in reads of up to
+ * AHEAD of them in flight at once, as an engine's scheduler admits the
+ * next requests while earlier ones restore: each request's ADMIT (B asks
+ * A for a lease and pulls) is submitted without waiting
+ * (l3kv_submit_admit), and once it is answered, and every earlier
+ * request's has been, its RESTORE (l3kv_submit_restore, into that
+ * request's own pages of the rank) follows; a request ends at READY (the
+ * pages are there), and then the next ADMIT leaves. With AHEAD 1 (the
+ * default) that is one request at a time: ADMIT, RESTORE, the next. The
+ * time is the wall time from the first ADMIT to the last READY; GB/s is
+ * the bytes restored over it. Every restored page is compared byte for
+ * byte after the clock stopped; an ADMIT that came short (A evicted part
+ * of the stripe) is released and left out of the bytes, not of the time.
+ * Contiguous objects on A are pulled in reads of up to
  * 4 MiB (peer.c's PEER_RUN_MAX) whatever the size's label; STATS reads
  * and pulls are printed with -v.
  *
  * Each size of each round gets fresh daemons (B restarted: nothing of a
  * previous round in its DRAM) and a warm-up, see bp_up.
  *
- *   bench_peer [-B BUILD] [-D DRAM_MIB] [-W WARM_MIB] [-r ROUNDS] [-m MIB]
- *              [-S SCRIPT] [-v]
+ *   bench_peer [-a AHEAD] [-B BUILD] [-D DRAM_MIB] [-W WARM_MIB] [-r ROUNDS]
+ *              [-m MIB] [-S SCRIPT] [-v]
  *     ROUNDS rounds (each every size once), one line per round and size
- *     ("peer ROUND LABEL GB/s"), then the medians; -v adds ADMIT's share,
- *     the same requests restored again from B's DRAM, reads and pulls.
+ *     ("peer ROUND LABEL GB/s"), then the medians; -v adds how long an
+ *     ADMIT took to be answered, the same requests restored again (as
+ *     many ahead) from B's DRAM, reads and pulls.
  *     Needs root (77 otherwise); tests/bench/peer.sh runs it.
  */
 #include <sys/mman.h>
+#include <sys/poll.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -37,7 +48,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <math.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -78,7 +88,25 @@ struct bp_rank {
 	struct l3kv_attach_args	 args;
 	uint8_t			*mem;
 	size_t			 page;
+	uint32_t		 npages;	/* of the region: BP_NP per request restored */
 	int			 fd;
+};
+
+/* One request of a measurement on its way from ADMIT to READY. */
+struct bp_req {
+	uint32_t			prefix;
+	int				state;
+#define BP_R_IDLE	0	/* not submitted yet */
+#define BP_R_ADMITTING	1	/* ADMIT submitted */
+#define BP_R_ADMITTED	2	/* answered, waiting for the earlier requests' RESTOREs */
+#define BP_R_RESTORING	3	/* RESTORE submitted */
+#define BP_R_RELEASING	4	/* came short: RELEASE submitted */
+#define BP_R_DONE	5	/* READY, or short and released */
+	uint64_t			ticket;	/* of the ADMIT, then of the RESTORE or RELEASE */
+	double				t_admit;	/* when its ADMIT was submitted */
+	struct l3kv_admit_result	ar;
+	uint8_t				h[BP_NP * L3KV_HASH_LEN];
+	uint32_t			dst[BP_NP];
 };
 
 static char		bp_ns[64];
@@ -87,10 +115,11 @@ static const char	*bp_script = "tests/netns.sh";
 static int		bp_verbose;
 static unsigned		bp_dram_mib = 256;	/* each daemon's tiers.dram.size */
 static unsigned		bp_warm_mib = 192;	/* published on each before measuring */
-static double		bp_admit_s;	/* of a measurement: ADMIT's share */
+static unsigned		bp_ahead = 1;	/* requests between ADMIT and READY at once */
+static double		bp_admit_s;	/* of a measurement: ADMIT submitted to answered, summed */
 static struct bp_rank	*bp_owner;	/* -v: A's rank of the size measured */
 static uint64_t		bp_req;		/* ADMIT's request ids */
-static double		bp_local_s;	/* -v: the same restores from B's DRAM */
+static double		bp_local_s;	/* -v: the same restores from B's DRAM, wall */
 
 static double
 bp_now(void)
@@ -242,8 +271,9 @@ bp_peer_up(struct l3kv *k)
 	return up;
 }
 
+/* Rank of daemon d for one size, its memfd region npages pages. */
 static void
-bp_rank(struct bp_rank *r, unsigned d, unsigned size)
+bp_rank(struct bp_rank *r, unsigned d, unsigned size, uint32_t npages)
 {
 	static char	models[BP_NSIZES][32];
 	uint32_t	tb = bp_sizes[size].token_bytes;
@@ -251,15 +281,16 @@ bp_rank(struct bp_rank *r, unsigned d, unsigned size)
 
 	memset(r, 0, sizeof(*r));
 	r->page = (size_t)BP_TOKENS * BP_LAYERS * tb;
+	r->npages = npages;
 	r->fd = memfd_create("bench-peer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (r->fd < 0 || ftruncate(r->fd, (off_t)(r->page * BP_NP)) != 0)
+	if (r->fd < 0 || ftruncate(r->fd, (off_t)(r->page * npages)) != 0)
 		bp_die("memfd: %s", strerror(errno));
-	r->mem = mmap(NULL, r->page * BP_NP, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+	r->mem = mmap(NULL, r->page * npages, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
 	if (r->mem == MAP_FAILED)
 		bp_die("mmap: %s", strerror(errno));
 	r->region = (struct l3kv_region){ .pool = 0, .kind = L3KV_MEM_MEMFD,
-	    .layout = L3KV_LAYOUT_PAGE_FIRST, .fd = r->fd, .size = r->page * BP_NP,
-	    .num_pages = BP_NP, .page_tokens = BP_TOKENS, .layers = BP_LAYERS, .token_bytes = tb,
+	    .layout = L3KV_LAYOUT_PAGE_FIRST, .fd = r->fd, .size = r->page * npages,
+	    .num_pages = npages, .page_tokens = BP_TOKENS, .layers = BP_LAYERS, .token_bytes = tb,
 	    .page_stride = r->page, .layer_stride = tb, .token_stride = (uint64_t)BP_LAYERS * tb };
 	r->pool = (struct l3kv_pool){ "kv", L3KV_POOL_KV, L3KV_HIT_ALL_PAGES, 0, BP_LAYERS,
 	    r->page, "latent:bench:fp8_e4m3" };
@@ -342,72 +373,182 @@ bp_publish(struct bp_rank *a, struct bp_rank *b, uint32_t prefix)
 	return bp_stat(b->k, "peers", "offers_stored") == before;
 }
 
-/* ADMIT to READY of request prefix on B; the seconds it took. */
-static double
-bp_restore(struct bp_rank *b, uint32_t prefix)
+/* The request of r[0..n) whose ADMIT, RESTORE or RELEASE has ticket t. */
+static struct bp_req *
+bp_req_of(struct bp_req *r, unsigned n, uint64_t t)
+{
+	unsigned	k;
+
+	for (k = 0; k < n; k++)
+		if (r[k].state >= BP_R_ADMITTING && r[k].state < BP_R_DONE && r[k].ticket == t)
+			return &r[k];
+	bp_die("%s", "a completion for no request in flight");
+	return NULL;
+}
+
+/* One completion of B's connection, as it moves its request on: 1 when it ended. */
+static int
+bp_complete(struct bp_req *r, unsigned n, struct l3kv_completion *c, double *t_ready)
 {
 	struct l3kv_restore_result	rr;
-	struct l3kv_admit_result	ar;
-	struct l3kv_admit_args		aa;
-	uint8_t				h[BP_NP * L3KV_HASH_LEN], *want;
-	uint32_t			dst[BP_NP], i;
-	double				t0, t;
+	struct bp_req			*q = bp_req_of(r, n, c->ticket);
 
-	for (i = 0; i < BP_NP; i++) {
-		bp_hash(prefix, i, h + i * L3KV_HASH_LEN);
-		dst[i] = i;
+	if (c->status != 0)
+		bp_die("%s", c->payload != NULL ? c->payload : l3kv_strerror(c->status));
+	switch (q->state) {
+	case BP_R_ADMITTING:
+		if (l3kv_admit_result(c, &q->ar) != 0)
+			bp_die("%s", "admit: a reply that is not ADMIT's");
+		bp_admit_s += bp_now() - q->t_admit;
+		q->state = BP_R_ADMITTED;
+		return 0;
+	case BP_R_RESTORING:
+		if (l3kv_restore_result(c, &rr) != 0)
+			bp_die("%s", "restore: a reply that is not RESTORE's");
+		*t_ready = bp_now();
+		if (rr.pages != BP_NP)
+			bp_die("%s", "restored fewer pages than admitted");
+		break;
 	}
-	memset(b->mem, 0xee, b->page * BP_NP);
-	aa = (struct l3kv_admit_args){ .request_id = ++bp_req, .hashes = h, .npages = BP_NP,
-	    .reserved_pages = BP_NP, .state_slot = L3KV_SLOT_NONE };
-	t0 = bp_now();
-	if (l3kv_admit(b->k, &aa, &ar) != 0)
-		bp_die("admit: %s", l3kv_last_error(b->k));
-	bp_admit_s += bp_now() - t0;
-	if (ar.admitted_pages != BP_NP) {
-		/* A evicted part of it meanwhile, or B had no room: not a measurement. */
-		if (bp_verbose) {
-			uint32_t	hit = 0;
-			json_t		*j = bp_stats(b->k);
-			char		*d = json_dumps(json_object_get(j, "dram"), JSON_COMPACT);
-
-			(void)l3kv_probe(bp_owner->k, h, BP_NP, &hit);
-			fprintf(stderr, "bench_peer: ADMIT of %u pages admitted %u; A holds %u; B's "
-			    "dram %s\n", BP_NP, ar.admitted_pages, hit, d);
-			free(d);
-			json_decref(j);
-		}
-		if (ar.admitted_pages > 0 && l3kv_release(b->k, ar.lease) != 0)
-			bp_die("release: %s", l3kv_last_error(b->k));
-		return -1;
-	}
-	if (l3kv_restore(b->k, ar.lease, 0, dst, BP_NP, 10000, &rr) != 0)
-		bp_die("restore: %s", l3kv_last_error(b->k));
-	t = bp_now() - t0;
-	if (rr.pages != BP_NP)
-		bp_die("%s", "restored fewer pages than admitted");
-	if ((want = malloc(b->page)) == NULL)
-		bp_die("%s", "out of memory");
-	for (i = 0; i < BP_NP; i++) {
-		bp_content(want, b->page, prefix, i);
-		if (memcmp(want, b->mem + i * b->page, b->page) != 0)
-			bp_die("%s", "a restored page differs from what A published");
-	}
-	free(want);
-	return t;
+	q->state = BP_R_DONE;	/* READY, or released */
+	return 1;
 }
 
 /*
- * A and B started afresh for one size: ranks attached, each sees the other
+ * ADMIT to READY on B of the n requests keep[], up to bp_ahead of them in
+ * flight at once, request k into B's pages k * BP_NP on; returns the wall
+ * seconds from the first ADMIT to the last READY and the short ADMITs in
+ * *short_. The bytes are compared with A's after the clock stopped.
+ */
+static double
+bp_restore_all(struct bp_rank *b, const uint32_t *keep, unsigned n, unsigned *short_)
+{
+	struct l3kv_completion	 c[8];
+	struct pollfd		 pfd = { l3kv_fd(b->k), POLLIN, 0 };
+	struct bp_req		*r;
+	struct l3kv_admit_args	 aa;
+	uint8_t			*want;
+	unsigned		 k, i, next_admit = 0, next_restore = 0, done = 0, busy = 0;
+	double			 t0, t_wait, t_ready = 0;
+	int			 got;
+
+	if ((r = calloc(n, sizeof(*r))) == NULL || (want = malloc(b->page)) == NULL)
+		bp_die("%s", "out of memory");
+	for (k = 0; k < n; k++) {
+		r[k].prefix = keep[k];
+		for (i = 0; i < BP_NP; i++) {
+			bp_hash(keep[k], i, r[k].h + i * L3KV_HASH_LEN);
+			r[k].dst[i] = k * BP_NP + i;
+		}
+	}
+	memset(b->mem, 0xee, b->page * b->npages);
+	bp_admit_s = 0;
+	t0 = bp_now();
+	while (done < n) {
+		/*
+		 * One scheduler step, in one write: RESTOREs of the requests
+		 * answered (in order), then ADMITs up to the window.
+		 */
+		if (l3kv_cork(b->k) != 0)
+			bp_die("cork: %s", l3kv_last_error(b->k));
+		for (; next_restore < next_admit && r[next_restore].state == BP_R_ADMITTED;
+		    next_restore++) {
+			struct bp_req	*q = &r[next_restore];
+
+			if (q->ar.admitted_pages == BP_NP) {
+				if (l3kv_submit_restore(b->k, q->ar.lease, 0, q->dst, BP_NP,
+				    &q->ticket) != 0)
+					bp_die("restore: %s", l3kv_last_error(b->k));
+				q->state = BP_R_RESTORING;
+				continue;
+			}
+			/* A evicted part of it meanwhile, or B had no room: not a measurement. */
+			(*short_)++;
+			if (q->ar.admitted_pages == 0) {
+				q->state = BP_R_DONE;
+				done++;
+				busy--;
+				continue;
+			}
+			if (l3kv_submit_release(b->k, q->ar.lease, &q->ticket) != 0)
+				bp_die("release: %s", l3kv_last_error(b->k));
+			q->state = BP_R_RELEASING;
+		}
+		for (; next_admit < n && busy < bp_ahead; next_admit++, busy++) {
+			struct bp_req	*q = &r[next_admit];
+
+			aa = (struct l3kv_admit_args){ .request_id = ++bp_req, .hashes = q->h,
+			    .npages = BP_NP, .reserved_pages = BP_NP,
+			    .state_slot = L3KV_SLOT_NONE };
+			q->t_admit = bp_now();
+			if (l3kv_submit_admit(b->k, &aa, &q->ticket) != 0)
+				bp_die("admit: %s", l3kv_last_error(b->k));
+			q->state = BP_R_ADMITTING;
+		}
+		if (l3kv_uncork(b->k) != 0)
+			bp_die("uncork: %s", l3kv_last_error(b->k));
+		if (done == n)
+			break;
+		for (t_wait = bp_now(); (got = l3kv_poll_completions(b->k, c, 8)) == -EAGAIN;) {
+			if (bp_now() - t_wait > 10)
+				bp_die("%s", "B answered nothing in 10 s");
+			poll(&pfd, 1, 100);
+		}
+		if (got < 0)
+			bp_die("completions: %s", l3kv_strerror(got));
+		for (i = 0; i < (unsigned)got; i++) {
+			if (bp_complete(r, n, &c[i], &t_ready)) {
+				done++;
+				busy--;
+			}
+			l3kv_completion_release(&c[i]);
+		}
+	}
+	for (k = 0; k < n; k++) {
+		if (r[k].ar.admitted_pages != BP_NP) {
+			if (bp_verbose) {
+				uint32_t	 hit = 0;
+				json_t		*j = bp_stats(b->k);
+				char		*d = json_dumps(json_object_get(j, "dram"),
+						    JSON_COMPACT);
+
+				(void)l3kv_probe(bp_owner->k, r[k].h, BP_NP, &hit);
+				fprintf(stderr, "bench_peer: ADMIT of %u pages admitted %u; A holds "
+				    "%u now; B's dram now %s\n", BP_NP, r[k].ar.admitted_pages, hit, d);
+				free(d);
+				json_decref(j);
+			}
+			continue;
+		}
+		for (i = 0; i < BP_NP; i++) {
+			bp_content(want, b->page, r[k].prefix, i);
+			if (memcmp(want, b->mem + ((size_t)k * BP_NP + i) * b->page, b->page) != 0)
+				bp_die("%s", "a restored page differs from what A published");
+		}
+	}
+	free(want);
+	free(r);
+	return t_ready - t0;
+}
+
+/*
+ * A and B started afresh for one size (B's rank with b_pages pages, room
+ * for every request of the measurement): ranks attached, each sees the other
  * up, then the warm-up (not measured): WARM MiB of that size published on
  * each, so that the arena pages the measurement uses were touched once
  * (a cold arena's first touch, zeroing huge pages in the fault, cost more
  * than the pull itself: half of both cores in `perf` on a cold run) and
  * DRAM's slabs belong to that size's class (after a warm-up of another
  * size, the new objects evicted each other before B could pull them).
+ * The warm-up is published from every page of each rank's region in turn,
+ * so that the daemon's own mapping of the pages a RESTORE writes has
+ * been faulted in (as an engine's long-lived KV pool's would be): a first
+ * write to each 4 KiB page of a fresh mapping costs a fault in the daemon,
+ * and with every request in its own pages that took the figure to 0.4-0.7
+ * of a warm mapping's from 256 KiB up (3 alternated rounds, 2-core VM).
  */
 static void
-bp_up(struct bp_rank *a, struct bp_rank *b, unsigned size, const char *build)
+bp_up(struct bp_rank *a, struct bp_rank *b, unsigned size, uint32_t b_pages, const char *build)
 {
 	struct l3kv_publish_page	pg[BP_NP];
 	struct l3kv_publish_result	res;
@@ -417,8 +558,8 @@ bp_up(struct bp_rank *a, struct bp_rank *b, unsigned size, const char *build)
 
 	bp_start(0, build);
 	bp_start(1, build);
-	bp_rank(a, 0, size);
-	bp_rank(b, 1, size);
+	bp_rank(a, 0, size, BP_NP);
+	bp_rank(b, 1, size, b_pages);
 	for (t = 0; bp_peer_up(a->k) < 1 || bp_peer_up(b->k) < 1; t++) {
 		if (t == 1000)
 			bp_die("%s", "A and B never saw each other up");
@@ -427,12 +568,16 @@ bp_up(struct bp_rank *a, struct bp_rank *b, unsigned size, const char *build)
 	for (c = 0; c < 2; c++) {
 		w = c == 0 ? a : b;
 		nreq = ((size_t)bp_warm_mib << 20) / (w->page * BP_NP);
+		if (nreq < w->npages / BP_NP)
+			nreq = w->npages / BP_NP;
 		for (i = 0; i < nreq; i++) {
+			uint32_t	base = (uint32_t)(i * BP_NP % w->npages);
+
 			for (j = 0; j < BP_NP; j++) {
-				memset(w->mem + j * w->page, (int)(i + j), w->page);
+				memset(w->mem + (base + j) * w->page, (int)(i + j), w->page);
 				bp_hash(0xf0000000U + (uint32_t)c * 0x1000000U + (uint32_t)i,
 				    (uint32_t)j, pg[j].hash);
-				pg[j].src_page = (uint32_t)j;
+				pg[j].src_page = base + (uint32_t)j;
 			}
 			if (l3kv_publish(w->k, 0, pg, BP_NP, &res) != 0)
 				bp_die("publish: %s", l3kv_last_error(w->k));
@@ -450,7 +595,7 @@ bp_down(struct bp_rank *a, struct bp_rank *b)
 
 	for (i = 0; i < 2; i++) {
 		l3kv_close(r[i]->k);
-		munmap(r[i]->mem, r[i]->page * BP_NP);
+		munmap(r[i]->mem, r[i]->page * r[i]->npages);
 		close(r[i]->fd);
 	}
 	bp_stop(1);
@@ -483,8 +628,9 @@ main(int argc, char **argv)
 	uint32_t	prefix = (uint32_t)getpid() << 12;
 	int		c;
 
-	while ((c = getopt(argc, argv, "B:D:m:r:S:vW:")) != -1) {
+	while ((c = getopt(argc, argv, "a:B:D:m:r:S:vW:")) != -1) {
 		switch (c) {
+		case 'a': bp_ahead = (unsigned)atoi(optarg); break;
 		case 'D': bp_dram_mib = (unsigned)atoi(optarg); break;
 		case 'W': bp_warm_mib = (unsigned)atoi(optarg); break;
 		case 'B': build = optarg; break;
@@ -493,13 +639,15 @@ main(int argc, char **argv)
 		case 'S': bp_script = optarg; break;
 		case 'v': bp_verbose = 1; break;
 		default:
-			fprintf(stderr, "usage: bench_peer [-B BUILD] [-D DRAM_MIB] [-W WARM_MIB] [-r ROUNDS] [-m MIB] [-S SCRIPT] "
-			    "[-v]\n");
+			fprintf(stderr, "usage: bench_peer [-a AHEAD] [-B BUILD] [-D DRAM_MIB] "
+			    "[-W WARM_MIB] [-r ROUNDS] [-m MIB] [-S SCRIPT] [-v]\n");
 			return 2;
 		}
 	}
 	if (rounds < 1 || rounds > 64 || mib < 1 || bp_dram_mib < 2 * mib + bp_warm_mib / 2)
 		bp_die("%s", "bad -r or -m");
+	if (bp_ahead < 1 || bp_ahead > 64)
+		bp_die("%s", "bad -a (1 to 64)");
 	if (geteuid() != 0) {
 		printf("SKIPPED bench_peer: network namespaces need root\n");
 		return 77;
@@ -509,23 +657,24 @@ main(int argc, char **argv)
 	snprintf(bp_ns, sizeof(bp_ns), "l3kvt%ldxpeer", (long)getpid());
 	atexit(bp_cleanup);
 	printf("bench_peer: A in node 1, B in node 2 (tcp;ofi_rxm), requests of %u pages, %u MiB "
-	    "per measurement, %u rounds, fresh daemons with %u MiB of DRAM each, %u MiB "
-	    "published on each first\n", BP_NP, mib, rounds, bp_dram_mib, bp_warm_mib);
+	    "per measurement, %u ahead (ADMITs submitted before the earlier requests are READY, "
+	    "each RESTOREd in order once answered), GB/s over the wall time from the first ADMIT "
+	    "to the last READY, %u rounds, fresh daemons with %u MiB of DRAM each, %u MiB "
+	    "published on each first\n", BP_NP, mib, bp_ahead, rounds, bp_dram_mib, bp_warm_mib);
 	for (r = 0; r < rounds; r++) {
 		for (s = 0; s < BP_NSIZES; s++) {
 			size_t		 req;
 			unsigned	 n, k, skipped = 0,
-					 short_;
+					 short_ = 0, local_short = 0;
 			uint32_t	*keep;
 			long long	 reads0, pulls0;
-			double		 admit;
-			double		 sum = 0;
+			double		 admit, wall;
 
-			bp_up(&a[s], &b[s], s, build);
-			req = a[s].page * BP_NP;
+			req = (size_t)BP_TOKENS * BP_LAYERS * bp_sizes[s].token_bytes * BP_NP;
 			n = (unsigned)(((size_t)mib << 20) / req);
 			if (n < 2)
 				n = 2;
+			bp_up(&a[s], &b[s], s, n * BP_NP, build);
 			if ((keep = calloc(n, sizeof(*keep))) == NULL)
 				bp_die("%s", "out of memory");
 			/* Publish first (not timed): requests homed on A only. */
@@ -538,31 +687,22 @@ main(int argc, char **argv)
 			bp_owner = &a[s];
 			reads0 = bp_peer_sum(b[s].k, "reads");
 			pulls0 = bp_peer_sum(b[s].k, "pulls");
-			bp_admit_s = 0;
-			for (k = 0, short_ = 0; k < n; k++) {
-				double	t1 = bp_restore(&b[s], keep[k]);
-
-				if (t1 < 0)
-					short_++;
-				else
-					sum += t1;
-			}
+			wall = bp_restore_all(&b[s], keep, n, &short_);
 			if (short_ * 2 > n)
 				bp_die("%s", "most ADMITs came short (A evicted them?)");
 			/* -v: the same requests again, from B's own DRAM now (no pull). */
-			bp_local_s = 0;
 			admit = bp_admit_s;
-			for (k = 0; bp_verbose && k < n; k++)
-				bp_local_s += fmax(bp_restore(&b[s], keep[k]), 0);
-			gbs[s][r] = (double)req * (n - short_) / sum / 1e9;
+			bp_local_s = bp_verbose ? bp_restore_all(&b[s], keep, n, &local_short) : 0;
+			gbs[s][r] = (double)req * (n - short_) / wall / 1e9;
 			printf("peer %u %s %.4f", r, bp_sizes[s].label, gbs[s][r]);
 			if (short_ > 0)
 				printf(" (%u of %u ADMITs short, left out)", short_, n);
 			if (bp_verbose)
-				printf(" (%u requests, %.0f us each, ADMIT %.0f us of it, again from "
-				    "B's DRAM %.0f us, %lld reads for %lld pulls, %u homed on B)", n,
-				    sum / n * 1e6, admit / n * 1e6, bp_local_s / n * 1e6, bp_peer_sum(b[s].k, "reads") -
-				    reads0, bp_peer_sum(b[s].k, "pulls") - pulls0, skipped);
+				printf(" (%u requests, %.0f us each, ADMIT answered in %.0f us, again "
+				    "from B's DRAM %.0f us, %lld reads for %lld pulls, %u homed on B)", n,
+				    wall / n * 1e6, admit / n * 1e6, bp_local_s / n * 1e6,
+				    bp_peer_sum(b[s].k, "reads") - reads0,
+				    bp_peer_sum(b[s].k, "pulls") - pulls0, skipped);
 			printf("\n");
 			fflush(stdout);
 			free(keep);

@@ -9,7 +9,11 @@
 #   tests/bench/peer.sh [BUILD_DIR]        (make bench runs it; 77: skipped)
 # ROUNDS (5), MIB (per measurement, 64), DEPTH (raw and TE reads in
 # flight, 16), DRAM (each daemon's MiB, 256), WARM (MiB published on each
-# daemon before measuring, 256) tune it.
+# daemon before measuring, 256), AHEAD (bench_peer -a: requests admitted
+# ahead, 1: one at a time) tune it. AHEAD may be a list ("1 4"): each
+# round then runs one bench_peer round per value, their order rotating,
+# and the table has rows for each value, paired with the same raw and TE
+# rounds.
 set -euo pipefail
 BUILD=${1:-build}
 cd "$(dirname "$0")/../.."
@@ -23,11 +27,21 @@ if ! why=$(tests/netns.sh check); then
 fi
 rounds=${ROUNDS:-5}
 mib=${MIB:-64}
+read -r -a ahead <<<"${AHEAD:-1}"
+for a in "${ahead[@]}"; do
+	[[ $a =~ ^[1-9][0-9]*$ ]] || { echo "peer.sh: AHEAD: $a is not a count" >&2; exit 2; }
+done
 out=$(mktemp -d "${TMPDIR:-/tmp}/l3kv-peer-bench.XXXXXX")
 trap 'rm -rf "$out"' EXIT
+# One bench_peer round per AHEAD value, starting with the round's turn.
 peer_round() {
-	"$BUILD/bench_peer" -B "$BUILD" -r 1 -m "$mib" -D "${DRAM:-256}" -W "${WARM:-256}" \
-	    -S tests/netns.sh -v | sed -n "s/^peer 0 /peer $1 /p" >>"$out/peer"
+	local i a
+	for ((i = 0; i < ${#ahead[@]}; i++)); do
+		a=${ahead[(i + $1) % ${#ahead[@]}]}
+		"$BUILD/bench_peer" -a "$a" -B "$BUILD" -r 1 -m "$mib" -D "${DRAM:-256}" \
+		    -W "${WARM:-256}" -S tests/netns.sh -v |
+		    sed -n "s/^peer 0 /peer $1 a=$a /p" >>"$out/peer"
+	done
 }
 te_round() {
 	ROUNDS=1 MIB=$mib DEPTH=${DEPTH:-16} tests/bench/mooncake.sh "$BUILD" >"$out/te.$1" || {
@@ -37,6 +51,9 @@ te_round() {
 	}
 }
 echo "cpus: $(nproc), kernel $(uname -r), load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "setup: $rounds rounds, $mib MiB per measurement, raw and TE ${DEPTH:-16} reads in flight," \
+    "bench_peer ${ahead[*]} request(s) admitted ahead (AHEAD), ${DRAM:-256} MiB of DRAM" \
+    "and ${WARM:-256} MiB published on each daemon first"
 for ((r = 0; r < rounds; r++)); do
 	if ((r % 2 == 0)); then
 		peer_round "$r"
@@ -49,14 +66,14 @@ for ((r = 0; r < rounds; r++)); do
 done
 echo "per round (bench_peer -v):"
 cat "$out/peer"
-python3 - "$out" "$rounds" <<'PY'
+python3 - "$out" "$rounds" "${ahead[@]}" <<'PY'
 import os, re, statistics, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
+out, rounds, aheads = sys.argv[1], int(sys.argv[2]), [int(a) for a in sys.argv[3:]]
 labels = ["36 KiB object", "256 KiB object", "2.25 MiB object", "1 MiB coalesced", "8 MiB coalesced"]
 peer = {}
 for line in open(os.path.join(out, "peer")):
-    m = re.match(r"peer (\d+) (.+?) ([0-9.]+)", line)
-    peer[(int(m.group(1)), m.group(2))] = float(m.group(3))
+    m = re.match(r"peer (\d+) a=(\d+) (.+?) ([0-9.]+)", line)
+    peer[(int(m.group(1)), int(m.group(2)), m.group(3))] = float(m.group(4))
 te, raw = {}, {}
 for r in range(rounds):
     for line in open(os.path.join(out, "te.%d" % r)):
@@ -65,12 +82,14 @@ for r in range(rounds):
                 f = line[len(l):].split()
                 te[(r, l)], raw[(r, l)] = float(f[0]), float(f[1])
 med = statistics.median
-print("%-18s %10s %9s %8s %9s %8s" % ("size", "peer GB/s", "raw GB/s", "TE GB/s", "peer/raw",
-                                       "peer/TE"))
-for l in labels:
-    rs = range(rounds)
-    print("%-18s %10.2f %9.2f %8.2f %8.2fx %7.2fx" % (
-        l, med([peer[(r, l)] for r in rs]), med([raw[(r, l)] for r in rs]),
-        med([te[(r, l)] for r in rs]), med([peer[(r, l)] / raw[(r, l)] for r in rs]),
-        med([peer[(r, l)] / te[(r, l)] for r in rs])))
+rs = range(rounds)
+for a in aheads:
+    print("AHEAD=%d" % a)
+    print("%-18s %10s %9s %8s %9s %8s" % ("size", "peer GB/s", "raw GB/s", "TE GB/s",
+                                           "peer/raw", "peer/TE"))
+    for l in labels:
+        print("%-18s %10.2f %9.2f %8.2f %8.2fx %7.2fx" % (
+            l, med([peer[(r, a, l)] for r in rs]), med([raw[(r, l)] for r in rs]),
+            med([te[(r, l)] for r in rs]), med([peer[(r, a, l)] / raw[(r, l)] for r in rs]),
+            med([peer[(r, a, l)] / te[(r, l)] for r in rs])))
 PY
