@@ -701,6 +701,7 @@ fabric_ep_retire(struct fabric_peer *p, int err)
 	struct fabric_drain	*d;
 	struct fabric_op	*op, *next;
 	size_t			 i;
+	int			 broken = 0;
 	struct timeval		 tv = { FABRIC_DRAIN_MS / 1000, (FABRIC_DRAIN_MS % 1000) * 1000 };
 	evutil_socket_t		 fd = p->rd.ev != NULL ? event_get_fd(p->rd.ev) : -1;
 
@@ -729,9 +730,10 @@ fabric_ep_retire(struct fabric_peer *p, int err)
 		if ((fd >= 0 && d->e.ev == NULL) || d->e.again == NULL || d->limit == NULL ||
 		    (d->e.ev != NULL && event_add(d->e.ev, NULL) != 0) ||
 		    evtimer_add(d->limit, &tv) != 0) {
-			/* Its first progress, and every later one, comes from the backstop. */
+			/* Nothing would progress it, or end it: it ends below, now. */
 			log_warn("fabric", "peer %llu: out of memory for a drain's events",
 			    (unsigned long long)p->id);
+			broken = 1;
 		}
 		TAILQ_INSERT_TAIL(&f->drains, d, entry);
 		fabric_ep_forget(&p->rd);	/* frees the old events: the drain has its own */
@@ -760,7 +762,9 @@ fabric_ep_retire(struct fabric_peer *p, int err)
 		op->list = &d->ops;
 		TAILQ_INSERT_TAIL(&d->ops, op, entry);
 	}
-	if (d != NULL)
+	if (d != NULL && broken)
+		fabric_drain_end(d);	/* closed where safe, else left open; its reads fail */
+	else if (d != NULL)
 		fabric_ep_again(&d->e, 0);
 }
 
