@@ -33,7 +33,9 @@
  *   closed where the provider can close it safely, and otherwise left open
  *   and never progressed again (stats.abandoned; nothing writes its dsts
  *   since only our progress would): a leak of one endpoint bought against
- *   a crash, at most FABRIC_ABANDON_MAX of them, then closed regardless.
+ *   a crash, at most FABRIC_ABANDON_MAX of them in a process, then closed
+ *   regardless. They stay listed (fabric_abandoned), so that the leak is
+ *   reachable, hence deliberate to a leak checker.
  * - Memory: fabric_expose registers a region in chunks (1 GiB by default)
  *   with FI_READ | FI_REMOTE_READ. We offer every FI_MR_* mode bit except
  *   FI_MR_ENDPOINT (a registration bound to one endpoint could not serve
@@ -625,6 +627,25 @@ fail:
 	return rc < 0 ? rc : -EIO;
 }
 
+/*
+ * The endpoints left open, for the life of the process (one list for every
+ * fabric: the cap is what one process may leak). Holding them here keeps
+ * them, and the domain they pin, reachable: a leak that is chosen, not lost.
+ */
+static struct {
+	struct fid_ep	*ep;
+	struct fid_cq	*cq;
+	struct fid_av	*av;
+} fabric_abandoned[FABRIC_ABANDON_MAX];
+static size_t fabric_nabandoned;
+
+/* Whether one more endpoint may be left open (else it is closed regardless). */
+static int
+fabric_may_abandon(void)
+{
+	return fabric_nabandoned < FABRIC_ABANDON_MAX;
+}
+
 /* Frees the loop's events of an endpoint left open, and forgets it: it is never progressed again. */
 static void
 fabric_ep_forget(struct fabric_ep *e)
@@ -640,6 +661,18 @@ fabric_ep_forget(struct fabric_ep *e)
 	e->posted = 0;
 }
 
+/* Leaves an endpoint open for good (the caller checked fabric_may_abandon), counted in f's stats. */
+static void
+fabric_ep_abandon(struct fabric_ep *e)
+{
+	fabric_abandoned[fabric_nabandoned].ep = e->ep;
+	fabric_abandoned[fabric_nabandoned].cq = e->cq;
+	fabric_abandoned[fabric_nabandoned].av = e->av;
+	fabric_nabandoned++;
+	e->f->stats.abandoned++;
+	fabric_ep_forget(e);
+}
+
 /*
  * A drain is over: every part on it completed (then it is closed), or its
  * time ran out (closed where that is safe, else left open: see the top).
@@ -652,12 +685,11 @@ fabric_drain_end(struct fabric_drain *d)
 	struct fabric_op	*op;
 	size_t			 i;
 
-	if (d->e.posted > 0 && f->close_unsafe && f->stats.abandoned < FABRIC_ABANDON_MAX) {
+	if (d->e.posted > 0 && f->close_unsafe && fabric_may_abandon()) {
 		log_warn("fabric", "peer %llu: %zu reads still on the wire %d ms after their "
 		    "endpoint was retired: it is left open (closing it could crash %s)",
 		    (unsigned long long)d->peer_id, d->e.posted, FABRIC_DRAIN_MS, f->prov);
-		f->stats.abandoned++;
-		fabric_ep_forget(&d->e);
+		fabric_ep_abandon(&d->e);
 	} else {
 		if (d->e.posted > 0)
 			log_warn("fabric", "peer %llu: closing an endpoint with %zu reads on the wire",
@@ -711,10 +743,15 @@ fabric_ep_retire(struct fabric_peer *p, int err)
 	}
 	if ((d = calloc(1, sizeof(*d))) == NULL) {
 		/* No drain without memory: never progressed again, nothing lands. */
-		log_warn("fabric", "peer %llu: out of memory: an endpoint is left open",
-		    (unsigned long long)p->id);
-		f->stats.abandoned++;
-		fabric_ep_forget(&p->rd);
+		if (f->close_unsafe && fabric_may_abandon()) {
+			log_warn("fabric", "peer %llu: out of memory: an endpoint is left open",
+			    (unsigned long long)p->id);
+			fabric_ep_abandon(&p->rd);
+		} else {
+			log_warn("fabric", "peer %llu: out of memory: closing an endpoint with "
+			    "%zu reads on the wire", (unsigned long long)p->id, p->rd.posted);
+			fabric_ep_close(&p->rd);
+		}
 		d = NULL;
 	} else {
 		TAILQ_INIT(&d->ops);
