@@ -16,10 +16,16 @@
  * and prints per size the median GB/s of each and the median of the
  * per-round ratios fabric/raw.
  *
- *   bench_fabric [-p PROV] [-n] [-O] [-r ROUNDS] [-d DEPTH] [-m MIB] [-S SCRIPT]
+ *   bench_fabric [-p PROV] [-n] [-O] [-L] [-r ROUNDS] [-d DEPTH] [-m MIB] [-S SCRIPT]
  *     -n: between two network namespaces (needs root; SCRIPT is
  *     tests/netns.sh), else on loopback; -m: MiB read per measurement;
- *     -O: fabric_read reads the raw owner too (the reader's side alone).
+ *     -O: fabric_read reads the raw owner too (the reader's side alone);
+ *     -L: both readers also land every read as the peer tier must where
+ *     its restores go to host memory: the object checksum of the bytes
+ *     read (checksum_obj, on the reading thread, as peer.c verifies a
+ *     pull), then a copy of them into a second buffer (the restore into
+ *     the engine's pages). Without a GPU, this is the least work a peer
+ *     restore does beyond the read.
  */
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -54,6 +60,19 @@
 static const char	*bf_prov = "tcp";
 static int		 bf_depth = 16;
 static unsigned		 bf_mib = 256;
+static int		 bf_land_on;
+static uint8_t		*bf_rank;		/* -L: the copies' destination */
+static volatile uint64_t bf_sink;		/* -L: the checksums, kept */
+
+/* -L: what a peer restore does with a read's bytes once they landed. */
+static void
+bf_land(const uint8_t *buf, size_t off, size_t len)
+{
+	if (!bf_land_on)
+		return;
+	bf_sink ^= checksum_obj(buf + off, len);
+	memcpy(bf_rank + off, buf + off, len);
+}
 
 static const struct {
 	const char	*label;
@@ -133,9 +152,12 @@ bf_raw_open(struct bf_raw *r, const char *node, void *buf, size_t len)
 	r->desc = fi_mr_desc(r->mr);
 }
 
-/* Progresses the CQ once; waits on its fd first if fi_trywait allows. Returns completions. */
+/*
+ * Progresses the CQ once; waits on its fd first if fi_trywait allows.
+ * Returns completions, their contexts in ctxs when not NULL (64 entries).
+ */
 static int
-bf_raw_progress(struct bf_raw *r, int wait, int stop_fd)
+bf_raw_progress(struct bf_raw *r, int wait, int stop_fd, void **ctxs)
 {
 	struct fi_cq_entry	 c[64];
 	struct fi_cq_err_entry	 ee;
@@ -152,6 +174,9 @@ bf_raw_progress(struct bf_raw *r, int wait, int stop_fd)
 		fprintf(stderr, "bench_fabric: raw read failed: %s\n", fi_strerror(ee.err));
 		exit(1);
 	}
+	if (n > 0 && ctxs != NULL)
+		for (ssize_t i = 0; i < n; i++)
+			ctxs[i] = c[i].op_context;
 	return n > 0 ? (int)n : 0;
 }
 
@@ -222,7 +247,7 @@ bf_owner_start(struct bf_owner *o, int raw, const char *ns, const char *node)
 			for (;;) {
 				struct pollfd	p = { down[0], POLLIN, 0 };
 
-				bf_raw_progress(&r, 1, down[0]);
+				bf_raw_progress(&r, 1, down[0], NULL);
 				if (poll(&p, 1, 0) > 0)
 					break;
 			}
@@ -265,14 +290,17 @@ bf_raw_run(struct bf_raw *r, fi_addr_t a, const struct bf_owner *o, uint8_t *dst
     size_t n)
 {
 	static struct fi_context2	 ctx[BF_DEPTH_MAX];
+	static size_t			 slot_of[BF_DEPTH_MAX];
+	void				*ctxs[64];
 	size_t				 posted = 0, done = 0, slots = BF_LEN / len, s;
 	double				 t0 = bf_now();
-	int				 out = 0;
+	int				 out = 0, k;
 	ssize_t				 rc;
 
 	while (done < n) {
 		while (out < bf_depth && posted < n) {
 			s = posted % slots;
+			slot_of[posted % BF_DEPTH_MAX] = s;
 			rc = fi_read(r->ep, dst + s * len, len, r->desc, a, o->raddr + s * len, o->rkey,
 			    &ctx[posted % BF_DEPTH_MAX]);
 			if (rc == -FI_EAGAIN)
@@ -282,7 +310,9 @@ bf_raw_run(struct bf_raw *r, fi_addr_t a, const struct bf_owner *o, uint8_t *dst
 			posted++;
 			out++;
 		}
-		rc = bf_raw_progress(r, out > 0 && (out >= bf_depth || posted == n), -1);
+		rc = bf_raw_progress(r, out > 0 && (out >= bf_depth || posted == n), -1, ctxs);
+		for (k = 0; k < rc; k++)
+			bf_land(dst, slot_of[(struct fi_context2 *)ctxs[k] - ctx] * len, len);
 		done += (size_t)rc;
 		out -= (int)rc;
 	}
@@ -298,6 +328,10 @@ struct bf_fab {
 	uint8_t			*dst;
 	size_t			 len, n, posted, done, slots;
 	int			 err;
+	struct bf_fab_rd {
+		struct bf_fab	*b;
+		size_t		 slot;
+	}			 rd[BF_DEPTH_MAX];	/* one per read in flight */
 };
 
 static void bf_fab_post(struct bf_fab *);
@@ -305,10 +339,13 @@ static void bf_fab_post(struct bf_fab *);
 static void
 bf_fab_done(void *arg, int err)
 {
-	struct bf_fab	*b = arg;
+	struct bf_fab_rd	*rd = arg;
+	struct bf_fab		*b = rd->b;
 
 	if (err != 0 && b->err == 0)
 		b->err = err;
+	if (err == 0)
+		bf_land(b->dst, rd->slot * b->len, b->len);
 	b->done++;
 	if (b->done == b->n)
 		event_base_loopbreak(b->base);
@@ -323,9 +360,13 @@ bf_fab_post(struct bf_fab *b)
 	int	rc;
 
 	while (b->posted < b->n && b->posted - b->done < (size_t)bf_depth) {
+		struct bf_fab_rd	*rd = &b->rd[b->posted % BF_DEPTH_MAX];
+
 		s = b->posted % b->slots;
+		rd->b = b;
+		rd->slot = s;
 		rc = fabric_read(b->f, b->peer, b->dst + s * b->len, b->len, b->o->raddr + s * b->len,
-		    b->o->rkey, 0, bf_fab_done, b);
+		    b->o->rkey, 0, bf_fab_done, rd);
 		if (rc != 0)
 			bf_die("fabric_read", rc);
 		b->posted++;
@@ -373,9 +414,10 @@ main(int argc, char **argv)
 	int		 netns = 0, rounds = 7, c, rd, one_owner = 0;
 	size_t		 i, n;
 
-	while ((c = getopt(argc, argv, "p:nr:d:m:S:O")) != -1) {
+	while ((c = getopt(argc, argv, "p:nr:d:m:S:OL")) != -1) {
 		switch (c) {
 		case 'O': one_owner = 1; break;
+		case 'L': bf_land_on = 1; break;
 		case 'p': bf_prov = optarg; break;
 		case 'n': netns = 1; break;
 		case 'r': rounds = atoi(optarg); break;
@@ -383,7 +425,7 @@ main(int argc, char **argv)
 		case 'm': bf_mib = (unsigned)atoi(optarg); break;
 		case 'S': script = optarg; break;
 		default:
-			fprintf(stderr, "usage: bench_fabric [-p PROV] [-n] [-O] [-r ROUNDS] [-d DEPTH] "
+			fprintf(stderr, "usage: bench_fabric [-p PROV] [-n] [-O] [-L] [-r ROUNDS] [-d DEPTH] "
 			    "[-m MIB] [-S NETNS_SCRIPT]\n");
 			return 2;
 		}
@@ -405,6 +447,13 @@ main(int argc, char **argv)
 	}
 	dst = mmap(NULL, BF_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	memset(dst, 0, BF_LEN);
+	if (bf_land_on) {
+		bf_rank = mmap(NULL, BF_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		    -1, 0);
+		if (bf_rank == MAP_FAILED)
+			bf_die("mmap", 0);
+		memset(bf_rank, 0, BF_LEN);	/* faulted in before any clock */
+	}
 	bf_raw_open(&rr, node, dst, BF_LEN);
 	if (fi_av_insert(rr.av, raw_o.name, 1, &ra, 0, NULL) != 1)
 		bf_die("fi_av_insert", 0);
@@ -426,14 +475,15 @@ main(int argc, char **argv)
 	    fabric_peer_add(fb.f, fb.o->name, fb.o->namelen, &fb.peer) != 0)
 		bf_die("fabric setup", 0);
 	printf("bench_fabric: %s (%s), %s, %d reads in flight, %u MiB per measurement, "
-	    "%d rounds, %ld cpus%s\n", bf_prov, fabric_provider(fb.f),
+	    "%d rounds, %ld cpus%s%s\n", bf_prov, fabric_provider(fb.f),
 	    netns ? "two network namespaces over a bridge (tests/netns.sh)" : "loopback",
 	    bf_depth, bf_mib, rounds, sysconf(_SC_NPROCESSORS_ONLN),
-	    one_owner ? ", both reading the raw owner" : "");
+	    one_owner ? ", both reading the raw owner" : "",
+	    bf_land_on ? ", every read landed (checksum + copy)" : "");
 	/* Warm both paths (connections, page faults), checked once. */
 	bf_raw_run(&rr, ra, &raw_o, dst, 1 << 20, 64);
 	bf_fab_run(&fb, 1 << 20, 64);
-	if (dst[12345] != 0x5a || fb.dst[12345] != 0x5a)
+	if (dst[12345] != 0x5a || fb.dst[12345] != 0x5a || (bf_land_on && bf_rank[12345] != 0x5a))
 		bf_die("the bytes read are not the owner's", 0);
 	for (rd = 0; rd < rounds; rd++) {
 		for (i = 0; i < BF_NSIZES; i++) {

@@ -5,7 +5,11 @@
 # published on A, fresh daemons per size) and one bench_mooncake.py round
 # (a TE pass and a bench_fabric -n round: raw fi_read), their order
 # alternating; the table gives the medians of the rounds and the medians
-# of the per-round ratios peer/raw and peer/TE.
+# of the per-round ratios peer/raw and peer/TE. Each round also runs
+# bench_fabric -n -L: raw fi_read with every read landed as a peer restore
+# into host memory must (its checksum, then a copy into other pages), the
+# floor of what the tier can reach on a machine without a GPU; peer/land
+# is the ratio against it.
 #   tests/bench/peer.sh [BUILD_DIR]        (make bench runs it; 77: skipped)
 # ROUNDS (5), MIB (per measurement, 64), DEPTH (raw and TE reads in
 # flight, 16), DRAM (each daemon's MiB, 256), WARM (MiB published on each
@@ -50,6 +54,10 @@ te_round() {
 		exit $rc
 	}
 }
+land_round() {
+	"$BUILD/bench_fabric" -n -L -r 1 -d "${DEPTH:-16}" -m "$mib" -S tests/netns.sh \
+	    >"$out/land.$1"
+}
 echo "cpus: $(nproc), kernel $(uname -r), load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "setup: $rounds rounds, $mib MiB per measurement, raw and TE ${DEPTH:-16} reads in flight," \
     "bench_peer ${ahead[*]} request(s) admitted ahead (AHEAD), ${DRAM:-256} MiB of DRAM" \
@@ -58,7 +66,9 @@ for ((r = 0; r < rounds; r++)); do
 	if ((r % 2 == 0)); then
 		peer_round "$r"
 		te_round "$r"
+		land_round "$r"
 	else
+		land_round "$r"
 		te_round "$r"
 		peer_round "$r"
 	fi
@@ -74,22 +84,30 @@ peer = {}
 for line in open(os.path.join(out, "peer")):
     m = re.match(r"peer (\d+) a=(\d+) (.+?) ([0-9.]+)", line)
     peer[(int(m.group(1)), int(m.group(2)), m.group(3))] = float(m.group(4))
-te, raw = {}, {}
+te, raw, land = {}, {}, {}
 for r in range(rounds):
     for line in open(os.path.join(out, "te.%d" % r)):
         for l in labels:
             if line.startswith(l + " "):
                 f = line[len(l):].split()
                 te[(r, l)], raw[(r, l)] = float(f[0]), float(f[1])
+    for line in open(os.path.join(out, "land.%d" % r)):
+        for l in labels:
+            if line.startswith(l + " "):
+                land[(r, l)] = float(line[len(l):].split()[0])
+if len(land) != rounds * len(labels):
+    sys.exit("peer.sh: cannot parse bench_fabric -L's output")
 med = statistics.median
 rs = range(rounds)
 for a in aheads:
     print("AHEAD=%d" % a)
-    print("%-18s %10s %9s %8s %9s %8s" % ("size", "peer GB/s", "raw GB/s", "TE GB/s",
-                                           "peer/raw", "peer/TE"))
+    print("%-18s %10s %9s %9s %8s %9s %9s %8s" % ("size", "peer GB/s", "raw GB/s", "land GB/s",
+                                                   "TE GB/s", "peer/raw", "peer/land", "peer/TE"))
     for l in labels:
-        print("%-18s %10.2f %9.2f %8.2f %8.2fx %7.2fx" % (
+        print("%-18s %10.2f %9.2f %9.2f %8.2f %8.2fx %8.2fx %7.2fx" % (
             l, med([peer[(r, a, l)] for r in rs]), med([raw[(r, l)] for r in rs]),
-            med([te[(r, l)] for r in rs]), med([peer[(r, a, l)] / raw[(r, l)] for r in rs]),
+            med([land[(r, l)] for r in rs]), med([te[(r, l)] for r in rs]),
+            med([peer[(r, a, l)] / raw[(r, l)] for r in rs]),
+            med([peer[(r, a, l)] / land[(r, l)] for r in rs]),
             med([peer[(r, a, l)] / te[(r, l)] for r in rs])))
 PY
