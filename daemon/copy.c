@@ -34,7 +34,9 @@
  * several runs, pages of other runs may have landed. A restore's writes
  * trail its digests by one page (past COPY_VERIFY_FIRST, one chunk) and
  * are streaming stores: see copy_restore_page. A publish checksums each
- * 64 KiB chunk right after copying it, while it is in cache.
+ * 64 KiB chunk right after copying it, while it is in cache. A digest job
+ * (the peer tier's landed pulls, peer.c) only checksums objects in the
+ * arena, so that the loop never hashes pulled bytes itself.
  *
  * The fault guard: a memfd that cannot be sealed against shrinking (an
  * engine that created it without MFD_ALLOW_SEALING, as SGLang's shm
@@ -451,9 +453,15 @@ copy_run(struct copy_engine *ce, struct copy_job *job, uint32_t first, uint32_t 
 		if (atomic_load_explicit(&job->cancel, memory_order_acquire) ||
 		    atomic_load_explicit(&job->failed, memory_order_acquire))
 			break;
+		pg = &job->pages[i];
+		if (job->kind == COPY_DIGEST) {
+			/* The peer tier's landed pulls: no region, no pacing. */
+			pg->checksum = copy_sum(pg->obj, NULL, pg->len);
+			lo = i + 1;
+			continue;
+		}
 		if (ce->delay_ms > 0)
 			copy_sleep_ms(ce->delay_ms);
-		pg = &job->pages[i];
 		g = pg->geom != NULL ? pg->geom : job->geom;
 		base = pg->base != NULL ? pg->base : job->base;
 		if (pipe && copy_contiguous(g)) {

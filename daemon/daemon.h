@@ -644,11 +644,12 @@ int	 region_check_size(const struct region *, char *err, size_t errlen);
 enum copy_kind {
 	COPY_RESTORE = 1,	/* DRAM object -> engine region, verified first */
 	COPY_PUBLISH,		/* engine region -> DRAM object, checksummed */
+	COPY_DIGEST,		/* DRAM object -> its checksum; no region, nothing moves */
 };
 struct copy_page {
 	uint8_t		*obj;		/* the object's bytes in the arena */
 	uint64_t	 len;
-	uint64_t	 checksum;	/* expected (restore) or computed (publish) */
+	uint64_t	 checksum;	/* expected (restore) or computed (publish, digest) */
 	uint32_t	 region_page;	/* page (or slot) index in the region */
 	uint32_t	 id;		/* the DRAM object */
 	const struct proto_region *geom;	/* this page's region, or NULL: the job's */

@@ -34,7 +34,8 @@
  * when the owner is not up in the incarnation that granted it, or when
  * the address and key are not inside a chunk the owner's HELLO named (on
  * tcp;ofi_rxm one bad key costs every read to that peer for seconds).
- * The landed bytes must have the owner's checksum; a read that fails, a
+ * The landed bytes must have the owner's checksum (computed by the host
+ * copy engine's workers, never on the loop); a read that fails, a
  * deadline, or an owner that went away or restarted meanwhile fails the
  * pull, and staging.c drops the object and fails the restore `lost`.
  * Owner leases are released once nothing pulls under them any more.
@@ -117,6 +118,7 @@ struct peer_pull {
 	void			*arg;
 	int			 doomed;	/* the owner left or restarted: fails on landing */
 	int			 posted;	/* off the tier's queue, in a read */
+	struct peer_run		*run;		/* its read's, while the workers verify it */
 	TAILQ_ENTRY(peer_pull)	 entry;		/* the peer's */
 	TAILQ_ENTRY(peer_pull)	 qentry;	/* the tier's queue, until posted */
 };
@@ -1115,9 +1117,13 @@ peer_ask_cancel(struct peer_ask *a)
 
 /* ------------------------------------------------------------------ pulls */
 
+static void	peer_run_forget(struct peer_run *, const struct peer_pull *);
+
 static void
 peer_pull_free(struct peer_pull *pl)
 {
+	if (pl->run != NULL)
+		peer_run_forget(pl->run, pl);
 	TAILQ_REMOVE(&pl->p->pulls, pl, entry);
 	if (!pl->posted)
 		TAILQ_REMOVE(&pl->p->tier->queued, pl, qentry);
@@ -1126,10 +1132,13 @@ peer_pull_free(struct peer_pull *pl)
 	free(pl);
 }
 
+/*
+ * A pull's read ended (err), and when it landed its bytes' checksum is
+ * sum (the workers computed it: peer_run_verified).
+ */
 static void
-peer_pull_landed(void *arg, int err)
+peer_pull_landed(struct peer_pull *pl, int err, uint64_t sum)
 {
-	struct peer_pull	*pl = arg;
 	struct peer		*p = pl->p;
 	peer_pull_done_fn	*done = pl->done;
 	void			*darg = pl->arg;
@@ -1138,7 +1147,7 @@ peer_pull_landed(void *arg, int err)
 	if (err == 0 && (pl->doomed || p->incarnation != pl->g.incarnation)) {
 		err = -ESTALE;
 		why = PEER_FAIL_STALE;
-	} else if (err == 0 && checksum_obj(pl->dst, pl->g.len) != pl->g.checksum) {
+	} else if (err == 0 && sum != pl->g.checksum) {
 		err = -EBADMSG;
 		why = PEER_FAIL_CHECKSUM;
 	} else if (err == -ETIMEDOUT)
@@ -1158,21 +1167,87 @@ peer_pull_landed(void *arg, int err)
 	server_maybe_finish(p->tier->s);
 }
 
-/* One read for pulls whose source and destination are both contiguous. */
+/*
+ * One read for pulls whose source and destination are both contiguous;
+ * once it landed, one digest job of the host copy engine (a page per
+ * pull), so that the loop never hashes the pulled bytes: at one core's
+ * XXH3 rate it would cap the tier below a fast NIC, and it would stop
+ * the loop's progress of the reads still on the wire meanwhile. Until
+ * its completion runs, the run is on the tier's verifying list (peer_free
+ * frees those whose completion never ran: the workers stopped first).
+ */
 struct peer_run {
 	unsigned		 n;
+	struct peer_tier	*t;		/* set while on its verifying list */
+	struct copy_job		 job;
+	struct copy_page	*pages;
+	TAILQ_ENTRY(peer_run)	 entry;		/* the tier's verifying list */
 	struct peer_pull	*pl[];
 };
+
+/* A pull goes while its run's digests are on the workers: they stay, it is forgotten. */
+static void
+peer_run_forget(struct peer_run *run, const struct peer_pull *pl)
+{
+	unsigned	i;
+
+	for (i = 0; i < run->n; i++)
+		if (run->pl[i] == pl)
+			run->pl[i] = NULL;
+}
+
+static void
+peer_run_free(struct peer_run *run)
+{
+	free(run->pages);
+	free(run);
+}
+
+/* The digests are in: each object is verified on its own (a bad one fails only itself). */
+static void
+peer_run_verified(struct copy_job *job)
+{
+	struct peer_run		*run = job->arg;
+	struct peer_pull	*pl;
+	unsigned		 i;
+
+	TAILQ_REMOVE(&run->t->verifying, run, entry);
+	for (i = 0; i < run->n; i++) {
+		if ((pl = run->pl[i]) == NULL)
+			continue;
+		pl->run = NULL;
+		peer_pull_landed(pl, job->status == PROTO_S_OK ? 0 : -EIO, run->pages[i].checksum);
+	}
+	peer_run_free(run);
+}
 
 static void
 peer_run_done(void *arg, int err)
 {
-	struct peer_run	*run = arg;
-	unsigned	 i;
+	struct peer_run		*run = arg;
+	struct server		*s = run->pl[0]->s;
+	unsigned		 i;
 
-	/* Each object is verified on its own: one bad object fails only itself. */
+	if (err == 0 && s->copy != NULL && (run->pages = calloc(run->n, sizeof(*run->pages))) != NULL) {
+		for (i = 0; i < run->n; i++) {
+			run->pages[i].obj = run->pl[i]->dst;
+			run->pages[i].len = run->pl[i]->g.len;
+			run->pl[i]->run = run;
+		}
+		run->t = s->peer;
+		TAILQ_INSERT_TAIL(&run->t->verifying, run, entry);
+		run->job.kind = COPY_DIGEST;
+		run->job.pages = run->pages;
+		run->job.npages = run->n;
+		run->job.done = peer_run_verified;
+		run->job.arg = run;
+		copy_host_submit(s->copy, &run->job);
+		return;
+	}
+	/* A failed read, or no memory for the job: as it is, on the loop. */
 	for (i = 0; i < run->n; i++)
-		peer_pull_landed(run->pl[i], err);
+		peer_pull_landed(run->pl[i], err, err == 0 ?
+		    checksum_obj(run->pl[i]->dst, run->pl[i]->g.len) : 0);
 	free(run);
 }
 
@@ -1209,11 +1284,11 @@ peer_flush_cb(evutil_socket_t fd, short ev, void *arg)
 		for (n = 1, pl = first; (next = TAILQ_NEXT(pl, qentry)) != NULL &&
 		    peer_pull_follows(pl, next, len); pl = next, n++)
 			len += next->g.len;
-		if ((run = malloc(sizeof(*run) + n * sizeof(run->pl[0]))) == NULL) {
+		if ((run = calloc(1, sizeof(*run) + n * sizeof(run->pl[0]))) == NULL) {
 			/* Out of memory: the first fails, the rest wait for the next turn. */
 			TAILQ_REMOVE(&t->queued, first, qentry);
 			first->posted = 1;
-			peer_pull_landed(first, -ENOMEM);
+			peer_pull_landed(first, -ENOMEM, 0);
 			continue;
 		}
 		for (i = 0, pl = first; i < n; i++, pl = next) {
@@ -1589,6 +1664,7 @@ peer_init(struct server *s, char *err, size_t errlen)
 	t->listen_fd = -1;
 	TAILQ_INIT(&t->ins);
 	TAILQ_INIT(&t->queued);
+	TAILQ_INIT(&t->verifying);
 	if ((t->ev_flush = evtimer_new(s->base, peer_flush_cb, t)) == NULL) {
 		snprintf(err, errlen, "cannot register events");
 		return -ENOMEM;
@@ -1640,6 +1716,7 @@ void
 peer_free(struct server *s)
 {
 	struct peer_tier	*t = s->peer;
+	struct peer_run		*run;
 	size_t			 i;
 
 	if (t == NULL)
@@ -1663,6 +1740,11 @@ peer_free(struct server *s)
 			peer_pull_free(pl);
 		}
 		peer_destroy(p);
+	}
+	/* The workers stopped before (server_free): these completions never run. */
+	while ((run = TAILQ_FIRST(&t->verifying)) != NULL) {
+		TAILQ_REMOVE(&t->verifying, run, entry);
+		peer_run_free(run);
 	}
 	if (t->etcd != NULL)
 		etcd_close(t->etcd);

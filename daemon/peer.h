@@ -31,6 +31,8 @@ struct peer_req;
 TAILQ_HEAD(peer_req_list, peer_req);
 struct peer_pull;
 TAILQ_HEAD(peer_pull_list, peer_pull);
+struct peer_run;
+TAILQ_HEAD(peer_run_list, peer_run);
 struct peer_slease;
 TAILQ_HEAD(peer_slease_list, peer_slease);
 
@@ -104,6 +106,7 @@ struct peer_tier {
 	uint64_t		 next_lease;
 	uint64_t		 next_offer;
 	struct peer_pull_list	 queued;	/* pulls to post when the loop comes back */
+	struct peer_run_list	 verifying;	/* landed reads, their digests on the workers */
 	struct event		*ev_flush;
 	struct etcd		*etcd;		/* NULL: the static list alone */
 	int			 etcd_answered;	/* etcd gave a view: a reload's list waits */

@@ -170,6 +170,39 @@ START_TEST(test_a_split_restore_lands_every_page_and_a_split_publish_sums_them)
 }
 END_TEST
 
+/* The peer tier's digest job: every object's checksum, split over the workers, nothing moved. */
+START_TEST(test_a_digest_job_sums_every_object_and_moves_nothing)
+{
+	struct cp	c;
+	uint8_t		*before;
+	uint32_t	i;
+
+	cp_init(&c, 0);
+	memset(c.mem, 0xa5, (size_t)c.page * CP_PAGES);
+	c.arena[(uint64_t)7 * c.page + 99] ^= 1;	/* object 7 is not what it was */
+	before = malloc((size_t)c.page * CP_PAGES);
+	ck_assert_ptr_nonnull(before);
+	memcpy(before, c.arena, (size_t)c.page * CP_PAGES);
+	cp_job(&c, COPY_DIGEST);
+	c.job.geom = NULL;
+	c.job.base = NULL;
+	c.job.region = NULL;
+	for (i = 0; i < CP_PAGES; i++)
+		c.job.pages[i].checksum = 0;
+	cp_run(&c);
+	ck_assert_int_eq(c.job.status, PROTO_S_OK);
+	ck_assert_uint_gt(c.job.npieces, 1);
+	for (i = 0; i < CP_PAGES; i++)
+		ck_assert_msg(c.job.pages[i].checksum ==
+		    checksum_obj(c.arena + (uint64_t)i * c.page, c.page), "object %u", i);
+	ck_assert(memcmp(before, c.arena, (size_t)c.page * CP_PAGES) == 0);
+	for (i = 0; i < (uint32_t)c.page * CP_PAGES; i++)
+		ck_assert_msg(c.mem[i] == 0xa5, "the region was written at %u", i);
+	free(before);
+	cp_fini(&c);
+}
+END_TEST
+
 START_TEST(test_publish_checksum_is_the_tiers_for_every_length)
 {
 	static const uint64_t	lens[] = { 1, 4095, 65536, 65537, 131072, 2248704, 5U << 20,
@@ -451,6 +484,7 @@ suite_copy(void)
 	TCase	*tc = test_tcase(s, "host", 30, NULL, NULL);
 
 	tcase_add_test(tc, test_a_split_restore_lands_every_page_and_a_split_publish_sums_them);
+	tcase_add_test(tc, test_a_digest_job_sums_every_object_and_moves_nothing);
 	tcase_add_test(tc, test_publish_checksum_is_the_tiers_for_every_length);
 	tcase_add_test(tc, test_a_corrupt_object_fails_a_split_restore_and_is_named);
 	tcase_add_test(tc, test_large_pages_restore_in_one_pass_and_a_corrupt_one_fails);
