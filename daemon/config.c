@@ -198,6 +198,7 @@ static const struct config_key config_keys[] = {
 	CONFIG_BOOL("testing.debug_ops", test_debug_ops, 0),
 	CONFIG_INT("testing.peer_pull_delay_ms", test_peer_pull_delay_ms, 0, 60000, 0),
 	CONFIG_BOOL("testing.peer_bad_key", test_peer_bad_key, 0),
+	CONFIG_STRING("testing.resolv_conf", test_resolv_conf, 0, CONFIG_PATH_MAX - 1, "", 0),
 	/* Several cuda copy engines on each GPU, as if they were GPUs (cuda.c). */
 	CONFIG_INT("testing.cuda_engines_per_gpu", test_cuda_engines_per_gpu, 1, 8, 1),
 	/* The peer tier: off while peer.id is "" (config_check_peer checks the whole). */

@@ -110,6 +110,7 @@ struct config {
 	int		test_debug_ops;		/* testing only: allows DEBUG */
 	uint32_t	test_peer_pull_delay_ms; /* testing only: a pull waits before its read */
 	int		test_peer_bad_key;	/* testing only: PEER_LEASE answers name bad keys */
+	char		test_resolv_conf[CONFIG_PATH_MAX];	/* testing only: evdns's resolv.conf */
 	/* The peer tier (peer.c): off while peer.id is "". */
 	char		peer_id[PEER_ID_LEN];
 	char		peer_listen[PEER_ADDR_LEN];	/* HOST:PORT of the control channel */
@@ -263,7 +264,9 @@ void	 fabric_set_max_msg(struct fabric *, size_t);
  */
 struct etcd;
 typedef void (*etcd_view_fn)(void *arg, const struct peer_member *m, size_t n);
-int	 etcd_open(struct event_base *, const char *endpoint /* "http://127.0.0.1:2379" */,
+struct evdns_base;
+int	 etcd_open(struct event_base *, struct evdns_base * /* NULL: names resolve blocking */,
+	    const char *endpoint /* "http://127.0.0.1:2379" */,
 	    const char *prefix, const struct peer_member *self, unsigned ttl_s,
 	    etcd_view_fn fn, void *arg, struct etcd **ep, char *err, size_t errlen);
 void	 etcd_close(struct etcd *);	/* revokes the lease when it can */

@@ -24,7 +24,10 @@
  *
  * etcd is not trusted more than a peer: keys outside the prefix, ids that
  * do not fit or differ from their key, values that are not the JSON above
- * are skipped (and logged), never stored. Loop thread only.
+ * are skipped (and logged), never stored. Loop thread only. The
+ * endpoint's host, when a name, resolves through the caller's evdns base
+ * (the peer tier's), never blocking the loop; the lease's revoke at close
+ * goes where the session's connection went (or to a numeric host).
  */
 #include <sys/socket.h>
 
@@ -79,6 +82,7 @@ TAILQ_HEAD(etcd_reqs, etcd_req);
 
 struct etcd {
 	struct event_base	*base;
+	struct evdns_base	*dns;		/* the endpoint's name resolves through it */
 	char			 host[128];
 	unsigned		 port;
 	char			 prefix[ETCD_PREFIX_MAX];	/* ends with '/' */
@@ -375,7 +379,7 @@ etcd_post(struct etcd *e, const char *path, json_t *body, void (*done)(struct et
 	if (text == NULL)
 		return -ENOMEM;
 	if (e->conn == NULL) {
-		e->conn = evhttp_connection_base_new(e->base, NULL, e->host, (uint16_t)e->port);
+		e->conn = evhttp_connection_base_new(e->base, e->dns, e->host, (uint16_t)e->port);
 		if (e->conn == NULL) {
 			free(text);
 			return -ENOMEM;
@@ -642,7 +646,7 @@ etcd_watch_start(struct etcd *e)
 		return;
 	}
 	json_decref(cr);
-	e->wconn = evhttp_connection_base_new(e->base, NULL, e->host, (uint16_t)e->port);
+	e->wconn = evhttp_connection_base_new(e->base, e->dns, e->host, (uint16_t)e->port);
 	if (e->wconn == NULL || (r = etcd_req_new(e, e->wconn, NULL)) == NULL) {
 		free(text);
 		etcd_session_fail(e, "out of memory");
@@ -814,7 +818,7 @@ etcd_retry_cb(evutil_socket_t fd, short ev, void *arg)
  * caller owns *ep (etcd_close). 0 or -errno with err filled.
  */
 int
-etcd_open(struct event_base *base, const char *endpoint, const char *prefix,
+etcd_open(struct event_base *base, struct evdns_base *dns, const char *endpoint, const char *prefix,
     const struct peer_member *self, unsigned ttl_s, etcd_view_fn fn, void *arg,
     struct etcd **ep, char *err, size_t errlen)
 {
@@ -861,6 +865,7 @@ etcd_open(struct event_base *base, const char *endpoint, const char *prefix,
 		return -ENOMEM;
 	}
 	e->base = base;
+	e->dns = dns;
 	memcpy(e->host, h, (size_t)(colon - h));
 	e->port = (unsigned)port;
 	memcpy(e->prefix, prefix, plen + 1);
@@ -897,18 +902,28 @@ etcd_revoke(struct etcd *e)
 	struct addrinfo		 hints, *ai = NULL;
 	struct pollfd		 pfd;
 	char			 port[8], body[64], req[512], ans[64];
+	const struct sockaddr	*sa;
+	socklen_t		 salen;
 	int			 fd = -1, n, len, soerr = 0;
 	socklen_t		 sl = sizeof(soerr);
 
-	snprintf(port, sizeof(port), "%u", e->port);
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_NUMERICSERV;
-	if (getaddrinfo(e->host, port, &hints, &ai) != 0)
-		return;
-	if ((fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
+	/* Where the session's connection went, else a numeric host: no name lookup here. */
+	if (e->conn != NULL && (sa = evhttp_connection_get_addr(e->conn)) != NULL) {
+		salen = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) :
+		    sizeof(struct sockaddr_in);
+	} else {
+		snprintf(port, sizeof(port), "%u", e->port);
+		memset(&hints, 0, sizeof(hints));
+		hints.ai_socktype = SOCK_STREAM;
+		hints.ai_flags = AI_NUMERICSERV | AI_NUMERICHOST;
+		if (getaddrinfo(e->host, port, &hints, &ai) != 0)
+			return;
+		sa = ai->ai_addr;
+		salen = ai->ai_addrlen;
+	}
+	if ((fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
 		goto out;
-	if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS)
+	if (connect(fd, sa, salen) != 0 && errno != EINPROGRESS)
 		goto out;
 	pfd.fd = fd;
 	pfd.events = POLLOUT;
@@ -927,7 +942,8 @@ etcd_revoke(struct etcd *e)
 out:
 	if (fd >= 0)
 		close(fd);
-	freeaddrinfo(ai);
+	if (ai != NULL)
+		freeaddrinfo(ai);
 }
 
 /* Revokes the lease when a session holds one, and frees everything. Idempotent on NULL. */

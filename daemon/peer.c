@@ -53,6 +53,8 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <event2/dns.h>
+#include <event2/util.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <netdb.h>
@@ -130,7 +132,6 @@ struct peer_offer_out {
 	uint32_t	 n;
 };
 
-static void	peer_connect(struct peer *);
 static void	peer_out_frame(struct conn *, struct proto_frame *, void *);
 static void	peer_out_closed(struct conn *, void *);
 static void	peer_timer_cb(evutil_socket_t, short, void *);
@@ -421,35 +422,156 @@ peer_sockopts(struct peer_tier *t, int fd)
 }
 
 /*
+ * HOST:PORT ([v6]:PORT) split in buf (PEER_ADDR_LEN bytes): *host and
+ * *port point into it. 0, or -EINVAL.
+ */
+static int
+peer_split(const char *hostport, char *buf, char **host, char **port)
+{
+	char	*colon;
+	size_t	 len;
+
+	snprintf(buf, PEER_ADDR_LEN, "%s", hostport);
+	if ((colon = strrchr(buf, ':')) == NULL)
+		return -EINVAL;
+	*colon = '\0';
+	*host = buf;
+	*port = colon + 1;
+	if (buf[0] == '[' && (len = strlen(buf)) >= 2 && buf[len - 1] == ']') {
+		buf[len - 1] = '\0';
+		*host = buf + 1;
+	}
+	return 0;
+}
+
+/*
  * The addresses of HOST:PORT ([v6]:PORT), as getaddrinfo() gives them
- * (freeaddrinfo them); names resolve here, on the loop, numeric ones at
- * once, or only those with AI_NUMERICHOST in flags. 0 or -errno.
+ * (freeaddrinfo them). Names resolve here, on the loop, unless flags has
+ * AI_NUMERICHOST: only peer.listen's, once at start, does. 0 or -errno.
  */
 static int
 peer_getaddrinfo(const char *hostport, int flags, struct addrinfo **res)
 {
 	struct addrinfo	 hints;
-	char		 host[PEER_ADDR_LEN], *colon, *h = host;
-	size_t		 len;
+	char		 buf[PEER_ADDR_LEN], *host, *port;
 
 	*res = NULL;
-	snprintf(host, sizeof(host), "%s", hostport);
-	if ((colon = strrchr(host, ':')) == NULL)
+	if (peer_split(hostport, buf, &host, &port) != 0)
 		return -EINVAL;
-	*colon = '\0';
-	if (host[0] == '[' && (len = strlen(host)) >= 2 && host[len - 1] == ']') {
-		host[len - 1] = '\0';
-		h = host + 1;
-	}
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_flags = AI_NUMERICSERV | flags;
-	if (getaddrinfo(h, colon + 1, &hints, res) != 0 || *res == NULL)
+	if (getaddrinfo(host, port, &hints, res) != 0 || *res == NULL)
 		return -EHOSTUNREACH;
 	return 0;
 }
 
-/* HOST:PORT ([v6]:PORT) into its first address. */
+/* Keeps the IPv4 and IPv6 addresses of res (PEER_ADDRS_MAX at most) as p's. */
+static void
+peer_addrs_set(struct peer *p, const struct evutil_addrinfo *res)
+{
+	const struct evutil_addrinfo	*ai;
+
+	p->naddrs = 0;
+	for (ai = res; ai != NULL && p->naddrs < PEER_ADDRS_MAX; ai = ai->ai_next)
+		if ((ai->ai_family == AF_INET || ai->ai_family == AF_INET6) &&
+		    ai->ai_addrlen <= sizeof(p->addrs[0]))
+			memcpy(&p->addrs[p->naddrs++], ai->ai_addr, ai->ai_addrlen);
+}
+
+static socklen_t
+peer_sslen(const struct sockaddr_storage *ss)
+{
+	return ss->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+}
+
+static void	peer_connect(struct peer *);
+
+/* A name's answer (or its failure, or its cancel: p was removed). */
+static void
+peer_dns_cb(int result, struct evutil_addrinfo *res, void *arg)
+{
+	struct peer	*p = arg;
+
+	p->resolving = 0;
+	p->dns = NULL;
+	if (result == EVUTIL_EAI_CANCEL) {
+		if (res != NULL)
+			evutil_freeaddrinfo(res);
+		peer_unref(p);
+		return;
+	}
+	if (result == 0 && res != NULL) {
+		peer_addrs_set(p, res);
+		p->resolved_ms = peer_now_us() / 1000;
+	} else {
+		log_warn("peer", "%s: %s does not resolve: %s%s", p->m.id, p->m.addr,
+		    evutil_gai_strerror(result), p->naddrs > 0 ? "; its last addresses stay" : "");
+		if (p->naddrs > 0)
+			p->resolved_ms = peer_now_us() / 1000;	/* try again after the refresh time */
+	}
+	if (res != NULL)
+		evutil_freeaddrinfo(res);
+	if (p->dial_waits) {
+		p->dial_waits = 0;
+		peer_connect(p);
+	}
+	peer_unref(p);
+}
+
+/*
+ * Makes p->addrs current, never blocking: a numeric host's address at
+ * once; a name through the tier's evdns base, in the background, when it
+ * has no answer yet or its answer is older than PEER_DNS_REFRESH_MS (the
+ * old addresses serve meanwhile). The answer may come before this returns
+ * (evdns answers from /etc/hosts at once).
+ */
+static void
+peer_addr_refresh(struct peer *p)
+{
+	struct peer_tier		*t = p->tier;
+	struct evutil_addrinfo		 hints;
+	struct addrinfo			*res;
+	struct evdns_getaddrinfo_request *req;
+	char				 buf[PEER_ADDR_LEN], *host, *port;
+
+	if (p->resolving || (p->resolved_ms != 0 && (p->numeric ||
+	    peer_now_us() / 1000 - p->resolved_ms < PEER_DNS_REFRESH_MS)))
+		return;
+	if (peer_getaddrinfo(p->m.addr, AI_NUMERICHOST, &res) == 0) {
+		peer_addrs_set(p, (const struct evutil_addrinfo *)(const void *)res);
+		freeaddrinfo(res);
+		p->numeric = 1;
+		p->resolved_ms = peer_now_us() / 1000;
+		return;
+	}
+	if (t->dns == NULL || peer_split(p->m.addr, buf, &host, &port) != 0)
+		return;
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = EVUTIL_AI_NUMERICSERV;
+	p->resolving = 1;
+	peer_ref(p);	/* the answer's */
+	req = evdns_getaddrinfo(t->dns, host, port, &hints, peer_dns_cb, p);
+	if (p->resolving)
+		p->dns = req;
+}
+
+/* A member's address changed (SIGHUP, etcd): what was resolved is forgotten. */
+static void
+peer_addr_forget(struct peer *p)
+{
+	if (p->dns != NULL)
+		evdns_getaddrinfo_cancel(p->dns);	/* its callback still runs, and unrefs */
+	p->dns = NULL;
+	p->naddrs = 0;
+	p->numeric = 0;
+	p->resolved_ms = 0;
+	p->dial_waits = 0;
+}
+
+/* HOST:PORT ([v6]:PORT) into its first address (peer.listen, at start). */
 static int
 peer_resolve(const char *hostport, struct sockaddr_storage *ss, socklen_t *sslen)
 {
@@ -498,24 +620,25 @@ peer_ip_is_any(const uint8_t *ip)
 /*
  * Whether a control connection from `from` may be member p's: from's IP
  * is one of those p's listed address gives (a numeric host is itself, a
- * name is resolved now, as when p is dialled; one that does not resolve
- * lets nobody in). A wildcard host (0.0.0.0, [::]) names no source: any
+ * name is what it last resolved to, refreshed in the background, never
+ * here; a name with no answer yet lets nobody in, and the member's retry
+ * finds the answer). A wildcard host (0.0.0.0, [::]) names no source: any
  * is let in. The id, the role and peer.secret are checked all the same.
  */
 int
-peer_source_ok(const struct peer *p, const struct sockaddr *from)
+peer_source_ok(struct peer *p, const struct sockaddr *from)
 {
-	struct addrinfo	*res, *ai;
-	uint8_t		 ip[16], want[16];
-	int		 ok = 0;
+	uint8_t		ip[16], want[16];
+	unsigned	i;
 
-	if (peer_ip(from, ip) != 0 || peer_getaddrinfo(p->m.addr, 0, &res) != 0)
+	peer_addr_refresh(p);
+	if (peer_ip(from, ip) != 0)
 		return 0;
-	for (ai = res; ai != NULL && !ok; ai = ai->ai_next)
-		ok = peer_ip(ai->ai_addr, want) == 0 && (peer_ip_is_any(want) ||
-		    memcmp(ip, want, sizeof(ip)) == 0);
-	freeaddrinfo(res);
-	return ok;
+	for (i = 0; i < p->naddrs; i++)
+		if (peer_ip((const struct sockaddr *)&p->addrs[i], want) == 0 &&
+		    (peer_ip_is_any(want) || memcmp(ip, want, sizeof(ip)) == 0))
+			return 1;
+	return 0;
 }
 
 /*
@@ -565,10 +688,18 @@ peer_connect(struct peer *p)
 
 	if (p->removed || p->state != PEER_DOWN || t->s->stopping)
 		return;
-	if (peer_resolve(p->m.addr, &ss, &sslen) != 0) {
-		peer_down(p, "its address does not resolve");
+	peer_addr_refresh(p);
+	if (p->naddrs == 0 && p->resolving) {
+		p->dial_waits = 1;	/* the answer dials */
 		return;
 	}
+	if (p->naddrs == 0) {
+		peer_down(p, t->dns == NULL ? "its address is a name and no resolver could be set up" :
+		    "its address does not resolve");
+		return;
+	}
+	ss = p->addrs[0];
+	sslen = peer_sslen(&ss);
 	if ((fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0) {
 		peer_down(p, strerror(errno));
 		return;
@@ -753,6 +884,7 @@ peer_remove(struct peer *p)
 
 	p->removed = 1;
 	evtimer_del(p->ev_timer);
+	peer_addr_forget(p);
 	if (p->out != NULL)
 		conn_close(p->out);
 	TAILQ_FOREACH(in, &p->tier->ins, entry)
@@ -797,6 +929,7 @@ peer_members_set(struct server *s, const struct peer_member *m, size_t n)
 		if ((p = peer_by_id(t, nm[i].id)) != NULL && strcmp(p->m.addr, nm[i].addr) != 0) {
 			log_info("peer", "%s moved from %s to %s", p->m.id, p->m.addr, nm[i].addr);
 			snprintf(p->m.addr, sizeof(p->m.addr), "%s", nm[i].addr);
+			peer_addr_forget(p);
 			if (p->out != NULL)
 				conn_close(p->out);
 		}
@@ -1520,6 +1653,29 @@ peer_accept_cb(evutil_socket_t lfd, short ev, void *arg)
 	}
 }
 
+/*
+ * The resolver of members' and etcd's names: libevent's evdns, on the
+ * loop, from resolv.conf (testing.resolv_conf in tests) and /etc/hosts.
+ * Without one (no memory) names do not resolve; numeric addresses work.
+ */
+static void
+peer_dns_open(struct peer_tier *t)
+{
+	const char	*conf = t->s->cfg->test_resolv_conf[0] != '\0' ?
+			    t->s->cfg->test_resolv_conf : "/etc/resolv.conf";
+	int		 rc;
+
+	if ((t->dns = evdns_base_new(t->s->base, EVDNS_BASE_DISABLE_WHEN_INACTIVE)) == NULL) {
+		log_warn("peer", "no resolver (out of memory): members named by a host name "
+		    "cannot be dialled");
+		return;
+	}
+	/* 1: no file (evdns then asks 127.0.0.1); 2, 6: a nameserver line it could not use. */
+	if ((rc = evdns_base_resolv_conf_parse(t->dns, DNS_OPTIONS_ALL, conf)) != 0)
+		log_info("peer", "resolver: %s: %s (evdns error %d)", conf, rc == 1 ?
+		    "cannot be read; names are asked of 127.0.0.1" : "not wholly usable", rc);
+}
+
 static int
 peer_listen(struct peer_tier *t, char *err, size_t errlen)
 {
@@ -1639,7 +1795,7 @@ peer_etcd_open(struct peer_tier *t, char *err, size_t errlen)
 		snprintf(prefix, sizeof(prefix), "%s", cfg->peer_etcd_prefix);
 	else
 		snprintf(prefix, sizeof(prefix), "/l3kv/%s/", cfg->role);
-	if ((rc = etcd_open(t->s->base, cfg->peer_etcd_endpoint, prefix, &t->self,
+	if ((rc = etcd_open(t->s->base, t->dns, cfg->peer_etcd_endpoint, prefix, &t->self,
 	    cfg->peer_etcd_ttl_s, peer_etcd_view, t, &t->etcd, err, errlen)) != 0)
 		return rc;
 	log_info("peer", "membership from etcd %s under %s (lease %u s)", cfg->peer_etcd_endpoint,
@@ -1674,6 +1830,7 @@ peer_init(struct server *s, char *err, size_t errlen)
 	while (t->incarnation == 0)
 		if (getrandom(&t->incarnation, sizeof(t->incarnation), 0) != sizeof(t->incarnation))
 			t->incarnation = (uint64_t)peer_now_us() ^ ((uint64_t)getpid() << 32);
+	peer_dns_open(t);
 	peer_fabric_open(t);
 	if ((rc = peer_listen(t, err, errlen)) != 0)
 		return rc;
@@ -1748,6 +1905,9 @@ peer_free(struct server *s)
 	}
 	if (t->etcd != NULL)
 		etcd_close(t->etcd);
+	/* After etcd's connections, which use it; answers still owed are never given. */
+	if (t->dns != NULL)
+		evdns_base_free(t->dns, 0);
 	if (t->fab != NULL)
 		fabric_close(t->fab);
 	if (t->ev_flush != NULL)

@@ -27,6 +27,11 @@ enum peer_fail {
 	PEER_FAIL__MAX
 };
 
+#define PEER_ADDRS_MAX		8	/* of a member's name, kept */
+#define PEER_DNS_REFRESH_MS	30000	/* a name's addresses, re-resolved after */
+
+struct evdns_base;
+struct evdns_getaddrinfo_request;
 struct peer_req;
 TAILQ_HEAD(peer_req_list, peer_req);
 struct peer_pull;
@@ -52,6 +57,18 @@ struct peer {
 	uint16_t		 fabric_len;
 	struct proto_peer_mr	 mr[PROTO_PEER_KEYS_MAX];
 	uint16_t		 nmr;
+	/*
+	 * m.addr's addresses (peer_addr_refresh): a numeric host's at once, a
+	 * name's from evdns, refreshed in the background (the old ones serve
+	 * meanwhile). Dialling uses the first; a HELLO must come from one.
+	 */
+	struct sockaddr_storage	 addrs[PEER_ADDRS_MAX];
+	unsigned		 naddrs;
+	int			 numeric;	/* m.addr's host is an address */
+	int64_t			 resolved_ms;	/* the last answer; 0: none */
+	int			 resolving;	/* an evdns request in flight (dns, when not done) */
+	int			 dial_waits;	/* peer_connect waits for its answer */
+	struct evdns_getaddrinfo_request *dns;
 	struct event		*ev_timer;	/* reconnect, then pings */
 	uint64_t		 next_seq;
 	struct peer_req_list	 reqs;		/* sent on out, not answered */
@@ -98,6 +115,7 @@ struct peer_tier {
 	struct event		*ev_listen;
 	struct peer_in_list	 ins;
 	struct fabric		*fab;		/* NULL: no data path (nothing served, nothing pulled) */
+	struct evdns_base	*dns;		/* members' and etcd's names; NULL: none resolve */
 	char			 provider[PROTO_PEER_PROV_LEN];
 	uint8_t			 fabric_name[PROTO_PEER_ADDR_MAX];
 	uint16_t		 fabric_len;
@@ -133,7 +151,7 @@ struct peer *peer_by_id(struct peer_tier *, const char *id);
 int	 peer_hello_counts_ok(const struct proto_peer_hello *);
 int	 peer_set_remote(struct peer *, const struct proto_peer_hello *);
 int	 peer_mr_ok(const struct peer *, uint64_t raddr, uint64_t rkey, uint64_t len);
-int	 peer_source_ok(const struct peer *, const struct sockaddr *from);
+int	 peer_source_ok(struct peer *, const struct sockaddr *from);
 int	 peer_pull_start(struct server *, const struct peer_grant *, void *dst,
 	    peer_pull_done_fn *, void *arg);
 void	 peer_ref(struct peer *);

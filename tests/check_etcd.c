@@ -112,7 +112,7 @@ et_open_ttl(const char *id, const char *addr, unsigned ttl, struct et_view *v)
 	memset(&self, 0, sizeof(self));
 	snprintf(self.id, sizeof(self.id), "%s", id);
 	snprintf(self.addr, sizeof(self.addr), "%s", addr);
-	ck_assert_msg(etcd_open(et_base, et_srv.endpoint, ET_PREFIX, &self, ttl, et_view_cb, v,
+	ck_assert_msg(etcd_open(et_base, NULL, et_srv.endpoint, ET_PREFIX, &self, ttl, et_view_cb, v,
 	    &e, err, sizeof(err)) == 0, "etcd_open: %s", err);
 	return e;
 }
@@ -304,21 +304,21 @@ START_TEST(test_etcd_open_refuses_bad_arguments)
 	char			err[256];
 
 	memset(&v, 0, sizeof(v));
-	ck_assert_int_eq(etcd_open(et_base, "https://127.0.0.1:1", ET_PREFIX, &self, 5, et_view_cb,
+	ck_assert_int_eq(etcd_open(et_base, NULL, "https://127.0.0.1:1", ET_PREFIX, &self, 5, et_view_cb,
 	    &v, &e, err, sizeof(err)), -EINVAL);
-	ck_assert_int_eq(etcd_open(et_base, "http://127.0.0.1", ET_PREFIX, &self, 5, et_view_cb,
+	ck_assert_int_eq(etcd_open(et_base, NULL, "http://127.0.0.1", ET_PREFIX, &self, 5, et_view_cb,
 	    &v, &e, err, sizeof(err)), -EINVAL);
-	ck_assert_int_eq(etcd_open(et_base, "http://127.0.0.1:99999", ET_PREFIX, &self, 5,
+	ck_assert_int_eq(etcd_open(et_base, NULL, "http://127.0.0.1:99999", ET_PREFIX, &self, 5,
 	    et_view_cb, &v, &e, err, sizeof(err)), -EINVAL);
-	ck_assert_int_eq(etcd_open(et_base, et_srv.endpoint, "relative", &self, 5, et_view_cb, &v,
+	ck_assert_int_eq(etcd_open(et_base, NULL, et_srv.endpoint, "relative", &self, 5, et_view_cb, &v,
 	    &e, err, sizeof(err)), -EINVAL);
-	ck_assert_int_eq(etcd_open(et_base, et_srv.endpoint, ET_PREFIX, &bad, 5, et_view_cb, &v,
+	ck_assert_int_eq(etcd_open(et_base, NULL, et_srv.endpoint, ET_PREFIX, &bad, 5, et_view_cb, &v,
 	    &e, err, sizeof(err)), -EINVAL);
-	ck_assert_int_eq(etcd_open(et_base, et_srv.endpoint, ET_PREFIX, &self, 1, et_view_cb, &v,
+	ck_assert_int_eq(etcd_open(et_base, NULL, et_srv.endpoint, ET_PREFIX, &self, 1, et_view_cb, &v,
 	    &e, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_null(e);
 	/* Nothing listening: no view, no callback, and closing it is clean. */
-	ck_assert_int_eq(etcd_open(et_base, "http://127.0.0.1:1", ET_PREFIX, &self, 5, et_view_cb,
+	ck_assert_int_eq(etcd_open(et_base, NULL, "http://127.0.0.1:1", ET_PREFIX, &self, 5, et_view_cb,
 	    &v, &e, err, sizeof(err)), 0);
 	et_spin(700);
 	ck_assert_int_eq(v.calls, 0);

@@ -17,12 +17,14 @@
 #include <arpa/inet.h>
 #include <poll.h>
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -696,6 +698,159 @@ START_TEST(test_member_by_name_or_wildcard_is_checked_so)
 	ck_assert_int_eq(pt_hello_from(0, "127.0.0.2", "anywhere"), PROTO_S_OK);
 	ck_assert_int_eq(pt_hello_from(0, "127.0.0.3", "anywhere"), PROTO_S_OK);
 	ck_assert_int_eq(test_stat(pt_d[0].sock, "peers", "refused"), 1);
+}
+END_TEST
+
+/*
+ * A nameserver for tests on 127.0.0.1 (UDP): it counts the queries for
+ * name and, once `answer` is set, answers A queries for it with 127.0.0.1
+ * and AAAA ones with nothing; before that it says nothing at all, as a
+ * nameserver that is down.
+ */
+struct pt_dns {
+	int		 fd;
+	unsigned	 port;
+	const char	*name;
+	volatile int	 answer, stop, queries;
+	pthread_t	 th;
+};
+
+/* The dotted name of a query's question at q (n bytes), or -1. */
+static int
+pt_dns_qname(const uint8_t *q, size_t n, char *out, size_t outlen, size_t *end)
+{
+	size_t	i = 12, o = 0;
+
+	while (i < n && q[i] != 0) {
+		if (q[i] > 63 || i + 1 + q[i] > n || o + q[i] + 2 > outlen)
+			return -1;
+		if (o > 0)
+			out[o++] = '.';
+		memcpy(out + o, q + i + 1, q[i]);
+		o += q[i];
+		i += 1 + (size_t)q[i];
+	}
+	if (i + 5 > n)
+		return -1;
+	out[o] = '\0';
+	*end = i + 5;	/* the root label, QTYPE, QCLASS */
+	return 0;
+}
+
+static void *
+pt_dns_main(void *arg)
+{
+	struct pt_dns		*d = arg;
+	struct sockaddr_in	 from;
+	socklen_t		 fl;
+	struct pollfd		 pfd = { d->fd, POLLIN, 0 };
+	uint8_t			 q[512], r[600];
+	char			 name[256];
+	size_t			 end, k;
+	ssize_t			 n;
+	int			 a;
+
+	while (!d->stop) {
+		if (poll(&pfd, 1, 50) != 1)
+			continue;
+		fl = sizeof(from);
+		if ((n = recvfrom(d->fd, q, sizeof(q), 0, (struct sockaddr *)&from, &fl)) < 17 ||
+		    pt_dns_qname(q, (size_t)n, name, sizeof(name), &end) != 0 ||
+		    strcasecmp(name, d->name) != 0)
+			continue;
+		d->queries++;
+		if (!d->answer)
+			continue;
+		a = q[end - 4] == 0 && q[end - 3] == 1;		/* QTYPE A */
+		memcpy(r, q, end);
+		r[2] = 0x81;	/* a response, recursion desired */
+		r[3] = 0x80;	/* recursion available, no error */
+		r[6] = 0;
+		r[7] = (uint8_t)a;	/* ANCOUNT */
+		memset(r + 8, 0, 4);
+		k = end;
+		if (a) {
+			static const uint8_t	rr[] = { 0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4,
+						   127, 0, 0, 1 };
+
+			memcpy(r + k, rr, sizeof(rr));
+			k += sizeof(rr);
+		}
+		(void)sendto(d->fd, r, k, 0, (struct sockaddr *)&from, fl);
+	}
+	return NULL;
+}
+
+static void
+pt_dns_start(struct pt_dns *d, const char *name)
+{
+	struct sockaddr_in	sin = { .sin_family = AF_INET };
+	socklen_t		sl = sizeof(sin);
+
+	memset(d, 0, sizeof(*d));
+	d->name = name;
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_ge(d->fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), 0);
+	ck_assert_int_eq(bind(d->fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	ck_assert_int_eq(getsockname(d->fd, (struct sockaddr *)&sin, &sl), 0);
+	d->port = ntohs(sin.sin_port);
+	ck_assert_int_eq(pthread_create(&d->th, NULL, pt_dns_main, d), 0);
+}
+
+static void
+pt_dns_stop(struct pt_dns *d)
+{
+	d->stop = 1;
+	pthread_join(d->th, NULL);
+	close(d->fd);
+}
+
+/*
+ * A member listed by a host name is resolved by evdns, never blocking the
+ * daemon: while the name's nameserver says nothing, the daemon answers,
+ * does not dial the member and lets nobody in under its id; once an
+ * answer comes, it dials, and the member is up both ways.
+ */
+START_TEST(test_member_by_name_resolves_without_blocking)
+{
+	struct pt_dns	 dns;
+	char		 dir[128], conf[192], buf[32], *cfg;
+	FILE		*f;
+	int		 rc, t;
+
+	pt_pick_port();
+	pt_dns_start(&dns, "n1.l3kv.test");
+	ck_assert_ptr_nonnull(test_mkdtemp(dir, sizeof(dir)));
+	snprintf(conf, sizeof(conf), "%s/resolv.conf", dir);
+	ck_assert_ptr_nonnull(f = fopen(conf, "w"));
+	fprintf(f, "nameserver 127.0.0.1:%u\noptions timeout:1 attempts:30\n", dns.port);
+	fclose(f);
+	pt_start(1, 2, NULL, NULL);	/* n1 dials n0 at 127.0.0.1 */
+	ck_assert(asprintf(&cfg, "{\"peer\": {\"id\": \"n0\", \"listen\": \"127.0.0.1:%u\", "
+	    "\"provider\": \"%s\", \"fabric_addr\": \"127.0.0.1\", \"ping_ms\": 100, "
+	    "\"members\": [{\"id\": \"n0\", \"addr\": \"127.0.0.1:%u\"}, "
+	    "{\"id\": \"n1\", \"addr\": \"n1.l3kv.test:%u\"}]}, "
+	    "\"testing\": {\"resolv_conf\": \"%s\"}}", pt_port_of(0), pt_provider, pt_port_of(0),
+	    pt_port_of(1), conf) > 0);
+	rc = test_daemon_start(&pt_d[0], cfg);
+	free(cfg);
+	ck_assert_msg(rc == 0, "daemon n0: %s", strerror(-rc));
+	pt_up[0] = 1;
+	for (t = 0; t < 1000 && dns.queries == 0; t++)
+		usleep(10000);
+	ck_assert_msg(dns.queries > 0, "n0 never asked the nameserver for n1.l3kv.test");
+	/* Unanswered: n0 serves, dials nobody, and refuses n1's HELLOs (no address to check). */
+	ck_assert_int_ge(test_stat_wait(pt_d[0].sock, "peers", "refused", 1), 1);
+	ck_assert_str_ne(pt_state(0, 1, buf, sizeof(buf)), "up");
+	ck_assert_str_ne(pt_state(1, 0, buf, sizeof(buf)), "up");
+	dns.answer = 1;
+	ck_assert(pt_wait_state(0, 1, "up"));
+	ck_assert(pt_wait_state(1, 0, "up"));
+	pt_stop(0);
+	pt_stop(1);
+	pt_dns_stop(&dns);
+	unlink(conf);
+	rmdir(dir);
 }
 END_TEST
 
@@ -1832,6 +1987,7 @@ suite_peer(void)
 	tcase_add_test(tc, test_stranger_is_refused);
 	tcase_add_test(tc, test_member_id_from_another_address_is_refused);
 	tcase_add_test(tc, test_member_by_name_or_wildcard_is_checked_so);
+	tcase_add_test(tc, test_member_by_name_resolves_without_blocking);
 	tcase_add_test(tc, test_secret_is_checked);
 	tcase_add_test(tc, test_unproved_hello_changes_nothing_of_the_member);
 	tcase_add_test(tc, test_hostile_peer_bytes_are_refused);
