@@ -770,7 +770,23 @@ peer_timer_cb(evutil_socket_t fd, short ev, void *arg)
 	peer_timer_arm(p, p->tier->s->cfg->peer_ping_ms);
 }
 
-/* The listener's HELLO reply: who it is, and its proof when we share a secret. */
+/* The listener took our PEER_AUTH (our proof, with a secret): asks and pulls may go. */
+static void
+peer_out_up(struct peer *p)
+{
+	p->state = PEER_UP;
+	p->backoff_ms = 0;
+	log_info("peer", "%s (%s) is up, incarnation %016llx", p->m.id, p->m.addr,
+	    (unsigned long long)p->incarnation);
+	evtimer_del(p->ev_timer);
+	peer_timer_arm(p, 0);
+}
+
+/*
+ * The listener's HELLO reply: who it is, and its proof when we share a
+ * secret. Ours follows in PEER_AUTH; the member is up once the listener
+ * took it (a listener that refuses our proof never sees a request).
+ */
 static void
 peer_out_hello(struct peer *p, struct proto_frame *f)
 {
@@ -813,12 +829,6 @@ peer_out_hello(struct peer *p, struct proto_frame *f)
 		peer_proof(t, h.nonce, t->self.id, t->incarnation, a.proof);
 	conn_request(p->out, PROTO_T_PEER_AUTH, 0, &a, sizeof(a));
 	p->out->flags |= CONN_F_HELLO | CONN_F_ATTACHED;
-	p->state = PEER_UP;
-	p->backoff_ms = 0;
-	log_info("peer", "%s (%s) is up, incarnation %016llx", p->m.id, p->m.addr,
-	    (unsigned long long)p->incarnation);
-	evtimer_del(p->ev_timer);
-	peer_timer_arm(p, 0);
 }
 
 /* Frames on a connection this daemon dialled: replies to its requests only. */
@@ -842,7 +852,8 @@ peer_out_frame(struct conn *c, struct proto_frame *f, void *arg)
 			log_warn("peer", "%s refused our proof: %s", p->m.id,
 			    proto_status_name(f->hdr.status));
 			conn_close(c);
-		}
+		} else if (p->state == PEER_CONNECTING && (c->flags & CONN_F_HELLO))
+			peer_out_up(p);
 		return;
 	}
 	TAILQ_FOREACH(r, &p->reqs, entry)

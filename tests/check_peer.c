@@ -701,6 +701,8 @@ START_TEST(test_member_by_name_or_wildcard_is_checked_so)
 }
 END_TEST
 
+static int	pt_raw_read(int, struct proto_hdr *);
+
 /*
  * A nameserver for tests on 127.0.0.1 (UDP): it counts the queries for
  * name and, once `answer` is set, answers A queries for it with 127.0.0.1
@@ -851,6 +853,61 @@ START_TEST(test_member_by_name_resolves_without_blocking)
 	pt_dns_stop(&dns);
 	unlink(conf);
 	rmdir(dir);
+}
+END_TEST
+
+/*
+ * A listener that answers the HELLO but refuses the PEER_AUTH: the
+ * dialler never counts it up and sends it nothing after the PEER_AUTH
+ * (no PING, no ask), and closes.
+ */
+START_TEST(test_dialler_is_up_only_once_its_auth_is_taken)
+{
+	struct {
+		struct proto_hdr	h;
+		struct proto_peer_hello	hello;
+	} f;
+	struct sockaddr_in	 sin;
+	struct proto_hdr	 h;
+	char			 line[96], buf[32];
+	int			 lfd, fd, one = 1;
+
+	pt_pick_port();
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons((uint16_t)pt_port_of(1));
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_ge(lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), 0);
+	ck_assert_int_eq(setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
+	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	ck_assert_int_eq(listen(lfd, 4), 0);
+	pt_start(0, 2, NULL, NULL);	/* n0 dials n1: here */
+	ck_assert_int_ge(fd = accept(lfd, NULL, NULL), 0);
+	ck_assert_int_eq(pt_raw_read(fd, &h), 0);
+	ck_assert_uint_eq(h.type, PROTO_T_PEER_HELLO);
+	memset(&f, 0, sizeof(f));
+	proto_hdr_init(&f.h, PROTO_T_PEER_HELLO, sizeof(f.hello), h.seq);
+	f.h.flags = PROTO_F_REPLY;
+	f.h.status = PROTO_S_OK;
+	f.hello.version_min = f.hello.version_max = 1;
+	snprintf(f.hello.id, sizeof(f.hello.id), "n1");
+	snprintf(f.hello.role, sizeof(f.hello.role), "decode");
+	f.hello.incarnation = 7;
+	ck_assert_int_eq(write(fd, &f, sizeof(f)), (ssize_t)sizeof(f));
+	ck_assert_int_eq(pt_raw_read(fd, &h), 0);
+	ck_assert_uint_eq(h.type, PROTO_T_PEER_AUTH);
+	proto_hdr_init(&f.h, PROTO_T_PEER_AUTH, 0, h.seq);
+	f.h.flags = PROTO_F_REPLY;
+	f.h.status = PROTO_S_PEER_AUTH;
+	ck_assert_int_eq(write(fd, &f.h, sizeof(f.h)), (ssize_t)sizeof(f.h));
+	/* Nothing more: the connection closes (a PING here would mean n0 counted n1 up). */
+	ck_assert_int_eq(pt_raw_read(fd, &h), -1);
+	ck_assert_str_ne(pt_state(0, 1, buf, sizeof(buf)), "up");
+	snprintf(line, sizeof(line), "n1 (127.0.0.1:%u) is up", pt_port_of(1));
+	ck_assert(!test_daemon_log_has(&pt_d[0], line));
+	ck_assert(test_daemon_log_has(&pt_d[0], "n1 refused our proof: peer_auth"));
+	close(fd);
+	close(lfd);
 }
 END_TEST
 
@@ -1988,6 +2045,7 @@ suite_peer(void)
 	tcase_add_test(tc, test_member_id_from_another_address_is_refused);
 	tcase_add_test(tc, test_member_by_name_or_wildcard_is_checked_so);
 	tcase_add_test(tc, test_member_by_name_resolves_without_blocking);
+	tcase_add_test(tc, test_dialler_is_up_only_once_its_auth_is_taken);
 	tcase_add_test(tc, test_secret_is_checked);
 	tcase_add_test(tc, test_unproved_hello_changes_nothing_of_the_member);
 	tcase_add_test(tc, test_hostile_peer_bytes_are_refused);
