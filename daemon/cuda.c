@@ -410,8 +410,8 @@ cuda_poll_cb(evutil_socket_t fd, short ev, void *arg)
  * benchmarks that compare engine variants with one build:
  * L3KV_CUDA_NOTIFY=callback|thread, L3KV_CUDA_TIMELINE=1 (GPU stamps in
  * STATS "copy"."last_restore"), L3KV_CUDA_BATCH=0|1 (runs >= 128 KiB by
- * cudaMemcpyBatchAsync), L3KV_CUDA_CSUM=warp|blocks|ilp|cta (the checksum kernel's form),
- * L3KV_CUDA_TAIL_ON_COPY=0|1 (a restore's last chunk's kernels behind its DMA).
+ * cudaMemcpyBatchAsync), L3KV_CUDA_CSUM=cta|warp (the checksum kernel's
+ * form: a CTA or a warp per 64 KiB unit).
  */
 static void
 cuda_conf_env(struct kernels_conf *c)
@@ -430,19 +430,13 @@ cuda_conf_env(struct kernels_conf *c)
 		c->timeline = strcmp(v, "0") != 0;
 	if ((v = getenv("L3KV_CUDA_BATCH")) != NULL && *v)
 		c->batch_dma = strcmp(v, "0") != 0;
-	if ((v = getenv("L3KV_CUDA_TAIL_ON_COPY")) != NULL && *v)
-		c->tail_on_copy = strcmp(v, "0") != 0;
 	if ((v = getenv("L3KV_CUDA_CSUM")) != NULL && *v) {
-		if (strcmp(v, "blocks") == 0)
-			c->csum = KERNELS_CSUM_BLOCKS;
+		if (strcmp(v, "cta") == 0)
+			c->csum = KERNELS_CSUM_CTA;
 		else if (strcmp(v, "warp") == 0)
 			c->csum = KERNELS_CSUM_WARP;
-		else if (strcmp(v, "ilp") == 0)
-			c->csum = KERNELS_CSUM_ILP;
-		else if (strcmp(v, "cta") == 0)
-			c->csum = KERNELS_CSUM_CTA;
 		else
-			log_warn("cuda", "L3KV_CUDA_CSUM=%s: not blocks, warp, ilp or cta; ignored", v);
+			log_warn("cuda", "L3KV_CUDA_CSUM=%s: not cta or warp; ignored", v);
 	}
 }
 

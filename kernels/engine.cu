@@ -22,8 +22,9 @@
  *
  * Staging layout: objects that are contiguous in host memory stay
  * contiguous in staging (one DMA for the run); each run starts 256-byte
- * aligned. The checksum is computed per 64 KiB unit by one warp
- * (engine_csum_kernel), then per object over the digests
+ * aligned. The checksum is computed per 64 KiB unit by a CTA of eight
+ * warps (engine_csum_cta_kernel; conf.csum can pick one warp,
+ * engine_csum_kernel), then per object over the digests
  * (engine_finish_kernel), which also compares it with the expected value
  * and sets the object's ok flag; the scatter kernel writes only objects
  * whose flag is set. A chunk's kernels run in one stream, after its DMA
@@ -138,10 +139,8 @@ struct engine_slot {
 						   its DMA only kernels are left (kernels_engine_tail) */
 	cudaEvent_t		 done;
 	cudaEvent_t		 staged;	/* hands the chunk between copy and kernel streams */
-	cudaEvent_t		 descd;		/* conf.tail_on_copy: its descriptors are on the device */
 	int			 have_done;
 	int			 have_staged;
-	int			 have_descd;
 	uint8_t			*stage;		/* device */
 	uint64_t		*dig;
 	uint32_t		*ok;
@@ -545,162 +544,22 @@ engine_warp_long(const uint8_t *p, uint32_t len, unsigned t)
 	return t == 0 ? xxh3g_long_tail(all, p, len) : 0;
 }
 
-/*
- * engine_warp_long with ENGINE_ILP blocks at a time (KERNELS_CSUM_ILP): a
- * block's sum does not depend on the accumulators, only the scramble
- * after it does, so the loads, the partial sums and the warp reductions
- * of ENGINE_ILP blocks are independent and overlap; their scrambles then
- * follow in block order. The same arithmetic as engine_warp_long, in
- * another order: a one-warp unit (a restore's last checksum, its tail)
- * waits less on the reductions' shuffle latency.
- */
-#define ENGINE_ILP	4
-template <bool A16>
+/* XXH3-64 of len bytes at p by a whole warp; lane 0 returns it. */
 static __device__ uint64_t
-engine_warp_long_ilp(const uint8_t *p, uint32_t len, unsigned t)
+engine_warp_hash(const uint8_t *p, uint32_t len, unsigned t)
 {
-	uint64_t	k[4], ks[4], acc[4], d[ENGINE_ILP][4], a[ENGINE_ILP][4], all[8];
-	uint32_t	nb = (len - 1) / XXH3G_BLOCK, n, ns;
-	unsigned	g = (t & 1) * 4, j, q;
-
-	xxh3g_part_keys(t, k);
-#pragma unroll
-	for (j = 0; j < 4; j++) {
-		acc[j] = xxh3g_init_acc(g + j);
-		ks[j] = xxh3g_scramble_key(g + j);
-	}
-	for (n = 0; n < nb; n += ENGINE_ILP) {
-#pragma unroll
-		for (q = 0; q < ENGINE_ILP; q++)
-			if (n + q < nb)
-				engine_load32<A16>(p + (uint64_t)(n + q) * XXH3G_BLOCK + 32 * t, d[q]);
-#pragma unroll
-		for (q = 0; q < ENGINE_ILP; q++) {
-#pragma unroll
-			for (j = 0; j < 4; j++)
-				a[q][j] = 0;
-			if (n + q < nb)
-				xxh3g_part(a[q], d[q], k);
-		}
-		/* every lane takes part in every shuffle: n + q < nb is the same for the warp */
-#pragma unroll
-		for (q = 0; q < ENGINE_ILP; q++)
-#pragma unroll
-			for (j = 0; j < 4; j++)
-				a[q][j] = engine_warp_sum16(a[q][j]);
-#pragma unroll
-		for (q = 0; q < ENGINE_ILP; q++)
-			if (n + q < nb)
-#pragma unroll
-				for (j = 0; j < 4; j++)
-					acc[j] = xxh3g_scramble(acc[j] + a[q][j], ks[j]);
-	}
-	/* the last, partial block: its first ns stripes, no scramble */
-	ns = ((len - 1) - nb * XXH3G_BLOCK) / XXH3G_STRIPE;
-#pragma unroll
-	for (j = 0; j < 4; j++)
-		a[0][j] = 0;
-	if ((t >> 1) < ns) {
-		engine_load32<A16>(p + (uint64_t)nb * XXH3G_BLOCK + 32 * t, d[0]);
-		xxh3g_part(a[0], d[0], k);
-	}
-#pragma unroll
-	for (j = 0; j < 4; j++) {
-		acc[j] += engine_warp_sum16(a[0][j]);
-		all[j] = acc[j];
-		all[4 + j] = __shfl_sync(0xffffffffU, acc[j], 1);	/* lanes 4..7 */
-	}
-	return t == 0 ? xxh3g_long_tail(all, p, len) : 0;
-}
-
-/*
- * XXH3-64 of len (> 240, at most XXH3G_CHUNK) bytes at p by a whole warp,
- * block-parallel (KERNELS_CSUM_BLOCKS): a block's sum does
- * not depend on the accumulators, so lane t sums whole blocks itself,
- * t and t + 32 (no shuffles), into the warp's sm (8 words a block); then
- * lane j < 8 walks accumulator j's chain over the blocks in order, one
- * add and one scramble a block. engine_warp_long's 64 warp reductions one
- * after the other (16 shuffles each), the checksum tail of a restore's
- * last 64 KiB, become one pass of loads in flight and a chain of 64
- * short steps. The same arithmetic in another order.
- */
-template <bool A16>
-static __device__ uint64_t
-engine_warp_long_blocks(const uint8_t *p, uint32_t len, unsigned t, uint64_t *sm)
-{
-	uint64_t	s[8], k0[4], k1[4], d0[4], d1[4], acc = 0, ks, all[8];
-	uint32_t	nb = (len - 1) / XXH3G_BLOCK, b, npos, u;
-	uint32_t	ns = ((len - 1) - nb * XXH3G_BLOCK) / XXH3G_STRIPE;
-	unsigned	j;
-
-	for (b = t; b <= nb; b += 32) {
-		const uint8_t	*q = p + (uint64_t)b * XXH3G_BLOCK;
-
-		/* a whole block is 32 shares of 32 bytes; the last, partial one its first ns stripes */
-		npos = b < nb ? XXH3G_BLOCK / 32 : 2 * ns;
-#pragma unroll
-		for (j = 0; j < 8; j++)
-			s[j] = 0;
-#pragma unroll 4
-		for (u = 0; u < npos; u += 2) {
-			engine_load32<A16>(q + 32 * u, d0);
-			engine_load32<A16>(q + 32 * u + 32, d1);
-			xxh3g_part_keys(u, k0);		/* even shares: accumulators 0..3 */
-			xxh3g_part_keys(u + 1, k1);	/* odd shares: 4..7 */
-			xxh3g_part(s, d0, k0);
-			xxh3g_part(s + 4, d1, k1);
-		}
-#pragma unroll
-		for (j = 0; j < 8; j++)
-			sm[b * 8 + j] = s[j];
-	}
-	__syncwarp();
-	if (t < 8) {
-		acc = xxh3g_init_acc(t);
-		ks = xxh3g_scramble_key(t);
-		for (b = 0; b < nb; b++)
-			acc = xxh3g_scramble(acc + sm[b * 8 + t], ks);
-		acc += sm[nb * 8 + t];		/* the partial block: no scramble */
-	}
-#pragma unroll
-	for (j = 0; j < 8; j++)
-		all[j] = __shfl_sync(0xffffffffU, acc, j);
-	return t == 0 ? xxh3g_long_tail(all, p, len) : 0;
-}
-
-/* The block sums engine_warp_long_blocks keeps per warp: 8 words for each block of a unit. */
-#define ENGINE_BLOCK_SUMS	(XXH3G_CHUNK / XXH3G_BLOCK * 8)
-
-/*
- * XXH3-64 of len bytes at p by a whole warp; lane 0 returns it. CSUM:
- * the form (KERNELS_CSUM_*); sm: the warp's ENGINE_BLOCK_SUMS words
- * (KERNELS_CSUM_BLOCKS only).
- */
-template <int CSUM>
-static __device__ uint64_t
-engine_warp_hash(const uint8_t *p, uint32_t len, unsigned t, uint64_t *sm)
-{
-	int	a16 = ((uintptr_t)p & 15) == 0;
-
 	if (len <= XXH3G_MIDSIZE_MAX)
 		return t == 0 ? xxh3g_64(p, len) : 0;
-	if (CSUM == KERNELS_CSUM_BLOCKS && len <= XXH3G_CHUNK)
-		return a16 ? engine_warp_long_blocks<true>(p, len, t, sm) :
-		    engine_warp_long_blocks<false>(p, len, t, sm);
-	if (CSUM == KERNELS_CSUM_ILP)
-		return a16 ? engine_warp_long_ilp<true>(p, len, t) :
-		    engine_warp_long_ilp<false>(p, len, t);
-	return a16 ? engine_warp_long<true>(p, len, t) : engine_warp_long<false>(p, len, t);
+	if (((uintptr_t)p & 15) == 0)
+		return engine_warp_long<true>(p, len, t);
+	return engine_warp_long<false>(p, len, t);
 }
 
-/* One warp per 64 KiB unit: its XXH3-64 into dig[unit.dig]. */
-template <int CSUM>
+/* One warp per 64 KiB unit (KERNELS_CSUM_WARP): its XXH3-64 into dig[unit.dig]. */
 static __global__ void
 engine_csum_kernel(const struct engine_unit *units, uint32_t nunits, const uint8_t *stage,
     uint64_t *dig)
 {
-	__shared__ uint64_t sums[CSUM == KERNELS_CSUM_BLOCKS ? ENGINE_THREADS / 32 : 1]
-	    [CSUM == KERNELS_CSUM_BLOCKS ? ENGINE_BLOCK_SUMS : 1];
 	unsigned	t = threadIdx.x & 31;
 	uint32_t	w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, len = 0, di = 0;
 	uint64_t	off = 0, h;
@@ -715,8 +574,7 @@ engine_csum_kernel(const struct engine_unit *units, uint32_t nunits, const uint8
 	off = __shfl_sync(0xffffffffU, off, 0);
 	len = __shfl_sync(0xffffffffU, len, 0);
 	di = __shfl_sync(0xffffffffU, di, 0);
-	h = engine_warp_hash<CSUM>(stage + off, len, t,
-	    sums[CSUM == KERNELS_CSUM_BLOCKS ? threadIdx.x >> 5 : 0]);
+	h = engine_warp_hash(stage + off, len, t);
 	if (t == 0)
 		dig[di] = h;
 }
@@ -749,7 +607,7 @@ engine_csum_cta_kernel(const struct engine_unit *units, uint32_t nunits, const u
 	if (len <= XXH3G_MIDSIZE_MAX || len > XXH3G_CHUNK) {
 		/* short (or, never from this engine, over-long) units: one warp, as before */
 		if (w == 0) {
-			h = engine_warp_hash<KERNELS_CSUM_WARP>(p, len, t, NULL);
+			h = engine_warp_hash(p, len, t);
 			if (t == 0)
 				dig[units[u].dig] = h;
 		}
@@ -840,7 +698,7 @@ engine_finish_kernel(const struct engine_item *items, uint32_t nitems, uint64_t 
 	if (t == 0)
 		d[nunits] = bytes;	/* little-endian, as checksum_le64 writes it */
 	__syncwarp();
-	h = engine_warp_hash<KERNELS_CSUM_WARP>((const uint8_t *)d, (nunits + 1) * 8, t, NULL);
+	h = engine_warp_hash((const uint8_t *)d, (nunits + 1) * 8, t);
 	if (t == 0) {
 		good = mode != ENGINE_FIN_VERIFY || h == expect;
 		res[w].csum = h;
@@ -1092,8 +950,6 @@ kernels_engine_free(struct kernels_engine *e)
 				(void)cudaEventDestroy(e->slots[i].done);
 			if (e->slots[i].have_staged)
 				(void)cudaEventDestroy(e->slots[i].staged);
-			if (e->slots[i].have_descd)
-				(void)cudaEventDestroy(e->slots[i].descd);
 			free(e->slots[i].runs);
 			free(e->slots[i].bdst);
 			free(e->slots[i].bsrc);
@@ -1162,12 +1018,7 @@ kernels_engine_new(const struct kernels_conf *c, struct kernels_engine **out, ch
 	 */
 	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_desc_kernel), "loading the kernels");
 	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_copy_kernel), "loading the kernels");
-	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_csum_kernel<KERNELS_CSUM_WARP>),
-	    "loading the kernels");
-	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_csum_kernel<KERNELS_CSUM_ILP>),
-	    "loading the kernels");
-	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_csum_kernel<KERNELS_CSUM_BLOCKS>),
-	    "loading the kernels");
+	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_csum_kernel), "loading the kernels");
 	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_csum_cta_kernel), "loading the kernels");
 	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_finish_kernel), "loading the kernels");
 	ENGINE_FAIL(cudaFuncGetAttributes(&fa, engine_scatter_kernel), "loading the kernels");
@@ -1258,9 +1109,6 @@ kernels_engine_new(const struct kernels_conf *c, struct kernels_engine **out, ch
 		ENGINE_FAIL(cudaEventCreateWithFlags(&sl->staged, cudaEventDisableTiming),
 		    "cudaEventCreate");
 		sl->have_staged = 1;
-		ENGINE_FAIL(cudaEventCreateWithFlags(&sl->descd, cudaEventDisableTiming),
-		    "cudaEventCreate");
-		sl->have_descd = 1;
 	}
 #undef ENGINE_FAIL
 	if (c->timeline)
@@ -1561,22 +1409,19 @@ engine_track(struct kernels_engine *e, struct engine_slot *sl, cudaStream_t fin)
 	}
 }
 
-/* The checksum kernel of the slot's nu units on s, in the form conf.csum picks. */
+/*
+ * The checksum kernel of the slot's nu units on s, in the form conf.csum
+ * picks: a CTA per unit (KERNELS_CSUM_CTA), or a warp per unit.
+ */
 static void
 engine_csum(const struct kernels_engine *e, struct engine_slot *sl, uint32_t nu, cudaStream_t s)
 {
 	if (e->conf.csum == KERNELS_CSUM_CTA)
 		ENGINE_KERNEL(engine_csum_cta_kernel, nu, ENGINE_THREADS, s)(sl->dunits, nu,
 		    sl->stage, sl->dig);
-	else if (e->conf.csum == KERNELS_CSUM_ILP)
-		ENGINE_KERNEL(engine_csum_kernel<KERNELS_CSUM_ILP>, engine_warps(nu), ENGINE_THREADS,
-		    s)(sl->dunits, nu, sl->stage, sl->dig);
-	else if (e->conf.csum == KERNELS_CSUM_WARP)
-		ENGINE_KERNEL(engine_csum_kernel<KERNELS_CSUM_WARP>, engine_warps(nu), ENGINE_THREADS,
-		    s)(sl->dunits, nu, sl->stage, sl->dig);
 	else
-		ENGINE_KERNEL(engine_csum_kernel<KERNELS_CSUM_BLOCKS>, engine_warps(nu),
-		    ENGINE_THREADS, s)(sl->dunits, nu, sl->stage, sl->dig);
+		ENGINE_KERNEL(engine_csum_kernel, engine_warps(nu), ENGINE_THREADS, s)(sl->dunits,
+		    nu, sl->stage, sl->dig);
 }
 
 /* A timeline stamp of the GPU's clock into the slot's word k, on s. */
@@ -1828,20 +1673,6 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 	ENGINE_LAUNCH("the descriptor kernel", ENGINE_KERNEL(engine_desc_kernel,
 	    ENGINE_DESC_BLOCKS, ENGINE_THREADS, s)(dsp));
 	if (!op->publish) {
-		/*
-		 * conf.tail_on_copy: a restore's last chunk runs its kernels
-		 * on the copy stream right behind its DMA, without the event
-		 * hop to a kernel stream; the copy stream first waits for the
-		 * descriptors (long uploaded by then). Nothing follows on that
-		 * stream until the next op's DMA, which waits behind them.
-		 */
-		if (sl->tail && c->tail_on_copy) {
-			ENGINE_CALL("cudaEventRecord (descriptors)", cudaEventRecord(sl->descd, s));
-			ENGINE_CALL("cudaStreamWaitEvent (descriptors)",
-			    cudaStreamWaitEvent(cs, sl->descd, 0));
-			if (ce == cudaSuccess)
-				s = fin = cs;
-		}
 		/* the zero-copy gather needs no DMA; the rest waits for it */
 		if (first && ndma == 0)
 			ENGINE_CALL("the stamp kernel", engine_stamp(e, sl, 0, s));
@@ -1850,7 +1681,7 @@ engine_issue(struct kernels_engine *e, struct engine_slot *sl, struct kernels_op
 			    dim3(engine_bx(maxs, 256), ns), ENGINE_THREADS, s)(sl->dsegs));
 		if (ndma == 0)
 			ENGINE_CALL("the stamp kernel", engine_stamp(e, sl, 1, s));
-		if (ndma > 0 && s != cs)
+		if (ndma > 0)
 			ENGINE_CALL("cudaStreamWaitEvent (staged)",
 			    cudaStreamWaitEvent(s, sl->staged, 0));
 		ENGINE_CALL("the stamp kernel", engine_stamp(e, sl, 4, s));
@@ -2436,8 +2267,8 @@ kernels_checksum_device(const void *dptr, size_t len, uint64_t *out, char *err, 
 		goto out;
 	what = "the checksum kernel";
 	if (nu > 0) {
-		ENGINE_KERNEL(engine_csum_kernel<KERNELS_CSUM_WARP>, engine_warps(nu),
-		    ENGINE_THREADS, 0)(du, nu, (const uint8_t *)dptr, dig);
+		ENGINE_KERNEL(engine_csum_kernel, engine_warps(nu), ENGINE_THREADS, 0)(du, nu,
+		    (const uint8_t *)dptr, dig);
 		if ((ce = cudaGetLastError()) != cudaSuccess)
 			goto out;
 	}

@@ -158,24 +158,19 @@ struct kernels_conf {
 	size_t		batch_min_bytes;
 	unsigned	copy_streams;	/* 1 or 2 per direction: chunks' DMA in flight at once */
 	int		csum;		/* the checksum kernel's form: KERNELS_CSUM_* */
-	int		tail_on_copy;	/* a restore's last chunk: kernels on the copy stream */
 };
 /*
- * The checksum kernel (XXH3-64 of each 64 KiB unit, a warp per unit), in
- * three orders of the same arithmetic: WARP reduces each 1 KiB block
- * across the warp and scrambles, block after block; ILP overlaps four
- * blocks' loads and reductions (152 registers); BLOCKS has each lane sum
- * whole blocks and eight lanes run the scramble chains (80 registers and
- * 32 KiB of shared memory a CTA); CTA, the default, gives each unit a
- * CTA of 8 warps whose loads are all in flight at once. On the H200 the
- * last chunk's checksum kernel took 38 us by WARP, 42 by BLOCKS and 13 by
- * CTA (RESULTS.md, issue 16): the tail is the bytes in flight per warp,
- * not the order of the arithmetic.
+ * The checksum kernel (XXH3-64 of each 64 KiB unit): CTA, the default,
+ * gives each unit a CTA of 8 warps whose loads are all in flight at
+ * once; WARP gives it one warp, which reduces each 1 KiB block across
+ * the warp and scrambles, block after block (any other value is WARP).
+ * On the H200 the last chunk's checksum kernel took 38 us by WARP and 13
+ * by CTA (RESULTS.md, issue 16): the tail is the bytes in flight per
+ * warp, not the order of the arithmetic (two other orders of it, since
+ * removed, took 36 and 42 us).
  */
 #define KERNELS_CSUM_WARP	0
-#define KERNELS_CSUM_BLOCKS	1
-#define KERNELS_CSUM_ILP	2
-#define KERNELS_CSUM_CTA	3	/* a CTA per unit, 8 warps, every block's loads at once */
+#define KERNELS_CSUM_CTA	1	/* a CTA per unit, 8 warps, every block's loads at once */
 /*
  * KERNELS_NOTIFY_CALLBACK: a CUDA host function (cudaLaunchHostFunc) after
  * each chunk writes the fd. KERNELS_NOTIFY_THREAD: a thread of the engine

@@ -54,17 +54,14 @@ echo "== bench_gpu"
 timeout 240 tests/bench/gpu.sh "$BIN" ${BENCH_ARGS:--r 5} >"$OUT/bench_gpu.md" \
 	2>"$OUT/bench_gpu.log" || { status=1; tail -20 "$OUT/bench_gpu.log"; }
 # shellcheck disable=SC2086
-# leading words: the checksum kernel's form (L3KV_CUDA_CSUM; cta is the default), "tail"
-# for L3KV_CUDA_TAIL_ON_COPY=1 (a restore's last chunk's kernels behind its DMA)
+# a leading word names the checksum kernel's form (L3KV_CUDA_CSUM=cta|warp; cta is the default)
 # (bench_e2e's client spins by L3KV_SPIN_AUTO unless -S says otherwise)
 for v in "" "-S 0" "-S 5000" "-T" "warp -S 0" "" "-S 0"; do
 	echo "== bench_e2e $v"
 	echo "### bench_e2e ${v:-(defaults)}" >>"$OUT/bench_e2e.md"
 	csum=cta
-	tail=0
-	case $v in blocks*|ilp*|cta*|warp*) csum=${v%% *}; v=${v#"$csum"}; v=${v# } ;; esac
-	case $v in tail*) tail=1; v=${v#tail} ;; esac
-	L3KV_CUDA_CSUM=$csum L3KV_CUDA_TAIL_ON_COPY=$tail timeout 90 "$BIN/bench_e2e" $v ${E2E_ARGS:--n 20} \
+	case $v in cta*|warp*) csum=${v%% *}; v=${v#"$csum"}; v=${v# } ;; esac
+	L3KV_CUDA_CSUM=$csum timeout 90 "$BIN/bench_e2e" $v ${E2E_ARGS:--n 20} \
 		>>"$OUT/bench_e2e.md" 2>>"$OUT/bench_gpu.log" || { status=1; tail -5 "$OUT/bench_gpu.log"; }
 done
 # shellcheck disable=SC2086
