@@ -403,6 +403,9 @@ peer_out_closed(struct conn *c, void *arg)
 	struct peer	*p = arg;
 
 	(void)c;
+	/* Never answered: the next dial tries the name's next address. */
+	if (p->state == PEER_CONNECTING)
+		p->addr_next++;
 	peer_down(p, "its control connection closed");
 	peer_unref(p);
 }
@@ -698,7 +701,7 @@ peer_connect(struct peer *p)
 		    "its address does not resolve");
 		return;
 	}
-	ss = p->addrs[0];
+	ss = p->addrs[p->addr_next % p->naddrs];
 	sslen = peer_sslen(&ss);
 	if ((fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0) {
 		peer_down(p, strerror(errno));

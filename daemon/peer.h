@@ -60,10 +60,11 @@ struct peer {
 	/*
 	 * m.addr's addresses (peer_addr_refresh): a numeric host's at once, a
 	 * name's from evdns, refreshed in the background (the old ones serve
-	 * meanwhile). Dialling uses the first; a HELLO must come from one.
+	 * meanwhile). Dialling tries them in turn; a HELLO must come from one.
 	 */
 	struct sockaddr_storage	 addrs[PEER_ADDRS_MAX];
 	unsigned		 naddrs;
+	unsigned		 addr_next;	/* the one to dial: the next after one that failed */
 	int			 numeric;	/* m.addr's host is an address */
 	int64_t			 resolved_ms;	/* the last answer; 0: none */
 	int			 resolving;	/* an evdns request in flight (dns, when not done) */

@@ -705,9 +705,9 @@ static int	pt_raw_read(int, struct proto_hdr *);
 
 /*
  * A nameserver for tests on 127.0.0.1 (UDP): it counts the queries for
- * name and, once `answer` is set, answers A queries for it with 127.0.0.1
- * and AAAA ones with nothing; before that it says nothing at all, as a
- * nameserver that is down.
+ * name and, once `answer` is set, answers A queries for it with 127.0.0.2
+ * (where nobody listens) then 127.0.0.1, and AAAA ones with nothing;
+ * before that it says nothing at all, as a nameserver that is down.
  */
 struct pt_dns {
 	int		 fd;
@@ -768,11 +768,13 @@ pt_dns_main(void *arg)
 		r[2] = 0x81;	/* a response, recursion desired */
 		r[3] = 0x80;	/* recursion available, no error */
 		r[6] = 0;
-		r[7] = (uint8_t)a;	/* ANCOUNT */
+		r[7] = a ? 2 : 0;	/* ANCOUNT */
 		memset(r + 8, 0, 4);
 		k = end;
 		if (a) {
 			static const uint8_t	rr[] = { 0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4,
+						   127, 0, 0, 2,
+						   0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4,
 						   127, 0, 0, 1 };
 
 			memcpy(r + k, rr, sizeof(rr));
@@ -811,7 +813,8 @@ pt_dns_stop(struct pt_dns *d)
  * A member listed by a host name is resolved by evdns, never blocking the
  * daemon: while the name's nameserver says nothing, the daemon answers,
  * does not dial the member and lets nobody in under its id; once an
- * answer comes, it dials, and the member is up both ways.
+ * answer comes, it dials (its first address refuses: the next one is
+ * tried), and the member is up both ways.
  */
 START_TEST(test_member_by_name_resolves_without_blocking)
 {
