@@ -2,11 +2,12 @@
  * Micro-benchmark of the DRAM tier's metadata paths: alloc+commit into
  * an empty arena, lookups (hits in publish order as PROBE walks a prefix,
  * hits in random order, misses), alloc+commit with one eviction each once
- * the arena is full, and the chunked checksum. Object bytes are never
+ * the arena is full (objects alone, then in batches of 128 as publish.c
+ * allocates them), and the chunked checksum. Object bytes are never
  * written, so the arena stays unfaulted and only metadata is measured.
  *
  *   bench_dram [objects [object_bytes]]	(default 1000000 x 4096)
- *   bench_dram -c [-s seed] [objects [object_bytes]]	(default 4096 x 36864)
+ *   bench_dram -c [-n] [-s seed] [objects [object_bytes]]	(default 4096 x 36864)
  *
  * -c: the arena's layout under churn (issue 16): an arena of exactly
  * `objects` objects, requests that publish batches of 16..256 pages (near
@@ -18,7 +19,9 @@
  * evictions it reports how many runs of consecutive host addresses each
  * new batch and each restored prefix occupy: what the GPU copy engine
  * sees (runs of >= 128 KiB go by batched DMA, shorter ones by a gather).
- * The request stream depends on the seed alone, never on what hit.
+ * The request stream depends on the seed alone, never on what hit. -n
+ * gives dram_alloc no batch length (each page alone): the placement of
+ * before issue 16's runs, for comparison in one binary.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -149,6 +152,7 @@ churn_count(const struct dram *d, struct churn_runs *r, const uint32_t *ids, uin
 	}
 	r->sets++;
 	r->single += nruns == 1;
+
 	r->pages += n;
 	r->bytes += (uint64_t)n * len;
 	return churn_push(&r->per, &r->nper, &r->capper, nruns);
@@ -219,12 +223,13 @@ churn_release(struct dram *d, struct churn_ids *q, uint32_t *nq)
 
 /*
  * Publishes pages [from, to) of batch b as publish_request does: each
- * page after the previous one allocated, the batch's length given; pages
- * present are skipped. -1 when the arena refused (everything held).
+ * page after the previous one allocated, the pages left given (unless
+ * batch is 0: -n, each page alone, as before issue 16); pages present
+ * are skipped. -1 when the arena refused (everything held).
  */
 static int
 churn_publish(struct dram *d, const struct churn_batch *b, uint32_t from, uint32_t to,
-    uint64_t len, struct churn_ids *out, uint64_t *ns)
+    uint64_t len, int batch, struct churn_ids *out, uint64_t *ns)
 {
 	struct obj_key	 k;
 	uint32_t	 p, near = DRAM_NONE, id;
@@ -235,7 +240,7 @@ churn_publish(struct dram *d, const struct churn_batch *b, uint32_t from, uint32
 	out->n = 0;
 	for (p = from; p < to; p++) {
 		bench_key(&k, b->base + p);
-		rc = dram_alloc(d, &k, len, near, &id, &buf);
+		rc = dram_alloc(d, &k, len, near, batch ? to - p : 1, &id, &buf);
 		if (rc == -EEXIST)
 			continue;
 		if (rc != 0) {
@@ -250,7 +255,7 @@ churn_publish(struct dram *d, const struct churn_batch *b, uint32_t from, uint32
 }
 
 static int
-bench_churn(uint64_t n, uint64_t len, uint64_t seed)
+bench_churn(uint64_t n, uint64_t len, uint64_t seed, int batch)
 {
 	struct churn_batch	*ring;
 	struct churn_ids	 pubs[CHURN_PUBLISHES + 1], leases[CHURN_LEASES + 1];
@@ -291,9 +296,10 @@ bench_churn(uint64_t n, uint64_t len, uint64_t seed)
 	for (i = 0; i < CHURN_RING - CHURN_HOT; i++)
 		cdf[i] /= h;
 	churn_rng = seed * 0x9e3779b97f4a7c15ULL + 0x1234567;
-	printf("dram churn: %llu objects of %llu bytes (%llu per slab, %llu slabs), seed %llu\n",
+	printf("dram churn: %llu objects of %llu bytes (%llu per slab, %llu slabs), seed %llu, %s\n",
 	    (unsigned long long)(units * per), (unsigned long long)len, (unsigned long long)per,
-	    (unsigned long long)units, (unsigned long long)seed);
+	    (unsigned long long)units, (unsigned long long)seed,
+	    batch ? "batch lengths given" : "no batch lengths (-n)");
 
 	for (step = 0; !measuring || step < warm + CHURN_MEASURED; step++) {
 		dram_stats(d, &st);
@@ -352,7 +358,7 @@ bench_churn(uint64_t n, uint64_t len, uint64_t seed)
 					return 1;
 			}
 			if (hits < want) {
-				if (churn_publish(d, b, hits, want, len, &pubs[npubs], &alloc_ns) != 0)
+				if (churn_publish(d, b, hits, want, len, batch, &pubs[npubs], &alloc_ns) != 0)
 					return 1;
 				allocs += pubs[npubs].n;
 				if (measuring && churn_count(d, &rp, pubs[npubs].ids, pubs[npubs].n,
@@ -372,7 +378,7 @@ bench_churn(uint64_t n, uint64_t len, uint64_t seed)
 		*b = fresh;
 		next_key += fresh.npages;
 		nb++;
-		if (churn_publish(d, b, 0, b->npages, len, &pubs[npubs], &alloc_ns) != 0)
+		if (churn_publish(d, b, 0, b->npages, len, batch, &pubs[npubs], &alloc_ns) != 0)
 			return 1;
 		allocs += pubs[npubs].n;
 		if (measuring && churn_count(d, &rn, pubs[npubs].ids, pubs[npubs].n, len) != 0)
@@ -420,19 +426,22 @@ main(int argc, char **argv)
 	char			 err[256];
 	double			 t;
 	size_t			 sizes[] = { 36864, 2359296 }, s, reps;
-	int			 c, churn = 0;
+	int			 c, churn = 0, batch = 1;
 
-	while ((c = getopt(argc, argv, "cs:")) != -1) {
+	while ((c = getopt(argc, argv, "cns:")) != -1) {
 		switch (c) {
 		case 'c':
 			churn = 1;
+			break;
+		case 'n':
+			batch = 0;
 			break;
 		case 's':
 			seed = strtoull(optarg, NULL, 0);
 			break;
 		default:
 			fprintf(stderr, "usage: bench_dram [objects [object_bytes]]\n"
-			    "       bench_dram -c [-s seed] [objects [object_bytes]]\n");
+			    "       bench_dram -c [-n] [-s seed] [objects [object_bytes]]\n");
 			return 1;
 		}
 	}
@@ -441,7 +450,7 @@ main(int argc, char **argv)
 	n = argc > 0 ? strtoull(argv[0], NULL, 0) : churn ? 4096 : 1000000;
 	len = argc > 1 ? strtoull(argv[1], NULL, 0) : churn ? 36864 : 4096;
 	if (churn)
-		return bench_churn(n, len, seed);
+		return bench_churn(n, len, seed, batch);
 
 	stride = len >= 65536 ? (len + 4095) / 4096 * 4096 : (len + 63) / 64 * 64;
 	/* Room for every object: slabs waste up to 1/8 at their tails. */
@@ -462,7 +471,7 @@ main(int argc, char **argv)
 	t = bench_now();
 	for (i = 0; i < n; i++) {
 		bench_key(&k, i);
-		if (dram_alloc(d, &k, len, i ? ids[i - 1] : DRAM_NONE, &ids[i], &buf) != 0 ||
+		if (dram_alloc(d, &k, len, i ? ids[i - 1] : DRAM_NONE, 1, &ids[i], &buf) != 0 ||
 		    dram_commit(d, ids[i], i) != 0) {
 			fprintf(stderr, "bench_dram: alloc %llu failed\n", (unsigned long long)i);
 			return 1;
@@ -549,7 +558,7 @@ main(int argc, char **argv)
 	t = bench_now();
 	for (i = 0; i < n; i++) {
 		bench_key(&k, 2 * n + i);
-		if (dram_alloc(d, &k, len, DRAM_NONE, &id, &buf) != 0 || dram_commit(d, id, i) != 0) {
+		if (dram_alloc(d, &k, len, DRAM_NONE, 1, &id, &buf) != 0 || dram_commit(d, id, i) != 0) {
 			fprintf(stderr, "bench_dram: alloc with eviction failed\n");
 			return 1;
 		}
@@ -569,6 +578,18 @@ main(int argc, char **argv)
 			dram_unpin(d, id);
 	}
 	bench_report("lookup+pin+unpin", n, bench_now() - t);
+
+	/* As publish.c allocates: near chained, the pages still to come given (issue 16). */
+	t = bench_now();
+	for (i = 0, id = DRAM_NONE; i < n; i++) {
+		bench_key(&k, 3 * n + i);
+		if (dram_alloc(d, &k, len, i % 128 ? id : DRAM_NONE, 128 - (uint32_t)(i % 128), &id,
+		    &buf) != 0 || dram_commit(d, id, i) != 0) {
+			fprintf(stderr, "bench_dram: alloc of a batch with eviction failed\n");
+			return 1;
+		}
+	}
+	bench_report("alloc+commit, evicting, batches of 128", n, bench_now() - t);
 	dram_free(d);
 
 	for (s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
