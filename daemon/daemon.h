@@ -432,9 +432,13 @@ void	 dram_free(struct dram *);
 /* Visible objects only; no side effects at all (PROBE). */
 int	 dram_lookup(const struct dram *, const struct obj_key *, uint32_t *id);
 size_t	 dram_lookup_many(const struct dram *, const struct obj_key *, size_t n, uint32_t *ids);
-/* A new WRITING object: invisible, never evicted; placed after near if free. */
+/*
+ * A new WRITING object: invisible, never evicted; placed after near if
+ * free, else where the batch's other objects (batch: this one and those
+ * the caller allocates after it; 1: none) can follow it.
+ */
 int	 dram_alloc(struct dram *, const struct obj_key *, uint64_t len, uint32_t near,
-	    uint32_t *id, uint8_t **buf);
+	    uint32_t batch, uint32_t *id, uint8_t **buf);
 int	 dram_commit(struct dram *, uint32_t id, uint64_t checksum);
 void	 dram_abort(struct dram *, uint32_t id);
 int	 dram_pin(struct dram *, uint32_t id);
@@ -1057,8 +1061,9 @@ struct staging {
 	uint32_t		 bad_page;	/* the first page lost, with failed */
 	staging_done_fn		*done;		/* staging_wait's, until called */
 };
+/* batch: o and the lease's objects staged after it, as dram_alloc's */
 int	 staging_add(struct server *, struct lease *, struct lease_obj *, const struct obj_key *,
-	    unsigned tier);
+	    unsigned tier, uint32_t batch);
 void	 staging_drop(struct lease *, struct lease_obj *);
 void	 staging_moved(struct lease *, uint32_t from, uint32_t to);
 int	 staging_pending(const struct lease *);

@@ -24,10 +24,27 @@
  *   freed at the last unpin). A class's LRU list holds exactly the
  *   evictable objects (VISIBLE, no pins), so eviction takes the tail
  *   in O(1) and can never reach a pinned or WRITING object.
- * - An allocation takes, in order: the slot after its `near` object, a
+ * - An object alone takes, in order: the slot after its `near` object, a
  *   free slot of its class, free units for a new slab, its class's LRU
  *   victim, and last whole slabs of other classes that hold nothing
  *   WRITING or pinned (the least recently used run of units).
+ * - Batches (issue 16): a restore reads a request's pages as runs of
+ *   consecutive host addresses, and the GPU copies long runs by DMA,
+ *   short ones by a slower gather; but LRU victims lie where reuse left
+ *   them, so once the arena is full a batch placed on them is scattered
+ *   (bench_dram -c: 36 KiB pages in runs of 1-4). So the caller says how
+ *   many objects of a batch are still to come, and the first of them, or
+ *   one whose near slot is taken, goes to the start of a free run long
+ *   enough for them (else the longest of the first partial slabs), or to
+ *   a new slab when only shorter runs are free; with no free slot at all
+ *   dram_run_open evicts runs of consecutive slots among the class's
+ *   oldest objects, the longest first, as many slots as the batch needs.
+ *   So eviction still takes only objects on the LRU list (never a pinned
+ *   or WRITING one), each among the W oldest (W = 4 x the batch + 256,
+ *   at most 1/16 of the class): LRU order is kept to within W objects,
+ *   at a cost of W record reads per up to 256 objects placed. A batch
+ *   never evicts while a free slot of its class remains, so it evicts no
+ *   more than its own allocations would, only sooner.
  * - An object's checksum is checksum.c's (checksum_obj), computed by the
  *   caller and kept with the object.
  */
@@ -47,6 +64,25 @@
 /* A slab grows past its fewest units only while that cuts waste. */
 #define DRAM_SLAB_UNITS_PREF	16
 #define DRAM_PINS_MAX		UINT16_MAX
+/*
+ * Runs for batches (issue 16): a free-run search looks at this many
+ * partial slabs; an opening evicts at most DRAM_RUN_OPEN_MAX objects,
+ * chosen among the DRAM_RUN_WINDOW x as many oldest and
+ * DRAM_RUN_WINDOW_MIN more (so that a short batch still finds a run),
+ * but never among more than 1/DRAM_RUN_WINDOW_SHARE of the class's
+ * slots (a small arena keeps its LRU order). Chosen with bench_dram -c:
+ * x2 or +32 left up to twice the runs, x8 cost a point of hit rate, and
+ * without the cap 4096 objects lost 1 point of hit rate, not 0.2.
+ */
+#define DRAM_RUN_SCAN		16
+#define DRAM_RUN_OPEN_MAX	256
+#define DRAM_RUN_WINDOW		4
+#define DRAM_RUN_WINDOW_MIN	256
+#define DRAM_RUN_WINDOW_SHARE	16
+#define DRAM_RUN_WINDOW_MAX	(DRAM_RUN_WINDOW * DRAM_RUN_OPEN_MAX + DRAM_RUN_WINDOW_MIN)
+#define DRAM_RUN_HASH_MAX	4096	/* a power of 2 >= 2 x the largest window */
+_Static_assert(DRAM_RUN_HASH_MAX >= 2 * DRAM_RUN_WINDOW_MAX &&
+    (DRAM_RUN_HASH_MAX & (DRAM_RUN_HASH_MAX - 1)) == 0, "dram_run_open's hash set");
 
 /*
  * One object. 80 bytes: with a 4-byte slot-owner entry in its slab and
@@ -101,6 +137,7 @@ struct dram {
 	uint64_t	*unit_used;	/* bitmap */
 	uint32_t	*unit_slab;	/* slab id per unit, DRAM_NONE when free */
 	uint32_t	*scratch;	/* nunits entries for dram_reclaim */
+	struct dram_runs *runs;		/* dram_run_open's scratch */
 
 	struct dram_slab *slabs;	/* nunits entries: at most one slab per unit */
 	uint32_t	 nslab_ids;	/* high-water mark */
@@ -133,6 +170,26 @@ struct dram {
 	}		*nsc;
 	uint32_t	 nnsc, nsc_cap;
 };
+
+/*
+ * dram_run_open's scratch, made with the tier: the window's slots in LRU
+ * order, a hash set of them (bit 63: counted in a run already), the runs
+ * found and their order, the ids it evicts.
+ */
+struct dram_run {
+	uint64_t	start;		/* slab << 16 | first slot */
+	uint32_t	len;
+};
+struct dram_runs {
+	uint64_t	window[DRAM_RUN_WINDOW_MAX];
+	uint64_t	set[DRAM_RUN_HASH_MAX];
+	struct dram_run	run[DRAM_RUN_WINDOW_MAX];
+	uint32_t	order[DRAM_RUN_WINDOW_MAX];
+	uint32_t	count[DRAM_RUN_OPEN_MAX + 1];
+	uint32_t	ids[DRAM_RUN_OPEN_MAX];
+};
+#define DRAM_RUN_EMPTY		UINT64_MAX
+#define DRAM_RUN_SEEN		(1ULL << 63)
 
 static inline struct dram_obj *
 dram_obj(const struct dram *d, uint32_t id)
@@ -599,16 +656,196 @@ dram_reclaim(struct dram *d, uint32_t n)
 }
 
 /*
- * A slot for a new object of class cls: after near when that slot is
- * free, else a free slot of the class, else a new slab, else the class's
- * LRU victim's slot, else whole slabs of other classes.
+ * The longest run of free slots of slab s, or the first one of at least
+ * target slots: its length (0: none) and, in *startp, its first slot.
+ */
+static uint32_t
+dram_slab_run(const struct dram_slab *s, uint32_t nobj, uint32_t target, uint32_t *startp)
+{
+	uint32_t	w, b, n, nwords = (nobj + 63) / 64, run = 0, start = 0, best = 0;
+	uint64_t	fr, rest;
+
+	/* Words below the hint are full; tail bits past nobj read as used. */
+	for (w = s->hint; w < nwords; w++) {
+		fr = ~s->used[w];
+		for (b = 0; b < 64; b += n) {
+			rest = fr >> b;
+			if (rest & 1) {
+				/* Free from b: the run goes on (into the next word, maybe). */
+				n = ~rest == 0 ? 64 : (uint32_t)__builtin_ctzll(~rest);
+				if (run == 0)
+					start = w * 64 + b;
+				run += n;
+				continue;
+			}
+			n = rest == 0 ? 64 - b : (uint32_t)__builtin_ctzll(rest);
+			if (run > best) {
+				best = run;
+				*startp = start;
+				if (best >= target)
+					return best;
+			}
+			run = 0;
+		}
+	}
+	if (run > best) {
+		best = run;
+		*startp = start;
+	}
+	return best;
+}
+
+/*
+ * The longest free run in the class's first DRAM_RUN_SCAN partial slabs,
+ * or the first of at least target slots: its length, 0 when the class has
+ * no partial slab. The head of the list is where runs were last opened
+ * or freed, so the bound rarely hides one.
+ */
+static uint32_t
+dram_run_free(struct dram *d, uint32_t cls, uint32_t target, uint32_t *sidp, uint32_t *slotp)
+{
+	const struct dram_class	*c = &d->classes[cls];
+	uint32_t		 sid, i, n, slot = 0, best = 0;
+
+	for (sid = c->partial, i = 0; sid != DRAM_NONE && i < DRAM_RUN_SCAN;
+	    sid = d->slabs[sid].next, i++) {
+		if ((n = dram_slab_run(&d->slabs[sid], c->nobj, target, &slot)) > best) {
+			best = n;
+			*sidp = sid;
+			*slotp = slot;
+			if (best >= target)
+				break;
+		}
+	}
+	return best;
+}
+
+static inline uint32_t
+dram_run_slot(uint64_t key, uint32_t mask)
+{
+	return (uint32_t)((key * 0x9e3779b97f4a7c15ULL) >> 40) & mask;
+}
+
+/* The hash set's entry of key, or NULL. */
+static uint64_t *
+dram_run_find(struct dram_runs *r, uint64_t key, uint32_t mask)
+{
+	uint32_t	h;
+
+	for (h = dram_run_slot(key, mask); r->set[h] != DRAM_RUN_EMPTY; h = (h + 1) & mask)
+		if ((r->set[h] & ~DRAM_RUN_SEEN) == key)
+			return &r->set[h];
+	return NULL;
+}
+
+/*
+ * Opens runs of consecutive slots for a batch of want more objects of
+ * class cls, which has no free slot: it looks at the W oldest evictable
+ * objects (W = DRAM_RUN_WINDOW x n + DRAM_RUN_WINDOW_MIN, n = want up to
+ * DRAM_RUN_OPEN_MAX), groups those in consecutive slots of one slab into
+ * runs, and evicts the longest runs (of equal ones, those with the older
+ * objects) until n slots are free. So every object evicted is among the
+ * W oldest: LRU order is kept to within W objects, and at most W - n
+ * objects older than the youngest one evicted stay. Only objects on the
+ * LRU list are looked at: never a pinned or WRITING one. Cost: W record
+ * reads and O(W) hashing, for n allocations.
+ */
+static void
+dram_run_open(struct dram *d, uint32_t cls, uint32_t want)
+{
+	struct dram_class	*c = &d->classes[cls];
+	struct dram_runs	*r = d->runs;
+	const struct dram_obj	*o;
+	struct dram_run		*run;
+	uint64_t		*e, key, k;
+	uint32_t		 n, w, nk, nr = 0, mask, id, i, j, len, need, take, nids = 0;
+
+	n = want < DRAM_RUN_OPEN_MAX ? want : DRAM_RUN_OPEN_MAX;
+	w = DRAM_RUN_WINDOW * n + DRAM_RUN_WINDOW_MIN;
+	if (w > (uint64_t)c->nslabs * c->nobj / DRAM_RUN_WINDOW_SHARE)
+		w = (uint32_t)((uint64_t)c->nslabs * c->nobj / DRAM_RUN_WINDOW_SHARE);
+	if (w < n)
+		w = n;
+	/*
+	 * A chain of dependent loads, but of the records the last opening
+	 * walked too, less the n it evicted: they stay in the CPU's caches
+	 * (bench_dram -c, 1M objects: about 17 us a walk).
+	 */
+	for (nk = 0, id = c->lru.tail; nk < w && id != DRAM_NONE; id = o->rec.lru_prev) {
+		o = dram_obj(d, id);
+		r->window[nk++] = (uint64_t)o->slab << 16 | o->slot;
+	}
+	/* A set of at least 2 x nk entries: sparse enough for linear probing. */
+	for (mask = 63; mask + 1 < 2 * nk; mask = mask * 2 + 1)
+		;
+	memset(r->set, 0xff, (mask + 1) * sizeof(*r->set));
+	for (i = 0; i < nk; i++) {
+		for (j = dram_run_slot(r->window[i], mask); r->set[j] != DRAM_RUN_EMPTY;
+		    j = (j + 1) & mask)
+			;
+		r->set[j] = r->window[i];
+	}
+	/*
+	 * Runs, each found from its oldest member (the window is in LRU
+	 * order) by walking both ways; a slot's key + 1 is the next slot of
+	 * the same slab (slots are below 32768: no carry into the slab).
+	 */
+	for (i = 0; i < nk; i++) {
+		key = r->window[i];
+		if (*(e = dram_run_find(r, key, mask)) & DRAM_RUN_SEEN)
+			continue;
+		*e |= DRAM_RUN_SEEN;
+		for (k = key; (k & 0xffff) > 0 && (e = dram_run_find(r, k - 1, mask)) != NULL; k--)
+			*e |= DRAM_RUN_SEEN;
+		run = &r->run[nr++];
+		run->start = k;
+		for (k = key + 1; (e = dram_run_find(r, k, mask)) != NULL; k++)
+			*e |= DRAM_RUN_SEEN;
+		run->len = (uint32_t)(k - run->start);
+	}
+	/* Longest first, lengths counted up to n (longer is as good), stable. */
+	memset(r->count, 0, (n + 1) * sizeof(*r->count));
+	for (i = 0; i < nr; i++)
+		r->count[n - (r->run[i].len < n ? r->run[i].len : n) + 1]++;
+	for (i = 1; i <= n; i++)
+		r->count[i] += r->count[i - 1];
+	for (i = 0; i < nr; i++)
+		r->order[r->count[n - (r->run[i].len < n ? r->run[i].len : n)]++] = i;
+	/* The ids first: the last eviction in a slab frees its owner array. */
+	for (need = n, i = 0; need > 0 && i < nr; i++) {
+		run = &r->run[r->order[i]];
+		len = run->len;
+		take = len < need ? len : need;
+		for (j = 0; j < take; j++) {
+			key = run->start + j;
+			r->ids[nids++] = d->slabs[key >> 16].owner[key & 0xffff];
+		}
+		need -= take;
+	}
+	for (i = 0; i < nids; i++)
+		dram_evict(d, r->ids[i]);
+}
+
+/*
+ * A slot for a new object of class cls, the first of a batch of `batch`
+ * objects that follow each other (1: an object alone): after near when
+ * that slot is free; else, for a batch, the start of a free run long
+ * enough for it (or of the longest one), a new slab where the free runs
+ * are too short, or a run opened by dram_run_open; for an object alone,
+ * a free slot of the class, a new slab, the class's LRU victim's slot.
+ * Last, whole slabs of other classes. A batch never evicts while its
+ * class has a free slot, so opening a run costs no more evictions than
+ * the batch's own allocations would, only sooner (what the caller then
+ * does not allocate stays free for the next).
  */
 static int
-dram_slot_find(struct dram *d, uint32_t cls, uint32_t near, uint32_t *sidp, uint32_t *slotp)
+dram_slot_find(struct dram *d, uint32_t cls, uint32_t near, uint32_t batch, uint32_t *sidp,
+    uint32_t *slotp)
 {
 	struct dram_class	*c = &d->classes[cls];
 	const struct dram_obj	*n;
 	struct dram_slab	*s;
+	uint32_t		 target = batch < c->nobj ? batch : c->nobj, len;
 	int			 rc;
 
 	if ((n = dram_obj_live(d, near)) != NULL && d->slabs[n->slab].cls == cls &&
@@ -619,6 +856,15 @@ dram_slot_find(struct dram *d, uint32_t cls, uint32_t near, uint32_t *sidp, uint
 	}
 	for (;;) {
 		if (c->partial != DRAM_NONE) {
+			if (target > 1) {
+				if ((len = dram_run_free(d, cls, target, sidp, slotp)) >= target)
+					return 0;
+				/* Only short runs free: a new slab is one whole run, if units are. */
+				if (dram_slab_new(d, cls) == 0)
+					continue;
+				if (len > 0)
+					return 0;	/* the longest short run */
+			}
 			s = &d->slabs[c->partial];
 			*sidp = c->partial;
 			*slotp = dram_slab_first_free(s, c->nobj);
@@ -629,7 +875,10 @@ dram_slot_find(struct dram *d, uint32_t cls, uint32_t near, uint32_t *sidp, uint
 		if (rc != -ENOSPC)
 			return rc;
 		if (c->lru.tail != DRAM_NONE) {
-			dram_evict(d, c->lru.tail);
+			if (target > 1)
+				dram_run_open(d, cls, batch);
+			else
+				dram_evict(d, c->lru.tail);
 			continue;
 		}
 		if ((rc = dram_reclaim(d, c->nunits)) != 0)
@@ -713,8 +962,9 @@ dram_new(struct dram **dp, uint64_t arena_bytes, char *err, size_t errlen)
 	d->unit_slab = malloc(nunits * sizeof(uint32_t));
 	d->scratch = malloc(nunits * sizeof(uint32_t));
 	d->slabs = calloc(nunits, sizeof(struct dram_slab));
+	d->runs = malloc(sizeof(*d->runs));
 	if (d->unit_used == NULL || d->unit_slab == NULL || d->scratch == NULL ||
-	    d->slabs == NULL || index_init(&d->ix, DRAM_S_VISIBLE) != 0)
+	    d->slabs == NULL || d->runs == NULL || index_init(&d->ix, DRAM_S_VISIBLE) != 0)
 		goto nomem;
 	memset(d->unit_slab, 0xff, nunits * sizeof(uint32_t));
 	if ((rc = dram_map(d, nunits << DRAM_UNIT_SHIFT, err, errlen)) != 0) {
@@ -749,6 +999,7 @@ dram_free(struct dram *d)
 	free(d->classes);
 	free(d->slabs);
 	free(d->scratch);
+	free(d->runs);
 	free(d->unit_slab);
 	free(d->unit_used);
 	free(d);
@@ -779,18 +1030,24 @@ dram_lookup_many(const struct dram *d, const struct obj_key *keys, size_t n, uin
 
 /*
  * Reserves len bytes for a new WRITING object under k and returns its
- * buffer, which stays put until commit or abort. -EINVAL, -EEXIST (k is
+ * buffer, which stays put until commit or abort. near: the object it
+ * should follow (DRAM_NONE: none); batch: how many objects the caller is
+ * allocating one after the other from this one on, this one included
+ * (a request's pages; 0 or 1: this one alone), so that the first of them,
+ * or one whose near slot is taken, is placed where the rest can follow
+ * it. The caller need not allocate them all; what it does not is left
+ * free. -EINVAL, -EEXIST (k is
  * indexed: one writer per key), -EFBIG (larger than the arena allows),
  * -ENOSPC (nothing evictable makes room), -ENOMEM. A refusal changes
  * nothing but the evict_failures counter (and what eviction freed).
  */
 int
-dram_alloc(struct dram *d, const struct obj_key *k, uint64_t len, uint32_t near, uint32_t *idp,
-    uint8_t **bufp)
+dram_alloc(struct dram *d, const struct obj_key *k, uint64_t len, uint32_t near, uint32_t batch,
+    uint32_t *idp, uint8_t **bufp)
 {
 	struct dram_obj	*o;
 	uint64_t	 h;
-	uint32_t	 cls, id, sid, slot;
+	uint32_t	 cls, id, sid = 0, slot = 0;	/* set by dram_slot_find: gcc cannot tell */
 	int		 rc;
 
 	if (len == 0 || k->pad != 0)
@@ -807,7 +1064,7 @@ dram_alloc(struct dram *d, const struct obj_key *k, uint64_t len, uint32_t near,
 	 * The record is taken first (eviction below frees records too) but
 	 * stays FREE until placed, so that near can never name it.
 	 */
-	if ((rc = dram_slot_find(d, cls, near, &sid, &slot)) != 0) {
+	if ((rc = dram_slot_find(d, cls, near, batch, &sid, &slot)) != 0) {
 		index_rec_free(&d->ix, id);
 		if (rc == -ENOSPC)
 			d->evict_failures++;
@@ -1011,6 +1268,7 @@ dram_stats(const struct dram *d, struct dram_stats *st)
 	meta += (uint64_t)d->classes_cap * sizeof(struct dram_class);
 	meta += (uint64_t)d->nunits * (sizeof(struct dram_slab) + 2 * sizeof(uint32_t));
 	meta += (d->nunits + 63) / 64 * sizeof(uint64_t);
+	meta += sizeof(struct dram_runs);
 	meta += d->slab_meta;
 	st->meta_bytes = meta;
 	st->meta_bytes_per_object = st->objects ? (double)meta / (double)st->objects : 0;

@@ -262,10 +262,12 @@ lease_find(const struct session *sess, uint64_t id)
 /*
  * Pins the object of (pool, page) into the lease's next entry, from DRAM
  * or staged from the file tier; -errno where neither can promise it.
+ * batch: this page and the pool's pages the lease pins after it, for a
+ * staged object's placement.
  */
 static int
 lease_pin_one(struct server *s, struct lease *l, const struct admission *a, unsigned pool,
-    uint32_t page)
+    uint32_t page, uint32_t batch)
 {
 	struct lease_obj	*o = &l->objs[l->nobjs];
 	struct obj_key		 k;
@@ -286,12 +288,12 @@ lease_pin_one(struct server *s, struct lease *l, const struct admission *a, unsi
 	 * owners leased, s->peer_view), then the file tier. Gone only where
 	 * staging an earlier object evicted it: the promise stops.
 	 */
-	if (s->peer_view != NULL && staging_add(s, l, o, &k, STAGING_TIER_PEER) == 0) {
+	if (s->peer_view != NULL && staging_add(s, l, o, &k, STAGING_TIER_PEER, batch) == 0) {
 		o->staged = 2;
 		l->nobjs++;
 		return 0;
 	}
-	if (staging_add(s, l, o, &k, STAGING_TIER_FILE) != 0)
+	if (staging_add(s, l, o, &k, STAGING_TIER_FILE, batch) != 0)
 		return -ENOENT;
 	o->staged = 1;
 	l->nobjs++;
@@ -310,7 +312,7 @@ lease_new(struct server *s, struct admission *a, uint16_t r, uint32_t n, const u
 {
 	struct session	*sess = a->ranks[r].sess;
 	struct lease	*l;
-	uint32_t	 i, max = 0, from, want = n;
+	uint32_t	 i, max = 0, from, want = n, miss_end, batch;
 	unsigned	 p;
 	int		 hybrid = session_is_hybrid(sess);
 
@@ -323,13 +325,13 @@ lease_new(struct server *s, struct admission *a, uint16_t r, uint32_t n, const u
 		const struct proto_pool *pl = &sess->ns->pools[p];
 
 		if (pl->kind == PROTO_POOL_STATE) {
-			if (lease_pin_one(s, l, a, p, n - 1) != 0)
+			if (lease_pin_one(s, l, a, p, n - 1, 1) != 0)
 				n = 0;
 			continue;
 		}
 		from = pl->kind == PROTO_POOL_SIDECAR && pl->hit_policy == PROTO_HIT_TRAILING &&
 		    n > pl->trailing ? n - pl->trailing : 0;
-		for (i = from; i < n; i++) {
+		for (i = from, miss_end = from; i < n; i++) {
 			if (ids != NULL && p == a->pool && ids[i] != DRAM_NONE &&
 			    dram_pin(s->dram, ids[i]) == 0) {
 				l->objs[l->nobjs].id = ids[i];
@@ -339,7 +341,20 @@ lease_new(struct server *s, struct admission *a, uint16_t r, uint32_t n, const u
 				l->objs[l->nobjs++].read = NULL;
 				continue;
 			}
-			if (lease_pin_one(s, l, a, p, i) != 0)
+			/*
+			 * Staged objects are placed as a batch (dram_alloc): as many
+			 * as DRAM lacked from here on where admit_answer() said so,
+			 * else the rest of the pool's pages.
+			 */
+			batch = n - i;
+			if (ids != NULL && p == a->pool) {
+				if (i >= miss_end)
+					for (miss_end = i + 1; miss_end < n && ids[miss_end] == DRAM_NONE;
+					    miss_end++)
+						;
+				batch = miss_end - i;
+			}
+			if (lease_pin_one(s, l, a, p, i, batch) != 0)
 				break;		/* kv-only with a file tier: the promise stops here */
 		}
 		if (i < n)

@@ -457,7 +457,7 @@ peer_serve_offer(struct peer_in *in, struct proto_frame *f)
 			continue;
 		}
 		/* After the offer's previous object: objects that follow each other there, here too. */
-		switch (dram_alloc(s->dram, &k, o.len, near, &ob->did, &buf)) {
+		switch (dram_alloc(s->dram, &k, o.len, near, oh.nobjs - i, &ob->did, &buf)) {
 		case 0:
 			break;
 		case -EEXIST:

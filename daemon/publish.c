@@ -487,7 +487,7 @@ publish_request(struct conn *c, struct proto_frame *f)
 		op->heads = malloc((size_t)p.npages * PROTO_HASH_LEN);
 	for (i = 0; i < p.npages; i++) {
 		cache_key(sess, rg->desc.pool, pages[i].hash, &k);
-		rc = dram_alloc(s->dram, &k, len, near, &id, &buf);
+		rc = dram_alloc(s->dram, &k, len, near, p.npages - i, &id, &buf);
 		if (rc == -EEXIST) {
 			op->present++;
 			continue;

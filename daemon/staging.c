@@ -227,13 +227,26 @@ staging_pull_done(void *arg, int err)
 }
 
 /*
+ * The DRAM object a staged object should follow: the lease's previous
+ * one of the same pool, so that a restore reads the lease's objects as
+ * few host runs (dram.c places it right after where that slot is free).
+ */
+static uint32_t
+staging_near(const struct lease *l, const struct lease_obj *o)
+{
+	return o > l->objs && o[-1].pool == o->pool && o[-1].id != DRAM_NONE ? o[-1].id :
+	    DRAM_NONE;
+}
+
+/*
  * A pull from the peer that leased k to this ADMIT (s->peer_view): a
  * WRITING DRAM object reserved, the pull started; a pull nobody waits for
  * any more still lands and stays in DRAM (a hot prefix costs one pull per
  * node).
  */
 static int
-staging_add_peer(struct server *s, struct lease *l, struct lease_obj *o, const struct obj_key *k)
+staging_add_peer(struct server *s, struct lease *l, struct lease_obj *o, const struct obj_key *k,
+    uint32_t batch)
 {
 	const struct peer_grant	*g = peer_view_find(s->peer_view, k);
 	struct staging_read	*rd, **b;
@@ -246,9 +259,8 @@ staging_add_peer(struct server *s, struct lease *l, struct lease_obj *o, const s
 	if ((rd = calloc(1, sizeof(*rd))) == NULL)
 		return -ENOMEM;
 	/* After the lease's previous object, where that is free: the pulls coalesce (peer.c). */
-	near = o > l->objs && o[-1].pool == o->pool && o[-1].id != DRAM_NONE ? o[-1].id :
-	    DRAM_NONE;
-	if ((rc = dram_alloc(s->dram, k, g->len, near, &did, &buf)) != 0) {
+	near = staging_near(l, o);
+	if ((rc = dram_alloc(s->dram, k, g->len, near, batch, &did, &buf)) != 0) {
 		free(rd);
 		return rc;
 	}
@@ -282,11 +294,12 @@ staging_add_peer(struct server *s, struct lease *l, struct lease_obj *o, const s
  * reserves a WRITING DRAM object for it (the staging memory, reserved now
  * so that the promise never depends on memory found later) and starts the
  * read. 0, or -errno and nothing held: the promise must stop before this
- * page.
+ * page. batch counts o and the objects the lease stages after it, for
+ * dram_alloc's placement.
  */
 int
 staging_add(struct server *s, struct lease *l, struct lease_obj *o, const struct obj_key *k,
-    unsigned tier)
+    unsigned tier, uint32_t batch)
 {
 	struct staging_read	*rd, **b;
 	uint32_t		 obj = (uint32_t)(o - l->objs), fid, did;
@@ -320,7 +333,7 @@ staging_add(struct server *s, struct lease *l, struct lease_obj *o, const struct
 		return 0;
 	}
 	if (tier == STAGING_TIER_PEER)
-		return staging_add_peer(s, l, o, k);
+		return staging_add_peer(s, l, o, k, batch);
 	if ((rd = calloc(1, sizeof(*rd))) == NULL)
 		return -ENOMEM;
 	if ((rc = filetier_pin(s->file, fid)) != 0)
@@ -329,7 +342,7 @@ staging_add(struct server *s, struct lease *l, struct lease_obj *o, const struct
 	 * -EEXIST: someone else is writing the key into DRAM (a publisher, or
 	 * a read nobody waits for any more): not promised here.
 	 */
-	if ((rc = dram_alloc(s->dram, k, len, DRAM_NONE, &did, &buf)) != 0)
+	if ((rc = dram_alloc(s->dram, k, len, staging_near(l, o), batch, &did, &buf)) != 0)
 		goto unpin;
 	/* O_DIRECT: dram.c aligns objects of 4 KiB multiples; check, never assume. */
 	if (((uintptr_t)buf & 4095) != 0) {

@@ -2,9 +2,10 @@
  * The DRAM tier on its own: the object lifecycle (WRITING, visible,
  * dropped), one writer per key, lookups without side effects, LRU
  * eviction that never takes a pinned or WRITING object, slabs moving
- * between sizes, contiguous placement, index growth, the metadata budget,
- * the chunked checksum, and a random operation sequence checked against
- * a reference model after every step. Also index.c on its own (the
+ * between sizes, contiguous placement (a batch in one run of a churned
+ * arena, opened without touching what is held), index growth, the
+ * metadata budget, the chunked checksum, and a random operation sequence
+ * checked against a reference model after every step. Also index.c on its own (the
  * "index" test case), which the DRAM and file tiers share: lookups see the
  * visible state alone, records come back zeroed, removal keeps chains
  * whole across growth, LRU lists link in the order they say.
@@ -93,7 +94,7 @@ try_put(struct dram *d, uint32_t n, uint64_t len, uint32_t near, uint32_t *idp)
 	int		 rc;
 
 	key_of(&k, n);
-	if ((rc = dram_alloc(d, &k, len, near, &id, &buf)) != 0)
+	if ((rc = dram_alloc(d, &k, len, near, 1, &id, &buf)) != 0)
 		return rc;
 	fill(buf, len, n);
 	EQ(dram_commit(d, id, checksum_obj(buf, len)), 0);
@@ -174,7 +175,7 @@ START_TEST(test_writing_object_is_invisible_until_commit)
 	uint64_t		 len, csum;
 
 	key_of(&k, 1);
-	EQ(dram_alloc(d, &k, 5000, DRAM_NONE, &id, &buf), 0);
+	EQ(dram_alloc(d, &k, 5000, DRAM_NONE, 1, &id, &buf), 0);
 	EQ(dram_lookup(d, &k, &got), -ENOENT);
 	EQ(dram_pin(d, id), -ENOENT);
 	EQ(dram_lru_order(d, 5000, lru, 4), 0);
@@ -213,21 +214,21 @@ START_TEST(test_duplicate_key_is_refused_while_writing_and_after_commit)
 	uint32_t		 id, id2;
 
 	key_of(&k, 7);
-	EQ(dram_alloc(d, &k, 4096, DRAM_NONE, &id, &buf), 0);
+	EQ(dram_alloc(d, &k, 4096, DRAM_NONE, 1, &id, &buf), 0);
 	dram_stats(d, &a);
-	EQ(dram_alloc(d, &k, 4096, DRAM_NONE, &id2, &buf2), -EEXIST);
-	EQ(dram_alloc(d, &k, 8192, DRAM_NONE, &id2, &buf2), -EEXIST);
+	EQ(dram_alloc(d, &k, 4096, DRAM_NONE, 1, &id2, &buf2), -EEXIST);
+	EQ(dram_alloc(d, &k, 8192, DRAM_NONE, 1, &id2, &buf2), -EEXIST);
 	dram_stats(d, &b);
 	ck_assert_mem_eq(&a, &b, sizeof(a));
 	EQ(dram_commit(d, id, 1), 0);
-	EQ(dram_alloc(d, &k, 4096, DRAM_NONE, &id2, &buf2), -EEXIST);
+	EQ(dram_alloc(d, &k, 4096, DRAM_NONE, 1, &id2, &buf2), -EEXIST);
 	dram_stats(d, &b);
 	EQ(b.objects, 1);
 	/* Dropped or aborted, the key may be published again. */
 	dram_drop(d, id);
-	EQ(dram_alloc(d, &k, 4096, DRAM_NONE, &id2, &buf2), 0);
+	EQ(dram_alloc(d, &k, 4096, DRAM_NONE, 1, &id2, &buf2), 0);
 	dram_abort(d, id2);
-	EQ(dram_alloc(d, &k, 4096, DRAM_NONE, &id2, &buf2), 0);
+	EQ(dram_alloc(d, &k, 4096, DRAM_NONE, 1, &id2, &buf2), 0);
 	dram_abort(d, id2);
 	assert_empty(d);
 	dram_free(d);
@@ -249,7 +250,7 @@ START_TEST(test_lookup_has_no_side_effects)
 	EQ(dram_pin(d, ids[5]), 0);
 	dram_drop(d, ids[9]);
 	key_of(&k, 100);
-	EQ(dram_alloc(d, &k, 1000, DRAM_NONE, &w, &buf), 0);
+	EQ(dram_alloc(d, &k, 1000, DRAM_NONE, 1, &w, &buf), 0);
 	dram_stats(d, &a);
 	na = dram_lru_order(d, 1000, la, 32);
 	EQ(na, 14);
@@ -299,7 +300,7 @@ START_TEST(test_lookup_many_answers_as_lookup_does)
 	drop_keys(d, 100, 200);
 	key_of(&k, 300);
 	dram_drop(d, find(d, 300));
-	ck_assert_int_eq(dram_alloc(d, &k, 4096, DRAM_NONE, &w, &buf), 0);	/* WRITING */
+	ck_assert_int_eq(dram_alloc(d, &k, 4096, DRAM_NONE, 1, &w, &buf), 0);	/* WRITING */
 	for (n = 0; n < 3000; n++)
 		key_of(&keys[n], (n * 7919) % 3000);
 	dram_stats(d, &a);
@@ -338,7 +339,7 @@ START_TEST(test_abort_frees_everything)
 
 	for (n = 0; n < 300; n++) {
 		key_of(&k, n);
-		EQ(dram_alloc(d, &k, n % 2 ? 3000 : 40000, DRAM_NONE, &ids[n], &buf), 0);
+		EQ(dram_alloc(d, &k, n % 2 ? 3000 : 40000, DRAM_NONE, 1, &ids[n], &buf), 0);
 		fill(buf, n % 2 ? 3000 : 40000, n);
 	}
 	dram_stats(d, &st);
@@ -417,7 +418,7 @@ START_TEST(test_eviction_never_takes_a_pinned_object)
 	int			 rc;
 
 	key_of(&k, 9999);
-	EQ(dram_alloc(d, &k, 16384, DRAM_NONE, &w, &wbuf), 0);
+	EQ(dram_alloc(d, &k, 16384, DRAM_NONE, 1, &w, &wbuf), 0);
 	fill(wbuf, 16384, 9999);
 	for (n = 0; n < 255; n++) {
 		ids[n] = put(d, n, 16384, DRAM_NONE);
@@ -426,7 +427,7 @@ START_TEST(test_eviction_never_takes_a_pinned_object)
 	}
 	for (n = 1000; n < 3000; n++) {
 		key_of(&k, n);
-		rc = dram_alloc(d, &k, 16384, DRAM_NONE, &id, &buf);
+		rc = dram_alloc(d, &k, 16384, DRAM_NONE, 1, &id, &buf);
 		EQ(rc, 0);
 		/* Never the memory of a WRITING or pinned object. */
 		ck_assert_ptr_ne(buf, wbuf);
@@ -498,9 +499,9 @@ START_TEST(test_no_space_when_everything_is_pinned)
 	}
 	dram_stats(d, &a);
 	key_of(&k, 100);
-	EQ(dram_alloc(d, &k, 65536, DRAM_NONE, &id, &buf), -ENOSPC);
+	EQ(dram_alloc(d, &k, 65536, DRAM_NONE, 1, &id, &buf), -ENOSPC);
 	/* Another size cannot take a slab that holds pinned objects. */
-	EQ(dram_alloc(d, &k, 1000, DRAM_NONE, &id, &buf), -ENOSPC);
+	EQ(dram_alloc(d, &k, 1000, DRAM_NONE, 1, &id, &buf), -ENOSPC);
 	dram_stats(d, &b);
 	EQ(b.evict_failures, a.evict_failures + 2);
 	b.evict_failures = a.evict_failures;
@@ -509,7 +510,7 @@ START_TEST(test_no_space_when_everything_is_pinned)
 		assert_object(d, ids[n], n, 65536);
 	/* One unpinned object makes room: it is the one evicted. */
 	dram_unpin(d, ids[17]);
-	EQ(dram_alloc(d, &k, 65536, DRAM_NONE, &id, &buf), 0);
+	EQ(dram_alloc(d, &k, 65536, DRAM_NONE, 1, &id, &buf), 0);
 	EQ(find(d, 17), DRAM_NONE);
 	dram_abort(d, id);
 	for (n = 0; n < 32; n++)
@@ -530,12 +531,12 @@ START_TEST(test_writing_objects_are_never_evicted)
 
 	for (n = 0; n < 32; n++) {
 		key_of(&k, n);
-		EQ(dram_alloc(d, &k, 65536, DRAM_NONE, &ids[n], &bufs[n]), 0);
+		EQ(dram_alloc(d, &k, 65536, DRAM_NONE, 1, &ids[n], &bufs[n]), 0);
 		fill(bufs[n], 65536, n);
 	}
 	key_of(&k, 100);
-	EQ(dram_alloc(d, &k, 65536, DRAM_NONE, &id, &buf), -ENOSPC);
-	EQ(dram_alloc(d, &k, 100, DRAM_NONE, &id, &buf), -ENOSPC);
+	EQ(dram_alloc(d, &k, 65536, DRAM_NONE, 1, &id, &buf), -ENOSPC);
+	EQ(dram_alloc(d, &k, 100, DRAM_NONE, 1, &id, &buf), -ENOSPC);
 	for (n = 0; n < 32; n++) {
 		CHECK(intact(bufs[n], 65536, n), "WRITING object %u changed", n);
 		dram_abort(d, ids[n]);
@@ -603,7 +604,7 @@ START_TEST(test_other_size_evicts_the_least_recently_used_whole_slab)
 	EQ(dram_pin(d, find(d, 5000)), 0);
 	EQ(dram_pin(d, find(d, 5001)), 0);
 	key_of(&k, 6000);
-	EQ(dram_alloc(d, &k, 3 * MIB, DRAM_NONE, &id, &buf), -ENOSPC);
+	EQ(dram_alloc(d, &k, 3 * MIB, DRAM_NONE, 1, &id, &buf), -ENOSPC);
 	dram_stats(d, &st);
 	EQ(st.evictions, 512);
 	EQ(st.evict_failures, 1);
@@ -613,7 +614,7 @@ START_TEST(test_other_size_evicts_the_least_recently_used_whole_slab)
 	dram_unpin(d, find(d, 5000));
 	dram_unpin(d, find(d, 5001));
 	/* Unpinned, whole slabs of either size make room. */
-	EQ(dram_alloc(d, &k, 3 * MIB, DRAM_NONE, &id, &buf), 0);
+	EQ(dram_alloc(d, &k, 3 * MIB, DRAM_NONE, 1, &id, &buf), 0);
 	fill(buf, 3 * MIB, 6000);
 	dram_abort(d, id);
 	drop_keys(d, 0, 7000);
@@ -660,6 +661,180 @@ START_TEST(test_near_hint_places_pages_contiguously)
 }
 END_TEST
 
+/*
+ * Publishes a batch of n new objects (keys from key) as publish.c does:
+ * each after the previous one, with the count still to come; their
+ * buffers into bufs.
+ */
+static void
+put_batch(struct dram *d, uint32_t key, uint32_t n, uint64_t len, uint32_t *ids,
+    const uint8_t **bufs)
+{
+	struct obj_key	 k;
+	uint32_t	 i, near = DRAM_NONE;
+	uint8_t		*buf;
+
+	for (i = 0; i < n; i++) {
+		key_of(&k, key + i);
+		EQ(dram_alloc(d, &k, len, near, n - i, &ids[i], &buf), 0);
+		fill(buf, len, key + i);
+		EQ(dram_commit(d, ids[i], checksum_obj(buf, len)), 0);
+		bufs[i] = buf;
+		near = ids[i];
+	}
+}
+
+/*
+ * An arena of 8 slabs of 32 x 64 KiB, full (object i at slot i), its LRU
+ * churned: oldest the four isolated objects `lone` (their neighbours
+ * used after), then those of slab 3's slots 10..21, then all others in
+ * an order that never has two neighbours follow each other. Today's
+ * eviction order alone would put a new batch on the lone ones first.
+ */
+static const uint32_t churn_lone[4] = { 5, 32 + 7, 64 + 9, 128 + 1 };
+
+static struct dram *
+churned_arena(uint32_t *ids, const uint8_t **p0)
+{
+	struct dram	*d = dram_mk(16 * MIB);
+	uint32_t	 i, j, x;
+
+	for (i = 0; i < 256; i++)
+		ids[i] = put(d, i, 65536, DRAM_NONE);
+	*p0 = dram_data(d, ids[0], NULL, NULL);
+	for (i = 0; i < 256; i++)
+		PEQ(dram_data(d, ids[i], NULL, NULL), *p0 + (uint64_t)i * 65536);
+	for (i = 0; i < 4; i++)
+		dram_touch(d, ids[churn_lone[i]]);
+	for (i = 96 + 10; i < 96 + 22; i++)
+		dram_touch(d, ids[i]);
+	for (j = 0; j < 256; j++) {
+		x = j * 97 % 256;	/* 97 is odd: a permutation */
+		if (x == churn_lone[0] || x == churn_lone[1] || x == churn_lone[2] ||
+		    x == churn_lone[3] || (x >= 96 + 10 && x < 96 + 22))
+			continue;
+		dram_touch(d, ids[x]);
+	}
+	return d;
+}
+
+START_TEST(test_batch_lands_in_one_run_in_a_churned_arena)
+{
+	struct dram		*d;
+	struct dram_stats	 st;
+	const uint8_t		*p0, *bufs[12];
+	uint32_t		 ids[256], b[12], i;
+
+	/* Room made by eviction: the run among the oldest objects is opened. */
+	d = churned_arena(ids, &p0);
+	put_batch(d, 1000, 12, 65536, b, bufs);
+	for (i = 0; i < 12; i++)
+		PEQ(bufs[i], p0 + (uint64_t)(96 + 10 + i) * 65536);
+	dram_stats(d, &st);
+	EQ(st.evictions, 12);
+	for (i = 0; i < 256; i++)
+		EQ(find(d, i) == DRAM_NONE, i >= 96 + 10 && i < 96 + 22);
+	for (i = 0; i < 12; i++)
+		assert_object(d, b[i], 1000 + i, 65536);
+	drop_keys(d, 0, 2000);
+	assert_empty(d);
+	dram_free(d);
+
+	/* Room free already: the run long enough, not the first hole. */
+	d = dram_mk(4 * MIB);
+	for (i = 0; i < 32; i++)
+		ids[i] = put(d, i, 65536, DRAM_NONE);
+	p0 = dram_data(d, ids[0], NULL, NULL);
+	dram_drop(d, ids[3]);
+	for (i = 10; i < 26; i++)
+		dram_drop(d, ids[i]);
+	put_batch(d, 1000, 12, 65536, b, bufs);
+	for (i = 0; i < 12; i++)
+		PEQ(bufs[i], p0 + (uint64_t)(10 + i) * 65536);
+	/* Runs too short for it (slots 3, 22..25): a new slab, not the holes. */
+	put_batch(d, 2000, 6, 65536, b, bufs);
+	for (i = 0; i < 6; i++)
+		PEQ(bufs[i], p0 + (uint64_t)(32 + i) * 65536);
+	dram_stats(d, &st);
+	EQ(st.evictions, 0);
+	EQ(st.slabs, 2);
+	drop_keys(d, 0, 3000);
+	assert_empty(d);
+	dram_free(d);
+}
+END_TEST
+
+START_TEST(test_opening_a_run_never_evicts_pinned_or_writing_objects)
+{
+	struct dram		*d;
+	struct dram_stats	 st;
+	struct obj_key		 k;
+	const uint8_t		*p0, *bufs[12];
+	uint32_t		 ids[256], b[12], pinned, w, i;
+	uint8_t			*wbuf;
+
+	/* Slab 3's slots 10..21, but 15 pinned and 18 WRITING. */
+	d = churned_arena(ids, &p0);
+	pinned = ids[96 + 15];
+	EQ(dram_pin(d, pinned), 0);
+	dram_drop(d, ids[96 + 18]);
+	key_of(&k, 999);
+	EQ(dram_alloc(d, &k, 65536, ids[96 + 17], 1, &w, &wbuf), 0);
+	PEQ(wbuf, p0 + (uint64_t)(96 + 18) * 65536);
+	fill(wbuf, 65536, 999);
+	put_batch(d, 1000, 12, 65536, b, bufs);
+	/* The longest runs first: 10..14, 19..21, 16..17; then the two oldest lone ones. */
+	for (i = 0; i < 5; i++)
+		PEQ(bufs[i], p0 + (uint64_t)(96 + 10 + i) * 65536);
+	for (i = 5; i < 8; i++)
+		PEQ(bufs[i], p0 + (uint64_t)(96 + 19 + i - 5) * 65536);
+	for (i = 8; i < 10; i++)
+		PEQ(bufs[i], p0 + (uint64_t)(96 + 16 + i - 8) * 65536);
+	dram_stats(d, &st);
+	EQ(st.evictions, 12);
+	EQ(st.writing, 1);
+	EQ(st.pinned_objects, 1);
+	EQ(find(d, 96 + 15), pinned);
+	assert_object(d, pinned, 96 + 15, 65536);
+	CHECK(intact(wbuf, 65536, 999), "a WRITING object was overwritten");
+	EQ(find(d, churn_lone[0]), DRAM_NONE);
+	EQ(find(d, churn_lone[1]), DRAM_NONE);
+	EQ(find(d, churn_lone[2]), ids[churn_lone[2]]);
+	EQ(find(d, churn_lone[3]), ids[churn_lone[3]]);
+	for (i = 0; i < 12; i++) {
+		CHECK(bufs[i] != wbuf && bufs[i] != dram_data(d, pinned, NULL, NULL),
+		    "batch page %u on a held object", i);
+		assert_object(d, b[i], 1000 + i, 65536);
+	}
+	dram_unpin(d, pinned);
+	dram_abort(d, w);
+	drop_keys(d, 0, 2000);
+	assert_empty(d);
+	dram_free(d);
+
+	/* Everything held but one lone object: the batch still gets room, one page at a time. */
+	d = churned_arena(ids, &p0);
+	for (i = 0; i < 256; i++)
+		if (i != churn_lone[2])
+			EQ(dram_pin(d, ids[i]), 0);
+	key_of(&k, 1000);
+	EQ(dram_alloc(d, &k, 65536, DRAM_NONE, 12, &b[0], &wbuf), 0);
+	PEQ(wbuf, p0 + (uint64_t)churn_lone[2] * 65536);
+	key_of(&k, 1001);
+	EQ(dram_alloc(d, &k, 65536, b[0], 11, &b[1], &wbuf), -ENOSPC);
+	dram_abort(d, b[0]);
+	for (i = 0; i < 256; i++)
+		if (i != churn_lone[2])
+			dram_unpin(d, ids[i]);
+	dram_stats(d, &st);
+	EQ(st.evictions, 1);
+	EQ(st.pins, 0);
+	drop_keys(d, 0, 2000);
+	assert_empty(d);
+	dram_free(d);
+}
+END_TEST
+
 START_TEST(test_index_grows_past_initial_capacity)
 {
 	struct dram		*d = dram_mk(16 * MIB);	/* 262144 slots of 64 bytes */
@@ -672,7 +847,7 @@ START_TEST(test_index_grows_past_initial_capacity)
 	ck_assert_ptr_nonnull(ids);
 	for (n = 0; n < 200000; n++) {
 		key_of(&k, n);
-		EQ(dram_alloc(d, &k, 64, DRAM_NONE, &ids[n], &buf), 0);
+		EQ(dram_alloc(d, &k, 64, DRAM_NONE, 1, &ids[n], &buf), 0);
 		memcpy(buf, &n, sizeof(n));
 		EQ(dram_commit(d, ids[n], n), 0);
 	}
@@ -712,7 +887,7 @@ meta_at_full_load(uint64_t arena, uint64_t len, uint64_t count)
 
 	for (n = 0; n < count; n++) {
 		key_of(&k, n);
-		EQ(dram_alloc(d, &k, len, DRAM_NONE, &id, &buf), 0);
+		EQ(dram_alloc(d, &k, len, DRAM_NONE, 1, &id, &buf), 0);
 		EQ(dram_commit(d, id, n), 0);
 	}
 	dram_stats(d, &st);
@@ -834,7 +1009,7 @@ START_TEST(test_objects_of_16_mib_and_more_fit_an_arena_that_holds_them)
 	dram_stats(d, &st);
 	EQ(st.bytes_used, 64 * MIB);
 	key_of(&k, 50);
-	EQ(dram_alloc(d, &k, 65 * MIB, DRAM_NONE, &id, &buf), -EFBIG);
+	EQ(dram_alloc(d, &k, 65 * MIB, DRAM_NONE, 1, &id, &buf), -EFBIG);
 	/* 40 MiB takes 20 units: the three oldest 16 MiB objects go. */
 	put(d, 50, 40 * MIB, DRAM_NONE);
 	dram_stats(d, &st);
@@ -894,7 +1069,7 @@ START_TEST(test_every_key_field_is_part_of_identity)
 	EQ(dram_lookup(d, &o, &got), -ENOENT);
 	o = k; o.pad = 1;
 	EQ(dram_lookup(d, &o, &got), -ENOENT);
-	EQ(dram_alloc(d, &o, 100, DRAM_NONE, &got, &buf), -EINVAL);
+	EQ(dram_alloc(d, &o, 100, DRAM_NONE, 1, &got, &buf), -EINVAL);
 	dram_drop(d, id);
 	assert_empty(d);
 	dram_free(d);
@@ -943,14 +1118,14 @@ START_TEST(test_bad_arguments_are_refused)
 	EQ(dram_new(&d, 64ULL << 40, err, sizeof(err)), -EINVAL);
 	d = dram_mk(2 * MIB);
 	key_of(&k, 1);
-	EQ(dram_alloc(d, &k, 0, DRAM_NONE, &id, &buf), -EINVAL);
-	EQ(dram_alloc(d, &k, 3 * MIB, DRAM_NONE, &id, &buf), -EFBIG);
+	EQ(dram_alloc(d, &k, 0, DRAM_NONE, 1, &id, &buf), -EINVAL);
+	EQ(dram_alloc(d, &k, 3 * MIB, DRAM_NONE, 1, &id, &buf), -EFBIG);
 	EQ(dram_commit(d, 12345, 0), -EINVAL);
 	EQ(dram_pin(d, 12345), -EINVAL);
 	EQ(dram_pin(d, DRAM_NONE), -EINVAL);
 	ck_assert_ptr_null(dram_data(d, 12345, NULL, NULL));
 	ck_assert_ptr_null(dram_data_mut(d, DRAM_NONE));
-	EQ(dram_alloc(d, &k, 2 * MIB, 12345, &w, &buf), 0);	/* a bad hint is ignored */
+	EQ(dram_alloc(d, &k, 2 * MIB, 12345, 1, &w, &buf), 0);	/* a bad hint is ignored */
 	EQ(dram_pin(d, w), -ENOENT);
 	EQ(dram_commit(d, w, 5), 0);
 	EQ(dram_commit(d, w, 5), -EINVAL);
@@ -1117,6 +1292,7 @@ rm_alloc(struct dram *d, struct rm *m, uint32_t serial)
 	struct rm_obj		*o;
 	struct obj_key		 k;
 	uint32_t		 key = (uint32_t)(rm_rand(m) % RM_KEYS), near = DRAM_NONE, id;
+	uint32_t		 batch = rm_rand(m) % 2 ? 1 : 1 + (uint32_t)(rm_rand(m) % 48);
 	uint64_t		 len = sizes[rm_rand(m) % 6], ev;
 	uint8_t			*buf;
 	int			 i, slot, held = 0, rc;
@@ -1128,7 +1304,7 @@ rm_alloc(struct dram *d, struct rm *m, uint32_t serial)
 	ck_assert_int_lt(slot, RM_MAX);
 	key_of(&k, key);
 	ev = m->evictions;
-	rc = dram_alloc(d, &k, len, near, &id, &buf);
+	rc = dram_alloc(d, &k, len, near, batch, &id, &buf);
 	if (m->bykey[key] >= 0) {
 		EQ(rc, -EEXIST);
 		return;
@@ -1535,6 +1711,8 @@ suite_dram(void)
 	tcase_add_test(tc, test_slab_returns_to_arena_and_serves_another_size);
 	tcase_add_test(tc, test_other_size_evicts_the_least_recently_used_whole_slab);
 	tcase_add_test(tc, test_near_hint_places_pages_contiguously);
+	tcase_add_test(tc, test_batch_lands_in_one_run_in_a_churned_arena);
+	tcase_add_test(tc, test_opening_a_run_never_evicts_pinned_or_writing_objects);
 	tcase_add_test(tc, test_index_grows_past_initial_capacity);
 	tcase_add_test(tc, test_metadata_is_at_most_96_bytes_per_object);
 	tcase_add_test(tc, test_checksum_chunked_matches_reference);
