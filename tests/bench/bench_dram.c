@@ -7,7 +7,7 @@
  * written, so the arena stays unfaulted and only metadata is measured.
  *
  *   bench_dram [objects [object_bytes]]	(default 1000000 x 4096)
- *   bench_dram -c [-n] [-s seed] [objects [object_bytes]]	(default 4096 x 36864)
+ *   bench_dram -c [-n] [-s seed] [-L file] [objects [object_bytes]]	(default 4096 x 36864)
  *
  * -c: the arena's layout under churn (issue 16): an arena of exactly
  * `objects` objects, requests that publish batches of 16..256 pages (near
@@ -21,7 +21,10 @@
  * sees (runs of >= 128 KiB go by batched DMA, shorter ones by a gather).
  * The request stream depends on the seed alone, never on what hit. -n
  * gives dram_alloc no batch length (each page alone): the placement of
- * before issue 16's runs, for comparison in one binary.
+ * before issue 16's runs, for comparison in one binary. -L writes each
+ * measured restore's layout to file, for bench_gpu -L to replay on a GPU:
+ * a line "l3kv-layout 1 ARENA_BYTES OBJECT_BYTES", then per restore its
+ * object count and each object's offset in the arena, in page order.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -96,6 +99,23 @@ struct churn_runs {
 };
 
 static uint64_t churn_rng;
+static FILE	*churn_layout;		/* -L */
+
+/* -L: one restore's objects, as offsets into the arena. */
+static void
+churn_layout_write(const struct dram *d, const uint32_t *ids, uint32_t n)
+{
+	const uint8_t	*base = dram_arena(d, NULL);
+	uint32_t	 i;
+
+	if (churn_layout == NULL || n == 0)
+		return;
+	fprintf(churn_layout, "%u", n);
+	for (i = 0; i < n; i++)
+		fprintf(churn_layout, " %llu",
+		    (unsigned long long)(dram_data(d, ids[i], NULL, NULL) - base));
+	fputc('\n', churn_layout);
+}
 
 static uint64_t
 churn_rand(void)
@@ -296,6 +316,9 @@ bench_churn(uint64_t n, uint64_t len, uint64_t seed, int batch)
 	for (i = 0; i < CHURN_RING - CHURN_HOT; i++)
 		cdf[i] /= h;
 	churn_rng = seed * 0x9e3779b97f4a7c15ULL + 0x1234567;
+	if (churn_layout != NULL)
+		fprintf(churn_layout, "l3kv-layout 1 %llu %llu\n", (unsigned long long)(units << 21),
+		    (unsigned long long)len);
 	printf("dram churn: %llu objects of %llu bytes (%llu per slab, %llu slabs), seed %llu, %s\n",
 	    (unsigned long long)(units * per), (unsigned long long)len, (unsigned long long)per,
 	    (unsigned long long)units, (unsigned long long)seed,
@@ -356,6 +379,7 @@ bench_churn(uint64_t n, uint64_t len, uint64_t seed, int batch)
 				hit_pages += hits;
 				if (churn_count(d, &rr, l->ids, l->n, len) != 0)
 					return 1;
+				churn_layout_write(d, l->ids, l->n);
 			}
 			if (hits < want) {
 				if (churn_publish(d, b, hits, want, len, batch, &pubs[npubs], &alloc_ns) != 0)
@@ -428,7 +452,7 @@ main(int argc, char **argv)
 	size_t			 sizes[] = { 36864, 2359296 }, s, reps;
 	int			 c, churn = 0, batch = 1;
 
-	while ((c = getopt(argc, argv, "cns:")) != -1) {
+	while ((c = getopt(argc, argv, "cns:L:")) != -1) {
 		switch (c) {
 		case 'c':
 			churn = 1;
@@ -439,9 +463,15 @@ main(int argc, char **argv)
 		case 's':
 			seed = strtoull(optarg, NULL, 0);
 			break;
+		case 'L':
+			if ((churn_layout = fopen(optarg, "w")) == NULL) {
+				fprintf(stderr, "bench_dram: %s: %s\n", optarg, strerror(errno));
+				return 1;
+			}
+			break;
 		default:
 			fprintf(stderr, "usage: bench_dram [objects [object_bytes]]\n"
-			    "       bench_dram -c [-n] [-s seed] [objects [object_bytes]]\n");
+			    "       bench_dram -c [-n] [-s seed] [-L file] [objects [object_bytes]]\n");
 			return 1;
 		}
 	}
@@ -449,8 +479,12 @@ main(int argc, char **argv)
 	argv += optind;
 	n = argc > 0 ? strtoull(argv[0], NULL, 0) : churn ? 4096 : 1000000;
 	len = argc > 1 ? strtoull(argv[1], NULL, 0) : churn ? 36864 : 4096;
-	if (churn)
-		return bench_churn(n, len, seed, batch);
+	if (churn) {
+		c = bench_churn(n, len, seed, batch);
+		if (churn_layout != NULL && fclose(churn_layout) != 0)
+			c = 1;
+		return c;
+	}
 
 	stride = len >= 65536 ? (len + 4095) / 4096 * 4096 : (len + 63) / 64 * 64;
 	/* Room for every object: slabs waste up to 1/8 at their tails. */

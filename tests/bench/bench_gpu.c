@@ -15,9 +15,15 @@
  * on the host around submit..done. Results are checked: op status, 8
  * pages compared byte for byte per size, publish checksums.
  *
- *   bench_gpu [-r RUNS] [-m MIB_PER_RUN] [-s SIZES] [-q]
+ *   bench_gpu [-r RUNS] [-m MIB_PER_RUN] [-s SIZES] [-L LAYOUT]... [-q]
  *
  * SIZES is a comma list of indices into the size table (default all).
+ * -L (up to 4; with them only their table is made): restores laid out as
+ * in LAYOUT, a file of `bench_dram -c -L`: the arena of that run, objects
+ * at the offsets its restores found them at after churn; the restores,
+ * in order, joined into one op of up to MIB_PER_RUN, against the same
+ * run's pinned cudaMemcpy of those bytes, and the same objects at random
+ * slots and back to back in the same arena.
  * Prints markdown tables on stdout, progress on stderr.
  */
 #include <sys/mman.h>
@@ -568,6 +574,137 @@ bench_latency(double *restore_ms, double *copy_ms)
 	kernels_engine_free(e);
 }
 
+/*
+ * -L: one layout of bench_dram -c, replayed. Each restore's objects keep
+ * their offsets; restores are appended whole while the op stays within
+ * bytes and the arena. Runs (of consecutive offsets) end at each
+ * restore's end too, as separate RESTOREs would.
+ */
+static void
+bench_layout(const char *path, uint64_t bytes)
+{
+	struct bench_set	 s;
+	struct kernels_engine	*e;
+	struct kernels_page	*lay, *rnd, *con;
+	const struct bench_size	*sz = NULL;
+	unsigned long long	 alen, olen, off;
+	uint32_t		*pages, *slot, i, j, t, k, cnt, nslots, runs = 0, sets = 0;
+	uint64_t		 prev = UINT64_MAX, total;
+	double			 peak, vlay, vrnd, vcon;
+	char			 err[256] = "";
+	FILE			*f;
+	int			 rc;
+
+	if ((f = fopen(path, "r")) == NULL)
+		bench_die(path, -errno, NULL);
+	if (fscanf(f, "l3kv-layout 1 %llu %llu", &alen, &olen) != 2)
+		bench_die(path, -EINVAL, "not a bench_dram -c -L layout");
+	for (i = 0; i < BENCH_NSIZES; i++)
+		if ((uint64_t)bench_sizes[i].tokens * bench_sizes[i].layers *
+		    bench_sizes[i].tbytes == olen)
+			sz = &bench_sizes[i];
+	if (sz == NULL)
+		bench_die(path, -EINVAL, "its object size is none of the table's");
+	e = bench_engine(0, 0, 0, 0);
+	memset(&s, 0, sizeof(s));
+	s.sz = sz;
+	s.obj = olen;
+	s.alen = alen;
+	if (bytes > alen)
+		bytes = alen;
+	lay = calloc(bytes / olen + 1, sizeof(*lay));
+	if (lay == NULL)
+		bench_die("malloc", -ENOMEM, NULL);
+	/* The restores, whole, in order. */
+	while (fscanf(f, "%u", &cnt) == 1 && (uint64_t)(s.n + cnt) * olen <= bytes) {
+		for (k = 0; k < cnt; k++) {
+			if (fscanf(f, "%llu", &off) != 1 || off + olen > alen || off % 64 != 0)
+				bench_die(path, -EINVAL, "an offset outside the arena");
+			lay[s.n + k].host = (void *)(uintptr_t)off;
+			runs += k == 0 || off != prev + olen;
+			prev = off;
+		}
+		s.n += cnt;
+		sets++;
+	}
+	fclose(f);
+	if (s.n < 8)
+		bench_die(path, -EINVAL, "fewer than 8 objects fit");
+	total = (uint64_t)s.n * olen;
+	s.arena = mmap(NULL, alen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (s.arena == MAP_FAILED)
+		bench_die("mmap", -errno, NULL);
+	bench_fill(s.arena, alen);
+	if ((rc = kernels_host_register(s.arena, alen, err, sizeof(err))) != 0)
+		bench_die("kernels_host_register", rc, err);
+	nslots = 2 * s.n;
+	s.lf.num_pages = nslots;
+	s.lf.page_tokens = sz->tokens;
+	s.lf.layers = sz->layers;
+	s.lf.token_bytes = sz->tbytes;
+	s.lf.token_stride = sz->tbytes;
+	s.lf.page_stride = (uint64_t)sz->tokens * sz->tbytes;
+	s.lf.layer_stride = (uint64_t)nslots * s.lf.page_stride;
+	s.dlen = (size_t)sz->layers * s.lf.layer_stride;
+	if ((rc = kernels_dev_alloc(s.dlen, &s.dev, err, sizeof(err))) != 0)
+		bench_die("kernels_dev_alloc", rc, err);
+	s.lf.base = s.dev;
+	s.lf.size = s.dlen;
+	if ((rc = kernels_region_new(e, &s.lf, &s.rlf, err, sizeof(err))) != 0)
+		bench_die("kernels_region_new", rc, err);
+	/* Destinations: N distinct random pages of 2N; random slots: N distinct of the arena's. */
+	pages = malloc(nslots * sizeof(*pages));
+	slot = malloc((alen / olen) * sizeof(*slot));
+	rnd = calloc(s.n, sizeof(*rnd));
+	con = calloc(s.n, sizeof(*con));
+	if (pages == NULL || slot == NULL || rnd == NULL || con == NULL)
+		bench_die("malloc", -ENOMEM, NULL);
+	for (i = 0; i < nslots; i++)
+		pages[i] = i;
+	for (i = 0; i < alen / olen; i++)
+		slot[i] = i;
+	for (i = 0; i < nslots; i++) {
+		j = i + (uint32_t)(bench_rnd() % (nslots - i));
+		t = pages[i], pages[i] = pages[j], pages[j] = t;
+	}
+	for (i = 0; i < s.n; i++) {
+		j = i + (uint32_t)(bench_rnd() % (alen / olen - i));
+		t = slot[i], slot[i] = slot[j], slot[j] = t;
+	}
+	for (i = 0; i < s.n; i++) {
+		lay[i].host = s.arena + (uintptr_t)lay[i].host;
+		rnd[i].host = s.arena + (uint64_t)slot[i] * olen;
+		con[i].host = s.arena + (uint64_t)i * olen;
+		lay[i].page = rnd[i].page = con[i].page = pages[i];
+		lay[i].checksum = checksum_obj(lay[i].host, olen);
+		rnd[i].checksum = checksum_obj(rnd[i].host, olen);
+		con[i].checksum = checksum_obj(con[i].host, olen);
+	}
+	bench_note("  replaying %s\n", path);
+	peak = bench_copy(s.dev, s.arena, total);
+	vlay = bench_op(e, BENCH_RESTORE, s.rlf, lay, s.n, 0, NULL);
+	bench_verify(&s, lay, "restore, churned layout");
+	vrnd = bench_op(e, BENCH_RESTORE, s.rlf, rnd, s.n, 0, NULL);
+	bench_verify(&s, rnd, "restore, random slots");
+	vcon = bench_op(e, BENCH_RESTORE, s.rlf, con, s.n, 0, NULL);
+	bench_verify(&s, con, "restore, back to back");
+	printf("| %s | %s | %u restores, %u objects, %.1f MB | %.2f | %.0f | %.1f | %.1f | %.3f | "
+	    "%.3f | %.3f |\n", strrchr(path, '/') != NULL ? strrchr(path, '/') + 1 : path,
+	    sz->name, sets, s.n, (double)total / 1e6,
+	    (double)runs / sets, (double)total / runs / 1024, peak, vlay, vlay / peak, vrnd / peak,
+	    vcon / peak);
+	kernels_region_free(s.rlf);
+	kernels_dev_free(s.dev);
+	kernels_host_unregister(s.arena, err, sizeof(err));
+	munmap(s.arena, alen);
+	free(lay);
+	free(rnd);
+	free(con);
+	free(pages);
+	free(slot);
+	kernels_engine_free(e);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -577,11 +714,13 @@ main(int argc, char **argv)
 	int			 want[BENCH_NSIZES], c, rc, n;
 	unsigned		 i, a, v;
 	char			 desc[256] = "", err[256] = "", *p;
+	const char		*layouts[4];
 	double			 lat_restore, lat_copy;
+	int			 nlayouts = 0;
 
 	for (i = 0; i < BENCH_NSIZES; i++)
 		want[i] = 1;
-	while ((c = getopt(argc, argv, "r:m:s:q")) != -1) {
+	while ((c = getopt(argc, argv, "r:m:s:L:q")) != -1) {
 		switch (c) {
 		case 'r':
 			bench_runs = atoi(optarg);
@@ -601,9 +740,14 @@ main(int argc, char **argv)
 		case 'q':
 			bench_quiet = 1;
 			break;
+		case 'L':
+			if (nlayouts == 4)
+				bench_die("-L: at most 4", -EINVAL, NULL);
+			layouts[nlayouts++] = optarg;
+			break;
 		default:
 			fprintf(stderr, "usage: bench_gpu [-r RUNS] [-m MIB_PER_RUN] [-s 0,1,2,3] "
-			    "[-q]\n");
+			    "[-L LAYOUT]... [-q]\n");
 			return 2;
 		}
 	}
@@ -615,6 +759,20 @@ main(int argc, char **argv)
 	}
 	if ((rc = kernels_init(0, err, sizeof(err))) != 0)
 		bench_die("kernels_init", rc, err);
+	if (nlayouts > 0) {
+		printf("## Restores laid out as a churned arena leaves them (bench_dram -c -L), %s\n\n"
+		    "Up to %llu MiB per op (whole restores, in order), median of %d runs after a "
+		    "warm-up; GB/s decimal; checksums verified; x the same bytes' pinned "
+		    "cudaMemcpy; the same objects at random arena slots and back to back beside.\n\n",
+		    desc, (unsigned long long)(bytes / BENCH_MIB), bench_runs);
+		printf("| layout | object | op | runs/restore | KiB/run | H2D peak | restore GB/s | "
+		    "x peak | random slots x peak | back to back x peak |\n");
+		printf("|---|---|---|---|---|---|---|---|---|---|\n");
+		for (a = 0; a < (unsigned)nlayouts; a++)
+			bench_layout(layouts[a], bytes);
+		kernels_fini();
+		return 0;
+	}
 	for (i = 0; i < BENCH_NSIZES; i++)
 		if (want[i])
 			bench_size_run(&bench_sizes[i], bytes, &rows[i], sweep[i]);

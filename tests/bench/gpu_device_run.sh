@@ -7,7 +7,8 @@
 # built on the build machine and carried (tests/bench/GPU_NOTES.md).
 # About 4 minutes in all (suites ~2, benchmarks ~2 with BENCH_ARGS
 # -r 3 -m 256); 8 files in $OUT.
-#   BIN    where run, l3kvd, bench_gpu, bench_e2e and libl3kv.so are
+#   BIN    where run, l3kvd, bench_gpu, bench_e2e, libl3kv.so (and
+#          bench_dram, for the churned-arena layouts) are
 #          (default .carry/bin; else build, with build/tests/run); the
 #          daemon-level tests start $BIN/l3kvd (L3KV_BUILD=$BIN)
 #   LIBS   extra shared libraries (default .carry/lib)
@@ -53,6 +54,22 @@ echo "== bench_gpu"
 # shellcheck disable=SC2086
 timeout 240 tests/bench/gpu.sh "$BIN" ${BENCH_ARGS:--r 5} >"$OUT/bench_gpu.md" \
 	2>"$OUT/bench_gpu.log" || { status=1; tail -20 "$OUT/bench_gpu.log"; }
+# Restores as a churned arena leaves them, before and after issue 16's batch runs (bench_dram -c
+# -n / -c: the same request stream, one arena of 16384 x 36 KiB), replayed by bench_gpu -L.
+if [ -x "$BIN/bench_dram" ]; then
+	echo "== bench_gpu -L (churned arena layouts)"
+	lay=$(mktemp -d "${TMPDIR:-/tmp}/l3kv-layout-XXXXXX")
+	if "$BIN/bench_dram" -c -n -L "$lay/unbatched" 16384 36864 >"$OUT/bench_layout.log" 2>&1 &&
+	    "$BIN/bench_dram" -c -L "$lay/batched" 16384 36864 >>"$OUT/bench_layout.log" 2>&1; then
+		# shellcheck disable=SC2086
+		timeout 240 "$BIN/bench_gpu" ${BENCH_ARGS:--r 5} -L "$lay/unbatched" -L "$lay/batched" \
+		    >"$OUT/bench_layout.md" 2>>"$OUT/bench_layout.log" || status=1
+	else
+		status=1
+	fi
+	tail -3 "$OUT/bench_layout.log"
+	rm -rf "$lay"
+fi
 # shellcheck disable=SC2086
 # a leading word names the checksum kernel's form (L3KV_CUDA_CSUM=cta|warp; cta is the default)
 # (bench_e2e's client spins by L3KV_SPIN_AUTO unless -S says otherwise)
@@ -77,5 +94,6 @@ grep -hE '^[0-9]+ passed|^SKIPPED|Failed|Error|:[0-9]+:[EF]:' "$OUT"/test_*.log 
 grep -hE '^###|^\| [0-9]+ tok|^\| (arrive|handled|submit|first|gpu|last|notify|done|reply|client|copy)' \
 	"$OUT/bench_e2e.md" "$OUT/bench_torch.md"
 grep -E '^\| [0-9]' "$OUT/bench_gpu.md" | head -40
+grep -E '^\| (un)?batched' "$OUT/bench_layout.md" 2>/dev/null
 echo "logs in $OUT; exit $status"
 exit $status
