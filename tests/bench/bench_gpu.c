@@ -576,9 +576,10 @@ bench_latency(double *restore_ms, double *copy_ms)
 
 /*
  * -L: one layout of bench_dram -c, replayed. Each restore's objects keep
- * their offsets; restores are appended whole while the op stays within
- * bytes and the arena. Runs (of consecutive offsets) end at each
- * restore's end too, as separate RESTOREs would.
+ * their offsets; restores are taken whole, evenly spaced over the file
+ * (every k-th, k so that they fill bytes), while the op stays within bytes
+ * and the arena. Runs (of consecutive offsets) end at each restore's end
+ * too, as separate RESTOREs would.
  */
 static void
 bench_layout(const char *path, uint64_t bytes)
@@ -589,7 +590,8 @@ bench_layout(const char *path, uint64_t bytes)
 	const struct bench_size	*sz = NULL;
 	unsigned long long	 alen, olen, off;
 	uint32_t		*pages, *slot, i, j, t, k, cnt, nslots, runs = 0, sets = 0;
-	uint64_t		 prev = UINT64_MAX, total;
+	uint64_t		 prev = UINT64_MAX, total, all, every, nth;
+	long			 pos;
 	double			 peak, vlay, vrnd, vcon;
 	char			 err[256] = "";
 	FILE			*f;
@@ -615,15 +617,27 @@ bench_layout(const char *path, uint64_t bytes)
 	lay = calloc(bytes / olen + 1, sizeof(*lay));
 	if (lay == NULL)
 		bench_die("malloc", -ENOMEM, NULL);
-	/* The restores, whole, in order. */
-	while (fscanf(f, "%u", &cnt) == 1 && (uint64_t)(s.n + cnt) * olen <= bytes) {
+	/* Every k-th restore, whole: k from the file's objects against what fits. */
+	pos = ftell(f);
+	for (all = 0; fscanf(f, "%u", &cnt) == 1; all += cnt)
+		for (k = 0; k < cnt; k++)
+			if (fscanf(f, "%llu", &off) != 1)
+				bench_die(path, -EINVAL, "a restore cut short");
+	every = all * olen / bytes > 1 ? all * olen / bytes : 1;
+	fseek(f, pos, SEEK_SET);
+	for (nth = 0; fscanf(f, "%u", &cnt) == 1 && (uint64_t)(s.n + cnt) * olen <= bytes;
+	    nth++) {
 		for (k = 0; k < cnt; k++) {
 			if (fscanf(f, "%llu", &off) != 1 || off + olen > alen || off % 64 != 0)
 				bench_die(path, -EINVAL, "an offset outside the arena");
+			if (nth % every != 0)
+				continue;
 			lay[s.n + k].host = (void *)(uintptr_t)off;
 			runs += k == 0 || off != prev + olen;
 			prev = off;
 		}
+		if (nth % every != 0)
+			continue;
 		s.n += cnt;
 		sets++;
 	}
