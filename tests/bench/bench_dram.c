@@ -7,7 +7,7 @@
  * written, so the arena stays unfaulted and only metadata is measured.
  *
  *   bench_dram [objects [object_bytes]]	(default 1000000 x 4096)
- *   bench_dram -c [-n] [-s seed] [-L file] [objects [object_bytes]]	(default 4096 x 36864)
+ *   bench_dram -c [-n] [-s seed] [-L file] [-B file] [objects [object_bytes]]	(default 4096 x 36864)
  *
  * -c: the arena's layout under churn (issue 16): an arena of exactly
  * `objects` objects, requests that publish batches of 16..256 pages (near
@@ -25,6 +25,7 @@
  * measured restore's layout to file, for bench_gpu -L to replay on a GPU:
  * a line "l3kv-layout 1 ARENA_BYTES OBJECT_BYTES", then per restore its
  * object count and each object's offset in the arena, in page order.
+ * -B writes each measured new batch's (what its PUBLISH wrote) the same way.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -100,21 +101,21 @@ struct churn_runs {
 
 static uint64_t churn_rng;
 static FILE	*churn_layout;		/* -L */
+static FILE	*churn_blayout;		/* -B */
 
-/* -L: one restore's objects, as offsets into the arena. */
+/* -L, -B: one restore's (or new batch's) objects, as offsets into the arena. */
 static void
-churn_layout_write(const struct dram *d, const uint32_t *ids, uint32_t n)
+churn_layout_write(FILE *f, const struct dram *d, const uint32_t *ids, uint32_t n)
 {
 	const uint8_t	*base = dram_arena(d, NULL);
 	uint32_t	 i;
 
-	if (churn_layout == NULL || n == 0)
+	if (f == NULL || n == 0)
 		return;
-	fprintf(churn_layout, "%u", n);
+	fprintf(f, "%u", n);
 	for (i = 0; i < n; i++)
-		fprintf(churn_layout, " %llu",
-		    (unsigned long long)(dram_data(d, ids[i], NULL, NULL) - base));
-	fputc('\n', churn_layout);
+		fprintf(f, " %llu", (unsigned long long)(dram_data(d, ids[i], NULL, NULL) - base));
+	fputc('\n', f);
 }
 
 static uint64_t
@@ -319,6 +320,9 @@ bench_churn(uint64_t n, uint64_t len, uint64_t seed, int batch)
 	if (churn_layout != NULL)
 		fprintf(churn_layout, "l3kv-layout 1 %llu %llu\n", (unsigned long long)(units << 21),
 		    (unsigned long long)len);
+	if (churn_blayout != NULL)
+		fprintf(churn_blayout, "l3kv-layout 1 %llu %llu\n", (unsigned long long)(units << 21),
+		    (unsigned long long)len);
 	printf("dram churn: %llu objects of %llu bytes (%llu per slab, %llu slabs), seed %llu, %s\n",
 	    (unsigned long long)(units * per), (unsigned long long)len, (unsigned long long)per,
 	    (unsigned long long)units, (unsigned long long)seed,
@@ -379,7 +383,7 @@ bench_churn(uint64_t n, uint64_t len, uint64_t seed, int batch)
 				hit_pages += hits;
 				if (churn_count(d, &rr, l->ids, l->n, len) != 0)
 					return 1;
-				churn_layout_write(d, l->ids, l->n);
+				churn_layout_write(churn_layout, d, l->ids, l->n);
 			}
 			if (hits < want) {
 				if (churn_publish(d, b, hits, want, len, batch, &pubs[npubs], &alloc_ns) != 0)
@@ -407,6 +411,8 @@ bench_churn(uint64_t n, uint64_t len, uint64_t seed, int batch)
 		allocs += pubs[npubs].n;
 		if (measuring && churn_count(d, &rn, pubs[npubs].ids, pubs[npubs].n, len) != 0)
 			return 1;
+		if (measuring)
+			churn_layout_write(churn_blayout, d, pubs[npubs].ids, pubs[npubs].n);
 		npubs++;
 	}
 	dram_stats(d, &st);
@@ -452,7 +458,7 @@ main(int argc, char **argv)
 	size_t			 sizes[] = { 36864, 2359296 }, s, reps;
 	int			 c, churn = 0, batch = 1;
 
-	while ((c = getopt(argc, argv, "cns:L:")) != -1) {
+	while ((c = getopt(argc, argv, "cns:L:B:")) != -1) {
 		switch (c) {
 		case 'c':
 			churn = 1;
@@ -463,6 +469,12 @@ main(int argc, char **argv)
 		case 's':
 			seed = strtoull(optarg, NULL, 0);
 			break;
+		case 'B':
+			if ((churn_blayout = fopen(optarg, "w")) == NULL) {
+				fprintf(stderr, "bench_dram: %s: %s\n", optarg, strerror(errno));
+				return 1;
+			}
+			break;
 		case 'L':
 			if ((churn_layout = fopen(optarg, "w")) == NULL) {
 				fprintf(stderr, "bench_dram: %s: %s\n", optarg, strerror(errno));
@@ -471,7 +483,7 @@ main(int argc, char **argv)
 			break;
 		default:
 			fprintf(stderr, "usage: bench_dram [objects [object_bytes]]\n"
-			    "       bench_dram -c [-n] [-s seed] [-L file] [objects [object_bytes]]\n");
+			    "       bench_dram -c [-n] [-s seed] [-L file] [-B file] [objects [object_bytes]]\n");
 			return 1;
 		}
 	}
@@ -482,6 +494,8 @@ main(int argc, char **argv)
 	if (churn) {
 		c = bench_churn(n, len, seed, batch);
 		if (churn_layout != NULL && fclose(churn_layout) != 0)
+			c = 1;
+		if (churn_blayout != NULL && fclose(churn_blayout) != 0)
 			c = 1;
 		return c;
 	}

@@ -23,7 +23,9 @@
  * at the offsets its restores found them at after churn; the restores,
  * in order, joined into one op of up to MIB_PER_RUN, against the same
  * run's pinned cudaMemcpy of those bytes, and the same objects at random
- * slots and back to back in the same arena.
+ * slots and back to back in the same arena; then the same three as
+ * publishes (the region holds those objects: the same bytes written
+ * back), against the D2H cudaMemcpy.
  * Prints markdown tables on stdout, progress on stderr.
  */
 #include <sys/mman.h>
@@ -574,6 +576,21 @@ bench_latency(double *restore_ms, double *copy_ms)
 	kernels_engine_free(e);
 }
 
+/* A publish's checksums against the objects' own. */
+static void
+bench_layout_check(const struct kernels_page *pg, const uint64_t *cs, uint32_t n, uint64_t olen,
+    const char *what)
+{
+	uint32_t	i;
+
+	for (i = 0; i < n; i++)
+		if (cs[i] != pg[i].checksum || checksum_obj(pg[i].host, olen) != pg[i].checksum) {
+			fprintf(stderr, "bench_gpu: %s: object %u checksum %016llx, want %016llx\n",
+			    what, i, (unsigned long long)cs[i], (unsigned long long)pg[i].checksum);
+			exit(1);
+		}
+}
+
 /*
  * -L: one layout of bench_dram -c, replayed. Each restore's objects keep
  * their offsets; restores are taken whole, evenly spaced over the file
@@ -590,7 +607,8 @@ bench_layout(const char *path, uint64_t bytes)
 	const struct bench_size	*sz = NULL;
 	unsigned long long	 alen, olen, off;
 	uint32_t		*pages, *slot, i, j, t, k, cnt, nslots, runs = 0, sets = 0;
-	uint64_t		 prev = UINT64_MAX, total, all, every, nth;
+	uint64_t		 prev = UINT64_MAX, total, all, every, nth, *cs;
+	double			 d2h, play, prnd, pcon;
 	long			 pos;
 	double			 peak, vlay, vrnd, vcon;
 	char			 err[256] = "";
@@ -695,18 +713,29 @@ bench_layout(const char *path, uint64_t bytes)
 		con[i].checksum = checksum_obj(con[i].host, olen);
 	}
 	bench_note("  replaying %s\n", path);
+	if ((cs = calloc(s.n, sizeof(*cs))) == NULL)
+		bench_die("calloc", -ENOMEM, NULL);
 	peak = bench_copy(s.dev, s.arena, total);
+	d2h = bench_copy(s.arena, s.dev, total);
 	vlay = bench_op(e, BENCH_RESTORE, s.rlf, lay, s.n, 0, NULL);
 	bench_verify(&s, lay, "restore, churned layout");
+	/* the region now holds those objects: publishing them writes the same bytes back */
+	play = bench_op(e, BENCH_PUBLISH, s.rlf, lay, s.n, 0, cs);
+	bench_layout_check(lay, cs, s.n, olen, "publish, churned layout");
 	vrnd = bench_op(e, BENCH_RESTORE, s.rlf, rnd, s.n, 0, NULL);
 	bench_verify(&s, rnd, "restore, random slots");
+	prnd = bench_op(e, BENCH_PUBLISH, s.rlf, rnd, s.n, 0, cs);
+	bench_layout_check(rnd, cs, s.n, olen, "publish, random slots");
 	vcon = bench_op(e, BENCH_RESTORE, s.rlf, con, s.n, 0, NULL);
 	bench_verify(&s, con, "restore, back to back");
-	printf("| %s | %s | %u restores, %u objects, %.1f MB | %.2f | %.0f | %.1f | %.1f | %.3f | "
-	    "%.3f | %.3f |\n", strrchr(path, '/') != NULL ? strrchr(path, '/') + 1 : path,
-	    sz->name, sets, s.n, (double)total / 1e6,
-	    (double)runs / sets, (double)total / runs / 1024, peak, vlay, vlay / peak, vrnd / peak,
-	    vcon / peak);
+	pcon = bench_op(e, BENCH_PUBLISH, s.rlf, con, s.n, 0, cs);
+	bench_layout_check(con, cs, s.n, olen, "publish, back to back");
+	printf("| %s | %s | %u sets, %u objects, %.1f MB | %.2f | %.0f | %.1f | %.3f | %.3f | "
+	    "%.3f | %.1f | %.3f | %.3f | %.3f |\n",
+	    strrchr(path, '/') != NULL ? strrchr(path, '/') + 1 : path, sz->name, sets, s.n,
+	    (double)total / 1e6, (double)runs / sets, (double)total / runs / 1024, peak,
+	    vlay / peak, vrnd / peak, vcon / peak, d2h, play / d2h, prnd / d2h, pcon / d2h);
+	free(cs);
 	kernels_region_free(s.rlf);
 	kernels_dev_free(s.dev);
 	kernels_host_unregister(s.arena, err, sizeof(err));
@@ -779,9 +808,10 @@ main(int argc, char **argv)
 		    "warm-up; GB/s decimal; checksums verified; x the same bytes' pinned "
 		    "cudaMemcpy; the same objects at random arena slots and back to back beside.\n\n",
 		    desc, (unsigned long long)(bytes / BENCH_MIB), bench_runs);
-		printf("| layout | object | op | runs/restore | KiB/run | H2D peak | restore GB/s | "
-		    "x peak | random slots x peak | back to back x peak |\n");
-		printf("|---|---|---|---|---|---|---|---|---|---|\n");
+		printf("| layout | object | op | runs/set | KiB/run | H2D peak | restore x peak | "
+		    "random slots | back to back | D2H peak | publish x D2H peak | random slots | "
+		    "back to back |\n");
+		printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 		for (a = 0; a < (unsigned)nlayouts; a++)
 			bench_layout(layouts[a], bytes);
 		kernels_fini();

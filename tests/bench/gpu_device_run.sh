@@ -55,14 +55,18 @@ echo "== bench_gpu"
 timeout 240 tests/bench/gpu.sh "$BIN" ${BENCH_ARGS:--r 5} >"$OUT/bench_gpu.md" \
 	2>"$OUT/bench_gpu.log" || { status=1; tail -20 "$OUT/bench_gpu.log"; }
 # Restores as a churned arena leaves them, before and after issue 16's batch runs (bench_dram -c
-# -n / -c: the same request stream, one arena of 16384 x 36 KiB), replayed by bench_gpu -L.
+# -n / -c: the same request stream, one arena of 4096 x 36 KiB; the restores' layouts and the
+# new batches' as their PUBLISH wrote them), replayed by bench_gpu -L.
 if [ -x "$BIN/bench_dram" ]; then
 	echo "== bench_gpu -L (churned arena layouts)"
 	lay=$(mktemp -d "${TMPDIR:-/tmp}/l3kv-layout-XXXXXX")
-	if "$BIN/bench_dram" -c -n -L "$lay/unbatched" 16384 36864 >"$OUT/bench_layout.log" 2>&1 &&
-	    "$BIN/bench_dram" -c -L "$lay/batched" 16384 36864 >>"$OUT/bench_layout.log" 2>&1; then
+	if "$BIN/bench_dram" -c -n -L "$lay/unbatched" -B "$lay/unbatched-publish" 4096 36864 \
+	    >"$OUT/bench_layout.log" 2>&1 &&
+	    "$BIN/bench_dram" -c -L "$lay/batched" -B "$lay/batched-publish" 4096 36864 \
+	    >>"$OUT/bench_layout.log" 2>&1; then
 		# shellcheck disable=SC2086
 		timeout 240 "$BIN/bench_gpu" ${BENCH_ARGS:--r 5} -L "$lay/unbatched" -L "$lay/batched" \
+		    -L "$lay/unbatched-publish" -L "$lay/batched-publish" \
 		    >"$OUT/bench_layout.md" 2>>"$OUT/bench_layout.log" || status=1
 	else
 		status=1
