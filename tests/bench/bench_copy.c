@@ -34,15 +34,6 @@
 #define BENCH_MAX_LIST	16
 #define BENCH_MAX_REPS	31
 
-static double
-bench_now(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static int
 bench_list(const char *s, uint64_t *out, int max)
 {

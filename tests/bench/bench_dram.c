@@ -35,15 +35,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
-
-static double
-bench_now(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#include "bench.h"
 
 /* A page hash from a counter, spread like sha256 output. */
 static void
@@ -121,10 +113,7 @@ churn_layout_write(FILE *f, const struct dram *d, const uint32_t *ids, uint32_t 
 static uint64_t
 churn_rand(void)
 {
-	churn_rng ^= churn_rng >> 12;
-	churn_rng ^= churn_rng << 25;
-	churn_rng ^= churn_rng >> 27;
-	return churn_rng * 0x2545f4914f6cdd1dULL;
+	return bench_xorshift(&churn_rng);
 }
 
 static double

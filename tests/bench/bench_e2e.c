@@ -48,6 +48,7 @@
 
 #include "kernels.h"
 #include "l3kv.h"
+#include "bench.h"
 
 #define E2E_TOKENS	64U
 #define E2E_LAYERS	61U
@@ -89,22 +90,10 @@ static const char *const e2e_stage_what[E2E_NSTAGES + 1] = {
 	"the client has the reply",
 };
 
-static double
-e2e_now(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static uint64_t
 e2e_rnd(void)
 {
-	e2e_rng ^= e2e_rng >> 12;
-	e2e_rng ^= e2e_rng << 25;
-	e2e_rng ^= e2e_rng >> 27;
-	return e2e_rng * 0x2545F4914F6CDD1DULL;
+	return bench_xorshift(&e2e_rng);
 }
 
 static void
@@ -234,7 +223,7 @@ e2e_daemon_start(struct e2e_daemon *d, const char *bin, const char *dram)
 {
 	const char	*tmp = getenv("TMPDIR");
 	struct l3kv	*k = NULL;
-	double		 t0 = e2e_now();
+	double		 t0 = bench_now();
 	FILE		*f;
 	int		 fd, rc = -ETIMEDOUT;
 
@@ -268,7 +257,7 @@ e2e_daemon_start(struct e2e_daemon *d, const char *bin, const char *dram)
 	}
 	e2e_daemon_pid = d->pid;
 	/* It pins its whole DRAM arena for the GPU before it listens. */
-	while (e2e_now() - t0 < 30) {
+	while (bench_now() - t0 < 30) {
 		if (waitpid(d->pid, NULL, WNOHANG) == d->pid) {
 			d->pid = e2e_daemon_pid = 0;
 			e2e_log_tail(d);
@@ -287,7 +276,7 @@ e2e_daemon_start(struct e2e_daemon *d, const char *bin, const char *dram)
 		e2e_log_tail(d);
 		e2e_die("l3kvd did not start the cuda copy engine", -ENODEV, NULL);
 	}
-	fprintf(stderr, "bench_e2e: l3kvd up in %.1f s (%s DRAM tier pinned)\n", e2e_now() - t0,
+	fprintf(stderr, "bench_e2e: l3kvd up in %.1f s (%s DRAM tier pinned)\n", bench_now() - t0,
 	    dram);
 }
 
@@ -295,12 +284,12 @@ e2e_daemon_start(struct e2e_daemon *d, const char *bin, const char *dram)
 static int
 e2e_daemon_stop(struct e2e_daemon *d)
 {
-	double	t0 = e2e_now();
+	double	t0 = bench_now();
 	pid_t	r = 0;
 	int	st = 0;
 
 	kill(d->pid, SIGTERM);
-	while ((r = waitpid(d->pid, &st, WNOHANG)) == 0 && e2e_now() - t0 < 15)
+	while ((r = waitpid(d->pid, &st, WNOHANG)) == 0 && bench_now() - t0 < 15)
 		usleep(10000);
 	if (r == 0) {
 		fprintf(stderr, "bench_e2e: l3kvd still running 15 s after SIGTERM; killed\n");
@@ -431,13 +420,13 @@ e2e_engine_new(struct e2e_engine *e, const char *sock)
 		memcpy(e->hashes + (size_t)i * L3KV_HASH_LEN, pg[i].hash, L3KV_HASH_LEN);
 		pg[i].src_page = i;
 	}
-	t0 = e2e_now();
+	t0 = bench_now();
 	if ((rc = l3kv_publish(e->k, 0, pg, E2E_SRC, &pr)) != 0)
 		e2e_die("PUBLISH from device memory", rc, l3kv_last_error(e->k));
 	if (pr.stored != E2E_SRC || pr.bytes != (uint64_t)E2E_SRC * E2E_OBJ)
 		e2e_die("PUBLISH stored too little", -EIO, NULL);
 	fprintf(stderr, "bench_e2e: published %u pages (%.1f MB) in %.1f ms\n", E2E_SRC,
-	    (double)pr.bytes / 1e6, (e2e_now() - t0) * 1e3);
+	    (double)pr.bytes / 1e6, (bench_now() - t0) * 1e3);
 }
 
 /* Picks n distinct destination pages among E2E_SRC..E2E_POOL-1, at random. */
@@ -510,7 +499,7 @@ e2e_restore_once(struct e2e_engine *e, uint32_t n, uint32_t *dst, int release, d
 	aa.npages = n;
 	aa.reserved_pages = n;
 	aa.state_slot = L3KV_SLOT_NONE;
-	t0 = e2e_now();
+	t0 = bench_now();
 	if ((rc = l3kv_admit(e->k, &aa, &ar)) != 0)
 		e2e_die("ADMIT", rc, l3kv_last_error(e->k));
 	if (ar.admitted_pages != n)
@@ -524,15 +513,15 @@ e2e_restore_once(struct e2e_engine *e, uint32_t n, uint32_t *dst, int release, d
 	ra.state_slot = L3KV_SLOT_NONE;
 	ra.event_region = L3KV_REGION_NONE;
 	ra.flags = release ? L3KV_RESTORE_RELEASE : 0;
-	t1 = e2e_now();
+	t1 = bench_now();
 	if ((rc = l3kv_restore_with(e->k, &ra, E2E_TIMEOUT_MS, &res)) != 0)
 		e2e_die("RESTORE into device memory", rc, l3kv_last_error(e->k));
-	t2 = e2e_now();
+	t2 = bench_now();
 	if (res.pages != n || res.partial || res.bytes != (uint64_t)n * E2E_OBJ)
 		e2e_die("RESTORE answered with fewer pages", -EIO, NULL);
 	if (!release && (rc = l3kv_release(e->k, ar.lease)) != 0)
 		e2e_die("RELEASE", rc, l3kv_last_error(e->k));
-	t3 = e2e_now();
+	t3 = bench_now();
 	if (release && (rc = l3kv_release(e->k, ar.lease)) != -ENOENT)
 		e2e_die("RELEASE after a RESTORE with the release flag (want -ENOENT)", rc,
 		    l3kv_last_error(e->k));
@@ -622,11 +611,11 @@ e2e_measure(struct e2e_engine *e, uint32_t n, int release, int warm, int runs,
 	e2e_verify(e, dst, n);
 	/* The peak: one pinned H2D cudaMemcpy of the same bytes, from this process. */
 	for (i = -warm; i < runs; i++) {
-		t0 = e2e_now();
+		t0 = bench_now();
 		if ((rc = kernels_copy(e->scratch, e->src, len, err, sizeof(err))) != 0)
 			e2e_die("kernels_copy (pinned H2D)", rc, err);
 		if (i >= 0)
-			cpy[i] = e2e_now() - t0;
+			cpy[i] = bench_now() - t0;
 	}
 	row->pages = n;
 	row->release = release;
@@ -671,7 +660,7 @@ main(int argc, char **argv)
 	char			*slash;
 	long long		 leases, pins, restored;
 	ssize_t			 sl;
-	double			 t0 = e2e_now(), mb;
+	double			 t0 = bench_now(), mb;
 	int			 runs = 20, warm = 3, c, n, rc, st, bad = 0;
 	unsigned		 i, k;
 
@@ -812,6 +801,6 @@ main(int argc, char **argv)
 	munmap(e.back, e.bytes);
 	kernels_fini();
 	fprintf(stderr, "bench_e2e: %s in %.1f s\n", bad ? "FAILED (the table above stands)" :
-	    "done", e2e_now() - t0);
+	    "done", bench_now() - t0);
 	return bad;
 }

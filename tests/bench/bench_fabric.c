@@ -86,15 +86,6 @@ static const struct {
 };
 #define BF_NSIZES	(sizeof(bf_sizes) / sizeof(bf_sizes[0]))
 
-static double
-bf_now(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void
 bf_die(const char *what, int rc)
 {
@@ -293,7 +284,7 @@ bf_raw_run(struct bf_raw *r, fi_addr_t a, const struct bf_owner *o, uint8_t *dst
 	static size_t			 slot_of[BF_DEPTH_MAX];
 	void				*ctxs[64];
 	size_t				 posted = 0, done = 0, slots = BF_LEN / len, s;
-	double				 t0 = bf_now();
+	double				 t0 = bench_now();
 	int				 out = 0, k;
 	ssize_t				 rc;
 
@@ -316,7 +307,7 @@ bf_raw_run(struct bf_raw *r, fi_addr_t a, const struct bf_owner *o, uint8_t *dst
 		done += (size_t)rc;
 		out -= (int)rc;
 	}
-	return (double)(n * len) / (bf_now() - t0) / 1e9;
+	return (double)(n * len) / (bench_now() - t0) / 1e9;
 }
 
 /* The fabric reader. */
@@ -376,7 +367,7 @@ bf_fab_post(struct bf_fab *b)
 static double
 bf_fab_run(struct bf_fab *b, size_t len, size_t n)
 {
-	double	t0 = bf_now();
+	double	t0 = bench_now();
 
 	b->len = len;
 	b->n = n;
@@ -388,7 +379,7 @@ bf_fab_run(struct bf_fab *b, size_t len, size_t n)
 		fprintf(stderr, "bench_fabric: a fabric read failed: %s\n", strerror(-b->err));
 		exit(1);
 	}
-	return (double)(n * len) / (bf_now() - t0) / 1e9;
+	return (double)(n * len) / (bench_now() - t0) / 1e9;
 }
 
 static int

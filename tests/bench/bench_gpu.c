@@ -62,22 +62,10 @@ static int	bench_runs = 5;
 static int	bench_quiet;
 static uint64_t	bench_rng = 0x9e3779b97f4a7c15ULL;
 
-static double
-bench_now(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static uint64_t
 bench_rnd(void)
 {
-	bench_rng ^= bench_rng >> 12;
-	bench_rng ^= bench_rng << 25;
-	bench_rng ^= bench_rng >> 27;
-	return bench_rng * 0x2545F4914F6CDD1DULL;
+	return bench_xorshift(&bench_rng);
 }
 
 static void

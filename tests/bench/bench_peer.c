@@ -121,15 +121,6 @@ static struct bp_rank	*bp_owner;	/* -v: A's rank of the size measured */
 static uint64_t		bp_req;		/* ADMIT's request ids */
 static double		bp_local_s;	/* -v: the same restores from B's DRAM, wall */
 
-static double
-bp_now(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void
 bp_die(const char *fmt, const char *arg)
 {
@@ -399,13 +390,13 @@ bp_complete(struct bp_req *r, unsigned n, struct l3kv_completion *c, double *t_r
 	case BP_R_ADMITTING:
 		if (l3kv_admit_result(c, &q->ar) != 0)
 			bp_die("%s", "admit: a reply that is not ADMIT's");
-		bp_admit_s += bp_now() - q->t_admit;
+		bp_admit_s += bench_now() - q->t_admit;
 		q->state = BP_R_ADMITTED;
 		return 0;
 	case BP_R_RESTORING:
 		if (l3kv_restore_result(c, &rr) != 0)
 			bp_die("%s", "restore: a reply that is not RESTORE's");
-		*t_ready = bp_now();
+		*t_ready = bench_now();
 		if (rr.pages != BP_NP)
 			bp_die("%s", "restored fewer pages than admitted");
 		break;
@@ -443,7 +434,7 @@ bp_restore_all(struct bp_rank *b, const uint32_t *keep, unsigned n, unsigned *sh
 	}
 	memset(b->mem, 0xee, b->page * b->npages);
 	bp_admit_s = 0;
-	t0 = bp_now();
+	t0 = bench_now();
 	while (done < n) {
 		/*
 		 * One scheduler step, in one write: RESTOREs of the requests
@@ -480,7 +471,7 @@ bp_restore_all(struct bp_rank *b, const uint32_t *keep, unsigned n, unsigned *sh
 			aa = (struct l3kv_admit_args){ .request_id = ++bp_req, .hashes = q->h,
 			    .npages = BP_NP, .reserved_pages = BP_NP,
 			    .state_slot = L3KV_SLOT_NONE };
-			q->t_admit = bp_now();
+			q->t_admit = bench_now();
 			if (l3kv_submit_admit(b->k, &aa, &q->ticket) != 0)
 				bp_die("admit: %s", l3kv_last_error(b->k));
 			q->state = BP_R_ADMITTING;
@@ -489,8 +480,8 @@ bp_restore_all(struct bp_rank *b, const uint32_t *keep, unsigned n, unsigned *sh
 			bp_die("uncork: %s", l3kv_last_error(b->k));
 		if (done == n)
 			break;
-		for (t_wait = bp_now(); (got = l3kv_poll_completions(b->k, c, 8)) == -EAGAIN;) {
-			if (bp_now() - t_wait > 10)
+		for (t_wait = bench_now(); (got = l3kv_poll_completions(b->k, c, 8)) == -EAGAIN;) {
+			if (bench_now() - t_wait > 10)
 				bp_die("%s", "B answered nothing in 10 s");
 			poll(&pfd, 1, 100);
 		}
