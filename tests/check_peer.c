@@ -419,6 +419,26 @@ pt_rank(struct test_rank *r, unsigned i)
 	test_rank_attach(r, pt_d[i].sock);
 }
 
+/* 32 KV pages of prefix published on daemon from, then admitted and restored whole on to. */
+static void
+pt_restores_across(unsigned from, unsigned to, uint32_t prefix)
+{
+	struct test_rank	pub, r;
+	struct l3kv_admit_result a;
+	struct l3kv_restore_result res;
+
+	pt_rank(&pub, from);
+	test_rank_publish_kv(&pub, prefix, 0, 32, 0, NULL);
+	ck_assert_int_eq(test_stat_wait(pt_d[from].sock, "dram", "pins", 0), 0);
+	pt_rank(&r, to);
+	a = test_rank_admit(&r, 1, prefix, 32, 32, PROTO_SLOT_NONE);
+	ck_assert_uint_eq(a.admitted_pages, 32);
+	ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 32, &res), 0);
+	ck_assert(test_rank_page_is(&r, TEST_RANK_KV, 31, prefix, 31));
+	test_rank_fini(&r);
+	test_rank_fini(&pub);
+}
+
 /* The control channel comes up between three daemons, with RTTs. */
 START_TEST(test_three_daemons_connect)
 {
@@ -551,9 +571,6 @@ START_TEST(test_hostile_peer_bytes_are_refused)
 			uint8_t			raw[1024];
 		} u;
 	} f;
-	struct l3kv_restore_result	res;
-	struct l3kv_admit_result	a;
-	struct test_rank		pub, r;
 
 	pt_role(2, NULL, NULL);
 	memset(&f, 0x5a, sizeof(f));
@@ -583,16 +600,7 @@ START_TEST(test_hostile_peer_bytes_are_refused)
 	ck_assert_int_ge(test_stat(pt_d[0].sock, "peers", "refused"), 4);
 	/* The real members still restore from each other. */
 	ck_assert(pt_wait_state(1, 0, "up"));
-	pt_rank(&pub, 0);
-	test_rank_publish_kv(&pub, 14, 0, 32, 0, NULL);
-	ck_assert_int_eq(test_stat_wait(pt_d[0].sock, "dram", "pins", 0), 0);
-	pt_rank(&r, 1);
-	a = test_rank_admit(&r, 1, 14, 32, 32, PROTO_SLOT_NONE);
-	ck_assert_uint_eq(a.admitted_pages, 32);
-	ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 32, &res), 0);
-	ck_assert(test_rank_page_is(&r, TEST_RANK_KV, 31, 14, 31));
-	test_rank_fini(&r);
-	test_rank_fini(&pub);
+	pt_restores_across(0, 1, 14);
 }
 END_TEST
 
@@ -1019,10 +1027,7 @@ START_TEST(test_unproved_hello_changes_nothing_of_the_member)
 			struct proto_peer_ping	ping;
 		} u;
 	} f;
-	struct l3kv_restore_result	res;
-	struct l3kv_admit_result	a;
 	struct proto_hdr		h;
-	struct test_rank		pub, r;
 	char				inc[32], dp[32];
 	long long			refused;
 	json_t				*e;
@@ -1063,17 +1068,8 @@ START_TEST(test_unproved_hello_changes_nothing_of_the_member)
 	pt_n1_unchanged(0, inc, dp);
 
 	/* n1's pulls keep working: what n1 holds is restored on n0. */
-	pt_rank(&pub, 1);
-	test_rank_publish_kv(&pub, 15, 0, 32, 0, NULL);
-	ck_assert_int_eq(test_stat_wait(pt_d[1].sock, "dram", "pins", 0), 0);
-	pt_rank(&r, 0);
-	a = test_rank_admit(&r, 1, 15, 32, 32, PROTO_SLOT_NONE);
-	ck_assert_uint_eq(a.admitted_pages, 32);
-	ck_assert_int_eq(test_rank_restore(&r, a.lease, 0, 32, &res), 0);
-	ck_assert(test_rank_page_is(&r, TEST_RANK_KV, 31, 15, 31));
+	pt_restores_across(1, 0, 15);
 	ck_assert_int_gt(pt_peer_stat(0, 1, "pulls"), 0);
-	test_rank_fini(&r);
-	test_rank_fini(&pub);
 }
 END_TEST
 
