@@ -413,6 +413,7 @@ struct dram_stats {
 	uint64_t	visible;
 	uint64_t	writing;
 	uint64_t	dropped;	/* out of the index, freed at last unpin */
+	uint64_t	unverified;	/* pulled, not yet checked by a restore */
 	uint64_t	pinned_objects;
 	uint64_t	pins;
 	uint64_t	bytes_used;	/* object lengths */
@@ -441,6 +442,9 @@ int	 dram_alloc(struct dram *, const struct obj_key *, uint64_t len, uint32_t ne
 	    uint32_t batch, uint32_t *id, uint8_t **buf);
 int	 dram_commit(struct dram *, uint32_t id, uint64_t checksum);
 void	 dram_abort(struct dram *, uint32_t id);
+/* Pulled bytes that no restore has checked yet: the peer tier serves none of them. */
+int	 dram_set_unverified(struct dram *, uint32_t id, int unverified);
+int	 dram_unverified(const struct dram *, uint32_t id);
 int	 dram_pin(struct dram *, uint32_t id);
 void	 dram_unpin(struct dram *, uint32_t id);
 void	 dram_touch(struct dram *, uint32_t id);
@@ -980,9 +984,13 @@ struct peer_view {
 	struct peer_grant	**buckets;
 	unsigned		  nbuckets;
 	size_t			  n;
-	/* Pulls g into dst (g->len bytes): 0 and done later, or -errno and nothing started. */
+	/*
+	 * Pulls g into dst (g->len bytes): 0 and done later, or -errno and
+	 * nothing started. With verify 0 the landed bytes are not checked
+	 * against g->checksum: the caller's restore does it (peer_blame).
+	 */
 	int			(*pull)(struct server *, const struct peer_grant *, void *dst,
-				    peer_pull_done_fn *, void *arg);
+				    int verify, peer_pull_done_fn *, void *arg);
 };
 uint64_t peer_hrw_score(const char *id, const struct obj_key *pk);
 void	 peer_place_key(const struct obj_key *, const uint8_t *head, struct obj_key *pk);
@@ -1006,6 +1014,8 @@ struct peer_ask;
 /* An ask's answer, once, on the loop: the view is valid during the call only. */
 typedef void	peer_ask_fn(struct server *, void *arg, struct peer_view *);
 int	 peer_init(struct server *, char *err, size_t errlen);
+uint32_t peer_serial(const struct peer *);
+void	 peer_blame(struct server *, uint32_t serial, uint64_t len);
 void	 peer_stop(struct server *);
 void	 peer_free(struct server *);
 void	 peer_members_set(struct server *, const struct peer_member *, size_t n);
@@ -1095,6 +1105,8 @@ struct lease_obj {
 	uint16_t		 staged;	/* 1: read from the file tier (a file hit); 2: pulled
 						   from a peer (a peer hit) */
 	uint32_t		 page;		/* index in the admitted hashes */
+	uint32_t		 from;		/* pulled unverified from this peer (peer_serial)
+						   until a restore checked it; 0: none */
 	struct staging_read	*read;		/* a staging read in flight (staging.c) */
 };
 struct lease {

@@ -24,6 +24,10 @@
  *   freed at the last unpin). A class's LRU list holds exactly the
  *   evictable objects (VISIBLE, no pins), so eviction takes the tail
  *   in O(1) and can never reach a pinned or WRITING object.
+ * - A VISIBLE object may be marked unverified: its bytes landed from a
+ *   peer and nothing has compared them with their checksum yet (the
+ *   restore that reads them does, in the same pass as its copy). Lookups
+ *   see it as any other; only the peer tier's serving side asks.
  * - An object alone takes, in order: the slot after its `near` object, a
  *   free slot of its class, free units for a new slab, its class's LRU
  *   victim, and last whole slabs of other classes that hold nothing
@@ -97,7 +101,8 @@ struct dram_obj {
 #define DRAM_S_VISIBLE	2		/* what lookups see */
 #define DRAM_S_DROPPED	3
 	uint32_t	slab : 24;	/* in state's 4 bytes */
-	uint16_t	slot;		/* index in the slab */
+	uint16_t	slot : 15;	/* index in the slab (below 32768) */
+	uint16_t	unverified : 1;	/* pulled, csum not yet checked (dram_set_unverified) */
 	uint16_t	pins;
 	uint64_t	csum;
 };
@@ -152,6 +157,7 @@ struct dram {
 
 	uint64_t	 tick;
 	uint64_t	 nvisible, nwriting, ndropped;
+	uint64_t	 nunverified;	/* live objects marked unverified */
 	uint64_t	 npinned, npins;
 	uint64_t	 bytes_used;
 	uint64_t	 nslabs, units_used;
@@ -525,6 +531,8 @@ dram_obj_release(struct dram *d, uint32_t id)
 		s->hint = slot / 64;
 	if (s->nused-- == c->nobj)
 		dram_partial_push(d, sid);
+	if (o->unverified)
+		d->nunverified--;
 	index_rec_free(&d->ix, id);
 	if (s->nused == 0)
 		dram_slab_release(d, sid);
@@ -1103,6 +1111,32 @@ dram_commit(struct dram *d, uint32_t id, uint64_t checksum)
 	return 0;
 }
 
+/*
+ * Marks a VISIBLE object's bytes as not yet checked against its checksum
+ * (1), or as checked (0); -EINVAL for an id that is not VISIBLE.
+ */
+int
+dram_set_unverified(struct dram *d, uint32_t id, int unverified)
+{
+	struct dram_obj	*o = dram_obj_live(d, id);
+
+	if (o == NULL || o->state != DRAM_S_VISIBLE)
+		return -EINVAL;
+	if (o->unverified != (unverified != 0))
+		d->nunverified += unverified ? 1 : (uint64_t)-1;
+	o->unverified = unverified != 0;
+	return 0;
+}
+
+/* Whether a live object is marked unverified. */
+int
+dram_unverified(const struct dram *d, uint32_t id)
+{
+	const struct dram_obj	*o = dram_obj_live(d, id);
+
+	return o != NULL && o->unverified;
+}
+
 /* WRITING -> freed; it was never visible. */
 void
 dram_abort(struct dram *d, uint32_t id)
@@ -1251,6 +1285,7 @@ dram_stats(const struct dram *d, struct dram_stats *st)
 	st->visible = d->nvisible;
 	st->writing = d->nwriting;
 	st->dropped = d->ndropped;
+	st->unverified = d->nunverified;
 	st->pinned_objects = d->npinned;
 	st->pins = d->npins;
 	st->bytes_used = d->bytes_used;

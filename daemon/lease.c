@@ -277,6 +277,7 @@ lease_pin_one(struct server *s, struct lease *l, const struct admission *a, unsi
 	o->page = page;
 	o->read = NULL;
 	o->staged = 0;
+	o->from = 0;
 	/* admit_answer() just found these on this same loop turn. */
 	if (dram_lookup(s->dram, &k, &o->id) == 0) {
 		dram_pin(s->dram, o->id);
@@ -338,6 +339,7 @@ lease_new(struct server *s, struct admission *a, uint16_t r, uint32_t n, const u
 				l->objs[l->nobjs].pool = (uint16_t)p;
 				l->objs[l->nobjs].page = i;
 				l->objs[l->nobjs].staged = 0;
+				l->objs[l->nobjs].from = 0;
 				l->objs[l->nobjs++].read = NULL;
 				continue;
 			}

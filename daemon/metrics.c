@@ -225,8 +225,9 @@ metrics_dram(struct server *s)
 	if (s->dram == NULL)
 		return json_null();
 	dram_stats(s->dram, &st);
-	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:b}",
-	    "objects", I(st.visible), "writing", I(st.writing), "pinned_objects",
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:b}",
+	    "objects", I(st.visible), "writing", I(st.writing), "unverified",
+	    I(st.unverified), "pinned_objects",
 	    I(st.pinned_objects), "pins", I(st.pins), "bytes_used", I(st.bytes_used),
 	    "bytes_capacity", I(st.bytes_capacity), "slabs", I(st.slabs),
 	    "evictions", I(st.evictions), "evict_failures", I(st.evict_failures),

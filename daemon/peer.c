@@ -34,11 +34,17 @@
  * when the owner is not up in the incarnation that granted it, or when
  * the address and key are not inside a chunk the owner's HELLO named (on
  * tcp;ofi_rxm one bad key costs every read to that peer for seconds).
- * The landed bytes must have the owner's checksum (computed by the host
- * copy engine's workers, never on the loop); a read that fails, a
- * deadline, or an owner that went away or restarted meanwhile fails the
- * pull, and staging.c drops the object and fails the restore `lost`.
- * Owner leases are released once nothing pulls under them any more.
+ * A read that fails, a deadline, or an owner that went away or restarted
+ * meanwhile fails the pull, and staging.c drops the object and fails the
+ * restore `lost`. Whether the landed bytes have the owner's checksum is
+ * checked where they are next read: a restore's pull is checked by that
+ * restore, in the pass that copies it into the engine's memory (the host
+ * copy engine's, or the GPU's checksum kernel), so that no pulled byte
+ * is read twice on the host (staging.c, restore.c: a mismatch there is
+ * still this peer's, peer_blame); an offer's pull, which this daemon
+ * then serves as a home, is hashed on landing by the copy engine's
+ * workers, never on the loop. Owner leases are released once nothing
+ * pulls under them any more.
  *
  * An offer (peer_offer, after a PUBLISH) pins the new objects here and
  * names them to their homes with PEER_OFFER; a home pulls what it lacks
@@ -119,6 +125,7 @@ struct peer_pull {
 	peer_pull_done_fn	*done;
 	void			*arg;
 	int			 doomed;	/* the owner left or restarted: fails on landing */
+	int			 verify;	/* hashed on landing (an offer's), else the restore's */
 	int			 posted;	/* off the tier's queue, in a read */
 	struct peer_run		*run;		/* its read's, while the workers verify it */
 	TAILQ_ENTRY(peer_pull)	 entry;		/* the peer's */
@@ -882,6 +889,9 @@ peer_new(struct peer_tier *t, const struct peer_member *m)
 	p->m = *m;
 	p->tier = t;
 	p->refs = 1;		/* the member list's */
+	if (++t->next_serial == 0)
+		t->next_serial = 1;
+	p->serial = t->next_serial;
 	TAILQ_INIT(&p->reqs);
 	TAILQ_INIT(&p->pulls);
 	if ((p->ev_timer = evtimer_new(t->s->base, peer_timer_cb, p)) == NULL) {
@@ -1280,8 +1290,8 @@ peer_pull_free(struct peer_pull *pl)
 }
 
 /*
- * A pull's read ended (err), and when it landed its bytes' checksum is
- * sum (the workers computed it: peer_run_verified).
+ * A pull's read ended (err), and when it landed and was to be verified,
+ * its bytes' checksum is sum (the workers computed it: peer_run_verified).
  */
 static void
 peer_pull_landed(struct peer_pull *pl, int err, uint64_t sum)
@@ -1294,7 +1304,7 @@ peer_pull_landed(struct peer_pull *pl, int err, uint64_t sum)
 	if (err == 0 && (pl->doomed || p->incarnation != pl->g.incarnation)) {
 		err = -ESTALE;
 		why = PEER_FAIL_STALE;
-	} else if (err == 0 && sum != pl->g.checksum) {
+	} else if (err == 0 && pl->verify && sum != pl->g.checksum) {
 		err = -EBADMSG;
 		why = PEER_FAIL_CHECKSUM;
 	} else if (err == -ETIMEDOUT)
@@ -1373,8 +1383,17 @@ peer_run_done(void *arg, int err)
 {
 	struct peer_run		*run = arg;
 	struct server		*s = run->pl[0]->s;
-	unsigned		 i;
+	unsigned		 i, verify = 0;
 
+	for (i = 0; i < run->n; i++)
+		verify += run->pl[i]->verify;
+	if (err == 0 && verify == 0) {
+		/* A restore's pulls: its copy checks them (peer_pull_start). */
+		for (i = 0; i < run->n; i++)
+			peer_pull_landed(run->pl[i], 0, 0);
+		free(run);
+		return;
+	}
 	if (err == 0 && s->copy != NULL && (run->pages = calloc(run->n, sizeof(*run->pages))) != NULL) {
 		for (i = 0; i < run->n; i++) {
 			run->pages[i].obj = run->pl[i]->dst;
@@ -1458,15 +1477,17 @@ peer_flush_cb(evutil_socket_t fd, short ev, void *arg)
 
 /*
  * Starts a pull of g into dst (g->len bytes, inside the exposed arena).
- * 0: done(arg, err) runs on the loop once the bytes landed and were
- * verified (err 0) or the pull failed; never from inside this call.
+ * 0: done(arg, err) runs on the loop once the bytes landed (err 0; with
+ * verify, only once they were also found to have g's checksum) or the
+ * pull failed; never from inside this call. Without verify the caller
+ * checks the checksum where it reads the bytes next (peer_blame).
  * -errno: refused before anything was posted (owner not up in the
  * granting incarnation, address or key outside its chunks); done never
  * runs. The read is posted when the loop comes back (peer_flush_cb).
  */
 int
-peer_pull_start(struct server *s, const struct peer_grant *g, void *dst, peer_pull_done_fn *done,
-    void *arg)
+peer_pull_start(struct server *s, const struct peer_grant *g, void *dst, int verify,
+    peer_pull_done_fn *done, void *arg)
 {
 	struct peer_tier	*t = s->peer;
 	struct peer		*p = g->peer;
@@ -1488,6 +1509,7 @@ peer_pull_start(struct server *s, const struct peer_grant *g, void *dst, peer_pu
 	pl->g = *g;
 	pl->g.next = NULL;
 	pl->dst = dst;
+	pl->verify = verify != 0;
 	pl->done = done;
 	pl->arg = arg;
 	if (g->ol != NULL)
@@ -1501,6 +1523,37 @@ peer_pull_start(struct server *s, const struct peer_grant *g, void *dst, peer_pu
 		evtimer_add(t->ev_flush, &tv);
 	}
 	return 0;
+}
+
+/* The serial of the peer that granted a pull (0: none): peer_blame's name for it. */
+uint32_t
+peer_serial(const struct peer *p)
+{
+	return p != NULL ? p->serial : 0;
+}
+
+/*
+ * A restore found that an object pulled from peer `serial` unverified
+ * (peer_pull_start) does not have the checksum its owner said: the pull's
+ * checksum failure, counted against that peer (if still a member) as if
+ * it had been found on landing.
+ */
+void
+peer_blame(struct server *s, uint32_t serial, uint64_t len)
+{
+	struct peer_tier	*t = s->peer;
+	size_t			 i;
+
+	if (t == NULL || serial == 0)
+		return;
+	for (i = 0; i < t->npeers; i++) {
+		if (t->peers[i]->serial != serial)
+			continue;
+		t->peers[i]->failures[PEER_FAIL_CHECKSUM]++;
+		log_warn("peer", "%s: a pulled object of %llu bytes failed its checksum at its "
+		    "restore: the object is dropped", t->peers[i]->m.id, (unsigned long long)len);
+		return;
+	}
 }
 
 /* Pulls in flight: a drain waits for them (their bytes land in the arena). */

@@ -47,6 +47,7 @@ struct peer {
 	struct peer_tier	*tier;
 	int			 state;		/* PEER_* */
 	int			 removed;	/* out of the member list; freed once unused */
+	uint32_t		 serial;	/* never 0, never reused: peer_blame's name for it */
 	unsigned		 refs;		/* owner leases and pulls that name it */
 	struct conn		*out;		/* the connection this daemon dialled */
 	uint8_t			 nonce[PROTO_PEER_NONCE];	/* ours, in our HELLO on out */
@@ -124,6 +125,7 @@ struct peer_tier {
 	uint16_t		 nmr;
 	uint64_t		 next_lease;
 	uint64_t		 next_offer;
+	uint32_t		 next_serial;
 	struct peer_pull_list	 queued;	/* pulls to post when the loop comes back */
 	struct peer_run_list	 verifying;	/* landed reads, their digests on the workers */
 	struct event		*ev_flush;
@@ -153,7 +155,7 @@ int	 peer_hello_counts_ok(const struct proto_peer_hello *);
 int	 peer_set_remote(struct peer *, const struct proto_peer_hello *);
 int	 peer_mr_ok(const struct peer *, uint64_t raddr, uint64_t rkey, uint64_t len);
 int	 peer_source_ok(struct peer *, const struct sockaddr *from);
-int	 peer_pull_start(struct server *, const struct peer_grant *, void *dst,
+int	 peer_pull_start(struct server *, const struct peer_grant *, void *dst, int verify,
 	    peer_pull_done_fn *, void *arg);
 void	 peer_ref(struct peer *);
 void	 peer_unref(struct peer *);

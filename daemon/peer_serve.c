@@ -8,7 +8,10 @@
  *
  * - PEER_PROBE: which of the keys DRAM holds now, through dram_lookup
  *   alone: nothing is pinned, touched or moved (PROBE is free of side
- *   effects on every node).
+ *   effects on every node). Neither it nor PEER_LEASE names an object
+ *   this daemon pulled for a restore of its own that has not run yet:
+ *   those bytes are checked by that restore (dram_unverified), never
+ *   before, and are served only once it found them whole.
  * - PEER_LEASE: the objects held are pinned under the asker's lease id,
  *   bound to this connection, for at most min(its max_age_ms,
  *   peer.lease_max_ms); the answer names, per key (echoed), where to read
@@ -287,7 +290,9 @@ peer_serve_probe(struct peer_in *in, struct proto_frame *f)
 	/* Without a data path nothing here can be read: every key is a miss. */
 	for (i = 0; i < ph.nkeys && t->fab != NULL; i++) {
 		memcpy(&w, f->payload + sizeof(ph) + (size_t)i * sizeof(w), sizeof(w));
-		r[i] = peer_key_in(&w, &k) == 0 && dram_lookup(t->s->dram, &k, &id) == 0;
+		/* A copy this daemon pulled and no restore checked yet is not served. */
+		r[i] = peer_key_in(&w, &k) == 0 && dram_lookup(t->s->dram, &k, &id) == 0 &&
+		    !dram_unverified(t->s->dram, id);
 	}
 	conn_reply(in->c, &f->hdr, PROTO_S_OK, r, ph.nkeys);
 	free(r);
@@ -338,6 +343,7 @@ peer_serve_lease(struct peer_in *in, struct proto_frame *f)
 		memset(&o, 0, sizeof(o));
 		o.key = w;
 		if (t->fab != NULL && peer_key_in(&w, &k) == 0 && dram_lookup(s->dram, &k, &id) == 0 &&
+		    !dram_unverified(s->dram, id) &&
 		    (data = dram_data(s->dram, id, &len, &csum)) != NULL &&
 		    fabric_rkey(t->fab, data, len, &o.raddr, &o.rkey) == 0 &&
 		    dram_pin(s->dram, id) == 0) {
@@ -480,7 +486,7 @@ peer_serve_offer(struct peer_in *in, struct proto_frame *f)
 		ob->oi = oi;
 		ob->s = s;
 		ob->checksum = o.checksum;
-		if (peer_pull_start(s, &g, buf, peer_offer_landed, ob) != 0) {
+		if (peer_pull_start(s, &g, buf, 1, peer_offer_landed, ob) != 0) {
 			dram_abort(s->dram, ob->did);
 			free(ob);
 			oi->r.failed++;

@@ -203,6 +203,29 @@ restore_kv_landed(const struct lease *l, uint32_t done)
 	return n;
 }
 
+/*
+ * What the copy checked: every page below done_pages had its checksum, so
+ * a pulled object among them is verified now (servable to other
+ * daemons); a page that failed it and was pulled for this lease fails
+ * the pull of the peer it came from, as a mismatch on landing would.
+ */
+static void
+restore_checked(struct server *s, struct lease *l, const struct copy_job *job)
+{
+	uint32_t	i, done = atomic_load(&job->done_pages);
+
+	for (i = 0; i < done && i < l->nobjs; i++) {
+		if (dram_unverified(s->dram, job->pages[i].id))
+			(void)dram_set_unverified(s->dram, job->pages[i].id, 0);
+		l->objs[i].from = 0;
+	}
+	if (job->status == PROTO_S_LOST && job->bad_page < l->nobjs &&
+	    l->objs[job->bad_page].from != 0) {
+		peer_blame(s, l->objs[job->bad_page].from, job->pages[job->bad_page].len);
+		l->objs[job->bad_page].from = 0;
+	}
+}
+
 static void
 restore_job_done(struct copy_job *job)
 {
@@ -213,6 +236,7 @@ restore_job_done(struct copy_job *job)
 	char		 why[160];
 	unsigned	 st = (unsigned)job->status;
 
+	restore_checked(s, l, job);
 	l->landed = restore_kv_landed(l, atomic_load(&job->done_pages));
 	l->job = NULL;
 	l->job_times = job->t;

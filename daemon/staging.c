@@ -18,7 +18,12 @@
  * The source tier is named per object (STAGING_TIER_*): the file tier, or
  * a peer's DRAM (a pull from the owner that leased the object to this
  * ADMIT, peer.c through s->peer_view), with the same reservation, sharing
- * and completion.
+ * and completion. A file tier read is verified as it lands (filetier.c);
+ * a pull is not: its bytes are checked against the owner's checksum by
+ * the restore that reads them next, in the same pass as its copy, so
+ * that no pulled byte is read twice on the host. Until then the DRAM
+ * object is marked unverified (not served to other daemons) and each
+ * waiter's entry names the peer (lease_obj.from) that a mismatch blames.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -55,7 +60,8 @@ struct staging_read {
 	struct obj_key		 key;
 	uint32_t		 dram_id;
 	uint32_t		 file_id;	/* the file tier's; a peer pull has none */
-	uint64_t		 checksum;	/* a peer pull: what its owner said, verified */
+	uint64_t		 checksum;	/* a peer pull: what its owner said */
+	uint32_t		 from;		/* a peer pull: its owner (peer_serial) */
 	uint8_t			*buf;		/* the DRAM object's bytes */
 	uint64_t		 len;
 	struct filetier_job	*job;		/* until done() */
@@ -145,8 +151,9 @@ staging_settle(struct server *s, struct lease *l)
 }
 
 /*
- * A read ended (status 0: its bytes are in the DRAM object, verified):
- * the object is committed or aborted, and every waiter's entry settles.
+ * A read ended (status 0: its bytes are in the DRAM object, verified for
+ * a file, still to be verified for a pull): the object is committed or
+ * aborted, and every waiter's entry settles.
  */
 static void
 staging_complete(struct staging_read *rd, int status, uint64_t checksum)
@@ -159,9 +166,11 @@ staging_complete(struct staging_read *rd, int status, uint64_t checksum)
 	staging_unhash(rd);
 	if (rd->tier == STAGING_TIER_FILE)
 		filetier_unpin(s->file, rd->file_id);
-	if (status == 0)
+	if (status == 0) {
 		dram_commit(s->dram, rd->dram_id, checksum);
-	else {
+		if (rd->tier == STAGING_TIER_PEER)
+			(void)dram_set_unverified(s->dram, rd->dram_id, 1);
+	} else {
 		/*
 		 * The file tier dropped a faulty file itself; a failed pull was
 		 * never visible here: the staging goes, and the object is not
@@ -180,9 +189,10 @@ staging_complete(struct staging_read *rd, int status, uint64_t checksum)
 		if ((l = rd->wait[i].lease) == NULL)
 			continue;
 		o = &l->objs[rd->wait[i].obj];
-		if (status == 0)
+		if (status == 0) {
 			dram_pin(s->dram, rd->dram_id);
-		else {
+			o->from = rd->tier == STAGING_TIER_PEER ? rd->from : 0;
+		} else {
 			o->id = DRAM_NONE;
 			if (!l->staging.failed || o->page < l->staging.bad_page)
 				l->staging.bad_page = o->page;
@@ -217,7 +227,7 @@ staging_read_done(struct filetier_job *fj)
 	staging_complete(rd, fj->status, fj->checksum);
 }
 
-/* A pull's end (peer.c): its bytes verified against the owner's checksum, or err. */
+/* A pull's end (peer.c): its bytes landed, unverified, or err. */
 static void
 staging_pull_done(void *arg, int err)
 {
@@ -275,7 +285,8 @@ staging_add_peer(struct server *s, struct lease *l, struct lease_obj *o, const s
 	rd->buf = buf;
 	rd->len = g->len;
 	rd->checksum = g->checksum;
-	if ((rc = s->peer_view->pull(s, g, buf, staging_pull_done, rd)) != 0) {
+	rd->from = peer_serial(g->peer);
+	if ((rc = s->peer_view->pull(s, g, buf, 0, staging_pull_done, rd)) != 0) {
 		dram_abort(s->dram, did);
 		free(rd);
 		return rc;

@@ -485,6 +485,61 @@ START_TEST(test_eviction_follows_lru_order)
 }
 END_TEST
 
+/*
+ * The peer tier's mark: a pulled object no restore has checked. Lookups
+ * see it as any other; the mark and its count go with the object however
+ * it goes (checked, dropped, evicted), and a slot reused holds no mark.
+ */
+START_TEST(test_unverified_mark_follows_its_object)
+{
+	struct dram		*d = dram_mk(2 * MIB);	/* 1 unit: 32 objects of 64 KiB */
+	struct dram_stats	 st;
+	uint32_t		 a, b, c, id, n;
+
+	a = put(d, 1, 65536, DRAM_NONE);
+	b = put(d, 2, 65536, DRAM_NONE);
+	c = put(d, 3, 65536, DRAM_NONE);
+	EQ(dram_unverified(d, a), 0);
+	EQ(dram_set_unverified(d, a, 1), 0);
+	EQ(dram_set_unverified(d, a, 1), 0);	/* counted once */
+	EQ(dram_set_unverified(d, b, 1), 0);
+	EQ(dram_set_unverified(d, c, 1), 0);
+	EQ(dram_set_unverified(d, 999999, 1), -EINVAL);
+	EQ(dram_unverified(d, a), 1);
+	EQ(find(d, 1), a);			/* still a hit */
+	dram_stats(d, &st);
+	EQ(st.unverified, 3);
+	EQ(dram_set_unverified(d, a, 0), 0);	/* a restore checked it */
+	EQ(dram_unverified(d, a), 0);
+	dram_drop(d, b);			/* a restore found it corrupt */
+	dram_stats(d, &st);
+	EQ(st.unverified, 1);
+	/* c is the least recently used: the next allocations evict it first. */
+	dram_touch(d, a);
+	for (n = 10; n < 10 + 31; n++)
+		put(d, n, 65536, DRAM_NONE);
+	EQ(find(d, 3), DRAM_NONE);
+	dram_stats(d, &st);
+	EQ(st.unverified, 0);
+	for (n = 10; n < 10 + 31; n++)
+		if ((id = find(d, n)) != DRAM_NONE)
+			EQ(dram_unverified(d, id), 0);
+	/* A WRITING object cannot be marked. */
+	{
+		struct obj_key	k;
+		uint8_t		*buf;
+
+		key_of(&k, 100);
+		EQ(dram_alloc(d, &k, 65536, DRAM_NONE, 1, &id, &buf), 0);
+		EQ(dram_set_unverified(d, id, 1), -EINVAL);
+		dram_abort(d, id);
+	}
+	drop_keys(d, 0, 200);
+	assert_empty(d);
+	dram_free(d);
+}
+END_TEST
+
 START_TEST(test_no_space_when_everything_is_pinned)
 {
 	struct dram		*d = dram_mk(2 * MIB);
@@ -1704,6 +1759,7 @@ suite_dram(void)
 	tcase_add_test(tc, test_lookup_many_answers_as_lookup_does);
 	tcase_add_test(tc, test_abort_frees_everything);
 	tcase_add_test(tc, test_drop_of_pinned_object_frees_at_last_unpin);
+	tcase_add_test(tc, test_unverified_mark_follows_its_object);
 	tcase_add_test(tc, test_eviction_never_takes_a_pinned_object);
 	tcase_add_test(tc, test_eviction_follows_lru_order);
 	tcase_add_test(tc, test_no_space_when_everything_is_pinned);

@@ -1694,6 +1694,67 @@ START_TEST(test_200_concurrent_pulls)
 }
 END_TEST
 
+/* Of pages [0, n) of prefix, how many daemon i finds one at a time (PROBE of each alone). */
+static uint32_t
+pt_probe_each(struct test_rank *r, uint32_t prefix, uint32_t n)
+{
+	uint8_t		h[L3KV_HASH_LEN];
+	uint32_t	i, hit, got = 0;
+
+	for (i = 0; i < n; i++) {
+		test_page_hash(prefix, i, h);
+		ck_assert_int_eq(l3kv_probe(r->k, h, 1, &hit), 0);
+		got += hit;
+	}
+	return got;
+}
+
+/*
+ * What a daemon pulled for a restore of its own is checked by that
+ * restore, and served to other daemons only after it: n1 pulls a prefix
+ * published on n0 and lets go of it unrestored (its copies unverified);
+ * n0 loses its own copies and forgets n2, so that the pages homed on n2
+ * are now homed on n0 or n1, and n0 asks n1 for some it only pulled. n1
+ * says it lacks them until a restore on n1 read them whole, then has them.
+ */
+START_TEST(test_pulled_copies_are_served_only_once_restored)
+{
+	struct test_rank	pub, r1;
+	struct l3kv_admit_result a;
+	uint8_t			h[L3KV_HASH_LEN];
+	uint32_t		i, before, after, n = 400;
+
+	pt_role(PT_N, "\"stripe_pages\": 1", NULL);
+	pt_rank_big(&pub, 0);
+	test_rank_publish_kv(&pub, 49, 0, n, 0, NULL);
+	ck_assert_int_eq(test_stat_wait(pt_d[0].sock, "dram", "pins", 0), 0);
+	pt_rank_big(&r1, 1);
+	a = test_rank_admit(&r1, 1, 49, n, n, PROTO_SLOT_NONE);
+	ck_assert_uint_eq(a.admitted_pages, n);
+	ck_assert_int_eq(l3kv_release(r1.k, a.lease), 0);
+	/* The pulls land anyway, and stay unverified. */
+	ck_assert_int_eq(test_stat_wait(pt_d[1].sock, "dram", "writing", 0), 0);
+	ck_assert_int_gt(test_stat(pt_d[1].sock, "dram", "unverified"), 100);
+	for (i = 0; i < n; i++) {
+		test_page_hash(49, i, h);
+		ck_assert_int_eq(l3kv_debug(pub.k, L3KV_DEBUG_DROP, 0, h), 0);
+	}
+	pt_reload(0, 2);
+	ck_assert(pt_wait_state(0, 2, "absent"));
+	before = pt_probe_each(&pub, 49, n);
+	/* n1 restores the prefix: every pulled copy read whole, and so servable. */
+	ck_assert_uint_eq(pt_honest(&r1, 2, 49, n), n);
+	ck_assert_int_eq(test_stat(pt_d[1].sock, "dram", "unverified"), 0);
+	after = pt_probe_each(&pub, 49, n);
+	/* About a sixth of the pages: homed on n2 of three, then on n1 of two. */
+	ck_assert_msg(after > before + 20, "n0 found %u pages before n1 restored, %u after",
+	    before, after);
+	ck_assert_int_eq(test_stat(pt_d[1].sock, "cache", "objects_lost"), 0);
+	test_rank_fini(&r1);
+	test_rank_fini(&pub);
+}
+END_TEST
+
 /* A member dropped from the list (SIGHUP): its keys are misses; nothing false, nothing lost. */
 START_TEST(test_membership_change_remaps_to_misses)
 {
@@ -2061,6 +2122,7 @@ suite_peer(void)
 	tcase_add_test(tc, test_owner_lease_expiry_is_caught);
 	tcase_add_test(tc, test_200_concurrent_pulls);
 	tcase_add_test(tc, test_membership_change_remaps_to_misses);
+	tcase_add_test(tc, test_pulled_copies_are_served_only_once_restored);
 	tcase_add_test(tc, test_two_replicas_survive_a_member);
 	/* The error paths again on the sockets provider (a restarted owner's reused keys). */
 	if ((why = pt_provider_reason("sockets")) != NULL) {

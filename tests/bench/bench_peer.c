@@ -32,8 +32,9 @@
  * previous round in its DRAM) and a warm-up, see bp_up.
  *
  *   bench_peer [-a AHEAD] [-B BUILD] [-D DRAM_MIB] [-W WARM_MIB] [-r ROUNDS]
- *              [-m MIB] [-S SCRIPT] [-v]
- *     ROUNDS rounds (each every size once), one line per round and size
+ *              [-m MIB] [-s SIZE] [-S SCRIPT] [-v]
+ *     -s SIZE measures only that size (0 to 4, the table's order: for a
+ *     profile of one size); ROUNDS rounds (each every size once), one line per round and size
  *     ("peer ROUND LABEL GB/s"), then the medians; -v adds how long an
  *     ADMIT took to be answered, the same requests restored again (as
  *     many ahead) from B's DRAM, reads and pulls.
@@ -519,6 +520,9 @@ bp_restore_all(struct bp_rank *b, const uint32_t *keep, unsigned n, unsigned *sh
 	}
 	free(want);
 	free(r);
+	if (bp_verbose)
+		fprintf(stderr, "bench_peer: restores from %.6f to %.6f s (CLOCK_MONOTONIC: perf "
+		    "record -k mono, perf report --time)\n", t0, t_ready);
 	return t_ready - t0;
 }
 
@@ -615,11 +619,11 @@ main(int argc, char **argv)
 	double		gbs[BP_NSIZES][64];
 	const char	*build = "build";
 	char		args[128];
-	unsigned	mib = 64, s, r, rounds = 5;
+	unsigned	mib = 64, s, r, rounds = 5, only = BP_NSIZES;
 	uint32_t	prefix = (uint32_t)getpid() << 12;
 	int		c;
 
-	while ((c = getopt(argc, argv, "a:B:D:m:r:S:vW:")) != -1) {
+	while ((c = getopt(argc, argv, "a:B:D:m:r:s:S:vW:")) != -1) {
 		switch (c) {
 		case 'a': bp_ahead = (unsigned)atoi(optarg); break;
 		case 'D': bp_dram_mib = (unsigned)atoi(optarg); break;
@@ -627,11 +631,12 @@ main(int argc, char **argv)
 		case 'B': build = optarg; break;
 		case 'm': mib = (unsigned)atoi(optarg); break;
 		case 'r': rounds = (unsigned)atoi(optarg); break;
+		case 's': only = (unsigned)atoi(optarg); break;
 		case 'S': bp_script = optarg; break;
 		case 'v': bp_verbose = 1; break;
 		default:
 			fprintf(stderr, "usage: bench_peer [-a AHEAD] [-B BUILD] [-D DRAM_MIB] "
-			    "[-W WARM_MIB] [-r ROUNDS] [-m MIB] [-S SCRIPT] [-v]\n");
+			    "[-W WARM_MIB] [-r ROUNDS] [-m MIB] [-s SIZE] [-S SCRIPT] [-v]\n");
 			return 2;
 		}
 	}
@@ -639,6 +644,8 @@ main(int argc, char **argv)
 		bp_die("%s", "bad -r or -m");
 	if (bp_ahead < 1 || bp_ahead > 64)
 		bp_die("%s", "bad -a (1 to 64)");
+	if (only > BP_NSIZES)
+		bp_die("%s", "bad -s (0 to 4)");
 	if (geteuid() != 0) {
 		printf("SKIPPED bench_peer: network namespaces need root\n");
 		return 77;
@@ -661,6 +668,8 @@ main(int argc, char **argv)
 			long long	 reads0, pulls0;
 			double		 admit, wall;
 
+			if (only < BP_NSIZES && s != only)
+				continue;
 			req = (size_t)BP_TOKENS * BP_LAYERS * bp_sizes[s].token_bytes * BP_NP;
 			n = (unsigned)(((size_t)mib << 20) / req);
 			if (n < 2)
@@ -702,7 +711,9 @@ main(int argc, char **argv)
 	}
 	printf("%-18s %12s\n", "size", "peer GB/s");
 	for (s = 0; s < BP_NSIZES; s++)
-		printf("%-18s %12.2f\n", bp_sizes[s].label, bench_median(gbs[s], (int)rounds));
+		if (only == BP_NSIZES || s == only)
+			printf("%-18s %12.2f\n", bp_sizes[s].label,
+			    bench_median(gbs[s], (int)rounds));
 	snprintf(args, sizeof(args), "down %s", bp_ns);
 	bp_ns[0] = '\0';
 	bp_script_run(args);

@@ -17,7 +17,9 @@
 # ahead, 1: one at a time) tune it. AHEAD may be a list ("1 4"): each
 # round then runs one bench_peer round per value, their order rotating,
 # and the table has rows for each value, paired with the same raw and TE
-# rounds.
+# rounds. TE=0 leaves Mooncake out (its TE column is nan): raw comes from a
+# bench_fabric -n round instead; PEER_BUILD names the directory of the
+# daemons bench_peer starts (BUILD by default), for an A/B of two daemons.
 set -euo pipefail
 BUILD=${1:-build}
 cd "$(dirname "$0")/../.."
@@ -42,12 +44,18 @@ peer_round() {
 	local i a
 	for ((i = 0; i < ${#ahead[@]}; i++)); do
 		a=${ahead[(i + $1) % ${#ahead[@]}]}
-		"$BUILD/bench_peer" -a "$a" -B "$BUILD" -r 1 -m "$mib" -D "${DRAM:-256}" \
+		"$BUILD/bench_peer" -a "$a" -B "${PEER_BUILD:-$BUILD}" -r 1 -m "$mib" -D "${DRAM:-256}" \
 		    -W "${WARM:-256}" -S tests/netns.sh -v |
 		    sed -n "s/^peer 0 /peer $1 a=$a /p" >>"$out/peer"
 	done
 }
 te_round() {
+	if [ "${TE:-1}" = 0 ]; then
+		# No Transfer Engine (a host without its venv): raw fi_read alone, TE "nan".
+		"$BUILD/bench_fabric" -n -r 1 -d "${DEPTH:-16}" -m "$mib" -S tests/netns.sh |
+		    awk -F'  +' '/ (object|coalesced) /{print $1 " nan " $2}' >"$out/te.$1"
+		return
+	fi
 	ROUNDS=1 MIB=$mib DEPTH=${DEPTH:-16} tests/bench/mooncake.sh "$BUILD" >"$out/te.$1" || {
 		rc=$?
 		cat "$out/te.$1"
