@@ -32,8 +32,9 @@
  * previous round in its DRAM) and a warm-up, see bp_up.
  *
  *   bench_peer [-a AHEAD] [-B BUILD] [-D DRAM_MIB] [-W WARM_MIB] [-r ROUNDS]
- *              [-m MIB] [-s SIZE] [-S SCRIPT] [-v]
- *     -s SIZE measures only that size (0 to 4, the table's order: for a
+ *              [-l] [-m MIB] [-s SIZE] [-S SCRIPT] [-v]
+ *     -l puts both daemons on loopback (127.0.0.1, no namespaces: a host
+ *     without veth or bridges); -s SIZE measures only that size (0 to 4, the table's order: for a
  *     profile of one size); ROUNDS rounds (each every size once), one line per round and size
  *     ("peer ROUND LABEL GB/s"), then the medians; -v adds how long an
  *     ADMIT took to be answered, the same requests restored again (as
@@ -111,6 +112,7 @@ struct bp_req {
 };
 
 static char		bp_ns[64];
+static unsigned		bp_loop_port;	/* -l: both daemons on loopback, from this port */
 static struct bp_daemon	bp_d[2];
 static const char	*bp_script = "tests/netns.sh";
 static int		bp_verbose;
@@ -146,7 +148,7 @@ static void
 bp_start(unsigned i, const char *build)
 {
 	struct bp_daemon	*d = &bp_d[i];
-	char			 cfg[2048], path[512], bin[512];
+	char			 cfg[2048], path[512], bin[512], host[2][32], fab[32];
 	FILE			*f;
 	int			 fd, t;
 
@@ -156,12 +158,21 @@ bp_start(unsigned i, const char *build)
 		bp_die("mkdtemp: %s", strerror(errno));
 	memcpy(d->sock, d->dir, sizeof(d->dir));
 	strcat(d->sock, "/l3kvd.sock");
+	/* Node K is 10.77.0.K:7400; on loopback (-l) 127.0.0.1 and a port of this run's. */
+	if (bp_loop_port != 0)
+		for (t = 0; t < 2; t++)
+			snprintf(host[t], sizeof(host[t]), "127.0.0.1:%u", bp_loop_port + (unsigned)t);
+	else
+		for (t = 0; t < 2; t++)
+			snprintf(host[t], sizeof(host[t]), "10.77.0.%d:7400", t + 1);
+	snprintf(fab, sizeof(fab), "%s", host[i]);
+	*strchr(fab, ':') = '\0';
 	snprintf(cfg, sizeof(cfg), "{\"socket\": {\"path\": \"%s\", \"mode\": \"0600\"}, "
 	    "\"log\": {\"level\": \"info\"}, \"tiers\": {\"dram\": {\"size\": \"%u MiB\"}}, "
-	    "\"peer\": {\"id\": \"n%u\", \"listen\": \"10.77.0.%u:7400\", \"fabric_addr\": "
-	    "\"10.77.0.%u\", \"provider\": \"tcp\", \"members\": [{\"id\": \"n0\", \"addr\": "
-	    "\"10.77.0.1:7400\"}, {\"id\": \"n1\", \"addr\": \"10.77.0.2:7400\"}]}}\n", d->sock, bp_dram_mib, i,
-	    i + 1, i + 1);
+	    "\"peer\": {\"id\": \"n%u\", \"listen\": \"%s\", \"fabric_addr\": \"%s\", "
+	    "\"provider\": \"tcp\", \"members\": [{\"id\": \"n0\", \"addr\": \"%s\"}, "
+	    "{\"id\": \"n1\", \"addr\": \"%s\"}]}}\n", d->sock, bp_dram_mib, i, host[i], fab,
+	    host[0], host[1]);
 	snprintf(path, sizeof(path), "%s/l3kvd.json", d->dir);
 	if ((f = fopen(path, "w")) == NULL || fputs(cfg, f) < 0 || fclose(f) != 0)
 		bp_die("cannot write %s", path);
@@ -173,7 +184,8 @@ bp_start(unsigned i, const char *build)
 
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		snprintf(ns, sizeof(ns), "/run/netns/%s-%u", bp_ns, i + 1);
-		if ((fd = open(ns, O_RDONLY | O_CLOEXEC)) < 0 || setns(fd, CLONE_NEWNET) != 0)
+		if (bp_loop_port == 0 && ((fd = open(ns, O_RDONLY | O_CLOEXEC)) < 0 ||
+		    setns(fd, CLONE_NEWNET) != 0))
 			_exit(126);
 		snprintf(log, sizeof(log), "%s/l3kvd.log", d->dir);
 		if ((fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600)) >= 0) {
@@ -623,7 +635,7 @@ main(int argc, char **argv)
 	uint32_t	prefix = (uint32_t)getpid() << 12;
 	int		c;
 
-	while ((c = getopt(argc, argv, "a:B:D:m:r:s:S:vW:")) != -1) {
+	while ((c = getopt(argc, argv, "a:B:D:lm:r:s:S:vW:")) != -1) {
 		switch (c) {
 		case 'a': bp_ahead = (unsigned)atoi(optarg); break;
 		case 'D': bp_dram_mib = (unsigned)atoi(optarg); break;
@@ -632,11 +644,12 @@ main(int argc, char **argv)
 		case 'm': mib = (unsigned)atoi(optarg); break;
 		case 'r': rounds = (unsigned)atoi(optarg); break;
 		case 's': only = (unsigned)atoi(optarg); break;
+		case 'l': bp_loop_port = 1; break;
 		case 'S': bp_script = optarg; break;
 		case 'v': bp_verbose = 1; break;
 		default:
 			fprintf(stderr, "usage: bench_peer [-a AHEAD] [-B BUILD] [-D DRAM_MIB] "
-			    "[-W WARM_MIB] [-r ROUNDS] [-m MIB] [-s SIZE] [-S SCRIPT] [-v]\n");
+			    "[-W WARM_MIB] [-l] [-r ROUNDS] [-m MIB] [-s SIZE] [-S SCRIPT] [-v]\n");
 			return 2;
 		}
 	}
@@ -646,19 +659,23 @@ main(int argc, char **argv)
 		bp_die("%s", "bad -a (1 to 64)");
 	if (only > BP_NSIZES)
 		bp_die("%s", "bad -s (0 to 4)");
-	if (geteuid() != 0) {
+	if (bp_loop_port != 0) {
+		/* Below Linux's ephemeral ports (32768 up), two per run. */
+		bp_loop_port = 22000 + (unsigned)(getpid() % 4000) * 2;
+	} else if (geteuid() != 0) {
 		printf("SKIPPED bench_peer: network namespaces need root\n");
 		return 77;
+	} else {
+		snprintf(args, sizeof(args), "up l3kvt%ldxpeer 2", (long)getpid());
+		bp_script_run(args);
+		snprintf(bp_ns, sizeof(bp_ns), "l3kvt%ldxpeer", (long)getpid());
 	}
-	snprintf(args, sizeof(args), "up l3kvt%ldxpeer 2", (long)getpid());
-	bp_script_run(args);
-	snprintf(bp_ns, sizeof(bp_ns), "l3kvt%ldxpeer", (long)getpid());
 	atexit(bp_cleanup);
-	printf("bench_peer: A in node 1, B in node 2 (tcp;ofi_rxm), requests of %u pages, %u MiB "
+	printf("bench_peer: %s (tcp;ofi_rxm), requests of %u pages, %u MiB "
 	    "per measurement, %u ahead (ADMITs submitted before the earlier requests are READY, "
 	    "each RESTOREd in order once answered), GB/s over the wall time from the first ADMIT "
 	    "to the last READY, %u rounds, fresh daemons with %u MiB of DRAM each, %u MiB "
-	    "published on each first\n", BP_NP, mib, bp_ahead, rounds, bp_dram_mib, bp_warm_mib);
+	    "published on each first\n", bp_loop_port != 0 ? "A and B on loopback" : "A in node 1, B in node 2", BP_NP, mib, bp_ahead, rounds, bp_dram_mib, bp_warm_mib);
 	for (r = 0; r < rounds; r++) {
 		for (s = 0; s < BP_NSIZES; s++) {
 			size_t		 req;
@@ -714,8 +731,10 @@ main(int argc, char **argv)
 		if (only == BP_NSIZES || s == only)
 			printf("%-18s %12.2f\n", bp_sizes[s].label,
 			    bench_median(gbs[s], (int)rounds));
-	snprintf(args, sizeof(args), "down %s", bp_ns);
-	bp_ns[0] = '\0';
-	bp_script_run(args);
+	if (bp_ns[0] != '\0') {
+		snprintf(args, sizeof(args), "down %s", bp_ns);
+		bp_ns[0] = '\0';
+		bp_script_run(args);
+	}
 	return 0;
 }

@@ -1,0 +1,62 @@
+#!/bin/bash
+# The peer tier's benchmark on a host with cores to spare (the 16-core GPU
+# host: no NIC, so tcp;ofi_rxm between two network namespaces, or on
+# loopback where the kernel has no veth or bridge), from the repository
+# root. Builds nothing: the binaries are carried (tests/bench/GPU_NOTES.md).
+#   1. tests/bench/peer.sh with TE=0 (no Mooncake venv there): peer restore,
+#      raw fi_read and land (raw plus a peer restore's host work), median
+#      of ROUNDS rounds, AHEAD requests admitted ahead;
+#   2. with OLD set (a directory holding another l3kvd): bench_peer rounds
+#      alternating BIN's daemons and OLD's, an A/B of the two daemons.
+#   BIN   bench_peer, bench_fabric, l3kvd, l3kvctl (default .carry/bin)
+#   LIBS  extra shared libraries (default .carry/lib); IP a directory with
+#         bin/ip and lib/ (default .carry/ip), used where ip is missing
+#   OUT   logs go there when set; ROUNDS (3), AHEAD ("1 8"), MIB (128),
+#         DRAM (512), WARM (256), AB_ROUNDS (3)
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+BIN=${BIN:-.carry/bin}
+LIBS=${LIBS:-.carry/lib}
+IP=${IP:-.carry/ip}
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/l3kv-peer-XXXXXX")}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$PWD/$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if ! command -v ip >/dev/null 2>&1 && [ -x "$IP/bin/ip" ]; then
+	export PATH="$PWD/$IP/bin:$PATH"
+	export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$PWD/$IP/lib"
+fi
+echo "== host: $(nproc) cpus, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
+ldd "$BIN/l3kvd" "$BIN/bench_peer" | grep 'not found' && echo "MISSING LIBRARIES"
+mib=${MIB:-128}
+dram=${DRAM:-512}
+warm=${WARM:-256}
+if why=$(tests/netns.sh check); then
+	echo "== peer.sh between two network namespaces"
+	TE=0 ROUNDS=${ROUNDS:-3} AHEAD=${AHEAD:-1 8} MIB=$mib DRAM=$dram WARM=$warm \
+	    timeout 400 tests/bench/peer.sh "$BIN" >"$OUT/peer.md" 2>&1
+	echo "peer.sh: exit $?"
+	tail -16 "$OUT/peer.md"
+	where="-S tests/netns.sh"
+else
+	echo "== no network namespaces ($why): loopback"
+	for r in $(seq 1 "${ROUNDS:-3}"); do
+		"$BIN/bench_fabric" -r 1 -d 16 -m "$mib"
+		"$BIN/bench_fabric" -L -r 1 -d 16 -m "$mib"
+		for a in ${AHEAD:-1 8}; do
+			"$BIN/bench_peer" -l -a "$a" -B "$BIN" -r 1 -m "$mib" -D "$dram" -W "$warm" -v |
+			    sed "s/^peer 0 /peer $r a=$a /"
+		done
+	done >"$OUT/peer.md" 2>&1
+	grep -E '^(peer|[0-9]+ (KiB|MiB))' "$OUT/peer.md" | head -60
+	where="-l"
+fi
+if [ -n "${OLD:-}" ]; then
+	echo "== A/B: $BIN/l3kvd against $OLD/l3kvd, ${AB_ROUNDS:-3} rounds, 8 ahead"
+	for r in $(seq 1 "${AB_ROUNDS:-3}"); do
+		for b in "$BIN" "$OLD"; do
+			# shellcheck disable=SC2086
+			timeout 120 "$BIN/bench_peer" $where -a 8 -B "$b" -r 1 -m "$mib" -D "$dram" \
+			    -W "$warm" | sed -n "s|^peer 0 |$b $r |p"
+		done
+	done | tee "$OUT/ab.log"
+fi
