@@ -25,7 +25,7 @@
  * byte after the clock stopped; an ADMIT that came short (A evicted part
  * of the stripe) is released and left out of the bytes, not of the time.
  * Contiguous objects on A are pulled in reads of up to
- * 4 MiB (peer.c's PEER_RUN_MAX) whatever the size's label; STATS reads
+ * 1 MiB (peer.c's PEER_RUN_MAX) whatever the size's label; STATS reads
  * and pulls are printed with -v.
  *
  * Each size of each round gets fresh daemons (B restarted: nothing of a
