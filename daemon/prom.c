@@ -363,6 +363,8 @@ prom_tiers_write(struct prom *p, struct server *s)
 	prom_tier(p, file, "l3kv_tier_drops_total", "counter",
 	    "Objects dropped (lost, corrupt, or replaced).", d.drops, f.drops);
 	PROM_GAUGE(p, "l3kv_dram_slabs", "Slabs of the DRAM arena in use.", d.slabs);
+	PROM_GAUGE(p, "l3kv_dram_unverified_objects",
+	    "Objects pulled from peers whose checksum no restore has checked yet.", d.unverified);
 	PROM_GAUGE(p, "l3kv_dram_hugetlb", "1: the DRAM arena is MAP_HUGETLB; 0: THP advice.",
 	    (uint64_t)d.hugetlb);
 	prom_family(p, "l3kv_dram_meta_bytes_per_object", "gauge",

@@ -1089,16 +1089,17 @@ pt_hits_peer(unsigned i)
 }
 
 /*
- * The sum of daemon i's /metrics samples of l3kv_restored_pages_total
- * with tier="tier" (with pt_metrics): -1 when there is none.
+ * The sum of daemon i's /metrics samples of the family `name` whose
+ * labels hold `label` (any, when NULL), with pt_metrics: -1 when there
+ * is none.
  */
 static double
-pt_restored_by_tier(unsigned i, const char *tier)
+pt_metric(unsigned i, const char *name, const char *label)
 {
 	static const char	 req[] = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
 	struct sockaddr_in	 sin;
 	struct pollfd		 pfd;
-	char			*buf = NULL, *grown, *line, *end, want[32];
+	char			*buf = NULL, *grown, *line, *end, *v;
 	size_t			 len = 0, cap = 0;
 	ssize_t			 n;
 	double			 sum = -1;
@@ -1128,14 +1129,26 @@ pt_restored_by_tier(unsigned i, const char *tier)
 	buf[len] = '\0';
 	ck_assert_msg(strncmp(buf, "HTTP/1.", 7) == 0 && strstr(buf, " 200 ") != NULL,
 	    "n%u: /metrics: %.80s", i, buf);
-	snprintf(want, sizeof(want), ",tier=\"%s\"}", tier);
 	for (line = buf; (end = strchr(line, '\n')) != NULL; line = end + 1) {
 		*end = '\0';
-		if (strncmp(line, "l3kv_restored_pages_total{", 26) == 0 && strstr(line, want) != NULL)
-			sum = (sum < 0 ? 0 : sum) + strtod(strstr(line, want) + strlen(want), NULL);
+		if (strncmp(line, name, strlen(name)) != 0 || line[strlen(name)] != '{' ||
+		    (v = strstr(line, "} ")) == NULL || (label != NULL && (strstr(line, label) ==
+		    NULL || strstr(line, label) > v)))
+			continue;
+		sum = (sum < 0 ? 0 : sum) + strtod(v + 2, NULL);
 	}
 	free(buf);
 	return sum;
+}
+
+/* The same for l3kv_restored_pages_total with tier="tier". */
+static double
+pt_restored_by_tier(unsigned i, const char *tier)
+{
+	char	want[32];
+
+	snprintf(want, sizeof(want), ",tier=\"%s\"", tier);
+	return pt_metric(i, "l3kv_restored_pages_total", want);
 }
 
 /* Objects published on one daemon are restored byte for byte on the others. */
@@ -1724,6 +1737,7 @@ START_TEST(test_pulled_copies_are_served_only_once_restored)
 	uint8_t			h[L3KV_HASH_LEN];
 	uint32_t		i, before, after, n = 400;
 
+	pt_metrics = 1;
 	pt_role(PT_N, "\"stripe_pages\": 1", NULL);
 	pt_rank_big(&pub, 0);
 	test_rank_publish_kv(&pub, 49, 0, n, 0, NULL);
@@ -1735,6 +1749,8 @@ START_TEST(test_pulled_copies_are_served_only_once_restored)
 	/* The pulls land anyway, and stay unverified. */
 	ck_assert_int_eq(test_stat_wait(pt_d[1].sock, "dram", "writing", 0), 0);
 	ck_assert_int_gt(test_stat(pt_d[1].sock, "dram", "unverified"), 100);
+	ck_assert_double_eq(pt_metric(1, "l3kv_dram_unverified_objects", NULL),
+	    (double)test_stat(pt_d[1].sock, "dram", "unverified"));
 	for (i = 0; i < n; i++) {
 		test_page_hash(49, i, h);
 		ck_assert_int_eq(l3kv_debug(pub.k, L3KV_DEBUG_DROP, 0, h), 0);
@@ -1745,6 +1761,7 @@ START_TEST(test_pulled_copies_are_served_only_once_restored)
 	/* n1 restores the prefix: every pulled copy read whole, and so servable. */
 	ck_assert_uint_eq(pt_honest(&r1, 2, 49, n), n);
 	ck_assert_int_eq(test_stat(pt_d[1].sock, "dram", "unverified"), 0);
+	ck_assert_double_eq(pt_metric(1, "l3kv_dram_unverified_objects", NULL), 0);
 	after = pt_probe_each(&pub, 49, n);
 	/* About a sixth of the pages: homed on n2 of three, then on n1 of two. */
 	ck_assert_msg(after > before + 20, "n0 found %u pages before n1 restored, %u after",
