@@ -11,6 +11,9 @@
 #   BIN   bench_peer, bench_fabric, l3kvd, l3kvctl (default .carry/bin)
 #   LIBS  extra shared libraries (default .carry/lib); IP a directory with
 #         bin/ip and lib/ (default .carry/ip), used where ip is missing
+#   WHL   a directory with mooncake-transfer-engine-non-cuda's wheel (the
+#         pinned one, for this host's python): installed under $TMPDIR and
+#         peer.sh runs with Mooncake's TE column (TE_PYTHON=python3)
 #   OUT   logs go there when set; ROUNDS (3), AHEAD ("1 8"), MIB (128),
 #         DRAM (512), WARM (256), AB_ROUNDS (3)
 set -uo pipefail
@@ -30,10 +33,21 @@ ldd "$BIN/l3kvd" "$BIN/bench_peer" | grep 'not found' && echo "MISSING LIBRARIES
 mib=${MIB:-128}
 dram=${DRAM:-512}
 warm=${WARM:-256}
+te=0
+if [ -n "${WHL:-}" ]; then
+	site=$(mktemp -d "${TMPDIR:-/tmp}/l3kv-site-XXXXXX")
+	if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+	    --target "$site" "$WHL"/*.whl && PYTHONPATH=$site python3 -c 'import mooncake.engine'; then
+		export PYTHONPATH=$site TE_PYTHON=python3
+		te=1
+	else
+		echo "Mooncake TE does not load here: no TE column"
+	fi
+fi
 if why=$(tests/netns.sh check); then
-	echo "== peer.sh between two network namespaces"
-	TE=0 ROUNDS=${ROUNDS:-3} AHEAD=${AHEAD:-1 8} MIB=$mib DRAM=$dram WARM=$warm \
-	    timeout 400 tests/bench/peer.sh "$BIN" >"$OUT/peer.md" 2>&1
+	echo "== peer.sh between two network namespaces (TE column: $te)"
+	TE=$te ROUNDS=${ROUNDS:-3} AHEAD=${AHEAD:-1 8} MIB=$mib DRAM=$dram WARM=$warm \
+	    timeout 540 tests/bench/peer.sh "$BIN" >"$OUT/peer.md" 2>&1
 	echo "peer.sh: exit $?"
 	tail -16 "$OUT/peer.md"
 	where="-S tests/netns.sh"
