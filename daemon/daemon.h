@@ -1217,6 +1217,8 @@ void	 restore_fail_group(struct server *, struct admission *, unsigned status,
 /* publish.c */
 struct publish_backlog;
 void	 publish_request(struct conn *, struct proto_frame *);
+int	 publish_reserve(struct dram *, const struct obj_key *, uint64_t len, uint32_t *near,
+	    uint32_t batch, uint32_t *id, uint8_t **buf);
 void	 publish_backlog_stats(const struct server *, uint64_t *dirty, uint64_t *dirty_bytes,
 	    uint64_t *waiting, uint64_t *waiting_bytes);
 unsigned publish_backlog_waiting(const struct server *);

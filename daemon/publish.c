@@ -437,6 +437,27 @@ publish_check(struct session *sess, const struct proto_publish *p,
 	return PROTO_S_OK;
 }
 
+/*
+ * Reserves a PUBLISH page's DRAM object (dram_alloc) after *near, the
+ * request's previous page, and makes it the next one's *near: the new
+ * one, or where k is present already (-EEXIST) the object holding it, so
+ * that a page after a prefix already in DRAM is placed right after that
+ * prefix where the slot is free (one host run for a restore of it all).
+ */
+int
+publish_reserve(struct dram *d, const struct obj_key *k, uint64_t len, uint32_t *near,
+    uint32_t batch, uint32_t *id, uint8_t **buf)
+{
+	uint32_t	held;
+	int		rc;
+
+	if ((rc = dram_alloc(d, k, len, *near, batch, id, buf)) == 0)
+		*near = *id;
+	else if (rc == -EEXIST && dram_lookup(d, k, &held) == 0)
+		*near = held;
+	return rc;
+}
+
 void
 publish_request(struct conn *c, struct proto_frame *f)
 {
@@ -487,7 +508,7 @@ publish_request(struct conn *c, struct proto_frame *f)
 		op->heads = malloc((size_t)p.npages * PROTO_HASH_LEN);
 	for (i = 0; i < p.npages; i++) {
 		cache_key(sess, rg->desc.pool, pages[i].hash, &k);
-		rc = dram_alloc(s->dram, &k, len, near, p.npages - i, &id, &buf);
+		rc = publish_reserve(s->dram, &k, len, &near, p.npages - i, &id, &buf);
 		if (rc == -EEXIST) {
 			op->present++;
 			continue;
@@ -509,7 +530,6 @@ publish_request(struct conn *c, struct proto_frame *f)
 			memcpy(op->heads + (size_t)job->npages * PROTO_HASH_LEN, pages[kv ?
 			    i - i % s->cfg->peer_stripe_pages : i].hash, PROTO_HASH_LEN);
 		job->npages++;
-		near = id;
 	}
 	free(pages);
 	if (job->npages == 0) {

@@ -540,6 +540,49 @@ START_TEST(test_unverified_mark_follows_its_object)
 }
 END_TEST
 
+/*
+ * publish.c's placement: a PUBLISH whose first pages are present (a prefix
+ * published before, now extended) places its first new page right after
+ * the prefix's last, where that slot is free, rather than wherever a run
+ * for the whole batch begins.
+ */
+START_TEST(test_publish_continues_a_present_prefix)
+{
+	struct dram	*d = dram_mk(4 * MIB);
+	struct obj_key	 k;
+	uint32_t	 n, id, near = DRAM_NONE;
+	uint8_t		*buf;
+	const uint8_t	*last = NULL;
+
+	/* The prefix 0..7 in slots 0..7, two slots free after it, then another object. */
+	for (n = 0; n < 8; n++)
+		put(d, n, 65536, n == 0 ? DRAM_NONE : find(d, n - 1));
+	put(d, 998, 65536, find(d, 7));
+	put(d, 999, 65536, find(d, 998));
+	put(d, 1000, 65536, find(d, 999));
+	drop_keys(d, 998, 1000);
+	/* The extended prefix, 0..15, reserved as publish_request does. */
+	for (n = 0; n < 16; n++) {
+		key_of(&k, n);
+		if (n < 8) {
+			EQ(publish_reserve(d, &k, 65536, &near, 16 - n, &id, &buf), -EEXIST);
+			last = dram_data(d, find(d, n), NULL, NULL);
+			EQ(near, find(d, n));
+			continue;
+		}
+		EQ(publish_reserve(d, &k, 65536, &near, 16 - n, &id, &buf), 0);
+		EQ(near, id);
+		if (n == 8)
+			CHECK(buf == last + 65536, "page 8 is not after the prefix's last page");
+		fill(buf, 65536, n);
+		EQ(dram_commit(d, id, checksum_obj(buf, 65536)), 0);
+	}
+	drop_keys(d, 0, 1001);
+	assert_empty(d);
+	dram_free(d);
+}
+END_TEST
+
 START_TEST(test_no_space_when_everything_is_pinned)
 {
 	struct dram		*d = dram_mk(2 * MIB);
@@ -1760,6 +1803,7 @@ suite_dram(void)
 	tcase_add_test(tc, test_abort_frees_everything);
 	tcase_add_test(tc, test_drop_of_pinned_object_frees_at_last_unpin);
 	tcase_add_test(tc, test_unverified_mark_follows_its_object);
+	tcase_add_test(tc, test_publish_continues_a_present_prefix);
 	tcase_add_test(tc, test_eviction_never_takes_a_pinned_object);
 	tcase_add_test(tc, test_eviction_follows_lru_order);
 	tcase_add_test(tc, test_no_space_when_everything_is_pinned);
