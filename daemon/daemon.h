@@ -1102,11 +1102,13 @@ enum lease_state {
 struct lease_obj {
 	uint32_t		 id;		/* the DRAM object */
 	uint16_t		 pool;
-	uint16_t		 staged;	/* 1: read from the file tier (a file hit); 2: pulled
+	uint8_t			 staged;	/* 1: read from the file tier (a file hit); 2: pulled
 						   from a peer (a peer hit) */
+	uint8_t			 unverified;	/* pinned or landed unverified (dram_unverified):
+						   its restore clears the mark */
 	uint32_t		 page;		/* index in the admitted hashes */
-	uint32_t		 from;		/* pulled unverified from this peer (peer_serial)
-						   until a restore checked it; 0: none */
+	uint32_t		 from;		/* pulled for this lease from this peer
+						   (peer_serial), whom a bad checksum blames */
 	struct staging_read	*read;		/* a staging read in flight (staging.c) */
 };
 struct lease {
@@ -1119,6 +1121,8 @@ struct lease {
 	struct lease_obj	*objs;		/* kv pages, sidecar pages, the checkpoint */
 	uint32_t		 nobjs;
 	uint32_t		 objs_cap;	/* allocated entries (kept for reuse) */
+	uint32_t		 nunverified;	/* objs marked unverified: 0, and a restore
+						   skips restore_checked's walk */
 	uint32_t		 slot;		/* canonical state slot, PROTO_SLOT_NONE */
 	int			 slot_held;	/* outstanding in the session */
 	int			 pinned;

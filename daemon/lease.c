@@ -140,10 +140,20 @@ lease_arm_ttl(struct server *s, struct lease *l)
 	l->expires_ms = server_now_ms() + l->ttl_ms;
 }
 
+/* A DRAM hit just pinned: a pulled object no restore checked yet is marked for this one's. */
+static void
+lease_obj_hit(struct server *s, struct lease *l, struct lease_obj *o)
+{
+	o->unverified = (uint8_t)dram_unverified(s->dram, o->id);
+	l->nunverified += o->unverified;
+}
+
 /* Lets go of one object: its pin, or its place in a read (cancelled when nobody waits). */
 static void
 lease_obj_release(struct server *s, struct lease *l, struct lease_obj *o)
 {
+	l->nunverified -= o->unverified;
+	o->unverified = 0;
 	if (o->read != NULL)
 		staging_drop(l, o);
 	else if (o->id != DRAM_NONE)
@@ -277,10 +287,12 @@ lease_pin_one(struct server *s, struct lease *l, const struct admission *a, unsi
 	o->page = page;
 	o->read = NULL;
 	o->staged = 0;
+	o->unverified = 0;
 	o->from = 0;
 	/* admit_answer() just found these on this same loop turn. */
 	if (dram_lookup(s->dram, &k, &o->id) == 0) {
 		dram_pin(s->dram, o->id);
+		lease_obj_hit(s, l, o);
 		l->nobjs++;
 		return 0;
 	}
@@ -340,7 +352,8 @@ lease_new(struct server *s, struct admission *a, uint16_t r, uint32_t n, const u
 				l->objs[l->nobjs].page = i;
 				l->objs[l->nobjs].staged = 0;
 				l->objs[l->nobjs].from = 0;
-				l->objs[l->nobjs++].read = NULL;
+				l->objs[l->nobjs].read = NULL;
+				lease_obj_hit(s, l, &l->objs[l->nobjs++]);
 				continue;
 			}
 			/*

@@ -208,22 +208,28 @@ restore_kv_landed(const struct lease *l, uint32_t done)
  * a pulled object among them is verified now (servable to other
  * daemons); a page that failed it and was pulled for this lease fails
  * the pull of the peer it came from, as a mismatch on landing would.
+ * Nothing to do, and no walk, for a lease that pinned no unverified
+ * object (l->nunverified, kept by lease.c and staging.c).
  */
 static void
 restore_checked(struct server *s, struct lease *l, const struct copy_job *job)
 {
-	uint32_t	i, done = atomic_load(&job->done_pages);
+	struct lease_obj	*o;
+	uint32_t		 i, done = atomic_load(&job->done_pages);
 
+	if (l->nunverified == 0)
+		return;
 	for (i = 0; i < done && i < l->nobjs; i++) {
-		if (dram_unverified(s->dram, job->pages[i].id))
-			(void)dram_set_unverified(s->dram, job->pages[i].id, 0);
-		l->objs[i].from = 0;
+		o = &l->objs[i];
+		if (!o->unverified)
+			continue;
+		(void)dram_set_unverified(s->dram, o->id, 0);
+		o->unverified = 0;
+		l->nunverified--;
 	}
 	if (job->status == PROTO_S_LOST && job->bad_page < l->nobjs &&
-	    l->objs[job->bad_page].from != 0) {
+	    l->objs[job->bad_page].unverified && l->objs[job->bad_page].from != 0)
 		peer_blame(s, l->objs[job->bad_page].from, job->pages[job->bad_page].len);
-		l->objs[job->bad_page].from = 0;
-	}
 }
 
 static void

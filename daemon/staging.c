@@ -191,7 +191,11 @@ staging_complete(struct staging_read *rd, int status, uint64_t checksum)
 		o = &l->objs[rd->wait[i].obj];
 		if (status == 0) {
 			dram_pin(s->dram, rd->dram_id);
-			o->from = rd->tier == STAGING_TIER_PEER ? rd->from : 0;
+			if (rd->tier == STAGING_TIER_PEER) {
+				o->from = rd->from;
+				o->unverified = 1;
+				l->nunverified++;
+			}
 		} else {
 			o->id = DRAM_NONE;
 			if (!l->staging.failed || o->page < l->staging.bad_page)
