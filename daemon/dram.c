@@ -1045,7 +1045,8 @@ dram_lookup_many(const struct dram *d, const struct obj_key *keys, size_t n, uin
  * or one whose near slot is taken, is placed where the rest can follow
  * it. The caller need not allocate them all; what it does not is left
  * free. -EINVAL, -EEXIST (k is
- * indexed: one writer per key), -EFBIG (larger than the arena allows),
+ * indexed: one writer per key; *id is the object holding it, WRITING or
+ * VISIBLE, which the caller's next object may follow), -EFBIG (larger than the arena allows),
  * -ENOSPC (nothing evictable makes room), -ENOMEM. A refusal changes
  * nothing but the evict_failures counter (and what eviction freed).
  */
@@ -1062,8 +1063,10 @@ dram_alloc(struct dram *d, const struct obj_key *k, uint64_t len, uint32_t near,
 		return -EINVAL;
 	if (len > d->arena_len)
 		return -EFBIG;
-	if (index_find(&d->ix, k, &h) != DRAM_NONE)
+	if ((id = index_find(&d->ix, k, &h)) != DRAM_NONE) {
+		*idp = id;		/* the object holding k: a neighbour for the next one */
 		return -EEXIST;
+	}
 	if ((rc = dram_class_get(d, len, &cls)) != 0)
 		return rc;
 	if ((rc = index_rec_new(&d->ix, &id)) != 0)

@@ -456,6 +456,7 @@ peer_serve_offer(struct peer_in *in, struct proto_frame *f)
 		}
 		if (dram_lookup(s->dram, &k, &id) == 0) {
 			oi->r.present++;
+			near = id;	/* the next new one follows it */
 			continue;
 		}
 		if ((ob = calloc(1, sizeof(*ob))) == NULL) {
@@ -468,6 +469,7 @@ peer_serve_offer(struct peer_in *in, struct proto_frame *f)
 			break;
 		case -EEXIST:
 			oi->r.present++;
+			near = ob->did;
 			free(ob);
 			continue;
 		default:

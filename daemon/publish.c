@@ -448,13 +448,10 @@ int
 publish_reserve(struct dram *d, const struct obj_key *k, uint64_t len, uint32_t *near,
     uint32_t batch, uint32_t *id, uint8_t **buf)
 {
-	uint32_t	held;
-	int		rc;
+	int	rc = dram_alloc(d, k, len, *near, batch, id, buf);
 
-	if ((rc = dram_alloc(d, k, len, *near, batch, id, buf)) == 0)
+	if (rc == 0 || rc == -EEXIST)
 		*near = *id;
-	else if (rc == -EEXIST && dram_lookup(d, k, &held) == 0)
-		*near = held;
 	return rc;
 }
 

@@ -217,6 +217,7 @@ START_TEST(test_duplicate_key_is_refused_while_writing_and_after_commit)
 	EQ(dram_alloc(d, &k, 4096, DRAM_NONE, 1, &id, &buf), 0);
 	dram_stats(d, &a);
 	EQ(dram_alloc(d, &k, 4096, DRAM_NONE, 1, &id2, &buf2), -EEXIST);
+	EQ(id2, id);		/* the object holding the key */
 	EQ(dram_alloc(d, &k, 8192, DRAM_NONE, 1, &id2, &buf2), -EEXIST);
 	dram_stats(d, &b);
 	ck_assert_mem_eq(&a, &b, sizeof(a));
