@@ -213,7 +213,8 @@ int	 workq_fd(const struct workq *);
 /*
  * fabric.c: one libfabric FI_EP_RDM endpoint with FI_RMA, one-sided reads
  * only (a serving endpoint peers read, one reading endpoint per peer).
- * Loop thread only; completions and progress run on the loop.
+ * Called from the loop thread only, and done() runs there; the endpoints'
+ * progress runs on the fabric's own thread, which owns them (fabric.c).
  */
 #define FABRIC_ADDR_MAX		128	/* bytes of an endpoint name (fi_getname) */
 

@@ -53,37 +53,51 @@
  *   refuses with -FI_EAGAIN (a connection still being set up, a full
  *   queue) wait on the peer's pending list and are posted again on the
  *   next progress.
- * - done() runs on the loop (fabric_finish_cb), right after the progress
- *   that finished the read (so that the reads it posts go out at once;
- *   measured 0.80x -> 0.91x of raw at 36 KiB on loopback) or from a zero
- *   timer, never from inside fabric_read or fabric_peer_remove, exactly
- *   once per read that fabric_read accepted.
+ * - done() runs on the loop thread, from the queue of finished reads
+ *   (fabric_done_cb), never from inside fabric_read or
+ *   fabric_peer_remove, exactly once per read that fabric_read accepted.
  *
- * Progress model: the loop thread, through each CQ's wait fd. tcp;ofi_rxm
- * makes data progress manual: the owner of the memory must call into its
- * CQ or a peer's read of it stalls. Each CQ is opened with FI_WAIT_FD;
- * its fd (FI_GETWAIT) is a libevent read event; the callback reads the CQ
- * (which runs the provider's progress), posts what waits, and calls
- * fi_trywait before the loop may sleep: when that says there is more, a
- * zero timer runs the callback again on the next loop turn. A backstop
+ * Progress model: a thread of its own, the fabric thread, which owns every
+ * endpoint, CQ, AV, drain and read in flight, and runs them on an event
+ * base of its own through each CQ's wait fd. tcp;ofi_rxm makes data
+ * progress manual: the owner of the memory must call into its CQ or a
+ * peer's read of it stalls. Each CQ is opened with FI_WAIT_FD; its fd
+ * (FI_GETWAIT) is a read event of the fabric thread's base; the callback
+ * reads the CQ (which runs the provider's progress), posts what waits, and
+ * calls fi_trywait before the thread may sleep: when that says there is
+ * more, a zero timer runs the callback again on the next turn. A backstop
  * timer (FABRIC_BACKSTOP_MS) progresses every CQ in case a provider
- * signals less than it should. We chose this over a progress thread
- * because everything stays on the loop thread (daemon.h's rule: no locks
- * in our code, completions need no hand-off), and because it measured as
- * well as a spinning server here: two processes on loopback, tcp;ofi_rxm,
- * 8 reads in flight, the serving side either spinning on fi_cq_read or
- * sleeping in poll() on the wait fd after fi_trywait: 1.66 / 2.05 / 2.50
- * against 1.35 / 1.95 / 1.63 GB/s at 36 KiB / 256 KiB / 2.25 MiB in one
- * run, and in three alternated runs at 2.25 MiB 2.11, 0.93, 0.65 (spin)
- * against 1.04, 1.42, 1.16 (wait fd): on a 2-core machine a spinning
- * server takes the core the reader needs. A provider without a wait fd
- * falls back to a polling timer (FABRIC_POLL_MS).
+ * signals less than it should. A provider without a wait fd falls back to
+ * a polling timer (FABRIC_POLL_MS).
+ *
+ * The loop thread and the fabric thread share nothing but two workqs
+ * (workq.c) and what is fixed once the thread runs (the provider's info,
+ * the domain, the serving endpoint's name): the loop builds a read (its
+ * parts, cut against the exposed regions, which only the loop reads and
+ * writes) and pushes it on `cmdq`, the fabric thread's queue; the fabric
+ * thread pushes every finished read on `doneq`, the loop's, whose done
+ * callback counts it and runs its done(). Adding a peer is the one call
+ * that waits for the fabric thread (its endpoint is opened there; a HELLO
+ * is rare); removing one and closing are commands in the same queue, so
+ * they come after every read pushed before them. The domain is opened
+ * FI_THREAD_SAFE: the loop registers memory (fabric_expose) while the
+ * fabric thread progresses. Until 2026-12-02's fifth session the loop thread
+ * progressed every CQ itself: on the 16-core H200 host, pulls of 256 KiB
+ * stripes kept the owner's loop 90 % busy in tcp's socket copies (the
+ * puller's 76 %), and every engine request and lease answer waited
+ * behind them. The fabric thread sleeps in epoll like the loop did, so
+ * two cores are not taken by a spinning thread (a spinning server
+ * measured worse there: 2.11, 0.93, 0.65 GB/s at 2.25 MiB in three runs
+ * against 1.04, 1.42, 1.16 sleeping on the wait fd).
  */
 #include <sys/random.h>
 #include <sys/socket.h>
 
 #include <assert.h>
 #include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +121,7 @@
 #define FABRIC_BACKSTOP_MS	100	/* every CQ, even when its fd said nothing */
 #define FABRIC_POLL_MS		1	/* a CQ without a wait fd, while reads are out */
 #define FABRIC_FINISH_BATCH	256	/* done() calls per loop turn */
+#define FABRIC_CMD_BATCH	256	/* commands per fabric thread turn */
 #define FABRIC_DRAIN_MS		250	/* a retired endpoint's parts may land this long */
 #define FABRIC_ABANDON_MAX	32	/* endpoints left open (8.5 MiB each), then closed regardless */
 /*
@@ -143,6 +158,20 @@ struct fabric_region {
 
 struct fabric_op;
 
+/*
+ * What the loop hands the fabric thread on cmdq (the first member of what
+ * carries it); a read goes back on doneq in the same entry.
+ */
+enum fabric_cmd_type { FABRIC_CMD_READ, FABRIC_CMD_ADD, FABRIC_CMD_REMOVE, FABRIC_CMD_STOP };
+struct fabric_cmd {
+	struct workq_entry	 wq;
+	enum fabric_cmd_type	 type;
+	uint64_t		 peer;		/* REMOVE: the peer's id */
+	void			*obj;		/* ADD: the struct fabric_peer */
+	sem_t			*answered;	/* ADD: posted once rc is set */
+	int			 rc;		/* ADD: the answer; STOP: 1 once it ran */
+};
+
 /* One posted piece of a read; its context is the first member (FI_CONTEXT2). */
 struct fabric_part {
 	struct fi_context2	 ctx;
@@ -157,15 +186,19 @@ struct fabric_part {
 struct fabric_peer;
 
 /*
- * One fabric_read. Lives from fabric_read until its done() ran; on its
- * peer's `ops` list while any part is unposted or owed, on the fabric's
- * `finished` list after that.
+ * One fabric_read. Lives from fabric_read until its done() ran: the loop's
+ * until it is pushed on cmdq, then the fabric thread's, on its peer's `ops`
+ * list while any part is unposted or owed, and the loop's again once
+ * pushed on doneq.
  */
 struct fabric_op {
+	struct fabric_cmd	 cmd;		/* first: cmdq, then doneq */
 	TAILQ_ENTRY(fabric_op)	 entry;
 	struct fabric		*f;
 	struct fabric_ops	*list;		/* its peer's ops or a drain's; NULL: finished */
 	struct fabric_peer	*peer;		/* while on its peer's ops */
+	uint64_t		 peer_id;
+	uint32_t		 deadline_ms;	/* 0: none */
 	fabric_done_fn		 done;
 	void			*arg;
 	size_t			 len;
@@ -193,6 +226,7 @@ struct fabric_ep {
 	size_t			 posted;	/* parts on this endpoint */
 };
 
+/* A peer's state on the fabric thread. */
 struct fabric_peer {
 	TAILQ_ENTRY(fabric_peer) entry;
 	uint64_t		 id;
@@ -207,6 +241,14 @@ struct fabric_peer {
 };
 TAILQ_HEAD(fabric_peers, fabric_peer);
 
+/* A peer as the loop knows it: added, not yet removed; its REMOVE is made at the add. */
+struct fabric_handle {
+	struct fabric_cmd	 rm;		/* first: its REMOVE */
+	TAILQ_ENTRY(fabric_handle) entry;
+	uint64_t		 id;
+};
+TAILQ_HEAD(fabric_handles, fabric_handle);
+
 /* A retired reading endpoint with parts still owed, and the reads they belong to. */
 struct fabric_drain {
 	TAILQ_ENTRY(fabric_drain) entry;
@@ -217,12 +259,21 @@ struct fabric_drain {
 };
 TAILQ_HEAD(fabric_drains, fabric_drain);
 
+/*
+ * Fixed once the fabric thread runs: info, fabric, domain, srv's name,
+ * prov, mr_mode, tx_size, close_unsafe. The loop's: loop, regions, keys,
+ * max_msg, handles, peer_next, the doneq side, late, stats. The fabric
+ * thread's: base and every event on it, srv's progress, peers, drains.
+ */
 struct fabric {
-	struct event_base	*base;
+	struct event_base	*loop;		/* the caller's: done() runs there */
+	struct event_base	*base;		/* the fabric thread's */
 	struct fi_info		*info;
 	struct fid_fabric	*fabric;
 	struct fid_domain	*domain;
 	struct fabric_ep	 srv;
+	uint8_t			 own[FABRIC_ADDR_MAX];	/* srv's name */
+	size_t			 ownlen;
 	char			 prov[64];
 	uint64_t		 mr_mode;
 	size_t			 max_msg;	/* split size */
@@ -231,23 +282,28 @@ struct fabric {
 	uint64_t		 key_mask;
 	struct fabric_region	*regions;
 	size_t			 nregions;
-	struct fabric_peers	 peers;
+	struct fabric_handles	 handles;
 	uint64_t		 peer_next;
+	struct fabric_peers	 peers;
 	struct fabric_drains	 drains;
 	int			 close_unsafe;	/* closing mid-response crashes (see the top) */
-	struct fabric_ops	 finished;
-	struct event		*finish_ev;	/* zero timer: run done() of `finished` */
+	struct workq		*cmdq;		/* loop -> fabric thread, on base */
+	struct workq		*doneq;		/* fabric thread -> loop: finished reads */
+	struct fabric_cmd	 stop;
+	pthread_t		 thread;
+	int			 started;
 	struct event		*backstop;
-	int			 dispatching;	/* inside fabric_finish_cb */
-	int			 closing;	/* fabric_close called from a done() */
-	struct fabric_stats	 stats;
+	struct fabric_ops	 late;		/* finished while a close was deferred */
+	struct event		*close_ev;	/* zero timer: the deferred close */
+	int			 dispatching;	/* inside a done() */
+	int			 closing;	/* 1: fabric_close deferred; 2: closing */
+	struct fabric_stats	 stats;		/* but abandoned: */
+	uint64_t		 abandoned;	/* the fabric thread's; atomic */
 };
 
 static void	fabric_ep_progress(struct fabric_ep *);
 static void	fabric_peer_rebuild(struct fabric_peer *);
 static void	fabric_drain_end(struct fabric_drain *);
-
-static const struct timeval fabric_now_tv = { 0, 0 };
 
 static int64_t
 fabric_ms(void)
@@ -296,12 +352,10 @@ fabric_count_failure(struct fabric *f, int err)
 		f->stats.timedout++;
 }
 
-/* An op with nothing owed and nothing more to post: to the finished list. */
+/* Fabric thread: an op with nothing owed and nothing more to post goes back to the loop. */
 static void
 fabric_op_finish(struct fabric_op *op)
 {
-	struct fabric	*f = op->f;
-
 	assert(op->owed == 0);
 	if (op->list != NULL) {
 		TAILQ_REMOVE(op->list, op, entry);
@@ -312,14 +366,7 @@ fabric_op_finish(struct fabric_op *op)
 		event_free(op->deadline);
 		op->deadline = NULL;
 	}
-	if (op->err == 0) {
-		f->stats.done++;
-		f->stats.bytes += op->len;
-	} else
-		fabric_count_failure(f, op->err);
-	TAILQ_INSERT_TAIL(&f->finished, op, entry);
-	if (!f->dispatching)
-		evtimer_add(f->finish_ev, &fabric_now_tv);
+	workq_push(op->f->doneq, &op->cmd.wq);	/* the loop's from here */
 }
 
 /* Records an op's first error; it stops posting and finishes once nothing is owed. */
@@ -333,30 +380,46 @@ fabric_op_fail(struct fabric_op *op, int err)
 		fabric_op_finish(op);
 }
 
+/* Loop: counts a finished read and runs its done(). */
 static void
-fabric_finish_cb(evutil_socket_t fd, short ev, void *arg)
+fabric_deliver(struct fabric *f, struct fabric_op *op)
 {
-	struct fabric		*f = arg;
-	struct fabric_op	*op;
-	unsigned		 n = 0;
-
-	(void)fd;
-	(void)ev;
-	f->dispatching = 1;
-	while ((op = TAILQ_FIRST(&f->finished)) != NULL && !f->closing) {
-		if (n++ == FABRIC_FINISH_BATCH) {
-			evtimer_add(f->finish_ev, &fabric_now_tv);
-			break;
-		}
-		TAILQ_REMOVE(&f->finished, op, entry);
-		op->done(op->arg, op->err);
-		free(op);
-	}
-	f->dispatching = 0;
-	if (f->closing)
-		fabric_close(f);
+	if (op->err == 0) {
+		f->stats.done++;
+		f->stats.bytes += op->len;
+	} else
+		fabric_count_failure(f, op->err);
+	f->dispatching++;
+	op->done(op->arg, op->err);
+	f->dispatching--;
+	free(op);
 }
 
+/* Loop: doneq's done. While a close is deferred, the reads wait for it. */
+static void
+fabric_done_cb(struct workq_entry *e, void *arg)
+{
+	struct fabric		*f = arg;
+	struct fabric_op	*op = (struct fabric_op *)(void *)e;
+
+	if (f->closing == 1)
+		TAILQ_INSERT_TAIL(&f->late, op, entry);
+	else
+		fabric_deliver(f, op);
+}
+
+/*
+ * Loop: after each batch of doneq. A close asked from a done() runs here,
+ * once the batch is over (nothing of the queue is touched after this).
+ */
+static void
+fabric_done_wake(void *arg)
+{
+	struct fabric	*f = arg;
+
+	if (f->closing == 1)
+		fabric_close(f);
+}
 
 /* Arms the endpoint's zero timer (or a delay): its progress runs on a later loop turn. */
 static void
@@ -535,19 +598,9 @@ fabric_ep_progress(struct fabric_ep *e)
 static void
 fabric_ep_cb(evutil_socket_t fd, short ev, void *arg)
 {
-	struct fabric_ep	*e = arg;
-	struct fabric		*f = e->f;
-
 	(void)fd;
 	(void)ev;
-	fabric_ep_progress(e);
-	/*
-	 * The reads this progress finished get their done() now, not a loop
-	 * turn later: the reposts they make go out at once. Neither e nor f
-	 * is touched after (a done() may remove the peer or close f).
-	 */
-	if (!f->dispatching && !TAILQ_EMPTY(&f->finished))
-		fabric_finish_cb(-1, 0, f);
+	fabric_ep_progress(arg);
 }
 
 /* Closes an endpoint and its CQ (its AV stays: the peer's address is kept). Idempotent. */
@@ -638,13 +691,7 @@ static struct {
 	struct fid_av	*av;
 } fabric_abandoned[FABRIC_ABANDON_MAX];
 static size_t fabric_nabandoned;
-
-/* Whether one more endpoint may be left open (else it is closed regardless). */
-static int
-fabric_may_abandon(void)
-{
-	return fabric_nabandoned < FABRIC_ABANDON_MAX;
-}
+static pthread_mutex_t fabric_abandon_lock = PTHREAD_MUTEX_INITIALIZER;	/* every fabric thread's */
 
 /* Frees the loop's events of an endpoint left open, and forgets it: it is never progressed again. */
 static void
@@ -661,16 +708,28 @@ fabric_ep_forget(struct fabric_ep *e)
 	e->posted = 0;
 }
 
-/* Leaves an endpoint open for good (the caller checked fabric_may_abandon), counted in f's stats. */
-static void
+/*
+ * Leaves an endpoint open for good, counted in f's stats, if the cap
+ * allows one more (1); else it is not touched (0: the caller closes it).
+ */
+static int
 fabric_ep_abandon(struct fabric_ep *e)
 {
-	fabric_abandoned[fabric_nabandoned].ep = e->ep;
-	fabric_abandoned[fabric_nabandoned].cq = e->cq;
-	fabric_abandoned[fabric_nabandoned].av = e->av;
-	fabric_nabandoned++;
-	e->f->stats.abandoned++;
+	int	ok;
+
+	pthread_mutex_lock(&fabric_abandon_lock);
+	if ((ok = fabric_nabandoned < FABRIC_ABANDON_MAX)) {
+		fabric_abandoned[fabric_nabandoned].ep = e->ep;
+		fabric_abandoned[fabric_nabandoned].cq = e->cq;
+		fabric_abandoned[fabric_nabandoned].av = e->av;
+		fabric_nabandoned++;
+	}
+	pthread_mutex_unlock(&fabric_abandon_lock);
+	if (!ok)
+		return 0;
+	__atomic_add_fetch(&e->f->abandoned, 1, __ATOMIC_RELAXED);
 	fabric_ep_forget(e);
+	return 1;
 }
 
 /*
@@ -683,13 +742,13 @@ fabric_drain_end(struct fabric_drain *d)
 {
 	struct fabric		*f = d->e.f;
 	struct fabric_op	*op;
-	size_t			 i;
+	size_t			 i, posted;
 
-	if (d->e.posted > 0 && f->close_unsafe && fabric_may_abandon()) {
+	posted = d->e.posted;
+	if (posted > 0 && f->close_unsafe && fabric_ep_abandon(&d->e)) {
 		log_warn("fabric", "peer %llu: %zu reads still on the wire %d ms after their "
 		    "endpoint was retired: it is left open (closing it could crash %s)",
-		    (unsigned long long)d->peer_id, d->e.posted, FABRIC_DRAIN_MS, f->prov);
-		fabric_ep_abandon(&d->e);
+		    (unsigned long long)d->peer_id, posted, FABRIC_DRAIN_MS, f->prov);
 	} else {
 		if (d->e.posted > 0)
 			log_warn("fabric", "peer %llu: closing an endpoint with %zu reads on the wire",
@@ -743,10 +802,9 @@ fabric_ep_retire(struct fabric_peer *p, int err)
 	}
 	if ((d = calloc(1, sizeof(*d))) == NULL) {
 		/* No drain without memory: never progressed again, nothing lands. */
-		if (f->close_unsafe && fabric_may_abandon()) {
+		if (f->close_unsafe && fabric_ep_abandon(&p->rd)) {
 			log_warn("fabric", "peer %llu: out of memory: an endpoint is left open",
 			    (unsigned long long)p->id);
-			fabric_ep_abandon(&p->rd);
 		} else {
 			log_warn("fabric", "peer %llu: out of memory: closing an endpoint with "
 			    "%zu reads on the wire", (unsigned long long)p->id, p->rd.posted);
@@ -936,6 +994,151 @@ fabric_local_ok(const struct fabric *f, const void *p, size_t len)
 }
 
 /*
+ * Fabric thread: a read the loop built goes onto its peer. It fails here
+ * (through doneq, as every read) when the peer's endpoint cannot be
+ * reopened or its deadline's timer made.
+ */
+static void
+fabric_thread_read(struct fabric *f, struct fabric_op *op)
+{
+	struct fabric_peer	*p;
+	struct timeval		 tv;
+	char			 err[256];
+
+	if ((p = fabric_peer_find(f, op->peer_id)) == NULL) {
+		op->err = -ECANCELED;	/* not reached: a REMOVE follows its peer's reads */
+		fabric_op_finish(op);
+		return;
+	}
+	if (p->rd.ep == NULL && fabric_peer_open(p, err, sizeof(err)) != 0) {
+		log_warn("fabric", "peer %llu: %s", (unsigned long long)p->id, err);
+		op->err = -ENOTCONN;
+		fabric_op_finish(op);
+		return;
+	}
+	if (op->deadline_ms > 0) {
+		tv.tv_sec = op->deadline_ms / 1000;
+		tv.tv_usec = (op->deadline_ms % 1000) * 1000;
+		if ((op->deadline = evtimer_new(f->base, fabric_deadline_cb, op)) == NULL ||
+		    evtimer_add(op->deadline, &tv) != 0) {
+			op->err = -ENOMEM;
+			fabric_op_finish(op);
+			return;
+		}
+	}
+	op->list = &p->ops;
+	op->peer = p;
+	TAILQ_INSERT_TAIL(&p->ops, op, entry);
+	fabric_peer_post(p);
+	if (p->rebuild)
+		fabric_peer_rebuild(p);
+	else
+		fabric_ep_again(&p->rd, 0);
+}
+
+/* Fabric thread: fails the peer's reads (-ECANCELED, once their parts drained) and forgets it. */
+static void
+fabric_thread_remove(struct fabric *f, uint64_t id)
+{
+	struct fabric_peer	*p;
+	struct fabric_op	*op;
+
+	if ((p = fabric_peer_find(f, id)) == NULL)
+		return;
+	fabric_ep_retire(p, -ECANCELED);
+	while ((op = TAILQ_FIRST(&p->ops)) != NULL)
+		fabric_op_fail(op, -ECANCELED);
+	if (p->rd.av != NULL)
+		fi_close(&p->rd.av->fid);
+	TAILQ_REMOVE(&f->peers, p, entry);
+	free(p);
+}
+
+/*
+ * Fabric thread, its last command (or the loop's, once no thread runs):
+ * every peer removed, and the reads with parts on the wire drained, here,
+ * for at most FABRIC_DRAIN_MS.
+ */
+static void
+fabric_thread_stop(struct fabric *f)
+{
+	struct fabric_drain	*d, *dn;
+	struct timespec		 nap = { 0, 200 * 1000 };
+	int64_t			 t0;
+
+	while (!TAILQ_EMPTY(&f->peers))
+		fabric_thread_remove(f, TAILQ_FIRST(&f->peers)->id);
+	for (t0 = fabric_ms(); !TAILQ_EMPTY(&f->drains) && fabric_ms() - t0 < FABRIC_DRAIN_MS;
+	    nanosleep(&nap, NULL)) {
+		for (d = TAILQ_FIRST(&f->drains); d != NULL; d = dn) {
+			dn = TAILQ_NEXT(d, entry);
+			fabric_ep_progress(&d->e);	/* may end d */
+		}
+	}
+	while ((d = TAILQ_FIRST(&f->drains)) != NULL)
+		fabric_drain_end(d);
+	f->stop.rc = 1;		/* ran */
+	if (f->base != NULL)
+		event_base_loopbreak(f->base);
+}
+
+/* Fabric thread: cmdq's done. */
+static void
+fabric_cmd_cb(struct workq_entry *e, void *arg)
+{
+	struct fabric		*f = arg;
+	struct fabric_cmd	*c = (struct fabric_cmd *)(void *)e;
+	struct fabric_peer	*p;
+	sem_t			*answered;
+	char			 err[256];
+
+	switch (c->type) {
+	case FABRIC_CMD_READ:
+		fabric_thread_read(f, (struct fabric_op *)(void *)c);
+		break;
+	case FABRIC_CMD_ADD:
+		p = c->obj;
+		if ((c->rc = fabric_peer_open(p, err, sizeof(err))) != 0)
+			log_warn("fabric", "a peer's endpoint: %s", err);
+		else
+			TAILQ_INSERT_TAIL(&f->peers, p, entry);
+		answered = c->answered;
+		sem_post(answered);	/* c is the loop's again */
+		break;
+	case FABRIC_CMD_REMOVE:
+		fabric_thread_remove(f, c->peer);
+		free(c);		/* the handle it is the first member of */
+		break;
+	case FABRIC_CMD_STOP:
+		fabric_thread_stop(f);
+		break;
+	}
+}
+
+/*
+ * Runs until STOP. A failed turn of the base (epoll itself failing) is
+ * retried after a pause rather than ending the thread: fabric_peer_add
+ * waits for this thread, and a thread gone would hang the loop.
+ */
+static void *
+fabric_thread_main(void *arg)
+{
+	struct fabric	*f = arg;
+	struct timespec	 nap = { 0, 10 * 1000 * 1000 };
+	int		 said = 0;
+
+	while (f->stop.rc == 0) {
+		if (event_base_dispatch(f->base) == 0 || f->stop.rc != 0)
+			continue;
+		if (!said++)
+			log_error("fabric", "the fabric thread's event loop failed: %s; retrying",
+			    strerror(errno));
+		nanosleep(&nap, NULL);
+	}
+	return NULL;
+}
+
+/*
  * rxm gives every connection receive buffers of FI_OFI_RXM_BUFFER_SIZE
  * (16 KiB), FI_OFI_RXM_MSG_RX_SIZE (128) of them and more pools sized by
  * it: with tcp;ofi_rxm a reading endpoint, connected, cost 87 MiB of RSS
@@ -953,8 +1156,9 @@ fabric_init_env(void)
 }
 
 /*
- * Opens provider prov on node (NULL: the provider's choice) on base's
- * loop. The caller owns *fp (fabric_close). 0 or -errno with err filled.
+ * Opens provider prov on node (NULL: the provider's choice) and starts its
+ * fabric thread; done() callbacks run on base's loop, the caller's. The
+ * caller owns *fp (fabric_close). 0 or -errno with err filled.
  */
 int
 fabric_open(struct event_base *base, const char *prov, const char *node, struct fabric **fp,
@@ -963,6 +1167,7 @@ fabric_open(struct event_base *base, const char *prov, const char *node, struct 
 	struct fi_info	*hints;
 	struct fabric	*f;
 	struct timeval	 tv = { FABRIC_BACKSTOP_MS / 1000, (FABRIC_BACKSTOP_MS % 1000) * 1000 };
+	sigset_t	 all, old;
 	size_t		 ks;
 	int		 rc;
 
@@ -976,10 +1181,12 @@ fabric_open(struct event_base *base, const char *prov, const char *node, struct 
 		snprintf(err, errlen, "fabric: out of memory");
 		return -ENOMEM;
 	}
-	f->base = base;
+	f->loop = base;
 	TAILQ_INIT(&f->peers);
 	TAILQ_INIT(&f->drains);
-	TAILQ_INIT(&f->finished);
+	TAILQ_INIT(&f->handles);
+	TAILQ_INIT(&f->late);
+	f->stop.type = FABRIC_CMD_STOP;
 	hints->caps = FI_RMA | FI_READ | FI_REMOTE_READ;
 	hints->mode = FABRIC_MODE_OFFER;
 	hints->ep_attr->type = FI_EP_RDM;
@@ -1034,15 +1241,41 @@ fabric_open(struct event_base *base, const char *prov, const char *node, struct 
 		snprintf(err, errlen, "fabric: fi_domain: %s", fi_strerror(-rc));
 		goto fail;
 	}
+	if ((f->base = event_base_new()) == NULL) {
+		rc = -ENOMEM;
+		snprintf(err, errlen, "fabric: out of memory for its thread's event base");
+		goto fail;
+	}
+	if ((rc = workq_new(f->base, "fabric", FABRIC_CMD_BATCH, fabric_cmd_cb, NULL, f,
+	    &f->cmdq, err, errlen)) != 0 ||
+	    (rc = workq_new(base, "fabric", FABRIC_FINISH_BATCH, fabric_done_cb, fabric_done_wake, f,
+	    &f->doneq, err, errlen)) != 0)
+		goto fail;
 	if ((rc = fabric_ep_open(f, &f->srv, err, errlen)) != 0)
 		goto fail;
-	f->finish_ev = evtimer_new(base, fabric_finish_cb, f);
-	f->backstop = event_new(base, -1, EV_PERSIST, fabric_backstop_cb, f);
-	if (f->finish_ev == NULL || f->backstop == NULL || event_add(f->backstop, &tv) != 0) {
+	f->ownlen = sizeof(f->own);
+	if ((rc = fi_getname(&f->srv.ep->fid, f->own, &f->ownlen)) != 0) {
+		snprintf(err, errlen, "fabric: fi_getname: %s", fi_strerror(-rc));
+		rc = fabric_errno(rc);
+		goto fail;
+	}
+	f->backstop = event_new(f->base, -1, EV_PERSIST, fabric_backstop_cb, f);
+	if (f->backstop == NULL || event_add(f->backstop, &tv) != 0) {
 		rc = -ENOMEM;
 		snprintf(err, errlen, "fabric: out of memory for its events");
 		goto fail;
 	}
+	/* Signals are the loop's (libevent's handlers there): the thread blocks them all. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(&f->thread, NULL, fabric_thread_main, f);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc != 0) {
+		snprintf(err, errlen, "fabric: pthread_create: %s", strerror(rc));
+		rc = -rc;
+		goto fail;
+	}
+	f->started = 1;
 	log_info("fabric", "%s: mr_mode %#llx, max message %zu, %zu reads in flight per peer",
 	    f->prov, (unsigned long long)f->mr_mode, f->max_msg, f->tx_size);
 	*fp = f;
@@ -1054,52 +1287,53 @@ fail:
 
 /*
  * Fails every read still in flight (-ECANCELED) and runs every done()
- * still owed, here, then frees everything in reverse order. Reads with
- * parts on the wire drain first, here, for at most FABRIC_DRAIN_MS. From
- * inside a done() it takes effect when that callback returns. Idempotent
- * on NULL.
+ * still owed, here, then stops the fabric thread and frees everything in
+ * reverse order. Reads with parts on the wire drain first, for at most
+ * FABRIC_DRAIN_MS. From inside a done() it takes effect once the batch of
+ * done() callbacks that one belongs to is over, before the loop moves on.
+ * Idempotent on NULL.
  */
 void
 fabric_close(struct fabric *f)
 {
 	struct fabric_op	*op;
-	struct fabric_drain	*d, *dn;
-	struct timespec		 nap = { 0, 200 * 1000 };
-	int64_t			 t0;
+	struct fabric_handle	*h;
 	size_t			 i, j;
 
-	if (f == NULL)
+	if (f == NULL || f->closing == 2)
 		return;
-	if (f->dispatching) {
-		f->closing = 1;
+	if (f->dispatching > 0) {
+		f->closing = 1;		/* fabric_done_wake closes */
 		return;
 	}
-	if (f->closing == 2)
-		return;
 	f->closing = 2;
-	while (!TAILQ_EMPTY(&f->peers))
-		fabric_peer_remove(f, TAILQ_FIRST(&f->peers)->id);
-	for (t0 = fabric_ms(); !TAILQ_EMPTY(&f->drains) && fabric_ms() - t0 < FABRIC_DRAIN_MS;
-	    nanosleep(&nap, NULL)) {
-		for (d = TAILQ_FIRST(&f->drains); d != NULL; d = dn) {
-			dn = TAILQ_NEXT(d, entry);
-			fabric_ep_progress(&d->e);	/* may end d */
-		}
+	if (f->started) {
+		workq_push(f->cmdq, &f->stop.wq);
+		pthread_join(f->thread, NULL);
+		f->started = 0;
 	}
-	while ((d = TAILQ_FIRST(&f->drains)) != NULL)
-		fabric_drain_end(d);
-	while ((op = TAILQ_FIRST(&f->finished)) != NULL) {
-		TAILQ_REMOVE(&f->finished, op, entry);
-		op->done(op->arg, op->err);
-		free(op);
+	/* No fabric thread from here: all it had is the loop's. */
+	workq_flush(f->cmdq);		/* what a failed thread left (its STOP too) */
+	if (f->stop.rc == 0)
+		fabric_thread_stop(f);
+	while ((op = TAILQ_FIRST(&f->late)) != NULL) {
+		TAILQ_REMOVE(&f->late, op, entry);
+		fabric_deliver(f, op);
 	}
-	if (f->finish_ev != NULL)
-		event_free(f->finish_ev);
+	workq_flush(f->doneq);
+	while ((h = TAILQ_FIRST(&f->handles)) != NULL) {
+		TAILQ_REMOVE(&f->handles, h, entry);
+		free(h);
+	}
 	if (f->backstop != NULL)
 		event_free(f->backstop);
 	fabric_ep_close(&f->srv);
 	if (f->srv.av != NULL)
 		fi_close(&f->srv.av->fid);
+	workq_free(f->cmdq);
+	workq_free(f->doneq);
+	if (f->base != NULL)
+		event_base_free(f->base);
 	for (i = 0; i < f->nregions; i++) {
 		for (j = 0; j < f->regions[i].nchunks; j++)
 			if (f->regions[i].chunks[j].mr != NULL)
@@ -1126,10 +1360,12 @@ fabric_provider(const struct fabric *f)
 int
 fabric_name(const struct fabric *f, uint8_t *buf, size_t *len)
 {
-	int	rc;
+	size_t	room = *len;
 
-	if ((rc = fi_getname(&f->srv.ep->fid, buf, len)) != 0)
-		return rc == -FI_ETOOSMALL ? -ENOBUFS : fabric_errno(rc);
+	*len = f->ownlen;
+	if (room < f->ownlen)
+		return -ENOBUFS;
+	memcpy(buf, f->own, f->ownlen);
 	return 0;
 }
 
@@ -1226,19 +1462,19 @@ fabric_rkey(const struct fabric *f, const void *p, size_t len, uint64_t *raddr, 
 /*
  * A peer by the name it sent (untrusted: its length must be this
  * provider's and its address family a socket address's). *peer is the
- * handle for fabric_read and fabric_peer_remove.
+ * handle for fabric_read and fabric_peer_remove. Waits for the fabric
+ * thread to open the peer's endpoint.
  */
 int
 fabric_peer_add(struct fabric *f, const uint8_t *name, size_t len, uint64_t *peer)
 {
 	struct fabric_peer	*p;
-	uint8_t			 own[FABRIC_ADDR_MAX];
-	size_t			 ownlen = sizeof(own);
-	char			 err[256];
+	struct fabric_handle	*h;
+	struct fabric_cmd	 c;
+	sem_t			 answered;
 	uint16_t		 family;
-	int			 rc;
 
-	if (fabric_name(f, own, &ownlen) != 0 || len != ownlen || len > FABRIC_ADDR_MAX)
+	if (f->closing || len != f->ownlen || len > FABRIC_ADDR_MAX)
 		return -EINVAL;
 	if (f->info->addr_format == FI_SOCKADDR_IN || f->info->addr_format == FI_SOCKADDR_IN6 ||
 	    f->info->addr_format == FI_SOCKADDR) {
@@ -1246,22 +1482,49 @@ fabric_peer_add(struct fabric *f, const uint8_t *name, size_t len, uint64_t *pee
 		if (family != AF_INET && family != AF_INET6)
 			return -EINVAL;
 	}
-	if ((p = calloc(1, sizeof(*p))) == NULL)
+	p = calloc(1, sizeof(*p));
+	h = calloc(1, sizeof(*h));
+	if (p == NULL || h == NULL || sem_init(&answered, 0, 0) != 0) {
+		free(p);
+		free(h);
 		return -ENOMEM;
+	}
 	TAILQ_INIT(&p->ops);
 	memcpy(p->name, name, len);
 	p->namelen = len;
 	p->id = ++f->peer_next;
 	p->rd.peer = p;
 	p->rd.f = f;
-	if ((rc = fabric_peer_open(p, err, sizeof(err))) != 0) {
-		log_warn("fabric", "a peer's endpoint: %s", err);
-		free(p);
-		return rc;
+	memset(&c, 0, sizeof(c));
+	c.type = FABRIC_CMD_ADD;
+	c.obj = p;
+	c.answered = &answered;
+	workq_push(f->cmdq, &c.wq);
+	while (sem_wait(&answered) != 0)
+		;		/* EINTR only */
+	sem_destroy(&answered);
+	if (c.rc != 0) {
+		free(p);	/* the fabric thread did not keep it */
+		free(h);
+		return c.rc;
 	}
-	TAILQ_INSERT_TAIL(&f->peers, p, entry);
-	*peer = p->id;
+	h->id = p->id;
+	h->rm.type = FABRIC_CMD_REMOVE;
+	h->rm.peer = p->id;
+	TAILQ_INSERT_TAIL(&f->handles, h, entry);
+	*peer = h->id;
 	return 0;
+}
+
+static struct fabric_handle *
+fabric_handle_find(const struct fabric *f, uint64_t id)
+{
+	struct fabric_handle	*h;
+
+	TAILQ_FOREACH(h, &f->handles, entry)
+		if (h->id == id)
+			return h;
+	return NULL;
 }
 
 /*
@@ -1271,50 +1534,41 @@ fabric_peer_add(struct fabric *f, const uint8_t *name, size_t len, uint64_t *pee
 void
 fabric_peer_remove(struct fabric *f, uint64_t id)
 {
-	struct fabric_peer	*p;
-	struct fabric_op	*op;
+	struct fabric_handle	*h;
 
-	if ((p = fabric_peer_find(f, id)) == NULL)
+	if ((h = fabric_handle_find(f, id)) == NULL)
 		return;
-	fabric_ep_retire(p, -ECANCELED);
-	while ((op = TAILQ_FIRST(&p->ops)) != NULL)
-		fabric_op_fail(op, -ECANCELED);
-	if (p->rd.av != NULL)
-		fi_close(&p->rd.av->fid);
-	TAILQ_REMOVE(&f->peers, p, entry);
-	free(p);
+	TAILQ_REMOVE(&f->handles, h, entry);
+	if (f->closing == 2)
+		free(h);	/* the close removes every peer */
+	else
+		workq_push(f->cmdq, &h->rm.wq);	/* the fabric thread frees h */
 }
 
 /*
  * Reads len bytes at the peer's (raddr, rkey) into dst, which must lie in
  * the exposed regions. 0: accepted, done(arg, err) will run exactly once,
- * on the loop, never from inside this call. Otherwise -errno and done()
- * never runs: -EINVAL, -ENOENT (no such peer), -ERANGE (dst not exposed),
- * -ENOMEM, -ENOTCONN (the peer's endpoint cannot be reopened).
+ * on the loop, never from inside this call (-ENOTCONN there when the
+ * peer's endpoint cannot be reopened). Otherwise -errno and done() never
+ * runs: -EINVAL, -ENOENT (no such peer), -ERANGE (dst not exposed),
+ * -ENOMEM.
  */
 int
 fabric_read(struct fabric *f, uint64_t peer, void *dst, size_t len, uint64_t raddr,
     uint64_t rkey, uint32_t deadline_ms, fabric_done_fn done, void *arg)
 {
 	const struct fabric_chunk	*c;
-	struct fabric_peer		*p;
 	struct fabric_op		*op;
 	struct fabric_part		*pt;
-	struct timeval			 tv;
 	uint8_t				*d = dst;
 	size_t				 n, off, np;
-	char				 err[256];
 
 	if (len == 0 || done == NULL || f->closing || raddr + len < raddr)
 		return -EINVAL;
-	if ((p = fabric_peer_find(f, peer)) == NULL)
+	if (fabric_handle_find(f, peer) == NULL)
 		return -ENOENT;
 	if (!fabric_local_ok(f, dst, len))
 		return -ERANGE;
-	if (p->rd.ep == NULL && fabric_peer_open(p, err, sizeof(err)) != 0) {
-		log_warn("fabric", "peer %llu: %s", (unsigned long long)peer, err);
-		return -ENOTCONN;
-	}
 	for (np = 0, off = 0; off < len; off += n, np++) {
 		c = fabric_chunk_find(f, d + off, 1);
 		n = (size_t)(c->base + c->len - (d + off));
@@ -1323,9 +1577,10 @@ fabric_read(struct fabric *f, uint64_t peer, void *dst, size_t len, uint64_t rad
 	}
 	if ((op = calloc(1, sizeof(*op) + np * sizeof(op->parts[0]))) == NULL)
 		return -ENOMEM;
+	op->cmd.type = FABRIC_CMD_READ;
 	op->f = f;
-	op->list = &p->ops;
-	op->peer = p;
+	op->peer_id = peer;
+	op->deadline_ms = deadline_ms;
 	op->done = done;
 	op->arg = arg;
 	op->len = len;
@@ -1343,24 +1598,8 @@ fabric_read(struct fabric *f, uint64_t peer, void *dst, size_t len, uint64_t rad
 		pt->raddr = raddr + off;
 		pt->desc = c->desc;
 	}
-	if (deadline_ms > 0) {
-		tv.tv_sec = deadline_ms / 1000;
-		tv.tv_usec = (deadline_ms % 1000) * 1000;
-		if ((op->deadline = evtimer_new(f->base, fabric_deadline_cb, op)) == NULL ||
-		    evtimer_add(op->deadline, &tv) != 0) {
-			if (op->deadline != NULL)
-				event_free(op->deadline);
-			free(op);
-			return -ENOMEM;
-		}
-	}
-	TAILQ_INSERT_TAIL(&p->ops, op, entry);
 	f->stats.reads++;
-	fabric_peer_post(p);
-	if (p->rebuild)
-		fabric_peer_rebuild(p);
-	else
-		fabric_ep_again(&p->rd, 0);
+	workq_push(f->cmdq, &op->cmd.wq);	/* the fabric thread's from here */
 	return 0;
 }
 
@@ -1368,4 +1607,5 @@ void
 fabric_get_stats(const struct fabric *f, struct fabric_stats *st)
 {
 	*st = f->stats;
+	st->abandoned = __atomic_load_n(&f->abandoned, __ATOMIC_RELAXED);
 }

@@ -32,13 +32,16 @@
  * previous round in its DRAM) and a warm-up, see bp_up.
  *
  *   bench_peer [-a AHEAD] [-B BUILD] [-D DRAM_MIB] [-W WARM_MIB] [-r ROUNDS]
- *              [-l] [-m MIB] [-s SIZE] [-S SCRIPT] [-v]
+ *              [-l] [-m MIB] [-p] [-s SIZE] [-S SCRIPT] [-v]
  *     -l puts both daemons on loopback (127.0.0.1, no namespaces: a host
  *     without veth or bridges); -s SIZE measures only that size (0 to 4, the table's order: for a
  *     profile of one size); ROUNDS rounds (each every size once), one line per round and size
  *     ("peer ROUND LABEL GB/s"), then the medians; -v adds how long an
  *     ADMIT took to be answered, the same requests restored again (as
- *     many ahead) from B's DRAM, reads and pulls.
+ *     many ahead) from B's DRAM, reads and pulls; -p measures what the
+ *     pulls cost each daemon's other clients (bp_probe_main): PROBE round
+ *     trips on a connection of their own to A and to B, idle just before
+ *     the restores and while they run, median and 99th percentile.
  *     Needs root (77 otherwise); tests/bench/peer.sh runs it.
  */
 #include <sys/mman.h>
@@ -50,6 +53,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -123,6 +127,30 @@ static double		bp_admit_s;	/* of a measurement: ADMIT submitted to answered, sum
 static struct bp_rank	*bp_owner;	/* -v: A's rank of the size measured */
 static uint64_t		bp_req;		/* ADMIT's request ids */
 static double		bp_local_s;	/* -v: the same restores from B's DRAM, wall */
+static int		bp_probing;	/* -p */
+
+/*
+ * -p: an engine's other requests to a daemon while it pulls or serves. A
+ * rank of a group of its own, one page, on its own connection; a thread
+ * sends one PROBE at a time, BP_PROBE_GAP_US apart, and keeps each round
+ * trip until told to stop. It probes a stripe the daemon holds and is the
+ * home of (A: a request's; B: one that A offered it), so that the answer
+ * is the loop's alone, with no question to the other daemon; `missed`
+ * counts the answers that were not all of it.
+ */
+#define BP_PROBE_GAP_US		200
+#define BP_PROBE_IDLE		200	/* round trips before the restores */
+#define BP_PROBE_MAX		100000
+struct bp_prober {
+	struct bp_rank	 r;
+	pthread_t	 t;
+	int		 stop;		/* atomic */
+	uint8_t		 h[BP_NP * L3KV_HASH_LEN];
+	double		*us;		/* BP_PROBE_MAX round trips */
+	unsigned	 n;
+	unsigned	 max;		/* this phase's: BP_PROBE_IDLE or BP_PROBE_MAX */
+	unsigned	 missed;
+};
 
 static void
 bp_die(const char *fmt, const char *arg)
@@ -277,7 +305,7 @@ bp_peer_up(struct l3kv *k)
 
 /* Rank of daemon d for one size, its memfd region npages pages. */
 static void
-bp_rank(struct bp_rank *r, unsigned d, unsigned size, uint32_t npages)
+bp_rank(struct bp_rank *r, unsigned d, unsigned size, uint32_t npages, const char *group)
 {
 	static char	models[BP_NSIZES][32];
 	uint32_t	tb = bp_sizes[size].token_bytes;
@@ -307,7 +335,7 @@ bp_rank(struct bp_rank *r, unsigned d, unsigned size, uint32_t npages)
 	r->args.npools = 1;
 	r->args.regions = &r->region;
 	r->args.nregions = 1;
-	r->args.group = models[size];
+	r->args.group = group != NULL ? group : models[size];
 	r->args.group_size = 1;
 	r->args.prefetch = L3KV_PREFETCH_WAIT_COMPLETE;
 	r->args.write = L3KV_WRITE_THROUGH;
@@ -416,6 +444,78 @@ bp_complete(struct bp_req *r, unsigned n, struct l3kv_completion *c, double *t_r
 	}
 	q->state = BP_R_DONE;	/* READY, or released */
 	return 1;
+}
+
+static void *
+bp_probe_main(void *arg)
+{
+	struct bp_prober	*p = arg;
+	uint32_t		 hit;
+	double			 t;
+
+	while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE) && p->n < p->max) {
+		t = bench_now();
+		if (l3kv_probe(p->r.k, p->h, BP_NP, &hit) != 0)
+			bp_die("probe: %s", l3kv_last_error(p->r.k));
+		p->us[p->n++] = (bench_now() - t) * 1e6;
+		p->missed += hit != BP_NP;
+		usleep(BP_PROBE_GAP_US);
+	}
+	return NULL;
+}
+
+/* Starts p's thread for a phase of at most max round trips. */
+static void
+bp_probe_start(struct bp_prober *p, unsigned max)
+{
+	p->n = 0;
+	p->max = max;
+	__atomic_store_n(&p->stop, 0, __ATOMIC_RELEASE);
+	if (pthread_create(&p->t, NULL, bp_probe_main, p) != 0)
+		bp_die("%s", "pthread_create failed");
+}
+
+/*
+ * Ends the phase, now or (now 0) once its round trips are done: their
+ * median and 99th percentile, in us.
+ */
+static void
+bp_probe_end(struct bp_prober *p, int now, double *p50, double *p99)
+{
+	if (now)
+		__atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
+	pthread_join(p->t, NULL);
+	if (p->n == 0) {
+		*p50 = *p99 = 0;
+		return;
+	}
+	*p50 = bench_median(p->us, (int)p->n);	/* sorts */
+	*p99 = p->us[(size_t)((p->n - 1) * 0.99)];
+}
+
+/* Daemon d's prober for size `size`, probing request prefix (published on A). */
+static void
+bp_probe_open(struct bp_prober *p, unsigned d, unsigned size, uint32_t prefix)
+{
+	static char	groups[2][BP_NSIZES][32];
+	uint32_t	i;
+
+	memset(p, 0, sizeof(*p));
+	snprintf(groups[d][size], sizeof(groups[d][size]), "bench-probe-%u-%u", d, size);
+	bp_rank(&p->r, d, size, 1, groups[d][size]);
+	for (i = 0; i < BP_NP; i++)
+		bp_hash(prefix, i, p->h + i * L3KV_HASH_LEN);
+	if ((p->us = calloc(BP_PROBE_MAX, sizeof(*p->us))) == NULL)
+		bp_die("%s", "out of memory");
+}
+
+static void
+bp_probe_close(struct bp_prober *p)
+{
+	l3kv_close(p->r.k);
+	munmap(p->r.mem, p->r.page * p->r.npages);
+	close(p->r.fd);
+	free(p->us);
 }
 
 /*
@@ -565,8 +665,8 @@ bp_up(struct bp_rank *a, struct bp_rank *b, unsigned size, uint32_t b_pages, con
 
 	bp_start(0, build);
 	bp_start(1, build);
-	bp_rank(a, 0, size, BP_NP);
-	bp_rank(b, 1, size, b_pages);
+	bp_rank(a, 0, size, BP_NP, NULL);
+	bp_rank(b, 1, size, b_pages, NULL);
 	for (t = 0; bp_peer_up(a->k) < 1 || bp_peer_up(b->k) < 1; t++) {
 		if (t == 1000)
 			bp_die("%s", "A and B never saw each other up");
@@ -635,7 +735,7 @@ main(int argc, char **argv)
 	uint32_t	prefix = (uint32_t)getpid() << 12;
 	int		c;
 
-	while ((c = getopt(argc, argv, "a:B:D:lm:r:s:S:vW:")) != -1) {
+	while ((c = getopt(argc, argv, "a:B:D:lm:pr:s:S:vW:")) != -1) {
 		switch (c) {
 		case 'a': bp_ahead = (unsigned)atoi(optarg); break;
 		case 'D': bp_dram_mib = (unsigned)atoi(optarg); break;
@@ -645,11 +745,12 @@ main(int argc, char **argv)
 		case 'r': rounds = (unsigned)atoi(optarg); break;
 		case 's': only = (unsigned)atoi(optarg); break;
 		case 'l': bp_loop_port = 1; break;
+		case 'p': bp_probing = 1; break;
 		case 'S': bp_script = optarg; break;
 		case 'v': bp_verbose = 1; break;
 		default:
 			fprintf(stderr, "usage: bench_peer [-a AHEAD] [-B BUILD] [-D DRAM_MIB] "
-			    "[-W WARM_MIB] [-l] [-r ROUNDS] [-m MIB] [-s SIZE] [-S SCRIPT] [-v]\n");
+			    "[-W WARM_MIB] [-l] [-r ROUNDS] [-m MIB] [-p] [-s SIZE] [-S SCRIPT] [-v]\n");
 			return 2;
 		}
 	}
@@ -681,9 +782,11 @@ main(int argc, char **argv)
 			size_t		 req;
 			unsigned	 n, k, skipped = 0,
 					 short_ = 0, local_short = 0;
-			uint32_t	*keep;
+			uint32_t	*keep, on_b = 0;
 			long long	 reads0, pulls0;
-			double		 admit, wall;
+			double		 admit, wall, lat[2][4];
+			struct bp_prober pr[2];
+			unsigned	 d;
 
 			if (only < BP_NSIZES && s != only)
 				continue;
@@ -698,13 +801,29 @@ main(int argc, char **argv)
 			for (k = 0; k < n; prefix++) {
 				if (bp_publish(&a[s], &b[s], prefix))
 					keep[k++] = prefix;
-				else
-					skipped++;
+				else if (skipped++ == 0)
+					on_b = prefix;	/* B's: its home, offered by A */
 			}
 			bp_owner = &a[s];
 			reads0 = bp_peer_sum(b[s].k, "reads");
 			pulls0 = bp_peer_sum(b[s].k, "pulls");
+			if (bp_probing) {
+				for (d = 0; d < 2; d++) {
+					bp_probe_open(&pr[d], d, s,
+					    d == 1 && skipped > 0 ? on_b : keep[0]);
+					bp_probe_start(&pr[d], BP_PROBE_IDLE);
+				}
+				for (d = 0; d < 2; d++)
+					bp_probe_end(&pr[d], 0, &lat[d][0], &lat[d][1]);
+				for (d = 0; d < 2; d++)
+					bp_probe_start(&pr[d], BP_PROBE_MAX);
+			}
 			wall = bp_restore_all(&b[s], keep, n, &short_);
+			if (bp_probing)
+				for (d = 0; d < 2; d++) {
+					bp_probe_end(&pr[d], 1, &lat[d][2], &lat[d][3]);
+					bp_probe_close(&pr[d]);
+				}
 			if (short_ * 2 > n)
 				bp_die("%s", "most ADMITs came short (A evicted them?)");
 			/* -v: the same requests again, from B's own DRAM now (no pull). */
@@ -720,6 +839,13 @@ main(int argc, char **argv)
 				    wall / n * 1e6, admit / n * 1e6, bp_local_s / n * 1e6,
 				    bp_peer_sum(b[s].k, "reads") - reads0,
 				    bp_peer_sum(b[s].k, "pulls") - pulls0, skipped);
+			if (bp_probing)
+				printf(" (PROBE p50/p99 us, idle then pulling: A %.0f/%.0f %.0f/%.0f, "
+				    "B %.0f/%.0f %.0f/%.0f)", lat[0][0], lat[0][1], lat[0][2], lat[0][3],
+				    lat[1][0], lat[1][1], lat[1][2], lat[1][3]);
+			if (bp_probing && pr[0].missed + pr[1].missed > 0)
+				printf(" (PROBEs not answered whole: A %u, B %u)", pr[0].missed,
+				    pr[1].missed);
 			printf("\n");
 			fflush(stdout);
 			free(keep);

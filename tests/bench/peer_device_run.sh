@@ -15,7 +15,9 @@
 #         pinned one, for this host's python): installed under $TMPDIR and
 #         peer.sh runs with Mooncake's TE column (TE_PYTHON=python3)
 #   OUT   logs go there when set; ROUNDS (3), AHEAD ("1 8"), MIB (128),
-#         DRAM (512), WARM (256), AB_ROUNDS (3)
+#         DRAM (512), WARM (256), AB_ROUNDS (3), AB_AHEAD (8); PROBE=1 has
+#         the A/B's bench_peer measure PROBE round trips (-p); ROUNDS=0
+#         skips step 1
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 BIN=${BIN:-.carry/bin}
@@ -44,7 +46,11 @@ if [ -n "${WHL:-}" ]; then
 		echo "Mooncake TE does not load here: no TE column"
 	fi
 fi
-if why=$(tests/netns.sh check); then
+if [ "${ROUNDS:-3}" = 0 ]; then
+	echo "== ROUNDS=0: no peer.sh"
+	where="-S tests/netns.sh"
+	tests/netns.sh check >/dev/null || where="-l"
+elif why=$(tests/netns.sh check); then
 	echo "== peer.sh between two network namespaces (TE column: $te)"
 	TE=$te ROUNDS=${ROUNDS:-3} AHEAD=${AHEAD:-1 8} MIB=$mib DRAM=$dram WARM=$warm \
 	    timeout 540 tests/bench/peer.sh "$BIN" >"$OUT/peer.md" 2>&1
@@ -65,12 +71,12 @@ else
 	where="-l"
 fi
 if [ -n "${OLD:-}" ]; then
-	echo "== A/B: $BIN/l3kvd against $OLD/l3kvd, ${AB_ROUNDS:-3} rounds, 8 ahead"
+	echo "== A/B: $BIN/l3kvd against $OLD/l3kvd, ${AB_ROUNDS:-3} rounds, ${AB_AHEAD:-8} ahead"
 	for r in $(seq 1 "${AB_ROUNDS:-3}"); do
 		for b in "$BIN" "$OLD"; do
 			# shellcheck disable=SC2086
-			timeout 120 "$BIN/bench_peer" $where -a 8 -B "$b" -r 1 -m "$mib" -D "$dram" \
-			    -W "$warm" | sed -n "s|^peer 0 |$b $r |p"
+			timeout 120 "$BIN/bench_peer" $where -a "${AB_AHEAD:-8}" -B "$b" -r 1 \
+			    -m "$mib" -D "$dram" -W "$warm" ${PROBE:+-p} | sed -n "s|^peer 0 |$b $r |p"
 		done
 	done | tee "$OUT/ab.log"
 fi
