@@ -81,7 +81,7 @@
  * is rare); removing one and closing are commands in the same queue, so
  * they come after every read pushed before them. The domain is opened
  * FI_THREAD_SAFE: the loop registers memory (fabric_expose) while the
- * fabric thread progresses. Until 2026-12-02's fifth session the loop thread
+ * fabric thread progresses. Until 2026-12-03 the loop thread
  * progressed every CQ itself: on the 16-core H200 host, pulls of 256 KiB
  * stripes kept the owner's loop 90 % busy in tcp's socket copies (the
  * puller's 76 %), and every engine request and lease answer waited

@@ -14,6 +14,10 @@
  * Ownership: an entry pushed belongs to the queue until its done() runs
  * on the loop thread; workq_free drops the entries not yet run (the loop
  * is gone), as the hand-written queues did.
+ *
+ * "The loop" is whichever thread runs the event base the queue was made
+ * on: fabric.c's command queue is made on its fabric thread's base, and
+ * the daemon's loop is the producer there.
  */
 #include <sys/eventfd.h>
 
