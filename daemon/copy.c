@@ -589,6 +589,7 @@ copy_engine_new(struct event_base *base, int nthreads, unsigned delay_ms,
 			copy_engine_free(ce);
 			return -rc;
 		}
+		pthread_setname_np(ce->threads[i], "l3kv-copy");
 		ce->nthreads++;
 	}
 	*out = ce;

@@ -1275,6 +1275,7 @@ fabric_open(struct event_base *base, const char *prov, const char *node, struct 
 		rc = -rc;
 		goto fail;
 	}
+	pthread_setname_np(f->thread, "l3kv-fabric");
 	f->started = 1;
 	log_info("fabric", "%s: mr_mode %#llx, max message %zu, %zu reads in flight per peer",
 	    f->prov, (unsigned long long)f->mr_mode, f->max_msg, f->tx_size);

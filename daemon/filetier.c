@@ -883,6 +883,7 @@ filetier_new(struct event_base *base, const struct filetier_params *p, struct fi
 			rc = -rc;
 			goto fail;
 		}
+		pthread_setname_np(ft->threads[i], i < p->readers ? "l3kv-fread" : "l3kv-fwrite");
 		ft->nthreads++;
 	}
 	ft->st.bytes_capacity = p->capacity;

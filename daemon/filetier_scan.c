@@ -432,8 +432,10 @@ filetier_scan_thread(void *arg)
 	for (i = 0; rc == 0 && i < nparts; i++) {
 		parts[i].sc = sc;
 		/* Part 0 runs on this thread; a helper that cannot start leaves its share to it. */
-		if (i > 0 && pthread_create(&parts[i].thread, NULL, filetier_scan_main, &parts[i]) == 0)
+		if (i > 0 && pthread_create(&parts[i].thread, NULL, filetier_scan_main, &parts[i]) == 0) {
+			pthread_setname_np(parts[i].thread, "l3kv-scan");
 			parts[i].started = 1;
+		}
 	}
 	if (rc == 0)
 		filetier_scan_main(&parts[0]);
@@ -771,6 +773,7 @@ filetier_scan_start(struct filetier *ft, const char *name, const uint8_t fp[16],
 		rc = -rc;
 		goto fail;
 	}
+	pthread_setname_np(sc->thread, "l3kv-scan");
 	sc->started = 1;
 	ns->scan = sc;
 	ns->scanning = 1;

@@ -1123,6 +1123,7 @@ kernels_engine_new(const struct kernels_conf *c, struct kernels_engine **out, ch
 			rc = -rc;
 			goto fail;
 		}
+		pthread_setname_np(e->waiter, "l3kv-cudawait");
 		e->have_waiter = 1;
 	}
 	*out = e;

@@ -1665,7 +1665,7 @@ START_TEST(test_no_path_means_no_file_tier)
 }
 END_TEST
 
-/* tiers.file.readers, read_depth and fd_cache reach the tier (its start-up line says so). */
+/* tiers.file.readers, read_depth and fd_cache reach the tier (its start-up line and threads say so). */
 START_TEST(test_reader_settings_reach_the_tier)
 {
 	char	dir[PATH_MAX], extra[PATH_MAX + 256];
@@ -1676,6 +1676,9 @@ START_TEST(test_reader_settings_reach_the_tier)
 	test_td_start(extra);
 	ck_assert_msg(test_daemon_log_has(&test_td, "3 readers x 7 reads, open-file cache 0"),
 	    "the file tier's settings are not in the log");
+	/* And as many reader threads, named for top -H and perf. */
+	ck_assert_int_eq(test_threads_named(test_td.pid, "l3kv-fread"), 3);
+	ck_assert_int_ge(test_threads_named(test_td.pid, "l3kv-fwrite"), 1);
 	test_td_stop();
 	test_rmtree(dir);
 }

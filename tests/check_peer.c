@@ -454,6 +454,9 @@ START_TEST(test_three_daemons_connect)
 		json_decref(doc);
 		ck_assert_int_eq(test_stat(pt_d[i].sock, "peers", "members"), PT_N);
 		ck_assert_int_eq(test_stat(pt_d[i].sock, "peers", "refused"), 0);
+		/* Named for top -H and perf: one fabric thread, copy_workers (2) copy workers. */
+		ck_assert_int_eq(test_threads_named(pt_d[i].pid, "l3kv-fabric"), 1);
+		ck_assert_int_eq(test_threads_named(pt_d[i].pid, "l3kv-copy"), 2);
 		for (j = 0; j < PT_N; j++) {
 			if (i == j)
 				continue;

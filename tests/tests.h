@@ -126,6 +126,7 @@ uint8_t	*test_page_hashes(uint32_t prefix, uint32_t n);
 #include <jansson.h>
 json_t	*test_stats(const char *sock);
 long long test_stat(const char *sock, const char *section, const char *key);
+int	 test_threads_named(pid_t pid, const char *name);
 long long test_stat_wait(const char *sock, const char *section, const char *key,
 	    long long want);
 json_t	*test_td_stats(void);

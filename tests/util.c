@@ -513,6 +513,34 @@ test_stat(const char *sock, const char *section, const char *key)
 	return n;
 }
 
+/* How many of process pid's threads are named name (/proc/PID/task/TID/comm). */
+int
+test_threads_named(pid_t pid, const char *name)
+{
+	char		 path[64], comm[32];
+	struct dirent	*de;
+	DIR		*d;
+	FILE		*f;
+	int		 n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%ld/task", (long)pid);
+	ck_assert_msg((d = opendir(path)) != NULL, "%s: %s", path, strerror(errno));
+	while ((de = readdir(d)) != NULL) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%ld/task/%.16s/comm", (long)pid, de->d_name);
+		if ((f = fopen(path, "r")) == NULL)
+			continue;	/* the thread ended meanwhile */
+		if (fgets(comm, sizeof(comm), f) != NULL) {
+			comm[strcspn(comm, "\n")] = '\0';
+			n += strcmp(comm, name) == 0;
+		}
+		fclose(f);
+	}
+	closedir(d);
+	return n;
+}
+
 /* Waits (at most 5 s) until a counter reaches want; returns its last value. */
 long long
 test_stat_wait(const char *sock, const char *section, const char *key, long long want)
