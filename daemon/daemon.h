@@ -231,6 +231,7 @@ int	 fabric_open(struct event_base *base, const char *prov, const char *node,
 	    struct fabric **fp, char *err, size_t errlen);
 void	 fabric_close(struct fabric *);
 const char *fabric_provider(const struct fabric *);	/* e.g. "tcp;ofi_rxm" */
+unsigned fabric_spin_us(const struct fabric *);	/* L3KV_FABRIC_SPIN_US, or 30 */
 /* This endpoint's name, to hand to peers in the peer HELLO. */
 int	 fabric_name(const struct fabric *, uint8_t *buf, size_t *len);
 /* Registers [base, base + len) for FI_READ | FI_REMOTE_READ in chunks (0: 1 GiB). */

@@ -433,6 +433,40 @@ START_TEST(test_fabric_reads_progress_without_the_loop)
 }
 END_TEST
 
+/*
+ * L3KV_FABRIC_SPIN_US sets how long the fabric thread polls after
+ * activity (30 us by default; 0: it always sleeps), and reads land
+ * whole either way; a value out of range or not a number keeps 30.
+ */
+START_TEST(test_fabric_spin_from_the_environment)
+{
+	static const struct {
+		const char	*v;
+		unsigned	 us;
+	} c[] = { { NULL, 30 }, { "", 30 }, { "250", 250 }, { "10000", 10000 }, { "10001", 30 },
+	    { "-1", 30 }, { "12us", 30 }, { "0", 0 } };
+	struct fabric	*f;
+	size_t		 i;
+
+	for (i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		if (c[i].v == NULL)
+			unsetenv("L3KV_FABRIC_SPIN_US");
+		else
+			setenv("L3KV_FABRIC_SPIN_US", c[i].v, 1);
+		fx_open(&f, fx_node);
+		ck_assert_msg(fabric_spin_us(f) == c[i].us, "L3KV_FABRIC_SPIN_US=%s: %u us",
+		    c[i].v != NULL ? c[i].v : "(unset)", fabric_spin_us(f));
+		fabric_close(f);
+	}
+	/* "0" is set: both sides sleep between every progress, and reads still land whole. */
+	fx_teardown();
+	fx_setup();
+	ck_assert_uint_eq(fabric_spin_us(fx_a), 0);
+	fx_read_ok(0, 0, 36 * KiB);
+	fx_read_ok(4096, 8192, 4 * MiB + 3);
+}
+END_TEST
+
 static int	fx_closed_in_done;
 
 static void
@@ -893,6 +927,7 @@ fx_add_provider(Suite *s, const char *name, const char *prov, void (*setup)(void
 	tcase_add_test(tc, test_fabric_200_concurrent_reads);
 	tcase_add_test(tc, test_fabric_peer_remove_cancels_reads);
 	tcase_add_test(tc, test_fabric_reads_progress_without_the_loop);
+	tcase_add_test(tc, test_fabric_spin_from_the_environment);
 	tcase_add_test(tc, test_fabric_close_runs_owed_dones);
 	tcase_add_test(tc, test_fabric_peer_removed_with_reads_on_the_wire);
 	tcase_add_test(tc, test_fabric_deadline_expires);
