@@ -172,6 +172,7 @@ struct fabric_region {
 };
 
 struct fabric_op;
+struct fabric_peer;
 
 /*
  * What the loop hands the fabric thread on cmdq (the first member of what
@@ -182,7 +183,7 @@ struct fabric_cmd {
 	struct workq_entry	 wq;
 	enum fabric_cmd_type	 type;
 	uint64_t		 peer;		/* REMOVE: the peer's id */
-	void			*obj;		/* ADD: the struct fabric_peer */
+	struct fabric_peer	*add;		/* ADD: the peer to open */
 	sem_t			*answered;	/* ADD: posted once rc is set */
 	int			 rc;		/* ADD: the answer; STOP: 1 once it ran */
 };
@@ -197,8 +198,6 @@ struct fabric_part {
 	void			*desc;
 	uint8_t			 posted;	/* on an endpoint, completion owed */
 };
-
-struct fabric_peer;
 
 /*
  * One fabric_read. Lives from fabric_read until its done() ran: the loop's
@@ -311,7 +310,6 @@ struct fabric {
 	int			 started;
 	struct event		*backstop;
 	struct fabric_ops	 late;		/* finished while a close was deferred */
-	struct event		*close_ev;	/* zero timer: the deferred close */
 	int			 dispatching;	/* inside a done() */
 	int			 closing;	/* 1: fabric_close deferred; 2: closing */
 	struct fabric_stats	 stats;		/* but abandoned: */
@@ -334,10 +332,15 @@ fabric_us(void)
 static int64_t
 fabric_ms(void)
 {
-	struct timespec	ts;
+	return fabric_us() / 1000;
+}
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+/* The endpoint had work: it is polled, not slept on, for the next spin_us. */
+static void
+fabric_ep_active(struct fabric_ep *e)
+{
+	if (e->f->spin_us > 0)
+		e->spin_until = fabric_us() + e->f->spin_us;
 }
 
 /* FABRIC_SPIN_US, or L3KV_FABRIC_SPIN_US when it is a number in range (a warning if not). */
@@ -579,8 +582,7 @@ fabric_ep_progress(struct fabric_ep *e)
 			for (i = 0; i < n; i++)
 				if (c[i].op_context != NULL && reading)
 					fabric_part_done(e, c[i].op_context, 0);
-			if (e->f->spin_us > 0)
-				e->spin_until = fabric_us() + e->f->spin_us;
+			fabric_ep_active(e);
 			more = n == FABRIC_CQ_BATCH;
 			if (!more)
 				break;
@@ -649,8 +651,8 @@ fabric_ep_cb(evutil_socket_t fd, short ev, void *arg)
 	struct fabric_ep	*e = arg;
 
 	(void)fd;
-	if ((ev & EV_READ) && e->f->spin_us > 0)
-		e->spin_until = fabric_us() + e->f->spin_us;
+	if (ev & EV_READ)
+		fabric_ep_active(e);
 	fabric_ep_progress(e);
 }
 
@@ -1106,9 +1108,8 @@ fabric_thread_remove(struct fabric *f, uint64_t id)
 }
 
 /*
- * Fabric thread, its last command (or the loop's, once no thread runs):
- * every peer removed, and the reads with parts on the wire drained, here,
- * for at most FABRIC_DRAIN_MS.
+ * Fabric thread, its last command: every peer removed, and the reads with
+ * parts on the wire drained, here, for at most FABRIC_DRAIN_MS.
  */
 static void
 fabric_thread_stop(struct fabric *f)
@@ -1128,9 +1129,8 @@ fabric_thread_stop(struct fabric *f)
 	}
 	while ((d = TAILQ_FIRST(&f->drains)) != NULL)
 		fabric_drain_end(d);
-	f->stop.rc = 1;		/* ran */
-	if (f->base != NULL)
-		event_base_loopbreak(f->base);
+	f->stop.rc = 1;		/* ran: fabric_thread_main returns */
+	event_base_loopbreak(f->base);
 }
 
 /* Fabric thread: cmdq's done. */
@@ -1148,7 +1148,7 @@ fabric_cmd_cb(struct workq_entry *e, void *arg)
 		fabric_thread_read(f, (struct fabric_op *)(void *)c);
 		break;
 	case FABRIC_CMD_ADD:
-		p = c->obj;
+		p = c->add;
 		if ((c->rc = fabric_peer_open(p, err, sizeof(err))) != 0)
 			log_warn("fabric", "a peer's endpoint: %s", err);
 		else
@@ -1366,10 +1366,11 @@ fabric_close(struct fabric *f)
 		pthread_join(f->thread, NULL);
 		f->started = 0;
 	}
-	/* No fabric thread from here: all it had is the loop's. */
-	workq_flush(f->cmdq);		/* what a failed thread left (its STOP too) */
-	if (f->stop.rc == 0)
-		fabric_thread_stop(f);
+	/*
+	 * No fabric thread from here. STOP was its last command (nothing is
+	 * pushed once closing) and removed every peer and drain; without a
+	 * thread (fabric_open failed before it) there never were any.
+	 */
 	while ((op = TAILQ_FIRST(&f->late)) != NULL) {
 		TAILQ_REMOVE(&f->late, op, entry);
 		fabric_deliver(f, op);
@@ -1558,7 +1559,7 @@ fabric_peer_add(struct fabric *f, const uint8_t *name, size_t len, uint64_t *pee
 	p->rd.f = f;
 	memset(&c, 0, sizeof(c));
 	c.type = FABRIC_CMD_ADD;
-	c.obj = p;
+	c.add = p;
 	c.answered = &answered;
 	workq_push(f->cmdq, &c.wq);
 	while (sem_wait(&answered) != 0)
