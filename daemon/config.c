@@ -208,6 +208,7 @@ static const struct config_key config_keys[] = {
 	CONFIG_MEMBERS("peer.members", peer_members, npeer_members, CONFIG_LIVE),
 	CONFIG_STRING("peer.provider", peer_provider, 1, 31, "tcp", CONFIG_F_ASCII),
 	CONFIG_STRING("peer.fabric_addr", peer_fabric_addr, 0, 63, "", CONFIG_F_ASCII),
+	CONFIG_INT("peer.lanes", peer_lanes, 1, FABRIC_LANES_MAX, 1),
 	CONFIG_INT("peer.stripe_pages", peer_stripe_pages, 1, 65536, 16),
 	CONFIG_INT("peer.replicas", peer_replicas, 1, 2, 1),
 	CONFIG_STRING("peer.secret", peer_secret, 0, 127, "", CONFIG_F_SECRET),
@@ -314,6 +315,7 @@ static const char config_default_text[] =
     "    \"members\": [],\n"
     "    \"provider\": \"tcp\",\n"
     "    \"fabric_addr\": \"\",\n"
+    "    \"lanes\": 1,\n"
     "    \"stripe_pages\": 16,\n"
     "    \"replicas\": 1,\n"
     "    \"secret\": \"\",\n"

@@ -116,6 +116,7 @@ struct config {
 	char		peer_listen[PEER_ADDR_LEN];	/* HOST:PORT of the control channel */
 	char		peer_provider[32];	/* libfabric provider: "tcp", "sockets" */
 	char		peer_fabric_addr[64];	/* the data path's bind address; "": any */
+	uint32_t	peer_lanes;	/* fabric threads, each with its endpoints (fabric.c) */
 	uint32_t	peer_stripe_pages;	/* pages placed together (HRW key: the first) */
 	uint32_t	peer_replicas;		/* homes per stripe, 1 or 2 */
 	char		peer_secret[128];	/* "": peers are not authenticated */
@@ -217,6 +218,7 @@ int	 workq_fd(const struct workq *);
  * progress runs on the fabric's own thread, which owns them (fabric.c).
  */
 #define FABRIC_ADDR_MAX		128	/* bytes of an endpoint name (fi_getname) */
+#define FABRIC_LANES_MAX	8	/* fabric threads, each with its own endpoints */
 
 struct fabric;
 typedef void (*fabric_done_fn)(void *arg, int err);	/* on the loop; err 0 or -errno */
@@ -227,19 +229,24 @@ typedef void (*fabric_done_fn)(void *arg, int err);	/* on the loop; err 0 or -er
  * not name them already (87 MiB of RSS per endpoint down to 6, measured).
  */
 void	 fabric_init_env(void);
-int	 fabric_open(struct event_base *base, const char *prov, const char *node,
+int	 fabric_open(struct event_base *base, const char *prov, const char *node, unsigned lanes,
 	    struct fabric **fp, char *err, size_t errlen);
 void	 fabric_close(struct fabric *);
 const char *fabric_provider(const struct fabric *);	/* e.g. "tcp;ofi_rxm" */
 unsigned fabric_spin_us(const struct fabric *);	/* L3KV_FABRIC_SPIN_US, or 30 */
-/* This endpoint's name, to hand to peers in the peer HELLO. */
+unsigned fabric_lanes(const struct fabric *);	/* fabric threads: 1 to FABRIC_LANES_MAX */
+/* The serving endpoints' names, one per lane, lane 0's first: what peers are given. */
 int	 fabric_name(const struct fabric *, uint8_t *buf, size_t *len);
 /* Registers [base, base + len) for FI_READ | FI_REMOTE_READ in chunks (0: 1 GiB). */
 int	 fabric_expose(struct fabric *, void *base, size_t len, size_t chunk);
 /* A peer's remote address and key for [p, p + len); -ERANGE unless inside one chunk. */
 int	 fabric_rkey(const struct fabric *, const void *p, size_t len, uint64_t *raddr,
 	    uint64_t *rkey);
-/* A peer endpoint by its name (from its HELLO); *peer is an opaque handle. */
+/*
+ * A peer by its serving endpoints' names (from its HELLO: len a multiple
+ * of our name's length, one per lane of the peer); it is read over as
+ * many lanes as both have. *peer is an opaque handle.
+ */
 int	 fabric_peer_add(struct fabric *, const uint8_t *name, size_t len, uint64_t *peer);
 void	 fabric_peer_remove(struct fabric *, uint64_t peer);
 /*
@@ -253,7 +260,10 @@ int	 fabric_read(struct fabric *, uint64_t peer, void *dst, size_t len, uint64_t
 	    uint64_t rkey, uint32_t deadline_ms, fabric_done_fn done, void *arg);
 /* Counters for STATS: reads posted, completed, failed by reason, bytes. */
 /* abandoned: retired endpoints left open, parts still on their wire (fabric.c). */
-struct fabric_stats { uint64_t reads, done, failed, bytes, ecanceled, enotconn, timedout, abandoned; };
+struct fabric_stats {
+	uint64_t	reads, done, failed, bytes, ecanceled, enotconn, timedout, abandoned;
+	uint64_t	lane_reads[FABRIC_LANES_MAX];	/* reads handed to each lane's thread */
+};
 void	 fabric_get_stats(const struct fabric *, struct fabric_stats *);
 /* Lowers the size reads are split at (tests, tuning); 0 restores the provider's. */
 void	 fabric_set_max_msg(struct fabric *, size_t);

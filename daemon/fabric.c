@@ -5,19 +5,26 @@
  * FI_REMOTE_WRITE, so no peer can write a byte of this process.
  *
  * Structure:
- * - One fabric, domain and serving endpoint per struct fabric. The serving
- *   endpoint is the one whose name (fi_getname) peers are given; it is
- *   never used to post and never rebuilt, so the name stays valid for the
- *   life of the process.
- * - One reading endpoint per peer (fabric_peer_add), each with its own
- *   completion queue and address vector holding that one peer. Reads to
- *   the peer are posted there. On tcp;ofi_rxm one bad key fails the read
- *   FI_ECANCELED and then every read to that peer FI_ENOTCONN until rxm
- *   reconnects (0.2 s here, about 2.6 s under load; re-inserting the
- *   address does not help, measured): a failed or expired read therefore
- *   closes and reopens that peer's endpoint and CQ (fabric_peer_rebuild),
- *   which takes a few milliseconds, and the next read connects afresh.
- *   Only the reads to that one peer are affected.
+ * - One fabric and domain per struct fabric, and 1 to FABRIC_LANES_MAX
+ *   lanes (struct fabric_lane): each a thread with a serving endpoint of
+ *   its own. The serving endpoints are the ones whose names (fi_getname)
+ *   peers are given; they are never used to post and never rebuilt, so the
+ *   names stay valid for the life of the process. Registrations are the
+ *   domain's: every lane reads and serves every chunk under the same keys.
+ * - One reading endpoint per peer and lane (fabric_peer_add: a struct
+ *   fabric_peer on each lane both sides have), each with its own
+ *   completion queue and address vector holding that one peer's endpoint
+ *   on the same lane. fabric_read gives a read to the lane that owes that
+ *   peer the fewest bytes (ties in turn), and its parts are posted
+ *   there. On tcp;ofi_rxm each lane is a connection and a thread on
+ *   either side: one lane is bound by one thread's socket copies.
+ * - On tcp;ofi_rxm one bad key fails the read FI_ECANCELED and then
+ *   every read on that endpoint FI_ENOTCONN until rxm reconnects (0.2 s
+ *   here, about 2.6 s under load; re-inserting the address does not help,
+ *   measured): a failed or expired read therefore closes and reopens that
+ *   lane's endpoint and CQ to that peer (fabric_peer_rebuild), which takes
+ *   a few milliseconds, and the next read connects afresh. Only the reads
+ *   on that lane to that one peer are affected.
  * - Retiring an endpoint (a rebuild, fabric_peer_remove, fabric_close)
  *   never closes it with parts on the wire: libfabric 1.17's tcp provider
  *   (Debian 12's) completes a read whose response is half received twice
@@ -57,10 +64,10 @@
  *   (fabric_done_cb), never from inside fabric_read or
  *   fabric_peer_remove, exactly once per read that fabric_read accepted.
  *
- * Progress model: a thread of its own, the fabric thread, which owns every
- * endpoint, CQ, AV, drain and read in flight, and runs them on an event
- * base of its own through each CQ's wait fd. tcp;ofi_rxm makes data
- * progress manual: the owner of the memory must call into its CQ or a
+ * Progress model: a thread per lane, the fabric thread, which owns every
+ * endpoint, CQ, AV, drain and read in flight of its lane, and runs them
+ * on an event base of its own through each CQ's wait fd. tcp;ofi_rxm
+ * makes data progress manual: the owner of the memory must call into its CQ or a
  * peer's read of it stalls. Each CQ is opened with FI_WAIT_FD; its fd
  * (FI_GETWAIT) is a read event of the fabric thread's base; the callback
  * reads the CQ (which runs the provider's progress), posts what waits, and
@@ -70,18 +77,19 @@
  * signals less than it should. A provider without a wait fd falls back to
  * a polling timer (FABRIC_POLL_MS).
  *
- * The loop thread and the fabric thread share nothing but two workqs
- * (workq.c) and what is fixed once the thread runs (the provider's info,
- * the domain, the serving endpoint's name): the loop builds a read (its
+ * The loop thread and the fabric threads share nothing but workqs
+ * (workq.c) and what is fixed once the threads run (the provider's info,
+ * the domain, the serving endpoints' names); the lanes share nothing with
+ * each other but doneq and the abandoned list. The loop builds a read (its
  * parts, cut against the exposed regions, which only the loop reads and
- * writes) and pushes it on `cmdq`, the fabric thread's queue; the fabric
- * thread pushes every finished read on `doneq`, the loop's, whose done
- * callback counts it and runs its done(). Adding a peer is the one call
- * that waits for the fabric thread (its endpoint is opened there; a HELLO
- * is rare); removing one and closing are commands in the same queue, so
- * they come after every read pushed before them. The domain is opened
- * FI_THREAD_SAFE: the loop registers memory (fabric_expose) while the
- * fabric thread progresses. Until 2026-12-03 the loop thread
+ * writes) and pushes it on `cmdq`, its lane's queue; the fabric threads
+ * push every finished read on `doneq`, the loop's, whose done callback
+ * counts it and runs its done(). Adding a peer is the one call that waits
+ * for the fabric threads (its endpoints are opened there; a HELLO is
+ * rare); removing one (a REMOVE per lane) and closing (a STOP per lane)
+ * are commands in the same queues, so they come after every read pushed
+ * before them. The domain is opened FI_THREAD_SAFE: the loop registers
+ * memory (fabric_expose) while the fabric threads progress. Until 2026-12-03 the loop thread
  * progressed every CQ itself: on the 16-core H200 host, pulls of 256 KiB
  * stripes kept the owner's loop 90 % busy in tcp's socket copies (the
  * puller's 76 %), and every engine request and lease answer waited
@@ -212,6 +220,7 @@ struct fabric_op {
 	struct fabric_ops	*list;		/* its peer's ops or a drain's; NULL: finished */
 	struct fabric_peer	*peer;		/* while on its peer's ops */
 	uint64_t		 peer_id;
+	unsigned		 lane;		/* which lane's thread it went to */
 	uint32_t		 deadline_ms;	/* 0: none */
 	fabric_done_fn		 done;
 	void			*arg;
@@ -228,8 +237,10 @@ TAILQ_HEAD(fabric_ops, fabric_op);
 
 /* An endpoint with its CQ (and, for a peer, AV) and the loop's events on them. */
 struct fabric_drain;
+struct fabric_lane;
 struct fabric_ep {
 	struct fabric		*f;
+	struct fabric_lane	*lane;		/* whose thread progresses it */
 	struct fabric_peer	*peer;		/* a peer's reading endpoint */
 	struct fabric_drain	*drain;		/* a retired one (peer NULL); both NULL: serving */
 	struct fid_ep		*ep;
@@ -256,11 +267,18 @@ struct fabric_peer {
 };
 TAILQ_HEAD(fabric_peers, fabric_peer);
 
-/* A peer as the loop knows it: added, not yet removed; its REMOVE is made at the add. */
+/*
+ * A peer as the loop knows it: added, not yet removed. It is read over
+ * nlanes lanes (a fabric_peer on each); its REMOVEs are made at the add,
+ * one per lane, and each lane frees its own.
+ */
 struct fabric_handle {
-	struct fabric_cmd	 rm;		/* first: its REMOVE */
 	TAILQ_ENTRY(fabric_handle) entry;
 	uint64_t		 id;
+	unsigned		 nlanes;
+	unsigned		 turn;		/* where fabric_read's choice starts */
+	struct fabric_cmd	*rm[FABRIC_LANES_MAX];
+	size_t			 out[FABRIC_LANES_MAX];	/* bytes pushed, done() not run */
 };
 TAILQ_HEAD(fabric_handles, fabric_handle);
 
@@ -275,20 +293,40 @@ struct fabric_drain {
 TAILQ_HEAD(fabric_drains, fabric_drain);
 
 /*
- * Fixed once the fabric thread runs: info, fabric, domain, srv's name,
- * prov, mr_mode, tx_size, close_unsafe. The loop's: loop, regions, keys,
- * max_msg, handles, peer_next, the doneq side, late, stats. The fabric
- * thread's: base and every event on it, srv's progress, peers, drains.
+ * One lane: a fabric thread with its event base, a serving endpoint of
+ * its own (peers' reads of our memory over this lane land there), and a
+ * reading endpoint per peer. All of it is that thread's, but f, idx and
+ * the thread's handle, fixed once it runs.
+ */
+struct fabric_lane {
+	struct fabric		*f;
+	unsigned		 idx;
+	struct event_base	*base;
+	struct fabric_ep	 srv;
+	struct fabric_peers	 peers;
+	struct fabric_drains	 drains;
+	struct workq		*cmdq;		/* loop -> this thread, on base */
+	struct fabric_cmd	 stop;
+	struct event		*backstop;
+	pthread_t		 thread;
+	int			 started;
+};
+
+/*
+ * Fixed once the fabric threads run: info, fabric, domain, nlanes, the
+ * serving endpoints' names, prov, mr_mode, tx_size, close_unsafe. The
+ * loop's: loop, regions, keys, max_msg, handles, peer_next, the doneq
+ * side, late, stats. Each lane's: what struct fabric_lane says.
  */
 struct fabric {
 	struct event_base	*loop;		/* the caller's: done() runs there */
-	struct event_base	*base;		/* the fabric thread's */
 	struct fi_info		*info;
 	struct fid_fabric	*fabric;
 	struct fid_domain	*domain;
-	struct fabric_ep	 srv;
-	uint8_t			 own[FABRIC_ADDR_MAX];	/* srv's name */
-	size_t			 ownlen;
+	struct fabric_lane	 lanes[FABRIC_LANES_MAX];
+	unsigned		 nlanes;
+	uint8_t			 own[FABRIC_LANES_MAX * FABRIC_ADDR_MAX];	/* the srvs' names */
+	size_t			 ownlen;	/* of one name: every lane's is as long */
 	char			 prov[64];
 	uint64_t		 mr_mode;
 	size_t			 max_msg;	/* split size */
@@ -299,16 +337,9 @@ struct fabric {
 	size_t			 nregions;
 	struct fabric_handles	 handles;
 	uint64_t		 peer_next;
-	struct fabric_peers	 peers;
-	struct fabric_drains	 drains;
 	int			 close_unsafe;	/* closing mid-response crashes (see the top) */
 	int64_t			 spin_us;	/* poll this long after activity; 0: never */
-	struct workq		*cmdq;		/* loop -> fabric thread, on base */
-	struct workq		*doneq;		/* fabric thread -> loop: finished reads */
-	struct fabric_cmd	 stop;
-	pthread_t		 thread;
-	int			 started;
-	struct event		*backstop;
+	struct workq		*doneq;		/* fabric threads -> loop: finished reads */
 	struct fabric_ops	 late;		/* finished while a close was deferred */
 	int			 dispatching;	/* inside a done() */
 	int			 closing;	/* 1: fabric_close deferred; 2: closing */
@@ -319,6 +350,8 @@ struct fabric {
 static void	fabric_ep_progress(struct fabric_ep *);
 static void	fabric_peer_rebuild(struct fabric_peer *);
 static void	fabric_drain_end(struct fabric_drain *);
+static struct fabric_handle *fabric_handle_find(const struct fabric *, uint64_t);
+static void	fabric_handle_free(struct fabric_handle *);
 
 static int64_t
 fabric_us(void)
@@ -433,6 +466,10 @@ fabric_op_fail(struct fabric_op *op, int err)
 static void
 fabric_deliver(struct fabric *f, struct fabric_op *op)
 {
+	struct fabric_handle	*h;
+
+	if ((h = fabric_handle_find(f, op->peer_id)) != NULL)
+		h->out[op->lane] -= op->len;
 	if (op->err == 0) {
 		f->stats.done++;
 		f->stats.bytes += op->len;
@@ -675,15 +712,17 @@ fabric_ep_close(struct fabric_ep *e)
 	e->posted = 0;
 }
 
-/* An endpoint with a new CQ on f's domain, bound to e->av (opened here if NULL). */
+/* An endpoint of lane l with a new CQ on the domain, bound to e->av (opened here if NULL). */
 static int
-fabric_ep_open(struct fabric *f, struct fabric_ep *e, char *err, size_t errlen)
+fabric_ep_open(struct fabric_lane *l, struct fabric_ep *e, char *err, size_t errlen)
 {
+	struct fabric		*f = l->f;
 	struct fi_cq_attr	 ca;
 	struct fi_av_attr	 aa;
 	int			 rc, fd = -1;
 
 	e->f = f;
+	e->lane = l;
 	memset(&ca, 0, sizeof(ca));
 	ca.format = FI_CQ_FORMAT_CONTEXT;
 	ca.size = FABRIC_CQ_SIZE;
@@ -714,14 +753,14 @@ fabric_ep_open(struct fabric *f, struct fabric_ep *e, char *err, size_t errlen)
 		goto fail;
 	}
 	if (ca.wait_obj == FI_WAIT_FD && fi_control(&e->cq->fid, FI_GETWAIT, &fd) == 0 && fd >= 0) {
-		e->ev = event_new(f->base, fd, EV_READ | EV_PERSIST, fabric_ep_cb, e);
+		e->ev = event_new(l->base, fd, EV_READ | EV_PERSIST, fabric_ep_cb, e);
 		if (e->ev == NULL || event_add(e->ev, NULL) != 0) {
 			rc = -ENOMEM;
 			snprintf(err, errlen, "out of memory for an endpoint's event");
 			goto fail;
 		}
 	}
-	if ((e->again = evtimer_new(f->base, fabric_ep_cb, e)) == NULL) {
+	if ((e->again = evtimer_new(l->base, fabric_ep_cb, e)) == NULL) {
 		rc = -ENOMEM;
 		snprintf(err, errlen, "out of memory for an endpoint's timer");
 		goto fail;
@@ -819,7 +858,7 @@ fabric_drain_end(struct fabric_drain *d)
 	}
 	if (d->limit != NULL)
 		event_free(d->limit);
-	TAILQ_REMOVE(&f->drains, d, entry);
+	TAILQ_REMOVE(&d->e.lane->drains, d, entry);
 	free(d);
 }
 
@@ -842,6 +881,7 @@ static void
 fabric_ep_retire(struct fabric_peer *p, int err)
 {
 	struct fabric		*f = p->rd.f;
+	struct fabric_lane	*l = p->rd.lane;
 	struct fabric_drain	*d;
 	struct fabric_op	*op, *next;
 	size_t			 i;
@@ -872,9 +912,9 @@ fabric_ep_retire(struct fabric_peer *p, int err)
 		d->e.drain = d;
 		d->e.ev = d->e.again = NULL;
 		if (fd >= 0)
-			d->e.ev = event_new(f->base, fd, EV_READ | EV_PERSIST, fabric_ep_cb, &d->e);
-		d->e.again = evtimer_new(f->base, fabric_ep_cb, &d->e);
-		d->limit = evtimer_new(f->base, fabric_drain_limit_cb, d);
+			d->e.ev = event_new(l->base, fd, EV_READ | EV_PERSIST, fabric_ep_cb, &d->e);
+		d->e.again = evtimer_new(l->base, fabric_ep_cb, &d->e);
+		d->limit = evtimer_new(l->base, fabric_drain_limit_cb, d);
 		if ((fd >= 0 && d->e.ev == NULL) || d->e.again == NULL || d->limit == NULL ||
 		    (d->e.ev != NULL && event_add(d->e.ev, NULL) != 0) ||
 		    evtimer_add(d->limit, &tv) != 0) {
@@ -883,7 +923,7 @@ fabric_ep_retire(struct fabric_peer *p, int err)
 			    (unsigned long long)p->id);
 			broken = 1;
 		}
-		TAILQ_INSERT_TAIL(&f->drains, d, entry);
+		TAILQ_INSERT_TAIL(&l->drains, d, entry);
 		fabric_ep_forget(&p->rd);	/* frees the old events: the drain has its own */
 	}
 	for (op = TAILQ_FIRST(&p->ops); op != NULL; op = next) {
@@ -922,7 +962,7 @@ fabric_peer_open(struct fabric_peer *p, char *err, size_t errlen)
 {
 	int	fresh = p->rd.av == NULL, rc;
 
-	if ((rc = fabric_ep_open(p->rd.f, &p->rd, err, errlen)) != 0)
+	if ((rc = fabric_ep_open(p->rd.lane, &p->rd, err, errlen)) != 0)
 		return rc;
 	if (fresh && fi_av_insert(p->rd.av, p->name, 1, &p->addr, 0, NULL) != 1) {
 		snprintf(err, errlen, "fi_av_insert: the peer's address was refused");
@@ -960,11 +1000,11 @@ fabric_peer_rebuild(struct fabric_peer *p)
 }
 
 static struct fabric_peer *
-fabric_peer_find(const struct fabric *f, uint64_t id)
+fabric_peer_find(const struct fabric_lane *l, uint64_t id)
 {
 	struct fabric_peer	*p;
 
-	TAILQ_FOREACH(p, &f->peers, entry)
+	TAILQ_FOREACH(p, &l->peers, entry)
 		if (p->id == id)
 			return p;
 	return NULL;
@@ -996,16 +1036,16 @@ fabric_deadline_cb(evutil_socket_t fd, short ev, void *arg)
 static void
 fabric_backstop_cb(evutil_socket_t fd, short ev, void *arg)
 {
-	struct fabric		*f = arg;
+	struct fabric_lane	*l = arg;
 	struct fabric_peer	*p;
 	struct fabric_drain	*d;
 
 	(void)fd;
 	(void)ev;
-	fabric_ep_again(&f->srv, 0);
-	TAILQ_FOREACH(p, &f->peers, entry)
+	fabric_ep_again(&l->srv, 0);
+	TAILQ_FOREACH(p, &l->peers, entry)
 		fabric_ep_again(&p->rd, 0);
-	TAILQ_FOREACH(d, &f->drains, entry)
+	TAILQ_FOREACH(d, &l->drains, entry)
 		fabric_ep_again(&d->e, 0);
 }
 
@@ -1052,13 +1092,13 @@ fabric_local_ok(const struct fabric *f, const void *p, size_t len)
  * reopened or its deadline's timer made.
  */
 static void
-fabric_thread_read(struct fabric *f, struct fabric_op *op)
+fabric_thread_read(struct fabric_lane *l, struct fabric_op *op)
 {
 	struct fabric_peer	*p;
 	struct timeval		 tv;
 	char			 err[256];
 
-	if ((p = fabric_peer_find(f, op->peer_id)) == NULL) {
+	if ((p = fabric_peer_find(l, op->peer_id)) == NULL) {
 		op->err = -ECANCELED;	/* not reached: a REMOVE follows its peer's reads */
 		fabric_op_finish(op);
 		return;
@@ -1072,7 +1112,7 @@ fabric_thread_read(struct fabric *f, struct fabric_op *op)
 	if (op->deadline_ms > 0) {
 		tv.tv_sec = op->deadline_ms / 1000;
 		tv.tv_usec = (op->deadline_ms % 1000) * 1000;
-		if ((op->deadline = evtimer_new(f->base, fabric_deadline_cb, op)) == NULL ||
+		if ((op->deadline = evtimer_new(l->base, fabric_deadline_cb, op)) == NULL ||
 		    evtimer_add(op->deadline, &tv) != 0) {
 			op->err = -ENOMEM;
 			fabric_op_finish(op);
@@ -1091,19 +1131,19 @@ fabric_thread_read(struct fabric *f, struct fabric_op *op)
 
 /* Fabric thread: fails the peer's reads (-ECANCELED, once their parts drained) and forgets it. */
 static void
-fabric_thread_remove(struct fabric *f, uint64_t id)
+fabric_thread_remove(struct fabric_lane *l, uint64_t id)
 {
 	struct fabric_peer	*p;
 	struct fabric_op	*op;
 
-	if ((p = fabric_peer_find(f, id)) == NULL)
+	if ((p = fabric_peer_find(l, id)) == NULL)
 		return;
 	fabric_ep_retire(p, -ECANCELED);
 	while ((op = TAILQ_FIRST(&p->ops)) != NULL)
 		fabric_op_fail(op, -ECANCELED);
 	if (p->rd.av != NULL)
 		fi_close(&p->rd.av->fid);
-	TAILQ_REMOVE(&f->peers, p, entry);
+	TAILQ_REMOVE(&l->peers, p, entry);
 	free(p);
 }
 
@@ -1112,32 +1152,32 @@ fabric_thread_remove(struct fabric *f, uint64_t id)
  * parts on the wire drained, here, for at most FABRIC_DRAIN_MS.
  */
 static void
-fabric_thread_stop(struct fabric *f)
+fabric_thread_stop(struct fabric_lane *l)
 {
 	struct fabric_drain	*d, *dn;
 	struct timespec		 nap = { 0, 200 * 1000 };
 	int64_t			 t0;
 
-	while (!TAILQ_EMPTY(&f->peers))
-		fabric_thread_remove(f, TAILQ_FIRST(&f->peers)->id);
-	for (t0 = fabric_ms(); !TAILQ_EMPTY(&f->drains) && fabric_ms() - t0 < FABRIC_DRAIN_MS;
+	while (!TAILQ_EMPTY(&l->peers))
+		fabric_thread_remove(l, TAILQ_FIRST(&l->peers)->id);
+	for (t0 = fabric_ms(); !TAILQ_EMPTY(&l->drains) && fabric_ms() - t0 < FABRIC_DRAIN_MS;
 	    nanosleep(&nap, NULL)) {
-		for (d = TAILQ_FIRST(&f->drains); d != NULL; d = dn) {
+		for (d = TAILQ_FIRST(&l->drains); d != NULL; d = dn) {
 			dn = TAILQ_NEXT(d, entry);
 			fabric_ep_progress(&d->e);	/* may end d */
 		}
 	}
-	while ((d = TAILQ_FIRST(&f->drains)) != NULL)
+	while ((d = TAILQ_FIRST(&l->drains)) != NULL)
 		fabric_drain_end(d);
-	f->stop.rc = 1;		/* ran: fabric_thread_main returns */
-	event_base_loopbreak(f->base);
+	l->stop.rc = 1;		/* ran: fabric_thread_main returns */
+	event_base_loopbreak(l->base);
 }
 
 /* Fabric thread: cmdq's done. */
 static void
 fabric_cmd_cb(struct workq_entry *e, void *arg)
 {
-	struct fabric		*f = arg;
+	struct fabric_lane	*l = arg;
 	struct fabric_cmd	*c = (struct fabric_cmd *)(void *)e;
 	struct fabric_peer	*p;
 	sem_t			*answered;
@@ -1145,23 +1185,23 @@ fabric_cmd_cb(struct workq_entry *e, void *arg)
 
 	switch (c->type) {
 	case FABRIC_CMD_READ:
-		fabric_thread_read(f, (struct fabric_op *)(void *)c);
+		fabric_thread_read(l, (struct fabric_op *)(void *)c);
 		break;
 	case FABRIC_CMD_ADD:
 		p = c->add;
 		if ((c->rc = fabric_peer_open(p, err, sizeof(err))) != 0)
-			log_warn("fabric", "a peer's endpoint: %s", err);
+			log_warn("fabric", "a peer's endpoint (lane %u): %s", l->idx, err);
 		else
-			TAILQ_INSERT_TAIL(&f->peers, p, entry);
+			TAILQ_INSERT_TAIL(&l->peers, p, entry);
 		answered = c->answered;
 		sem_post(answered);	/* c is the loop's again */
 		break;
 	case FABRIC_CMD_REMOVE:
-		fabric_thread_remove(f, c->peer);
-		free(c);		/* the handle it is the first member of */
+		fabric_thread_remove(l, c->peer);
+		free(c);		/* made for this lane at the add */
 		break;
 	case FABRIC_CMD_STOP:
-		fabric_thread_stop(f);
+		fabric_thread_stop(l);
 		break;
 	}
 }
@@ -1174,12 +1214,12 @@ fabric_cmd_cb(struct workq_entry *e, void *arg)
 static void *
 fabric_thread_main(void *arg)
 {
-	struct fabric	*f = arg;
-	struct timespec	 nap = { 0, 10 * 1000 * 1000 };
-	int		 said = 0;
+	struct fabric_lane	*l = arg;
+	struct timespec		 nap = { 0, 10 * 1000 * 1000 };
+	int			 said = 0;
 
-	while (f->stop.rc == 0) {
-		if (event_base_dispatch(f->base) == 0 || f->stop.rc != 0)
+	while (l->stop.rc == 0) {
+		if (event_base_dispatch(l->base) == 0 || l->stop.rc != 0)
 			continue;
 		if (!said++)
 			log_error("fabric", "the fabric thread's event loop failed: %s; retrying",
@@ -1207,24 +1247,89 @@ fabric_init_env(void)
 }
 
 /*
- * Opens provider prov on node (NULL: the provider's choice) and starts its
- * fabric thread; done() callbacks run on base's loop, the caller's. The
+ * A lane's event base, command queue, serving endpoint (its name goes to
+ * f->own at its index; every lane's must be as long as lane 0's) and
+ * backstop timer. Its thread is started by fabric_open.
+ */
+static int
+fabric_lane_open(struct fabric_lane *l, char *err, size_t errlen)
+{
+	struct fabric	*f = l->f;
+	struct timeval	 tv = { FABRIC_BACKSTOP_MS / 1000, (FABRIC_BACKSTOP_MS % 1000) * 1000 };
+	size_t		 len = FABRIC_ADDR_MAX;
+	int		 rc;
+
+	if ((l->base = event_base_new()) == NULL) {
+		snprintf(err, errlen, "fabric: out of memory for a fabric thread's event base");
+		return -ENOMEM;
+	}
+	if ((rc = workq_new(l->base, "fabric", FABRIC_CMD_BATCH, fabric_cmd_cb, NULL, l, &l->cmdq,
+	    err, errlen)) != 0 || (rc = fabric_ep_open(l, &l->srv, err, errlen)) != 0)
+		return rc;
+	if ((rc = fi_getname(&l->srv.ep->fid, f->own + l->idx * FABRIC_ADDR_MAX, &len)) != 0) {
+		snprintf(err, errlen, "fabric: fi_getname: %s", fi_strerror(-rc));
+		return fabric_errno(rc);
+	}
+	if (l->idx == 0)
+		f->ownlen = len;
+	else if (len != f->ownlen) {
+		snprintf(err, errlen, "fabric: lane %u's endpoint name is %zu bytes, lane 0's %zu",
+		    l->idx, len, f->ownlen);
+		return -EIO;
+	}
+	l->backstop = event_new(l->base, -1, EV_PERSIST, fabric_backstop_cb, l);
+	if (l->backstop == NULL || event_add(l->backstop, &tv) != 0) {
+		snprintf(err, errlen, "fabric: out of memory for its events");
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Frees what fabric_lane_open made; its thread has ended (or never ran). */
+static void
+fabric_lane_free(struct fabric_lane *l)
+{
+	if (l->backstop != NULL)
+		event_free(l->backstop);
+	l->backstop = NULL;
+	fabric_ep_close(&l->srv);
+	if (l->srv.av != NULL)
+		fi_close(&l->srv.av->fid);
+	l->srv.av = NULL;
+	workq_free(l->cmdq);
+	l->cmdq = NULL;
+	if (l->base != NULL)
+		event_base_free(l->base);
+	l->base = NULL;
+}
+
+/*
+ * Opens provider prov on node (NULL: the provider's choice) with `lanes`
+ * fabric threads (1 to FABRIC_LANES_MAX), each with a serving endpoint
+ * of its own and a reading endpoint per peer: a peer is read over as many
+ * lanes as both sides have, so that its reads, and the serving side's
+ * progress of them, spread over that many threads and connections; done() callbacks run on base's loop, the caller's. The
  * caller owns *fp (fabric_close). 0 or -errno with err filled.
  */
 int
-fabric_open(struct event_base *base, const char *prov, const char *node, struct fabric **fp,
-    char *err, size_t errlen)
+fabric_open(struct event_base *base, const char *prov, const char *node, unsigned lanes,
+    struct fabric **fp, char *err, size_t errlen)
 {
-	struct fi_info	*hints;
-	struct fabric	*f;
-	struct timeval	 tv = { FABRIC_BACKSTOP_MS / 1000, (FABRIC_BACKSTOP_MS % 1000) * 1000 };
-	sigset_t	 all, old;
-	size_t		 ks;
-	int		 rc;
+	struct fi_info		*hints;
+	struct fabric		*f;
+	struct fabric_lane	*l;
+	sigset_t		 all, old;
+	size_t			 ks;
+	unsigned		 i;
+	int			 rc;
 
 	*fp = NULL;
 	if (prov == NULL || *prov == '\0') {
 		snprintf(err, errlen, "fabric: no provider named");
+		return -EINVAL;
+	}
+	if (lanes < 1 || lanes > FABRIC_LANES_MAX) {
+		snprintf(err, errlen, "fabric: %u lanes (1 to %d)", lanes, FABRIC_LANES_MAX);
 		return -EINVAL;
 	}
 	if ((f = calloc(1, sizeof(*f))) == NULL || (hints = fi_allocinfo()) == NULL) {
@@ -1233,11 +1338,17 @@ fabric_open(struct event_base *base, const char *prov, const char *node, struct 
 		return -ENOMEM;
 	}
 	f->loop = base;
-	TAILQ_INIT(&f->peers);
-	TAILQ_INIT(&f->drains);
 	TAILQ_INIT(&f->handles);
 	TAILQ_INIT(&f->late);
-	f->stop.type = FABRIC_CMD_STOP;
+	f->nlanes = lanes;
+	for (i = 0; i < lanes; i++) {
+		l = &f->lanes[i];
+		l->f = f;
+		l->idx = i;
+		TAILQ_INIT(&l->peers);
+		TAILQ_INIT(&l->drains);
+		l->stop.type = FABRIC_CMD_STOP;
+	}
 	hints->caps = FI_RMA | FI_READ | FI_REMOTE_READ;
 	hints->mode = FABRIC_MODE_OFFER;
 	hints->ep_attr->type = FI_EP_RDM;
@@ -1293,45 +1404,31 @@ fabric_open(struct event_base *base, const char *prov, const char *node, struct 
 		snprintf(err, errlen, "fabric: fi_domain: %s", fi_strerror(-rc));
 		goto fail;
 	}
-	if ((f->base = event_base_new()) == NULL) {
-		rc = -ENOMEM;
-		snprintf(err, errlen, "fabric: out of memory for its thread's event base");
-		goto fail;
-	}
-	if ((rc = workq_new(f->base, "fabric", FABRIC_CMD_BATCH, fabric_cmd_cb, NULL, f,
-	    &f->cmdq, err, errlen)) != 0 ||
-	    (rc = workq_new(base, "fabric", FABRIC_FINISH_BATCH, fabric_done_cb, fabric_done_wake, f,
+	if ((rc = workq_new(base, "fabric", FABRIC_FINISH_BATCH, fabric_done_cb, fabric_done_wake, f,
 	    &f->doneq, err, errlen)) != 0)
 		goto fail;
-	if ((rc = fabric_ep_open(f, &f->srv, err, errlen)) != 0)
-		goto fail;
-	f->ownlen = sizeof(f->own);
-	if ((rc = fi_getname(&f->srv.ep->fid, f->own, &f->ownlen)) != 0) {
-		snprintf(err, errlen, "fabric: fi_getname: %s", fi_strerror(-rc));
-		rc = fabric_errno(rc);
-		goto fail;
-	}
-	f->backstop = event_new(f->base, -1, EV_PERSIST, fabric_backstop_cb, f);
-	if (f->backstop == NULL || event_add(f->backstop, &tv) != 0) {
-		rc = -ENOMEM;
-		snprintf(err, errlen, "fabric: out of memory for its events");
-		goto fail;
-	}
-	/* Signals are the loop's (libevent's handlers there): the thread blocks them all. */
+	for (i = 0; i < lanes; i++)
+		if ((rc = fabric_lane_open(&f->lanes[i], err, errlen)) != 0)
+			goto fail;
+	/* Signals are the loop's (libevent's handlers there): the threads block them all. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = pthread_create(&f->thread, NULL, fabric_thread_main, f);
+	for (i = 0, rc = 0; i < lanes && rc == 0; i++) {
+		l = &f->lanes[i];
+		if ((rc = pthread_create(&l->thread, NULL, fabric_thread_main, l)) == 0) {
+			pthread_setname_np(l->thread, "l3kv-fabric");
+			l->started = 1;
+		}
+	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc != 0) {
 		snprintf(err, errlen, "fabric: pthread_create: %s", strerror(rc));
 		rc = -rc;
 		goto fail;
 	}
-	pthread_setname_np(f->thread, "l3kv-fabric");
-	f->started = 1;
-	log_info("fabric", "%s: mr_mode %#llx, max message %zu, %zu reads in flight per peer, "
-	    "polls %lld us after activity", f->prov, (unsigned long long)f->mr_mode, f->max_msg,
-	    f->tx_size, (long long)f->spin_us);
+	log_info("fabric", "%s: mr_mode %#llx, max message %zu, %zu reads in flight per peer and "
+	    "lane, %u lane%s, polls %lld us after activity", f->prov, (unsigned long long)f->mr_mode,
+	    f->max_msg, f->tx_size, lanes, lanes == 1 ? "" : "s", (long long)f->spin_us);
 	*fp = f;
 	return 0;
 fail:
@@ -1361,15 +1458,19 @@ fabric_close(struct fabric *f)
 		return;
 	}
 	f->closing = 2;
-	if (f->started) {
-		workq_push(f->cmdq, &f->stop.wq);
-		pthread_join(f->thread, NULL);
-		f->started = 0;
-	}
+	for (i = 0; i < f->nlanes; i++)
+		if (f->lanes[i].started)
+			workq_push(f->lanes[i].cmdq, &f->lanes[i].stop.wq);
+	for (i = 0; i < f->nlanes; i++)
+		if (f->lanes[i].started) {
+			pthread_join(f->lanes[i].thread, NULL);
+			f->lanes[i].started = 0;
+		}
 	/*
-	 * No fabric thread from here. STOP was its last command (nothing is
-	 * pushed once closing) and removed every peer and drain; without a
-	 * thread (fabric_open failed before it) there never were any.
+	 * No fabric thread from here. STOP was each one's last command
+	 * (nothing is pushed once closing) and removed every peer and drain
+	 * of its lane; without threads (fabric_open failed before them) there
+	 * never were any.
 	 */
 	while ((op = TAILQ_FIRST(&f->late)) != NULL) {
 		TAILQ_REMOVE(&f->late, op, entry);
@@ -1378,17 +1479,11 @@ fabric_close(struct fabric *f)
 	workq_flush(f->doneq);
 	while ((h = TAILQ_FIRST(&f->handles)) != NULL) {
 		TAILQ_REMOVE(&f->handles, h, entry);
-		free(h);
+		fabric_handle_free(h);
 	}
-	if (f->backstop != NULL)
-		event_free(f->backstop);
-	fabric_ep_close(&f->srv);
-	if (f->srv.av != NULL)
-		fi_close(&f->srv.av->fid);
-	workq_free(f->cmdq);
+	for (i = 0; i < f->nlanes; i++)
+		fabric_lane_free(&f->lanes[i]);
 	workq_free(f->doneq);
-	if (f->base != NULL)
-		event_base_free(f->base);
 	for (i = 0; i < f->nregions; i++) {
 		for (j = 0; j < f->regions[i].nchunks; j++)
 			if (f->regions[i].chunks[j].mr != NULL)
@@ -1418,16 +1513,28 @@ fabric_spin_us(const struct fabric *f)
 	return (unsigned)f->spin_us;
 }
 
-/* The serving endpoint's name; *len: the buffer's size in, the name's length out. */
+unsigned
+fabric_lanes(const struct fabric *f)
+{
+	return f->nlanes;
+}
+
+/*
+ * The serving endpoints' names, lane 0's first, each as long as the
+ * others; *len: the buffer's size in, the names' length out (a multiple
+ * of one name's).
+ */
 int
 fabric_name(const struct fabric *f, uint8_t *buf, size_t *len)
 {
-	size_t	room = *len;
+	size_t		room = *len;
+	unsigned	i;
 
-	*len = f->ownlen;
-	if (room < f->ownlen)
+	*len = f->ownlen * f->nlanes;
+	if (room < *len)
 		return -ENOBUFS;
-	memcpy(buf, f->own, f->ownlen);
+	for (i = 0; i < f->nlanes; i++)
+		memcpy(buf + i * f->ownlen, f->own + i * FABRIC_ADDR_MAX, f->ownlen);
 	return 0;
 }
 
@@ -1521,58 +1628,100 @@ fabric_rkey(const struct fabric *f, const void *p, size_t len, uint64_t *raddr, 
 	return 0;
 }
 
+/* The handle and the REMOVEs it still holds (those not pushed). */
+static void
+fabric_handle_free(struct fabric_handle *h)
+{
+	unsigned	i;
+
+	for (i = 0; i < FABRIC_LANES_MAX; i++)
+		free(h->rm[i]);
+	free(h);
+}
+
 /*
- * A peer by the name it sent (untrusted: its length must be this
- * provider's and its address family a socket address's). *peer is the
- * handle for fabric_read and fabric_peer_remove. Waits for the fabric
- * thread to open the peer's endpoint.
+ * A peer by the names it sent (untrusted: len a multiple of this
+ * provider's name length, one name per lane of the peer, lane 0's first,
+ * each a socket address's family where the provider's names are socket
+ * addresses). It is read over as many lanes as both sides have; lane i
+ * of ours reads the peer's lane i. *peer is the handle for fabric_read
+ * and fabric_peer_remove. Waits for the fabric threads to open the
+ * peer's endpoints.
  */
 int
 fabric_peer_add(struct fabric *f, const uint8_t *name, size_t len, uint64_t *peer)
 {
-	struct fabric_peer	*p;
+	struct fabric_peer	*p[FABRIC_LANES_MAX] = { 0 };
 	struct fabric_handle	*h;
-	struct fabric_cmd	 c;
+	struct fabric_cmd	 c[FABRIC_LANES_MAX];
 	sem_t			 answered;
 	uint16_t		 family;
+	unsigned		 i, n;
+	int			 rc = 0;
 
-	if (f->closing || len != f->ownlen || len > FABRIC_ADDR_MAX)
+	if (f->closing || len == 0 || len % f->ownlen != 0)
 		return -EINVAL;
+	n = (unsigned)(len / f->ownlen < f->nlanes ? len / f->ownlen : f->nlanes);
 	if (f->info->addr_format == FI_SOCKADDR_IN || f->info->addr_format == FI_SOCKADDR_IN6 ||
-	    f->info->addr_format == FI_SOCKADDR) {
-		memcpy(&family, name, sizeof(family));
-		if (family != AF_INET && family != AF_INET6)
-			return -EINVAL;
-	}
-	p = calloc(1, sizeof(*p));
-	h = calloc(1, sizeof(*h));
-	if (p == NULL || h == NULL || sem_init(&answered, 0, 0) != 0) {
-		free(p);
+	    f->info->addr_format == FI_SOCKADDR)
+		for (i = 0; i < len / f->ownlen; i++) {
+			memcpy(&family, name + i * f->ownlen, sizeof(family));
+			if (family != AF_INET && family != AF_INET6)
+				return -EINVAL;
+		}
+	if ((h = calloc(1, sizeof(*h))) == NULL || sem_init(&answered, 0, 0) != 0) {
 		free(h);
 		return -ENOMEM;
 	}
-	TAILQ_INIT(&p->ops);
-	memcpy(p->name, name, len);
-	p->namelen = len;
-	p->id = ++f->peer_next;
-	p->rd.peer = p;
-	p->rd.f = f;
-	memset(&c, 0, sizeof(c));
-	c.type = FABRIC_CMD_ADD;
-	c.add = p;
-	c.answered = &answered;
-	workq_push(f->cmdq, &c.wq);
-	while (sem_wait(&answered) != 0)
-		;		/* EINTR only */
-	sem_destroy(&answered);
-	if (c.rc != 0) {
-		free(p);	/* the fabric thread did not keep it */
-		free(h);
-		return c.rc;
+	h->id = ++f->peer_next;
+	h->nlanes = n;
+	for (i = 0; i < n; i++) {
+		p[i] = calloc(1, sizeof(*p[i]));
+		h->rm[i] = calloc(1, sizeof(*h->rm[i]));
+		if (p[i] == NULL || h->rm[i] == NULL) {
+			for (n = 0; n <= i; n++)
+				free(p[n]);
+			fabric_handle_free(h);
+			sem_destroy(&answered);
+			return -ENOMEM;
+		}
+		TAILQ_INIT(&p[i]->ops);
+		memcpy(p[i]->name, name + i * f->ownlen, f->ownlen);
+		p[i]->namelen = f->ownlen;
+		p[i]->id = h->id;
+		p[i]->rd.peer = p[i];
+		p[i]->rd.f = f;
+		p[i]->rd.lane = &f->lanes[i];
+		h->rm[i]->type = FABRIC_CMD_REMOVE;
+		h->rm[i]->peer = h->id;
 	}
-	h->id = p->id;
-	h->rm.type = FABRIC_CMD_REMOVE;
-	h->rm.peer = p->id;
+	memset(c, 0, sizeof(c));
+	for (i = 0; i < n; i++) {
+		c[i].type = FABRIC_CMD_ADD;
+		c[i].add = p[i];
+		c[i].answered = &answered;
+		workq_push(f->lanes[i].cmdq, &c[i].wq);
+	}
+	for (i = 0; i < n; i++)
+		while (sem_wait(&answered) != 0)
+			;	/* EINTR only */
+	sem_destroy(&answered);
+	for (i = 0; i < n; i++)
+		if (c[i].rc != 0 && rc == 0)
+			rc = c[i].rc;
+	if (rc != 0) {
+		/* The lanes that kept theirs remove it; the others did not keep it. */
+		for (i = 0; i < n; i++) {
+			if (c[i].rc != 0) {
+				free(p[i]);
+				continue;
+			}
+			workq_push(f->lanes[i].cmdq, &h->rm[i]->wq);
+			h->rm[i] = NULL;
+		}
+		fabric_handle_free(h);
+		return rc;
+	}
 	TAILQ_INSERT_TAIL(&f->handles, h, entry);
 	*peer = h->id;
 	return 0;
@@ -1598,13 +1747,19 @@ fabric_peer_remove(struct fabric *f, uint64_t id)
 {
 	struct fabric_handle	*h;
 
+	unsigned		 i;
+
 	if ((h = fabric_handle_find(f, id)) == NULL)
 		return;
 	TAILQ_REMOVE(&f->handles, h, entry);
-	if (f->closing == 2)
-		free(h);	/* the close removes every peer */
-	else
-		workq_push(f->cmdq, &h->rm.wq);	/* the fabric thread frees h */
+	if (f->closing != 2) {
+		/* The close removes every peer itself; else each lane frees its REMOVE. */
+		for (i = 0; i < h->nlanes; i++) {
+			workq_push(f->lanes[i].cmdq, &h->rm[i]->wq);
+			h->rm[i] = NULL;
+		}
+	}
+	fabric_handle_free(h);
 }
 
 /*
@@ -1620,14 +1775,16 @@ fabric_read(struct fabric *f, uint64_t peer, void *dst, size_t len, uint64_t rad
     uint64_t rkey, uint32_t deadline_ms, fabric_done_fn done, void *arg)
 {
 	const struct fabric_chunk	*c;
+	struct fabric_handle		*h;
 	struct fabric_op		*op;
 	struct fabric_part		*pt;
 	uint8_t				*d = dst;
 	size_t				 n, off, np;
+	unsigned			 i, lane, start;
 
 	if (len == 0 || done == NULL || f->closing || raddr + len < raddr)
 		return -EINVAL;
-	if (fabric_handle_find(f, peer) == NULL)
+	if ((h = fabric_handle_find(f, peer)) == NULL)
 		return -ENOENT;
 	if (!fabric_local_ok(f, dst, len))
 		return -ERANGE;
@@ -1660,8 +1817,20 @@ fabric_read(struct fabric *f, uint64_t peer, void *dst, size_t len, uint64_t rad
 		pt->raddr = raddr + off;
 		pt->desc = c->desc;
 	}
+	/*
+	 * The lane owing the fewest bytes (a slow or rebuilding one gets
+	 * less), ties taken in turn, so that every lane's connection is made
+	 * and kept warm while reads come one at a time.
+	 */
+	start = lane = h->turn++ % h->nlanes;
+	for (i = 1; i < h->nlanes; i++)
+		if (h->out[(start + i) % h->nlanes] < h->out[lane])
+			lane = (start + i) % h->nlanes;
+	h->out[lane] += len;
+	op->lane = lane;
 	f->stats.reads++;
-	workq_push(f->cmdq, &op->cmd.wq);	/* the fabric thread's from here */
+	f->stats.lane_reads[lane]++;
+	workq_push(f->lanes[lane].cmdq, &op->cmd.wq);	/* that fabric thread's from here */
 	return 0;
 }
 

@@ -309,6 +309,17 @@ peer_send(struct peer *p, unsigned type, const void *payload, uint32_t len, uint
 
 /* ------------------------------------------------------------------ connection */
 
+/* What a HELLO, ours or our answer to one, says about reading us: provider, endpoints, chunks. */
+void
+peer_hello_data(const struct peer_tier *t, struct proto_peer_hello *h)
+{
+	snprintf(h->provider, sizeof(h->provider), "%s", t->provider);
+	h->fabric_len = t->fabric_len;
+	memcpy(h->fabric, t->fabric_name, (size_t)t->fabric_len * t->fabric_lanes);
+	h->nmr = t->nmr;
+	memcpy(h->mr, t->mr, sizeof(h->mr));
+}
+
 static void
 peer_hello_fill(struct peer_tier *t, struct proto_peer_hello *h, const uint8_t *nonce)
 {
@@ -318,11 +329,7 @@ peer_hello_fill(struct peer_tier *t, struct proto_peer_hello *h, const uint8_t *
 	snprintf(h->role, sizeof(h->role), "%s", t->s->cfg->role);
 	h->incarnation = t->incarnation;
 	memcpy(h->nonce, nonce, PROTO_PEER_NONCE);
-	snprintf(h->provider, sizeof(h->provider), "%s", t->provider);
-	h->fabric_len = t->fabric_len;
-	memcpy(h->fabric, t->fabric_name, t->fabric_len);
-	h->nmr = t->nmr;
-	memcpy(h->mr, t->mr, sizeof(h->mr));
+	peer_hello_data(t, h);
 }
 
 /* 0 when a HELLO's counts are in range (peer_set_remote would take it), or -EINVAL. */
@@ -348,11 +355,15 @@ peer_set_remote(struct peer *p, const struct proto_peer_hello *h)
 {
 	struct peer_tier	*t = p->tier;
 	struct peer_pull	*pl;
+	unsigned		 lanes;
+	size_t			 names;
 
 	if (peer_hello_counts_ok(h) != 0)
 		return -EINVAL;
+	lanes = proto_peer_hello_lanes(h);
+	names = (size_t)h->fabric_len * lanes;
 	if (p->incarnation == h->incarnation && p->fabric_len == h->fabric_len &&
-	    memcmp(p->fabric_name, h->fabric, h->fabric_len) == 0)
+	    p->fabric_lanes == lanes && memcmp(p->fabric_name, h->fabric, names) == 0)
 		return 0;
 	if (p->incarnation != 0 && p->incarnation != h->incarnation)
 		log_info("peer", "%s restarted (incarnation %016llx, was %016llx): its pulls fail",
@@ -365,13 +376,17 @@ peer_set_remote(struct peer *p, const struct proto_peer_hello *h)
 	p->fabric_ok = 0;
 	p->incarnation = h->incarnation;
 	p->fabric_len = h->fabric_len;
-	memcpy(p->fabric_name, h->fabric, h->fabric_len);
+	p->fabric_lanes = (uint16_t)lanes;
+	memset(p->fabric_name, 0, sizeof(p->fabric_name));
+	memcpy(p->fabric_name, h->fabric, names);
 	p->nmr = h->nmr;
 	memcpy(p->mr, h->mr, sizeof(p->mr));
+	p->lanes = 0;
 	if (t->fab != NULL && h->fabric_len > 0 && strcmp(h->provider, t->provider) == 0 &&
-	    fabric_peer_add(t->fab, h->fabric, h->fabric_len, &p->fabric_peer) == 0)
+	    fabric_peer_add(t->fab, h->fabric, names, &p->fabric_peer) == 0) {
 		p->fabric_ok = 1;
-	else if (t->fab != NULL)
+		p->lanes = lanes < fabric_lanes(t->fab) ? lanes : fabric_lanes(t->fab);
+	} else if (t->fab != NULL)
 		log_warn("peer", "%s: its data path (provider \"%.31s\", %u name bytes) cannot be "
 		    "reached from ours (%s): nothing is pulled from it", p->m.id, h->provider,
 		    h->fabric_len, t->provider);
@@ -1781,12 +1796,12 @@ peer_fabric_open(struct peer_tier *t)
 {
 	struct server	*s = t->s;
 	char		 err[256];
-	uint8_t		*arena;
-	size_t		 alen, off, len, nlen = sizeof(t->fabric_name);
+	uint8_t		*arena, names[FABRIC_LANES_MAX * FABRIC_ADDR_MAX];
+	size_t		 alen, off, len, nlen = sizeof(names);
 	int		 rc;
 
 	rc = fabric_open(s->base, s->cfg->peer_provider, s->cfg->peer_fabric_addr[0] != '\0' ?
-	    s->cfg->peer_fabric_addr : NULL, &t->fab, err, sizeof(err));
+	    s->cfg->peer_fabric_addr : NULL, s->cfg->peer_lanes, &t->fab, err, sizeof(err));
 	if (rc != 0) {
 		log_warn("peer", "provider %s: %s; the peer tier runs without a data path: "
 		    "nothing is served or pulled", s->cfg->peer_provider, err);
@@ -1795,14 +1810,23 @@ peer_fabric_open(struct peer_tier *t)
 	}
 	arena = dram_arena(s->dram, &alen);
 	if ((rc = fabric_expose(t->fab, arena, alen, PEER_CHUNK)) != 0 ||
-	    fabric_name(t->fab, t->fabric_name, &nlen) != 0 || nlen > sizeof(t->fabric_name)) {
+	    fabric_name(t->fab, names, &nlen) != 0 ||
+	    nlen / fabric_lanes(t->fab) > sizeof(t->fabric_name)) {
 		log_warn("peer", "provider %s: cannot expose the arena (%s); no data path",
 		    s->cfg->peer_provider, strerror(rc < 0 ? -rc : EINVAL));
 		fabric_close(t->fab);
 		t->fab = NULL;
 		return;
 	}
-	t->fabric_len = (uint16_t)nlen;
+	/* As many lanes' names as the HELLO's field holds (8 of IPv4's 16 bytes, 4 of IPv6's 28). */
+	t->fabric_len = (uint16_t)(nlen / fabric_lanes(t->fab));
+	t->fabric_lanes = (uint16_t)(fabric_lanes(t->fab) < sizeof(t->fabric_name) / t->fabric_len ?
+	    fabric_lanes(t->fab) : sizeof(t->fabric_name) / t->fabric_len);
+	if (t->fabric_lanes < fabric_lanes(t->fab))
+		log_warn("peer", "peer.lanes is %u, but the HELLO holds %u endpoint names of %u "
+		    "bytes: peers read us over %u lanes", fabric_lanes(t->fab), t->fabric_lanes,
+		    t->fabric_len, t->fabric_lanes);
+	memcpy(t->fabric_name, names, (size_t)t->fabric_len * t->fabric_lanes);
 	for (off = 0; off < alen && t->nmr < PROTO_PEER_KEYS_MAX; off += len) {
 		struct proto_peer_mr *m = &t->mr[t->nmr];
 
@@ -1813,8 +1837,8 @@ peer_fabric_open(struct peer_tier *t)
 		t->nmr++;
 	}
 	snprintf(t->provider, sizeof(t->provider), "%s", s->cfg->peer_provider);
-	log_info("peer", "data path: %s, arena of %zu bytes in %u chunks", fabric_provider(t->fab),
-	    alen, t->nmr);
+	log_info("peer", "data path: %s, %u lane%s, arena of %zu bytes in %u chunks",
+	    fabric_provider(t->fab), t->fabric_lanes, t->fabric_lanes == 1 ? "" : "s", alen, t->nmr);
 }
 
 /*
@@ -2005,6 +2029,8 @@ peer_stats_json(struct server *s)
 	size_t			 i;
 	unsigned		 f, pulling;
 	struct peer_pull	*pl;
+	struct fabric_stats	 fst;
+	json_t			*lr;
 	char			 inc[24];
 
 	if (t == NULL)
@@ -2031,6 +2057,7 @@ peer_stats_json(struct server *s)
 		    "asks_missed", (json_int_t)p->asks_missed);
 		snprintf(inc, sizeof(inc), "%016llx", (unsigned long long)p->incarnation);
 		json_object_set_new(po, "incarnation", json_string(inc));
+		json_object_set_new(po, "lanes", json_integer((json_int_t)p->lanes));
 		json_object_set_new(po, "failures", fo);
 		json_array_append_new(a, po);
 	}
@@ -2045,6 +2072,15 @@ peer_stats_json(struct server *s)
 	json_object_set_new(o, "membership", json_string(t->etcd == NULL ? "static" :
 	    t->etcd_answered ? "etcd" : "static, etcd not answered yet"));
 	json_object_set_new(o, "etcd_views", json_integer((json_int_t)t->etcd_views));
+	json_object_set_new(o, "lanes", json_integer((json_int_t)(t->fab != NULL ?
+	    fabric_lanes(t->fab) : 0)));
+	lr = json_array();
+	if (t->fab != NULL) {
+		fabric_get_stats(t->fab, &fst);
+		for (f = 0; f < fabric_lanes(t->fab); f++)
+			json_array_append_new(lr, json_integer((json_int_t)fst.lane_reads[f]));
+	}
+	json_object_set_new(o, "lane_reads", lr);
 	json_object_set_new(o, "peers", a);
 	return o;
 }

@@ -54,8 +54,10 @@ struct peer {
 	uint64_t		 incarnation;	/* its, from the last HELLO; 0: none yet */
 	uint64_t		 fabric_peer;
 	int			 fabric_ok;	/* fabric_peer is its current endpoint */
-	uint8_t			 fabric_name[PROTO_PEER_ADDR_MAX];
-	uint16_t		 fabric_len;
+	uint8_t			 fabric_name[PROTO_PEER_ADDR_MAX];	/* its lanes' names */
+	uint16_t		 fabric_len;	/* of one name */
+	uint16_t		 fabric_lanes;	/* names in its HELLO */
+	unsigned		 lanes;		/* read over: min(ours, its) */
 	struct proto_peer_mr	 mr[PROTO_PEER_KEYS_MAX];
 	uint16_t		 nmr;
 	/*
@@ -119,8 +121,9 @@ struct peer_tier {
 	struct fabric		*fab;		/* NULL: no data path (nothing served, nothing pulled) */
 	struct evdns_base	*dns;		/* members' and etcd's names; NULL: none resolve */
 	char			 provider[PROTO_PEER_PROV_LEN];
-	uint8_t			 fabric_name[PROTO_PEER_ADDR_MAX];
-	uint16_t		 fabric_len;
+	uint8_t			 fabric_name[PROTO_PEER_ADDR_MAX];	/* fabric_lanes names */
+	uint16_t		 fabric_len;	/* of one name */
+	uint16_t		 fabric_lanes;
 	struct proto_peer_mr	 mr[PROTO_PEER_KEYS_MAX];
 	uint16_t		 nmr;
 	uint64_t		 next_lease;
@@ -152,6 +155,7 @@ int	 peer_send(struct peer *, unsigned type, const void *payload, uint32_t len,
 	    uint32_t timeout_ms, peer_reply_fn *, void *arg);
 struct peer *peer_by_id(struct peer_tier *, const char *id);
 int	 peer_hello_counts_ok(const struct proto_peer_hello *);
+void	 peer_hello_data(const struct peer_tier *, struct proto_peer_hello *);
 int	 peer_set_remote(struct peer *, const struct proto_peer_hello *);
 int	 peer_mr_ok(const struct peer *, uint64_t raddr, uint64_t rkey, uint64_t len);
 int	 peer_source_ok(struct peer *, const struct sockaddr *from);

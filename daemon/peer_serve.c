@@ -234,11 +234,7 @@ peer_serve_hello(struct peer_in *in, struct proto_frame *f)
 	if (getrandom(in->nonce, sizeof(in->nonce), GRND_NONBLOCK) != sizeof(in->nonce))
 		memset(in->nonce, 0xa5, sizeof(in->nonce));
 	memcpy(r.nonce, in->nonce, sizeof(r.nonce));
-	snprintf(r.provider, sizeof(r.provider), "%s", t->provider);
-	r.fabric_len = t->fabric_len;
-	memcpy(r.fabric, t->fabric_name, t->fabric_len);
-	r.nmr = t->nmr;
-	memcpy(r.mr, t->mr, sizeof(r.mr));
+	peer_hello_data(t, &r);
 	if (t->s->cfg->peer_secret[0] != '\0')
 		peer_proof(t, h.nonce, t->self.id, t->incarnation, r.proof);
 	conn_reply(in->c, &f->hdr, PROTO_S_OK, &r, sizeof(r));

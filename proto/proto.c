@@ -404,6 +404,26 @@ proto_peer_hello_check(const struct proto_peer_hello *h)
 }
 
 /*
+ * The endpoint names a PEER_HELLO carries, one per lane of the sender:
+ * slots of fabric_len bytes in fabric, lane 0's first, up to the first
+ * slot of zeros or the field's end. A sender from before lanes zeroes
+ * what follows its one name: one lane. 0 without a name.
+ */
+unsigned
+proto_peer_hello_lanes(const struct proto_peer_hello *h)
+{
+	static const uint8_t	zeros[PROTO_PEER_ADDR_MAX];
+	unsigned		n;
+
+	if (h->fabric_len == 0 || h->fabric_len > sizeof(h->fabric))
+		return 0;
+	for (n = 1; (n + 1) * (size_t)h->fabric_len <= sizeof(h->fabric); n++)
+		if (memcmp(h->fabric + n * (size_t)h->fabric_len, zeros, h->fabric_len) == 0)
+			break;
+	return n;
+}
+
+/*
  * One object of a PEER_LEASE answer or a PEER_OFFER: 0 or
  * PROTO_S_INVALID. A present object has a length of 1 byte to 1 GiB
  * and a span that does not wrap; an absent one is zeros.

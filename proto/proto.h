@@ -482,10 +482,15 @@ struct proto_peer_hello {
 	uint8_t		nonce[PROTO_PEER_NONCE];	/* for the other side's proof */
 	uint8_t		proof[PROTO_PEER_PROOF];	/* reply: over the request's nonce */
 	char		provider[PROTO_PEER_PROV_LEN];	/* "" without a data path */
-	uint16_t	fabric_len;	/* bytes of fabric used */
+	uint16_t	fabric_len;	/* bytes of one endpoint name */
 	uint16_t	nmr;		/* entries of mr used */
 	uint32_t	pad;
-	uint8_t		fabric[PROTO_PEER_ADDR_MAX];	/* endpoint name (fi_getname) */
+	/*
+	 * Endpoint names (fi_getname) of fabric_len bytes back to back, one
+	 * per lane, lane 0's first; the first slot of zeros ends them
+	 * (proto_peer_hello_lanes).
+	 */
+	uint8_t		fabric[PROTO_PEER_ADDR_MAX];
 	struct proto_peer_mr mr[PROTO_PEER_KEYS_MAX];
 };
 _Static_assert(sizeof(struct proto_peer_hello) == 712, "proto_peer_hello");
@@ -635,6 +640,7 @@ int		 proto_attach_decode(const void *, uint32_t length,
 uint32_t	 proto_attach_length(uint8_t npools, uint16_t nregions, uint32_t nlive);
 uint32_t	 proto_attach_live(const struct proto_attach_view *, uint32_t i);
 int		 proto_peer_hello_check(const struct proto_peer_hello *);
+unsigned	 proto_peer_hello_lanes(const struct proto_peer_hello *);
 int		 proto_peer_obj_check(const struct proto_peer_obj *);
 int		 proto_peer_lease_reply_check(const void *payload, uint32_t len, uint64_t lease,
 		    uint32_t nkeys);

@@ -190,6 +190,7 @@ read_text(const char *path)
 	X(STR, peer_listen,		"",			"10.0.0.2:7400")	\
 	X(STR, peer_provider,		"tcp",			"sockets")		\
 	X(STR, peer_fabric_addr,	"",			"10.0.0.2")		\
+	X(INT, peer_lanes,		1,			4)			\
 	X(INT, peer_stripe_pages,	16,			8)			\
 	X(INT, peer_replicas,		1,			2)			\
 	X(STR, peer_secret,		"",			"s3cret")		\

@@ -469,6 +469,52 @@ START_TEST(test_three_daemons_connect)
 }
 END_TEST
 
+/*
+ * Daemons of one role with 3, 2 and 1 lanes (peer.lanes; 1 sends the
+ * HELLO of a daemon from before lanes): each reads each other over as
+ * many lanes as both have, a fabric thread per lane of its own, and
+ * what it restores from the others is byte-exact whichever lanes the
+ * reads went over.
+ */
+START_TEST(test_lanes_between_daemons)
+{
+	static const unsigned	lanes[PT_N] = { 3, 2, 1 };
+	char			extra[32];
+	json_t			*doc, *lr;
+	unsigned		i, j;
+	long long		used;
+
+	pt_pick_port();
+	for (i = 0; i < PT_N; i++) {
+		snprintf(extra, sizeof(extra), "\"lanes\": %u", lanes[i]);
+		pt_start(i, PT_N, extra, NULL);
+	}
+	pt_wait_mesh(PT_N);
+	for (i = 0; i < PT_N; i++) {
+		ck_assert_int_eq(test_stat(pt_d[i].sock, "peers", "lanes"), lanes[i]);
+		ck_assert_int_eq(test_threads_named(pt_d[i].pid, "l3kv-fabric"), (int)lanes[i]);
+		for (j = 0; j < PT_N; j++)
+			if (j != i)
+				ck_assert_int_eq(pt_peer_stat(i, j, "lanes"),
+				    lanes[i] < lanes[j] ? lanes[i] : lanes[j]);
+	}
+	for (i = 0; i < PT_N; i++)
+		for (j = 0; j < PT_N; j++)
+			if (j != i)
+				pt_restores_across(i, j, 300 + 10 * i + j);
+	/* n0 pulled from n1 over two lanes: both carried reads. */
+	doc = test_stats(pt_d[0].sock);
+	lr = json_object_get(json_object_get(doc, "peers"), "lane_reads");
+	ck_assert_uint_eq(json_array_size(lr), 3);
+	for (i = 0, used = 0; i < 3; i++)
+		used += json_integer_value(json_array_get(lr, i)) > 0;
+	ck_assert_int_ge(used, 2);
+	json_decref(doc);
+	for (i = 0; i < PT_N; i++)
+		ck_assert_int_eq(test_stat(pt_d[i].sock, "cache", "objects_lost"), 0);
+}
+END_TEST
+
 /* `l3kvctl stats -H` prints a line per member: its state, RTT, pulls, failures. */
 START_TEST(test_l3kvctl_shows_the_peers)
 {
@@ -2090,7 +2136,7 @@ pt_provider_reason(const char *prov)
 
 		close(p[0]);
 		log_init(LOG_LEVEL_ERROR);
-		if (fabric_open(b, prov, "127.0.0.1", &f, err, sizeof(err)) == 0)
+		if (fabric_open(b, prov, "127.0.0.1", 1, &f, err, sizeof(err)) == 0)
 			fabric_close(f);
 		if (write(p[1], err, strlen(err)) < 0)
 			_exit(1);
@@ -2131,6 +2177,7 @@ suite_peer(void)
 	tcase_add_test(tc, test_hostile_peer_bytes_are_refused);
 	tc = test_tcase(s, "restore", 60, NULL, pt_teardown);
 	tcase_add_test(tc, test_restore_objects_published_elsewhere);
+	tcase_add_test(tc, test_lanes_between_daemons);
 	tcase_add_test(tc, test_probe_changes_nothing_anywhere);
 	tcase_add_test(tc, test_probe_waiting_for_peers_is_answered_at_detach);
 	tcase_add_test(tc, test_hybrid_pools_restore_elsewhere);

@@ -1059,6 +1059,38 @@ START_TEST(test_channels_serve_their_own_types)
 }
 END_TEST
 
+/*
+ * A HELLO's lanes: fabric_len-byte names back to back up to the first
+ * slot of zeros or the field's end; one name and zeros (a daemon from
+ * before lanes) is one lane; no name, none.
+ */
+START_TEST(test_peer_hello_lanes)
+{
+	struct proto_peer_hello	h;
+
+	memset(&h, 0, sizeof(h));
+	ck_assert_uint_eq(proto_peer_hello_lanes(&h), 0);
+	h.fabric_len = 16;
+	ck_assert_uint_eq(proto_peer_hello_lanes(&h), 1);	/* even a name of zeros */
+	memset(h.fabric, 0x11, 16);
+	ck_assert_uint_eq(proto_peer_hello_lanes(&h), 1);
+	memset(h.fabric + 16, 0x22, 32);
+	ck_assert_uint_eq(proto_peer_hello_lanes(&h), 3);
+	h.fabric[40] = 0;	/* a zero byte inside a name does not end the list */
+	ck_assert_uint_eq(proto_peer_hello_lanes(&h), 3);
+	memset(h.fabric + 64, 0x33, 16);	/* after the slot of zeros: not counted */
+	ck_assert_uint_eq(proto_peer_hello_lanes(&h), 3);
+	memset(h.fabric, 0x44, sizeof(h.fabric));
+	ck_assert_uint_eq(proto_peer_hello_lanes(&h), 8);	/* the whole field */
+	h.fabric_len = 28;
+	ck_assert_uint_eq(proto_peer_hello_lanes(&h), 4);	/* 112 of 128 bytes: IPv6 */
+	h.fabric_len = 100;
+	ck_assert_uint_eq(proto_peer_hello_lanes(&h), 1);
+	h.fabric_len = PROTO_PEER_ADDR_MAX + 1;
+	ck_assert_uint_eq(proto_peer_hello_lanes(&h), 0);
+}
+END_TEST
+
 /* The peer channel's field checks: HELLO, an object, a lease answer. */
 START_TEST(test_peer_payload_checks)
 {
@@ -1327,6 +1359,7 @@ suite_proto(void)
 	tcase_add_test(tc, test_status_tables_are_total);
 	tcase_add_test(tc, test_channels_serve_their_own_types);
 	tcase_add_test(tc, test_peer_payload_checks);
+	tcase_add_test(tc, test_peer_hello_lanes);
 	tcase_add_test(tc, test_type_names_and_requests);
 	tcase_add_test(tc, test_dump_names_every_type);
 	tcase_add_test(tc, test_dump_decodes_payloads);

@@ -16,9 +16,18 @@
  * and prints per size the median GB/s of each and the median of the
  * per-round ratios fabric/raw.
  *
- *   bench_fabric [-p PROV] [-n] [-O] [-L] [-r ROUNDS] [-d DEPTH] [-m MIB] [-S SCRIPT]
+ *   bench_fabric [-p PROV] [-n] [-O] [-L] [-e N] [-r ROUNDS] [-d DEPTH] [-m MIB] [-S SCRIPT]
  *     -n: between two network namespaces (needs root; SCRIPT is
  *     tests/netns.sh), else on loopback; -m: MiB read per measurement;
+ *     -e: raw reads on N (1 to 8) independent endpoint pairs at once: N
+ *     raw owners (all in node 1), and N reader threads, each with its own
+ *     fabric, domain, endpoint, CQ and buffers, doing its share of the
+ *     reads (rounded up) with DEPTH in flight; raw GB/s is then all their
+ *     bytes over the time from their common start to the last one's end,
+ *     the ceiling of what more endpoints (rails, threads) could buy; the
+ *     fabric side then runs fabric.c with N lanes on both sides (its
+ *     fabric threads, endpoints and connections) and DEPTH times N reads
+ *     in flight, as many as the raw endpoints have together;
  *     -O: fabric_read reads the raw owner too (the reader's side alone);
  *     -L: both readers also land every read as the peer tier must where
  *     its restores go to host memory: the object checksum of the bytes
@@ -34,6 +43,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -55,23 +65,35 @@
 
 #define BF_LEN		(64ULL << 20)	/* each side's buffer */
 #define BF_DEPTH_MAX	256
+#define BF_EP_MAX	8		/* -e */
 #define BF_RAW_KEY	0x6c33766b	/* the raw owner's key, when the provider lets us pick */
 
 static const char	*bf_prov = "tcp";
 static int		 bf_depth = 16;
 static unsigned		 bf_mib = 256;
 static int		 bf_land_on;
+static int		 bf_neps = 1;		/* -e: raw endpoint pairs */
 static uint8_t		*bf_rank;		/* -L: the copies' destination */
 static volatile uint64_t bf_sink;		/* -L: the checksums, kept */
 
-/* -L: what a peer restore does with a read's bytes once they landed. */
+/*
+ * -L: what a peer restore does with a read's bytes once they landed, into
+ * rank; each raw reader thread passes its own rank and sink, so that no two
+ * threads write the same memory.
+ */
 static void
-bf_land(const uint8_t *buf, size_t off, size_t len)
+bf_land_into(uint8_t *rank, volatile uint64_t *sink, const uint8_t *buf, size_t off, size_t len)
 {
 	if (!bf_land_on)
 		return;
-	bf_sink ^= checksum_obj(buf + off, len);
-	memcpy(bf_rank + off, buf + off, len);
+	*sink ^= checksum_obj(buf + off, len);
+	memcpy(rank + off, buf + off, len);
+}
+
+static void
+bf_land(const uint8_t *buf, size_t off, size_t len)
+{
+	bf_land_into(bf_rank, &bf_sink, buf, off, len);
 }
 
 static const struct {
@@ -175,7 +197,7 @@ bf_raw_progress(struct bf_raw *r, int wait, int stop_fd, void **ctxs)
 struct bf_owner {
 	pid_t		pid;
 	int		cmd;
-	uint8_t		name[FABRIC_ADDR_MAX];
+	uint8_t		name[FABRIC_LANES_MAX * FABRIC_ADDR_MAX];
 	size_t		namelen;
 	uint64_t	raddr, rkey;
 };
@@ -213,7 +235,7 @@ bf_owner_start(struct bf_owner *o, int raw, const char *ns, const char *node)
 		bf_die("fork", 0);
 	if (o->pid == 0) {
 		uint8_t		*buf;
-		uint8_t		 name[FABRIC_ADDR_MAX];
+		uint8_t		 name[FABRIC_LANES_MAX * FABRIC_ADDR_MAX];
 		size_t		 nl = sizeof(name);
 		uint64_t	 raddr, rkey;
 		char		 err[256];
@@ -249,7 +271,8 @@ bf_owner_start(struct bf_owner *o, int raw, const char *ns, const char *node)
 			struct event		*ev;
 
 			log_init(LOG_LEVEL_WARN);
-			if (fabric_open(b, bf_prov, node, &f, err, sizeof(err)) != 0) {
+			if (fabric_open(b, bf_prov, node, (unsigned)bf_neps, &f, err,
+			    sizeof(err)) != 0) {
 				fprintf(stderr, "bench_fabric: owner: %s\n", err);
 				_exit(1);
 			}
@@ -269,31 +292,52 @@ bf_owner_start(struct bf_owner *o, int raw, const char *ns, const char *node)
 	close(down[0]);
 	o->cmd = down[1];
 	if (read(up[0], &o->namelen, sizeof(o->namelen)) != sizeof(o->namelen) ||
-	    o->namelen > FABRIC_ADDR_MAX || read(up[0], o->name, o->namelen) != (ssize_t)o->namelen ||
+	    o->namelen > sizeof(o->name) || read(up[0], o->name, o->namelen) != (ssize_t)o->namelen ||
 	    read(up[0], &o->raddr, 8) != 8 || read(up[0], &o->rkey, 8) != 8)
 		bf_die("an owner did not start", 0);
 	close(up[0]);
 }
 
+/*
+ * One raw reader: its endpoint, the owner it reads, its buffers, the
+ * contexts of its reads in flight, and (-e N > 1) its thread and what that
+ * thread is asked to do. Endpoint 0 reads main's raw_o into main's dst and
+ * bf_rank, as the one raw reader of -e 1 does.
+ */
+struct bf_rawt {
+	struct bf_raw		 r;
+	struct bf_owner		 own;		/* the owner of endpoints 1 and up */
+	const struct bf_owner	*o;
+	fi_addr_t		 a;
+	uint8_t			*dst, *rank;
+	volatile uint64_t	 sink;
+	struct fi_context2	 ctx[BF_DEPTH_MAX];
+	size_t			 slot_of[BF_DEPTH_MAX];
+	pthread_t		 tid;
+	size_t			 len, n;	/* the next measurement; n 0: exit */
+	double			 t0, t1;
+};
+
+static struct bf_rawt		bf_rt[BF_EP_MAX];
+static pthread_barrier_t	bf_go, bf_end;	/* -e N > 1: the threads and main */
+
 /* The raw reader: n reads of len, depth in flight, cycling through the buffers. */
 static double
-bf_raw_run(struct bf_raw *r, fi_addr_t a, const struct bf_owner *o, uint8_t *dst, size_t len,
-    size_t n)
+bf_raw_run(struct bf_rawt *t, size_t len, size_t n)
 {
-	static struct fi_context2	 ctx[BF_DEPTH_MAX];
-	static size_t			 slot_of[BF_DEPTH_MAX];
-	void				*ctxs[64];
-	size_t				 posted = 0, done = 0, slots = BF_LEN / len, s;
-	double				 t0 = bench_now();
-	int				 out = 0, k;
-	ssize_t				 rc;
+	struct bf_raw	*r = &t->r;
+	void		*ctxs[64];
+	size_t		 posted = 0, done = 0, slots = BF_LEN / len, s;
+	int		 out = 0, k;
+	ssize_t		 rc;
 
+	t->t0 = bench_now();
 	while (done < n) {
 		while (out < bf_depth && posted < n) {
 			s = posted % slots;
-			slot_of[posted % BF_DEPTH_MAX] = s;
-			rc = fi_read(r->ep, dst + s * len, len, r->desc, a, o->raddr + s * len, o->rkey,
-			    &ctx[posted % BF_DEPTH_MAX]);
+			t->slot_of[posted % BF_DEPTH_MAX] = s;
+			rc = fi_read(r->ep, t->dst + s * len, len, r->desc, t->a, t->o->raddr + s * len,
+			    t->o->rkey, &t->ctx[posted % BF_DEPTH_MAX]);
 			if (rc == -FI_EAGAIN)
 				break;
 			if (rc != 0)
@@ -303,11 +347,59 @@ bf_raw_run(struct bf_raw *r, fi_addr_t a, const struct bf_owner *o, uint8_t *dst
 		}
 		rc = bf_raw_progress(r, out > 0 && (out >= bf_depth || posted == n), -1, ctxs);
 		for (k = 0; k < rc; k++)
-			bf_land(dst, slot_of[(struct fi_context2 *)ctxs[k] - ctx] * len, len);
+			bf_land_into(t->rank, &t->sink, t->dst,
+			    t->slot_of[(struct fi_context2 *)ctxs[k] - t->ctx] * len, len);
 		done += (size_t)rc;
 		out -= (int)rc;
 	}
-	return (double)(n * len) / (bench_now() - t0) / 1e9;
+	t->t1 = bench_now();
+	return (double)(n * len) / (t->t1 - t->t0) / 1e9;
+}
+
+/* -e N > 1: a raw reader's thread, one measurement per release of bf_go. */
+static void *
+bf_raw_thread(void *arg)
+{
+	struct bf_rawt	*t = arg;
+
+	for (;;) {
+		pthread_barrier_wait(&bf_go);
+		if (t->n == 0)
+			return NULL;
+		bf_raw_run(t, t->len, t->n);
+		pthread_barrier_wait(&bf_end);
+	}
+}
+
+/*
+ * A raw measurement of n reads of len: on this thread with one endpoint;
+ * else each thread reads its share, all released together, and the figure
+ * is all their bytes over the time from the first start to the last end.
+ */
+static double
+bf_raw_measure(size_t len, size_t n)
+{
+	size_t	per = (n + (size_t)bf_neps - 1) / (size_t)bf_neps;
+	double	t0, t1;
+	int	k;
+
+	if (bf_neps == 1)
+		return bf_raw_run(&bf_rt[0], len, n);
+	for (k = 0; k < bf_neps; k++) {
+		bf_rt[k].len = len;
+		bf_rt[k].n = per;
+	}
+	pthread_barrier_wait(&bf_go);
+	pthread_barrier_wait(&bf_end);
+	t0 = bf_rt[0].t0;
+	t1 = bf_rt[0].t1;
+	for (k = 1; k < bf_neps; k++) {
+		if (bf_rt[k].t0 < t0)
+			t0 = bf_rt[k].t0;
+		if (bf_rt[k].t1 > t1)
+			t1 = bf_rt[k].t1;
+	}
+	return (double)(per * (size_t)bf_neps * len) / (t1 - t0) / 1e9;
 }
 
 /* The fabric reader. */
@@ -350,7 +442,7 @@ bf_fab_post(struct bf_fab *b)
 	size_t	s;
 	int	rc;
 
-	while (b->posted < b->n && b->posted - b->done < (size_t)bf_depth) {
+	while (b->posted < b->n && b->posted - b->done < (size_t)bf_depth * (size_t)bf_neps) {
 		struct bf_fab_rd	*rd = &b->rd[b->posted % BF_DEPTH_MAX];
 
 		s = b->posted % b->slots;
@@ -395,20 +487,20 @@ int
 main(int argc, char **argv)
 {
 	const char	*script = "tests/netns.sh", *node = "127.0.0.1";
-	char		 ns[64] = "", args[128], err[256];
+	char		 ns[64] = "", args[128], err[256], eps[32] = "";
 	struct bf_owner	 raw_o, fab_o;
-	struct bf_raw	 rr;
+	struct bf_rawt	*t;
 	struct bf_fab	 fb;
-	fi_addr_t	 ra;
 	uint8_t		*dst;
 	double		 graw[BF_NSIZES][64], gfab[BF_NSIZES][64], ratio[BF_NSIZES][64];
-	int		 netns = 0, rounds = 7, c, rd, one_owner = 0;
+	int		 netns = 0, rounds = 7, c, rd, one_owner = 0, k;
 	size_t		 i, n;
 
-	while ((c = getopt(argc, argv, "p:nr:d:m:S:OL")) != -1) {
+	while ((c = getopt(argc, argv, "p:nr:d:m:S:OLe:")) != -1) {
 		switch (c) {
 		case 'O': one_owner = 1; break;
 		case 'L': bf_land_on = 1; break;
+		case 'e': bf_neps = atoi(optarg); break;
 		case 'p': bf_prov = optarg; break;
 		case 'n': netns = 1; break;
 		case 'r': rounds = atoi(optarg); break;
@@ -416,13 +508,15 @@ main(int argc, char **argv)
 		case 'm': bf_mib = (unsigned)atoi(optarg); break;
 		case 'S': script = optarg; break;
 		default:
-			fprintf(stderr, "usage: bench_fabric [-p PROV] [-n] [-O] [-L] [-r ROUNDS] [-d DEPTH] "
-			    "[-m MIB] [-S NETNS_SCRIPT]\n");
+			fprintf(stderr, "usage: bench_fabric [-p PROV] [-n] [-O] [-L] [-e N] [-r ROUNDS] "
+			    "[-d DEPTH] [-m MIB] [-S NETNS_SCRIPT]\n");
 			return 2;
 		}
 	}
 	if (rounds < 1 || rounds > 64 || bf_depth < 1 || bf_depth > BF_DEPTH_MAX)
 		bf_die("bad -r or -d", 0);
+	if (bf_neps < 1 || bf_neps > BF_EP_MAX || bf_depth * bf_neps > BF_DEPTH_MAX)
+		bf_die("bad -e (or -d times -e over 256)", 0);
 	if (netns) {
 		snprintf(ns, sizeof(ns), "l3kvt%ldxbench", (long)getpid());
 		snprintf(args, sizeof(args), "up %s 2", ns);
@@ -430,6 +524,11 @@ main(int argc, char **argv)
 			bf_die("tests/netns.sh up", 0);
 	}
 	bf_owner_start(&raw_o, 1, netns ? ns : NULL, netns ? "10.77.0.1" : node);
+	bf_rt[0].o = &raw_o;
+	for (k = 1; k < bf_neps; k++) {
+		bf_owner_start(&bf_rt[k].own, 1, netns ? ns : NULL, netns ? "10.77.0.1" : node);
+		bf_rt[k].o = &bf_rt[k].own;
+	}
 	bf_owner_start(&fab_o, 0, netns ? ns : NULL, netns ? "10.77.0.1" : node);
 	if (netns) {
 		if (bf_enter(ns, 2) != 0)
@@ -445,9 +544,38 @@ main(int argc, char **argv)
 			bf_die("mmap", 0);
 		memset(bf_rank, 0, BF_LEN);	/* faulted in before any clock */
 	}
-	bf_raw_open(&rr, node, dst, BF_LEN);
-	if (fi_av_insert(rr.av, raw_o.name, 1, &ra, 0, NULL) != 1)
-		bf_die("fi_av_insert", 0);
+	/* Endpoint 0 lands in dst and bf_rank, the others each in their own pair. */
+	for (k = 0; k < bf_neps; k++) {
+		t = &bf_rt[k];
+		t->dst = dst;
+		t->rank = bf_rank;
+		if (k > 0) {
+			t->dst = mmap(NULL, BF_LEN, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (t->dst == MAP_FAILED)
+				bf_die("mmap", 0);
+			memset(t->dst, 0, BF_LEN);
+		}
+		if (k > 0 && bf_land_on) {
+			t->rank = mmap(NULL, BF_LEN, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (t->rank == MAP_FAILED)
+				bf_die("mmap", 0);
+			memset(t->rank, 0, BF_LEN);
+		}
+		bf_raw_open(&t->r, node, t->dst, BF_LEN);
+		if (fi_av_insert(t->r.av, t->o->name, 1, &t->a, 0, NULL) != 1)
+			bf_die("fi_av_insert", 0);
+	}
+	if (bf_neps > 1) {
+		if (pthread_barrier_init(&bf_go, NULL, (unsigned)bf_neps + 1) != 0 ||
+		    pthread_barrier_init(&bf_end, NULL, (unsigned)bf_neps + 1) != 0)
+			bf_die("pthread_barrier_init", 0);
+		for (k = 0; k < bf_neps; k++)
+			if (pthread_create(&bf_rt[k].tid, NULL, bf_raw_thread, &bf_rt[k]) != 0)
+				bf_die("pthread_create", 0);
+		snprintf(eps, sizeof(eps), ", raw: %d endpoints", bf_neps);
+	}
 	/* The fabric reader registers its own (second) view of dst. */
 	memset(&fb, 0, sizeof(fb));
 	log_init(LOG_LEVEL_WARN);
@@ -455,7 +583,7 @@ main(int argc, char **argv)
 	fb.o = &fab_o;
 	fb.dst = mmap(NULL, BF_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	memset(fb.dst, 0, BF_LEN);
-	if (fabric_open(fb.base, bf_prov, node, &fb.f, err, sizeof(err)) != 0) {
+	if (fabric_open(fb.base, bf_prov, node, (unsigned)bf_neps, &fb.f, err, sizeof(err)) != 0) {
 		fprintf(stderr, "bench_fabric: %s\n", err);
 		return 1;
 	}
@@ -466,27 +594,30 @@ main(int argc, char **argv)
 	    fabric_peer_add(fb.f, fb.o->name, fb.o->namelen, &fb.peer) != 0)
 		bf_die("fabric setup", 0);
 	printf("bench_fabric: %s (%s), %s, %d reads in flight, %u MiB per measurement, "
-	    "%d rounds, %ld cpus%s%s\n", bf_prov, fabric_provider(fb.f),
+	    "%d rounds, %ld cpus%s%s%s\n", bf_prov, fabric_provider(fb.f),
 	    netns ? "two network namespaces over a bridge (tests/netns.sh)" : "loopback",
-	    bf_depth, bf_mib, rounds, sysconf(_SC_NPROCESSORS_ONLN),
+	    bf_depth, bf_mib, rounds, sysconf(_SC_NPROCESSORS_ONLN), eps,
 	    one_owner ? ", both reading the raw owner" : "",
 	    bf_land_on ? ", every read landed (checksum + copy)" : "");
 	/* Warm both paths (connections, page faults), checked once. */
-	bf_raw_run(&rr, ra, &raw_o, dst, 1 << 20, 64);
+	bf_raw_measure(1 << 20, 64);
 	bf_fab_run(&fb, 1 << 20, 64);
 	if (dst[12345] != 0x5a || fb.dst[12345] != 0x5a || (bf_land_on && bf_rank[12345] != 0x5a))
 		bf_die("the bytes read are not the owner's", 0);
+	for (k = 1; k < bf_neps; k++)
+		if (bf_rt[k].dst[12345] != 0x5a || (bf_land_on && bf_rt[k].rank[12345] != 0x5a))
+			bf_die("the bytes read are not the owner's", 0);
 	for (rd = 0; rd < rounds; rd++) {
 		for (i = 0; i < BF_NSIZES; i++) {
 			n = ((size_t)bf_mib << 20) / bf_sizes[i].len;
 			if (n < 16)
 				n = 16;
 			if (rd % 2 == 0) {
-				graw[i][rd] = bf_raw_run(&rr, ra, &raw_o, dst, bf_sizes[i].len, n);
+				graw[i][rd] = bf_raw_measure(bf_sizes[i].len, n);
 				gfab[i][rd] = bf_fab_run(&fb, bf_sizes[i].len, n);
 			} else {
 				gfab[i][rd] = bf_fab_run(&fb, bf_sizes[i].len, n);
-				graw[i][rd] = bf_raw_run(&rr, ra, &raw_o, dst, bf_sizes[i].len, n);
+				graw[i][rd] = bf_raw_measure(bf_sizes[i].len, n);
 			}
 			ratio[i][rd] = gfab[i][rd] / graw[i][rd];
 		}
@@ -497,9 +628,20 @@ main(int argc, char **argv)
 		    bench_median(gfab[i], rounds), bench_median(ratio[i], rounds));
 	fabric_close(fb.f);
 	event_base_free(fb.base);
+	if (bf_neps > 1) {
+		for (k = 0; k < bf_neps; k++)
+			bf_rt[k].n = 0;
+		pthread_barrier_wait(&bf_go);
+		for (k = 0; k < bf_neps; k++)
+			pthread_join(bf_rt[k].tid, NULL);
+	}
 	close(raw_o.cmd);
+	for (k = 1; k < bf_neps; k++)
+		close(bf_rt[k].own.cmd);
 	close(fab_o.cmd);
 	waitpid(raw_o.pid, NULL, 0);
+	for (k = 1; k < bf_neps; k++)
+		waitpid(bf_rt[k].own.pid, NULL, 0);
 	waitpid(fab_o.pid, NULL, 0);
 	if (netns) {
 		snprintf(args, sizeof(args), "down %s", ns);

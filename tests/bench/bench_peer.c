@@ -31,11 +31,13 @@
  * Each size of each round gets fresh daemons (B restarted: nothing of a
  * previous round in its DRAM) and a warm-up, see bp_up.
  *
- *   bench_peer [-a AHEAD] [-B BUILD] [-D DRAM_MIB] [-W WARM_MIB] [-r ROUNDS]
+ *   bench_peer [-a AHEAD] [-B BUILD] [-D DRAM_MIB] [-W WARM_MIB] [-r ROUNDS] [-L LANES]
  *              [-l] [-m MIB] [-p] [-s SIZE] [-S SCRIPT] [-v]
- *     -l puts both daemons on loopback (127.0.0.1, no namespaces: a host
- *     without veth or bridges); -s SIZE measures only that size (0 to 4, the table's order: for a
- *     profile of one size); ROUNDS rounds (each every size once), one line per round and size
+ *     -L gives both daemons peer.lanes LANES (1 to 8; 1, the default, sets
+ *     no key, for a daemon from before lanes); -l puts both daemons on
+ *     loopback (127.0.0.1, no namespaces: a host without veth or
+ *     bridges); -s SIZE measures only that size (0 to 4, the table's
+ *     order: for a profile of one size); ROUNDS rounds (each every size once), one line per round and size
  *     ("peer ROUND LABEL GB/s"), then the medians; -v adds how long an
  *     ADMIT took to be answered, the same requests restored again (as
  *     many ahead) from B's DRAM, reads and pulls; -p measures what the
@@ -123,6 +125,7 @@ static int		bp_verbose;
 static unsigned		bp_dram_mib = 256;	/* each daemon's tiers.dram.size */
 static unsigned		bp_warm_mib = 192;	/* published on each before measuring */
 static unsigned		bp_ahead = 1;	/* requests between ADMIT and READY at once */
+static unsigned		bp_lanes = 1;	/* -L: each daemon's peer.lanes */
 static double		bp_admit_s;	/* of a measurement: ADMIT submitted to answered, summed */
 static struct bp_rank	*bp_owner;	/* -v: A's rank of the size measured */
 static uint64_t		bp_req;		/* ADMIT's request ids */
@@ -176,7 +179,7 @@ static void
 bp_start(unsigned i, const char *build)
 {
 	struct bp_daemon	*d = &bp_d[i];
-	char			 cfg[2048], path[512], bin[512], host[2][32], fab[32];
+	char			 cfg[2048], path[512], bin[512], host[2][32], fab[32], lanes[32] = "";
 	FILE			*f;
 	int			 fd, t;
 
@@ -195,12 +198,15 @@ bp_start(unsigned i, const char *build)
 			snprintf(host[t], sizeof(host[t]), "10.77.0.%d:7400", t + 1);
 	snprintf(fab, sizeof(fab), "%s", host[i]);
 	*strchr(fab, ':') = '\0';
+	/* peer.lanes only when asked for: a daemon from before lanes knows no such key. */
+	if (bp_lanes > 1)
+		snprintf(lanes, sizeof(lanes), ", \"lanes\": %u", bp_lanes);
 	snprintf(cfg, sizeof(cfg), "{\"socket\": {\"path\": \"%s\", \"mode\": \"0600\"}, "
 	    "\"log\": {\"level\": \"info\"}, \"tiers\": {\"dram\": {\"size\": \"%u MiB\"}}, "
 	    "\"peer\": {\"id\": \"n%u\", \"listen\": \"%s\", \"fabric_addr\": \"%s\", "
-	    "\"provider\": \"tcp\", \"members\": [{\"id\": \"n0\", \"addr\": \"%s\"}, "
+	    "\"provider\": \"tcp\"%s, \"members\": [{\"id\": \"n0\", \"addr\": \"%s\"}, "
 	    "{\"id\": \"n1\", \"addr\": \"%s\"}]}}\n", d->sock, bp_dram_mib, i, host[i], fab,
-	    host[0], host[1]);
+	    lanes, host[0], host[1]);
 	snprintf(path, sizeof(path), "%s/l3kvd.json", d->dir);
 	if ((f = fopen(path, "w")) == NULL || fputs(cfg, f) < 0 || fclose(f) != 0)
 		bp_die("cannot write %s", path);
@@ -735,9 +741,10 @@ main(int argc, char **argv)
 	uint32_t	prefix = (uint32_t)getpid() << 12;
 	int		c;
 
-	while ((c = getopt(argc, argv, "a:B:D:lm:pr:s:S:vW:")) != -1) {
+	while ((c = getopt(argc, argv, "a:B:D:lL:m:pr:s:S:vW:")) != -1) {
 		switch (c) {
 		case 'a': bp_ahead = (unsigned)atoi(optarg); break;
+		case 'L': bp_lanes = (unsigned)atoi(optarg); break;
 		case 'D': bp_dram_mib = (unsigned)atoi(optarg); break;
 		case 'W': bp_warm_mib = (unsigned)atoi(optarg); break;
 		case 'B': build = optarg; break;
@@ -750,7 +757,8 @@ main(int argc, char **argv)
 		case 'v': bp_verbose = 1; break;
 		default:
 			fprintf(stderr, "usage: bench_peer [-a AHEAD] [-B BUILD] [-D DRAM_MIB] "
-			    "[-W WARM_MIB] [-l] [-r ROUNDS] [-m MIB] [-p] [-s SIZE] [-S SCRIPT] [-v]\n");
+			    "[-W WARM_MIB] [-l] [-L LANES] [-r ROUNDS] [-m MIB] [-p] [-s SIZE] "
+			    "[-S SCRIPT] [-v]\n");
 			return 2;
 		}
 	}
@@ -758,6 +766,8 @@ main(int argc, char **argv)
 		bp_die("%s", "bad -r or -m");
 	if (bp_ahead < 1 || bp_ahead > 64)
 		bp_die("%s", "bad -a (1 to 64)");
+	if (bp_lanes < 1 || bp_lanes > 8)
+		bp_die("%s", "bad -L (1 to 8)");
 	if (only > BP_NSIZES)
 		bp_die("%s", "bad -s (0 to 4)");
 	if (bp_loop_port != 0) {
@@ -775,8 +785,10 @@ main(int argc, char **argv)
 	printf("bench_peer: %s (tcp;ofi_rxm), requests of %u pages, %u MiB "
 	    "per measurement, %u ahead (ADMITs submitted before the earlier requests are READY, "
 	    "each RESTOREd in order once answered), GB/s over the wall time from the first ADMIT "
-	    "to the last READY, %u rounds, fresh daemons with %u MiB of DRAM each, %u MiB "
-	    "published on each first\n", bp_loop_port != 0 ? "A and B on loopback" : "A in node 1, B in node 2", BP_NP, mib, bp_ahead, rounds, bp_dram_mib, bp_warm_mib);
+	    "to the last READY, %u rounds, fresh daemons with %u MiB of DRAM each and %u lane%s, "
+	    "%u MiB published on each first\n",
+	    bp_loop_port != 0 ? "A and B on loopback" : "A in node 1, B in node 2", BP_NP, mib,
+	    bp_ahead, rounds, bp_dram_mib, bp_lanes, bp_lanes == 1 ? "" : "s", bp_warm_mib);
 	for (r = 0; r < rounds; r++) {
 		for (s = 0; s < BP_NSIZES; s++) {
 			size_t		 req;
