@@ -17,7 +17,8 @@
 # ahead, 1: one at a time) tune it. AHEAD may be a list ("1 4"): each
 # round then runs one bench_peer round per value, their order rotating,
 # and the table has rows for each value, paired with the same raw and TE
-# rounds. TE=0 leaves Mooncake out (its TE column is nan): raw comes from a
+# rounds. LANES (1) is both daemons' peer.lanes (bench_peer -L); raw, land
+# and TE stay one reader each. TE=0 leaves Mooncake out (its TE column is nan): raw comes from a
 # bench_fabric -n round instead; PEER_BUILD names the directory of the
 # daemons bench_peer starts (BUILD by default), for an A/B of two daemons.
 set -euo pipefail
@@ -44,8 +45,8 @@ peer_round() {
 	local i a
 	for ((i = 0; i < ${#ahead[@]}; i++)); do
 		a=${ahead[(i + $1) % ${#ahead[@]}]}
-		"$BUILD/bench_peer" -a "$a" -B "${PEER_BUILD:-$BUILD}" -r 1 -m "$mib" -D "${DRAM:-256}" \
-		    -W "${WARM:-256}" -S tests/netns.sh -v |
+		"$BUILD/bench_peer" -a "$a" -L "${LANES:-1}" -B "${PEER_BUILD:-$BUILD}" -r 1 -m "$mib" \
+		    -D "${DRAM:-256}" -W "${WARM:-256}" -S tests/netns.sh -v |
 		    sed -n "s/^peer 0 /peer $1 a=$a /p" >>"$out/peer"
 	done
 }
@@ -68,7 +69,8 @@ land_round() {
 }
 echo "cpus: $(nproc), kernel $(uname -r), load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "setup: $rounds rounds, $mib MiB per measurement, raw and TE ${DEPTH:-16} reads in flight," \
-    "bench_peer ${ahead[*]} request(s) admitted ahead (AHEAD), ${DRAM:-256} MiB of DRAM" \
+    "bench_peer ${ahead[*]} request(s) admitted ahead (AHEAD), ${LANES:-1} lane(s)," \
+    "${DRAM:-256} MiB of DRAM" \
     "and ${WARM:-256} MiB published on each daemon first"
 for ((r = 0; r < rounds; r++)); do
 	if ((r % 2 == 0)); then

@@ -7,14 +7,19 @@
 #      raw fi_read and land (raw plus a peer restore's host work), median
 #      of ROUNDS rounds, AHEAD requests admitted ahead;
 #   2. with OLD set (a directory holding another l3kvd): bench_peer rounds
-#      alternating BIN's daemons and OLD's, an A/B of the two daemons.
+#      alternating BIN's daemons and OLD's, an A/B of the two daemons;
+#      with AB_LANES set instead ("1 4"): bench_peer rounds alternating
+#      those peer.lanes (-L) with BIN's daemons;
+#   3. with FABRIC_E set ("1 2 4"): bench_fabric -e N for each (raw fi_read
+#      on N endpoint pairs against fabric.c with N lanes), FABRIC_ROUNDS
+#      rounds (3) of MIB each, where step 1 runs (namespaces or loopback).
 #   BIN   bench_peer, bench_fabric, l3kvd, l3kvctl (default .carry/bin)
 #   LIBS  extra shared libraries (default .carry/lib); IP a directory with
 #         bin/ip and lib/ (default .carry/ip), used where ip is missing
 #   WHL   a directory with mooncake-transfer-engine-non-cuda's wheel (the
 #         pinned one, for this host's python): installed under $TMPDIR and
 #         peer.sh runs with Mooncake's TE column (TE_PYTHON=python3)
-#   OUT   logs go there when set; ROUNDS (3), AHEAD ("1 8"), MIB (128),
+#   OUT   logs go there when set; ROUNDS (3), AHEAD ("1 8"), LANES (1), MIB (128),
 #         DRAM (512), WARM (256), AB_ROUNDS (3), AB_AHEAD (8); PROBE=1 has
 #         the A/B's bench_peer measure PROBE round trips (-p); ROUNDS=0
 #         skips step 1
@@ -52,7 +57,7 @@ if [ "${ROUNDS:-3}" = 0 ]; then
 	tests/netns.sh check >/dev/null || where="-l"
 elif why=$(tests/netns.sh check); then
 	echo "== peer.sh between two network namespaces (TE column: $te)"
-	TE=$te ROUNDS=${ROUNDS:-3} AHEAD=${AHEAD:-1 8} MIB=$mib DRAM=$dram WARM=$warm \
+	TE=$te ROUNDS=${ROUNDS:-3} AHEAD=${AHEAD:-1 8} LANES=${LANES:-1} MIB=$mib DRAM=$dram WARM=$warm \
 	    timeout 540 tests/bench/peer.sh "$BIN" >"$OUT/peer.md" 2>&1
 	echo "peer.sh: exit $?"
 	tail -16 "$OUT/peer.md"
@@ -79,4 +84,24 @@ if [ -n "${OLD:-}" ]; then
 			    -m "$mib" -D "$dram" -W "$warm" ${PROBE:+-p} | sed -n "s|^peer 0 |$b $r |p"
 		done
 	done | tee "$OUT/ab.log"
+elif [ -n "${AB_LANES:-}" ]; then
+	echo "== A/B: peer.lanes $AB_LANES, ${AB_ROUNDS:-3} rounds, ${AB_AHEAD:-8} ahead"
+	for r in $(seq 1 "${AB_ROUNDS:-3}"); do
+		for l in $AB_LANES; do
+			# shellcheck disable=SC2086
+			timeout 150 "$BIN/bench_peer" $where -a "${AB_AHEAD:-8}" -B "$BIN" -L "$l" \
+			    -r 1 -m "$mib" -D "$dram" -W "$warm" ${PROBE:+-p} |
+			    sed -n "s|^peer 0 |lanes=$l $r |p"
+		done
+	done | tee "$OUT/ab.log"
+fi
+if [ -n "${FABRIC_E:-}" ]; then
+	fw=-n
+	[ "$where" = "-l" ] && fw=
+	for e in $FABRIC_E; do
+		echo "== bench_fabric $fw -e $e, ${FABRIC_ROUNDS:-3} rounds of $mib MiB"
+		# shellcheck disable=SC2086
+		timeout 150 "$BIN/bench_fabric" $fw -e "$e" -r "${FABRIC_ROUNDS:-3}" -d 16 -m "$mib" \
+		    -S tests/netns.sh | tail -6
+	done | tee "$OUT/fabric.log"
 fi

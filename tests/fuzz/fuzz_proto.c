@@ -218,6 +218,9 @@ fuzz_peer(const struct proto_hdr *h, const uint8_t *payload, size_t avail)
 		if (proto_peer_hello_check(&hello) == PROTO_S_OK && (hello.nmr > PROTO_PEER_KEYS_MAX ||
 		    hello.fabric_len > sizeof(hello.fabric) || hello.incarnation == 0))
 			__builtin_trap();
+		/* The lanes' names never run past the field. */
+		if ((size_t)proto_peer_hello_lanes(&hello) * hello.fabric_len > sizeof(hello.fabric))
+			__builtin_trap();
 	}
 	if (h->type == PROTO_T_PEER_LEASE && (h->flags & PROTO_F_REPLY) && h->length >= 16) {
 		struct proto_peer_lease lh;
