@@ -1308,8 +1308,9 @@ fabric_lane_free(struct fabric_lane *l)
  * fabric threads (1 to FABRIC_LANES_MAX), each with a serving endpoint
  * of its own and a reading endpoint per peer: a peer is read over as many
  * lanes as both sides have, so that its reads, and the serving side's
- * progress of them, spread over that many threads and connections; done() callbacks run on base's loop, the caller's. The
- * caller owns *fp (fabric_close). 0 or -errno with err filled.
+ * progress of them, spread over that many threads and connections.
+ * done() callbacks run on base's loop, the caller's. The caller owns *fp
+ * (fabric_close). 0 or -errno with err filled.
  */
 int
 fabric_open(struct event_base *base, const char *prov, const char *node, unsigned lanes,
