@@ -63,7 +63,6 @@
 #include "bench.h"
 #include "daemon.h"
 
-#define BF_LEN		(64ULL << 20)	/* each side's buffer */
 #define BF_DEPTH_MAX	256
 #define BF_EP_MAX	8		/* -e */
 #define BF_RAW_KEY	0x6c33766b	/* the raw owner's key, when the provider lets us pick */
@@ -73,6 +72,7 @@ static int		 bf_depth = 16;
 static unsigned		 bf_mib = 256;
 static int		 bf_land_on;
 static int		 bf_neps = 1;		/* -e: raw endpoint pairs */
+static size_t		 bf_len = 64 << 20;	/* each buffer: a slot per read in flight */
 static uint8_t		*bf_rank;		/* -L: the copies' destination */
 static volatile uint64_t bf_sink;		/* -L: the checksums, kept */
 
@@ -245,12 +245,12 @@ bf_owner_start(struct bf_owner *o, int raw, const char *ns, const char *node)
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (ns != NULL && bf_enter(ns, 1) != 0)
 			bf_die("setns", 0);
-		buf = mmap(NULL, BF_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		memset(buf, 0x5a, BF_LEN);
+		buf = mmap(NULL, bf_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		memset(buf, 0x5a, bf_len);
 		if (raw) {
 			struct bf_raw	r;
 
-			bf_raw_open(&r, node, buf, BF_LEN);
+			bf_raw_open(&r, node, buf, bf_len);
 			fi_getname(&r.ep->fid, name, &nl);
 			raddr = (r.mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)buf : 0;
 			rkey = fi_mr_key(r.mr);
@@ -276,8 +276,8 @@ bf_owner_start(struct bf_owner *o, int raw, const char *ns, const char *node)
 				fprintf(stderr, "bench_fabric: owner: %s\n", err);
 				_exit(1);
 			}
-			if (fabric_expose(f, buf, BF_LEN, 0) != 0 || fabric_name(f, name, &nl) != 0 ||
-			    fabric_rkey(f, buf, BF_LEN, &raddr, &rkey) != 0)
+			if (fabric_expose(f, buf, bf_len, 0) != 0 || fabric_name(f, name, &nl) != 0 ||
+			    fabric_rkey(f, buf, bf_len, &raddr, &rkey) != 0)
 				_exit(1);
 			if (write(up[1], &nl, sizeof(nl)) < 0 || write(up[1], name, nl) < 0 ||
 			    write(up[1], &raddr, 8) < 0 || write(up[1], &rkey, 8) < 0)
@@ -327,7 +327,7 @@ bf_raw_run(struct bf_rawt *t, size_t len, size_t n)
 {
 	struct bf_raw	*r = &t->r;
 	void		*ctxs[64];
-	size_t		 posted = 0, done = 0, slots = BF_LEN / len, s;
+	size_t		 posted = 0, done = 0, slots = bf_len / len, s;
 	int		 out = 0, k;
 	ssize_t		 rc;
 
@@ -464,7 +464,7 @@ bf_fab_run(struct bf_fab *b, size_t len, size_t n)
 	b->len = len;
 	b->n = n;
 	b->posted = b->done = 0;
-	b->slots = BF_LEN / len;
+	b->slots = bf_len / len;
 	bf_fab_post(b);
 	event_base_dispatch(b->base);
 	if (b->err != 0) {
@@ -517,6 +517,13 @@ main(int argc, char **argv)
 		bf_die("bad -r or -d", 0);
 	if (bf_neps < 1 || bf_neps > BF_EP_MAX || bf_depth * bf_neps > BF_DEPTH_MAX)
 		bf_die("bad -e (or -d times -e over 256)", 0);
+	/*
+	 * At least 64 MiB, and a slot of the largest size per read that can be
+	 * in flight (bf_sizes ends with its largest), so that no two reads of
+	 * one measurement share bytes.
+	 */
+	if (bf_len < (size_t)bf_depth * (size_t)bf_neps * bf_sizes[BF_NSIZES - 1].len)
+		bf_len = (size_t)bf_depth * (size_t)bf_neps * bf_sizes[BF_NSIZES - 1].len;
 	if (netns) {
 		snprintf(ns, sizeof(ns), "l3kvt%ldxbench", (long)getpid());
 		snprintf(args, sizeof(args), "up %s 2", ns);
@@ -535,14 +542,14 @@ main(int argc, char **argv)
 			bf_die("setns", 0);
 		node = "10.77.0.2";
 	}
-	dst = mmap(NULL, BF_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	memset(dst, 0, BF_LEN);
+	dst = mmap(NULL, bf_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	memset(dst, 0, bf_len);
 	if (bf_land_on) {
-		bf_rank = mmap(NULL, BF_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		bf_rank = mmap(NULL, bf_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
 		    -1, 0);
 		if (bf_rank == MAP_FAILED)
 			bf_die("mmap", 0);
-		memset(bf_rank, 0, BF_LEN);	/* faulted in before any clock */
+		memset(bf_rank, 0, bf_len);	/* faulted in before any clock */
 	}
 	/* Endpoint 0 lands in dst and bf_rank, the others each in their own pair. */
 	for (k = 0; k < bf_neps; k++) {
@@ -550,20 +557,20 @@ main(int argc, char **argv)
 		t->dst = dst;
 		t->rank = bf_rank;
 		if (k > 0) {
-			t->dst = mmap(NULL, BF_LEN, PROT_READ | PROT_WRITE,
+			t->dst = mmap(NULL, bf_len, PROT_READ | PROT_WRITE,
 			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 			if (t->dst == MAP_FAILED)
 				bf_die("mmap", 0);
-			memset(t->dst, 0, BF_LEN);
+			memset(t->dst, 0, bf_len);
 		}
 		if (k > 0 && bf_land_on) {
-			t->rank = mmap(NULL, BF_LEN, PROT_READ | PROT_WRITE,
+			t->rank = mmap(NULL, bf_len, PROT_READ | PROT_WRITE,
 			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 			if (t->rank == MAP_FAILED)
 				bf_die("mmap", 0);
-			memset(t->rank, 0, BF_LEN);
+			memset(t->rank, 0, bf_len);
 		}
-		bf_raw_open(&t->r, node, t->dst, BF_LEN);
+		bf_raw_open(&t->r, node, t->dst, bf_len);
 		if (fi_av_insert(t->r.av, t->o->name, 1, &t->a, 0, NULL) != 1)
 			bf_die("fi_av_insert", 0);
 	}
@@ -581,8 +588,8 @@ main(int argc, char **argv)
 	log_init(LOG_LEVEL_WARN);
 	fb.base = event_base_new();
 	fb.o = &fab_o;
-	fb.dst = mmap(NULL, BF_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	memset(fb.dst, 0, BF_LEN);
+	fb.dst = mmap(NULL, bf_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	memset(fb.dst, 0, bf_len);
 	if (fabric_open(fb.base, bf_prov, node, (unsigned)bf_neps, &fb.f, err, sizeof(err)) != 0) {
 		fprintf(stderr, "bench_fabric: %s\n", err);
 		return 1;
@@ -590,7 +597,7 @@ main(int argc, char **argv)
 	/* -O: both readers read the raw owner, which isolates the reader's side. */
 	if (one_owner)
 		fb.o = &raw_o;
-	if (fabric_expose(fb.f, fb.dst, BF_LEN, 0) != 0 ||
+	if (fabric_expose(fb.f, fb.dst, bf_len, 0) != 0 ||
 	    fabric_peer_add(fb.f, fb.o->name, fb.o->namelen, &fb.peer) != 0)
 		bf_die("fabric setup", 0);
 	printf("bench_fabric: %s (%s), %s, %d reads in flight, %u MiB per measurement, "
