@@ -115,6 +115,19 @@ bf_die(const char *what, int rc)
 	exit(1);
 }
 
+/* A buffer of bf_len bytes filled with c: faulted in before any clock. */
+static uint8_t *
+bf_buf(int c)
+{
+	void	*p;
+
+	p = mmap(NULL, bf_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		bf_die("mmap", 0);
+	memset(p, c, bf_len);
+	return p;
+}
+
 /* The raw side: one endpoint, CQ with a wait fd, AV, and one registration. */
 struct bf_raw {
 	struct fi_info		*info;
@@ -245,8 +258,7 @@ bf_owner_start(struct bf_owner *o, int raw, const char *ns, const char *node)
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (ns != NULL && bf_enter(ns, 1) != 0)
 			bf_die("setns", 0);
-		buf = mmap(NULL, bf_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		memset(buf, 0x5a, bf_len);
+		buf = bf_buf(0x5a);
 		if (raw) {
 			struct bf_raw	r;
 
@@ -494,7 +506,7 @@ main(int argc, char **argv)
 	uint8_t		*dst;
 	double		 graw[BF_NSIZES][64], gfab[BF_NSIZES][64], ratio[BF_NSIZES][64];
 	int		 netns = 0, rounds = 7, c, rd, one_owner = 0, k;
-	size_t		 i, n;
+	size_t		 i, n, slots;
 
 	while ((c = getopt(argc, argv, "p:nr:d:m:S:OLe:")) != -1) {
 		switch (c) {
@@ -522,8 +534,9 @@ main(int argc, char **argv)
 	 * in flight (bf_sizes ends with its largest), so that no two reads of
 	 * one measurement share bytes.
 	 */
-	if (bf_len < (size_t)bf_depth * (size_t)bf_neps * bf_sizes[BF_NSIZES - 1].len)
-		bf_len = (size_t)bf_depth * (size_t)bf_neps * bf_sizes[BF_NSIZES - 1].len;
+	slots = (size_t)bf_depth * (size_t)bf_neps * bf_sizes[BF_NSIZES - 1].len;
+	if (bf_len < slots)
+		bf_len = slots;
 	if (netns) {
 		snprintf(ns, sizeof(ns), "l3kvt%ldxbench", (long)getpid());
 		snprintf(args, sizeof(args), "up %s 2", ns);
@@ -542,34 +555,18 @@ main(int argc, char **argv)
 			bf_die("setns", 0);
 		node = "10.77.0.2";
 	}
-	dst = mmap(NULL, bf_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	memset(dst, 0, bf_len);
-	if (bf_land_on) {
-		bf_rank = mmap(NULL, bf_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-		    -1, 0);
-		if (bf_rank == MAP_FAILED)
-			bf_die("mmap", 0);
-		memset(bf_rank, 0, bf_len);	/* faulted in before any clock */
-	}
+	dst = bf_buf(0);
+	if (bf_land_on)
+		bf_rank = bf_buf(0);
 	/* Endpoint 0 lands in dst and bf_rank, the others each in their own pair. */
 	for (k = 0; k < bf_neps; k++) {
 		t = &bf_rt[k];
 		t->dst = dst;
 		t->rank = bf_rank;
-		if (k > 0) {
-			t->dst = mmap(NULL, bf_len, PROT_READ | PROT_WRITE,
-			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-			if (t->dst == MAP_FAILED)
-				bf_die("mmap", 0);
-			memset(t->dst, 0, bf_len);
-		}
-		if (k > 0 && bf_land_on) {
-			t->rank = mmap(NULL, bf_len, PROT_READ | PROT_WRITE,
-			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-			if (t->rank == MAP_FAILED)
-				bf_die("mmap", 0);
-			memset(t->rank, 0, bf_len);
-		}
+		if (k > 0)
+			t->dst = bf_buf(0);
+		if (k > 0 && bf_land_on)
+			t->rank = bf_buf(0);
 		bf_raw_open(&t->r, node, t->dst, bf_len);
 		if (fi_av_insert(t->r.av, t->o->name, 1, &t->a, 0, NULL) != 1)
 			bf_die("fi_av_insert", 0);
@@ -588,8 +585,7 @@ main(int argc, char **argv)
 	log_init(LOG_LEVEL_WARN);
 	fb.base = event_base_new();
 	fb.o = &fab_o;
-	fb.dst = mmap(NULL, bf_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	memset(fb.dst, 0, bf_len);
+	fb.dst = bf_buf(0);
 	if (fabric_open(fb.base, bf_prov, node, (unsigned)bf_neps, &fb.f, err, sizeof(err)) != 0) {
 		fprintf(stderr, "bench_fabric: %s\n", err);
 		return 1;

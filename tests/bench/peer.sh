@@ -18,9 +18,10 @@
 # round then runs one bench_peer round per value, their order rotating,
 # and the table has rows for each value, paired with the same raw and TE
 # rounds. LANES (1) is both daemons' peer.lanes (bench_peer -L); raw, land
-# and TE stay one reader each. TE=0 leaves Mooncake out (its TE column is nan): raw comes from a
-# bench_fabric -n round instead; PEER_BUILD names the directory of the
-# daemons bench_peer starts (BUILD by default), for an A/B of two daemons.
+# and TE stay one reader each. TE=0 leaves Mooncake out (its TE column is
+# nan): raw comes from a bench_fabric -n round instead; PEER_BUILD names the
+# directory of the daemons bench_peer starts (BUILD by default), for an A/B
+# of two daemons.
 set -euo pipefail
 BUILD=${1:-build}
 cd "$(dirname "$0")/../.."
